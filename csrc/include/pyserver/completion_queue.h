@@ -1,0 +1,63 @@
+// CompletionQueue: finished work handed from engine threads to the event loop.
+//
+// Producers (scheduler and instance threads) push completions; the event loop
+// watches fd() and drains everything at once. The fd is signalled only when
+// the queue goes from empty to non-empty, so a loop that is busy draining is
+// not woken again per item: one wake-up per batch at most, fewer under load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pyserver/status.h"
+
+namespace pyserver {
+
+// An opaque handle owned by the binding layer (for Python: a PyObject* whose
+// reference travels with the token). The engine never looks inside it.
+using Token = uint64_t;
+
+struct Completion {
+  Token token = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+};
+
+class CompletionQueue {
+ public:
+  static Status Create(std::unique_ptr<CompletionQueue>* queue);
+  ~CompletionQueue();
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  // Readable when completions are waiting (an eventfd).
+  int fd() const { return fd_; }
+
+  void Push(Completion completion);
+  void PushMany(std::vector<Completion>* completions);
+
+  // Moves every waiting completion into *out (appending) and re-arms the fd.
+  // Never blocks. Returns the number moved.
+  size_t Drain(std::vector<Completion>* out);
+
+  // Blocks up to timeout_ns for at least one completion (for tests and for
+  // embedders without an event loop). Returns true if one is waiting.
+  bool WaitReadable(uint64_t timeout_ns) const;
+
+  // Number of times the fd was signalled (lets tests check wake-up coalescing).
+  uint64_t signal_count() const;
+
+ private:
+  explicit CompletionQueue(int fd) : fd_(fd) {}
+  void Signal();
+
+  const int fd_;
+  mutable std::mutex mu_;
+  std::vector<Completion> items_;
+  uint64_t signals_ = 0;
+};
+
+}  // namespace pyserver

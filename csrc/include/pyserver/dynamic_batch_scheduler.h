@@ -1,0 +1,91 @@
+// DynamicBatchScheduler: Triton's dynamic batcher.
+//
+// Instances pull batches: an idle instance becomes the one "leader" that
+// evaluates the queue (other idle instances wait behind it), so a batch is
+// formed exactly when an instance can run it, as Triton does when it waits
+// for a free payload slot. Rules, as in Triton:
+//  - a batch that reaches a preferred size is sent at once (the largest
+//    reachable preferred size wins);
+//  - otherwise requests wait up to max_queue_delay counted from the oldest
+//    request of the candidate batch, then everything up to max_batch_size goes;
+//  - with no delay, whatever is queued goes;
+//  - requests are never split; requests with different shape keys never share
+//    a batch when the equal-shape rule applies;
+//  - priority levels are served lowest level first; queue policies reject or
+//    delay expired requests and bound the queue.
+// Opt-in eager policy (ours): the idle instance takes what is queued at once,
+// so batching adds no latency at low load and still batches under load.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "pyserver/priority_queue.h"
+#include "pyserver/scheduler.h"
+
+namespace pyserver {
+
+struct DynamicBatcherConfig {
+  uint32_t max_batch_size = 1;
+  std::vector<uint32_t> preferred_batch_sizes;  // empty -> {max_batch_size}
+  uint64_t max_queue_delay_us = 0;
+  uint32_t priority_levels = 0;
+  uint32_t default_priority_level = 0;
+  QueuePolicy default_policy;
+  std::map<uint32_t, QueuePolicy> priority_policies;
+  bool preserve_ordering = false;
+  bool enforce_equal_shapes = false;
+  bool eager = false;
+  // Test hook (TRITONSERVER_DELAY_SCHEDULER): form no batch until this many
+  // requests are queued, once.
+  uint32_t delay_scheduler_count = 0;
+};
+
+class DynamicBatchScheduler : public Scheduler {
+ public:
+  static Status Create(const DynamicBatcherConfig& config, std::shared_ptr<ModelStats> stats,
+                       std::shared_ptr<CompletionQueue> completions,
+                       std::unique_ptr<Scheduler>* scheduler);
+  ~DynamicBatchScheduler() override;
+
+  Status Enqueue(const RequestInfo& info, uint64_t* id) override;
+  bool NextBatch(Batch* batch) override;
+  bool Cancel(uint64_t id) override;
+  void Stop() override;
+  size_t QueuedCount() const override;
+
+ private:
+  enum class Decision { kSend, kWait, kEmpty };
+
+  DynamicBatchScheduler(const DynamicBatcherConfig& config, std::shared_ptr<ModelStats> stats,
+                        std::shared_ptr<CompletionQueue> completions);
+
+  // Under mu_. Decides what the leader does now: send the first *count
+  // requests, wait until *wake_at_ns, or wait for a request. Expired requests
+  // under REJECT are moved into *rejected.
+  Decision FormBatch(uint64_t now_ns, size_t* count, uint64_t* wake_at_ns,
+                     std::vector<QueuedRequest>* rejected);
+  bool IsPreferred(uint32_t size) const;
+
+  const DynamicBatcherConfig config_;
+  const uint32_t max_preferred_;
+  const uint64_t max_delay_ns_;
+
+  mutable std::mutex mu_;
+  std::condition_variable leader_cv_;
+  std::condition_variable follower_cv_;
+  PriorityQueue queue_;
+  bool stopped_ = false;
+  bool leader_present_ = false;
+  bool leader_waiting_ = false;
+  uint64_t wake_threshold_ = 1;   // queued batch size that re-wakes the leader
+  uint64_t queued_batch_size_ = 0;
+  uint64_t next_deadline_ns_ = 0;  // earliest request deadline, 0 = none
+  uint32_t delay_count_ = 0;
+};
+
+}  // namespace pyserver

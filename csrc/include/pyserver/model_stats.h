@@ -1,0 +1,100 @@
+// ModelStats: the counters behind Triton's statistics extension and metrics,
+// cheap enough to update for every request (relaxed atomics; one short lock
+// per executed batch for the per-batch-size table).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace pyserver {
+
+// Why a request failed, as Triton's nv_inference_request_failure "reason" label.
+enum class FailureReason : int {
+  kRejected = 0,
+  kCanceled = 1,
+  kBackend = 2,
+  kOther = 3,
+};
+constexpr int kFailureReasonCount = 4;
+
+struct DurationStat {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+};
+
+struct BatchSizeStat {
+  DurationStat compute_input;
+  DurationStat compute_infer;
+  DurationStat compute_output;
+};
+
+// A consistent-enough copy of the counters for reporting.
+struct ModelStatsSnapshot {
+  DurationStat success;
+  DurationStat fail;
+  DurationStat queue;
+  DurationStat compute_input;
+  DurationStat compute_infer;
+  DurationStat compute_output;
+  DurationStat cache_hit;
+  DurationStat cache_miss;
+  uint64_t fail_by_reason[kFailureReasonCount] = {0, 0, 0, 0};
+  uint64_t inference_count = 0;
+  uint64_t execution_count = 0;
+  int64_t pending_count = 0;
+  uint64_t last_inference_ms = 0;  // wall clock, ms since the epoch
+  std::map<uint32_t, BatchSizeStat> batch_stats;
+};
+
+class ModelStats {
+ public:
+  ModelStats() = default;
+  ModelStats(const ModelStats&) = delete;
+  ModelStats& operator=(const ModelStats&) = delete;
+
+  // One request finished successfully. Durations in ns.
+  void RecordSuccess(uint64_t total_ns, uint64_t queue_ns, uint64_t compute_input_ns,
+                     uint64_t compute_infer_ns, uint64_t compute_output_ns);
+  // One request failed; queue_ns is counted only when the request reached an
+  // instance (Triton counts queue time for executed requests only).
+  void RecordFailure(uint64_t total_ns, FailureReason reason);
+  // One batch ran on an instance: inference_count += batch_size.
+  void RecordExecution(uint32_t batch_size, uint64_t compute_input_ns,
+                       uint64_t compute_infer_ns, uint64_t compute_output_ns);
+  void RecordCacheHit(uint64_t ns);
+  void RecordCacheMiss(uint64_t ns);
+
+  // Requests accepted but not yet handed to an instance.
+  void AddPending(int64_t delta) { pending_.fetch_add(delta, std::memory_order_relaxed); }
+
+  ModelStatsSnapshot Snapshot() const;
+
+ private:
+  struct AtomicDuration {
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> ns{0};
+    void Add(uint64_t n, uint64_t d) {
+      count.fetch_add(n, std::memory_order_relaxed);
+      ns.fetch_add(d, std::memory_order_relaxed);
+    }
+    DurationStat Load() const {
+      return {count.load(std::memory_order_relaxed), ns.load(std::memory_order_relaxed)};
+    }
+  };
+  void TouchLastInference();
+
+  AtomicDuration success_, fail_, queue_, compute_input_, compute_infer_,
+      compute_output_, cache_hit_, cache_miss_;
+  std::atomic<uint64_t> fail_by_reason_[kFailureReasonCount] = {};
+  std::atomic<uint64_t> inference_count_{0};
+  std::atomic<uint64_t> execution_count_{0};
+  std::atomic<int64_t> pending_{0};
+  std::atomic<uint64_t> last_inference_ms_{0};
+
+  mutable std::mutex batch_mu_;
+  std::map<uint32_t, BatchSizeStat> batch_stats_;
+};
+
+}  // namespace pyserver

@@ -1,0 +1,33 @@
+// PassThroughScheduler: for models without dynamic batching. Each request is
+// its own batch, handed to whichever instance is free, first come first served.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "pyserver/scheduler.h"
+
+namespace pyserver {
+
+class PassThroughScheduler : public Scheduler {
+ public:
+  PassThroughScheduler(std::shared_ptr<ModelStats> stats,
+                       std::shared_ptr<CompletionQueue> completions, bool preserve_ordering);
+  ~PassThroughScheduler() override;
+
+  Status Enqueue(const RequestInfo& info, uint64_t* id) override;
+  bool NextBatch(Batch* batch) override;
+  bool Cancel(uint64_t id) override;
+  void Stop() override;
+  size_t QueuedCount() const override;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<QueuedRequest> queue_;
+  bool stopped_ = false;
+};
+
+}  // namespace pyserver

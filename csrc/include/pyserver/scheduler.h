@@ -1,0 +1,110 @@
+// Scheduler: the interface between a model's request queue and its instances.
+//
+// Frontends Enqueue() requests; each model instance loops on NextBatch(),
+// executes the batch, then calls CompleteBatch(). Requests the scheduler fails
+// on its own (queue timeout, cancellation, shutdown) are completed straight
+// into the CompletionQueue with their status. Implementations:
+// DynamicBatchScheduler and PassThroughScheduler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pyserver/completion_queue.h"
+#include "pyserver/model_stats.h"
+#include "pyserver/response_orderer.h"
+#include "pyserver/status.h"
+
+namespace pyserver {
+
+// What a frontend knows about a request when it enqueues it.
+struct RequestInfo {
+  Token token = 0;
+  uint32_t batch_size = 0;   // first dim when the model batches, else 0
+  uint32_t priority = 0;     // as sent by the client; 0 = default level
+  uint64_t timeout_us = 0;   // client's timeout; 0 = none
+  uint64_t shape_key = 0;    // equal keys may share a batch (equal-shape rule)
+};
+
+struct QueuedRequest {
+  Token token = 0;
+  uint64_t id = 0;           // engine-assigned; used by Cancel()
+  uint32_t batch_size = 0;
+  uint32_t priority_level = 0;
+  uint64_t shape_key = 0;
+  uint64_t enqueue_ns = 0;
+  uint64_t deadline_ns = 0;  // absolute; 0 = none
+};
+
+// A batch taken by an instance. `sequence` orders batches for preserve_ordering.
+struct Batch {
+  uint64_t sequence = 0;
+  uint64_t dequeue_ns = 0;
+  uint32_t batch_size = 0;   // sum of max(1, request batch size)
+  std::vector<QueuedRequest> requests;
+};
+
+// Timestamps an instance takes while running a batch (NowNs() clock).
+struct BatchTimes {
+  uint64_t compute_start_ns = 0;
+  uint64_t compute_input_end_ns = 0;
+  uint64_t compute_output_start_ns = 0;
+  uint64_t compute_end_ns = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::shared_ptr<ModelStats> stats, std::shared_ptr<CompletionQueue> completions,
+            bool preserve_ordering);
+  virtual ~Scheduler() = default;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Accepts a request or fails it synchronously (queue full, stopping). On
+  // success *id identifies the request for Cancel().
+  virtual Status Enqueue(const RequestInfo& info, uint64_t* id) = 0;
+
+  // Blocks until a batch is ready for this (idle) instance. Returns false once
+  // the scheduler is stopped and has nothing more to hand out.
+  virtual bool NextBatch(Batch* batch) = 0;
+
+  // Removes a still-queued request and completes it as CANCELLED. Returns
+  // false when the request is no longer queued (executing or done).
+  virtual bool Cancel(uint64_t id) = 0;
+
+  // Stops accepting requests, fails everything still queued with UNAVAILABLE
+  // and releases every instance blocked in NextBatch().
+  virtual void Stop() = 0;
+
+  // Requests queued right now (not yet taken by an instance).
+  virtual size_t QueuedCount() const = 0;
+
+  // An instance finished `batch`: records statistics and delivers `token`
+  // (which stands for the whole batch) to the completion queue, in dequeue
+  // order when preserve_ordering is set. `status` is the batch's outcome.
+  void CompleteBatch(const Batch& batch, const BatchTimes& times, Token token,
+                     const Status& status);
+
+  ModelStats* stats() const { return stats_.get(); }
+  CompletionQueue* completions() const { return completions_.get(); }
+
+ protected:
+  // Completes requests the scheduler failed on its own, recording stats.
+  void FailRequests(std::vector<QueuedRequest>* requests, const Status& status,
+                    FailureReason reason);
+  uint64_t NextRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t NextBatchSequence() { return next_batch_seq_++; }  // under the subclass lock
+
+ private:
+  std::shared_ptr<ModelStats> stats_;
+  std::shared_ptr<CompletionQueue> completions_;
+  std::unique_ptr<ResponseOrderer> orderer_;  // null unless preserve_ordering
+  std::atomic<uint64_t> next_id_{1};
+  uint64_t next_batch_seq_ = 0;
+};
+
+}  // namespace pyserver

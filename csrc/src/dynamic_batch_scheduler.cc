@@ -1,0 +1,275 @@
+#include "pyserver/dynamic_batch_scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "pyserver/clock.h"
+
+namespace pyserver {
+
+namespace {
+
+const char kStoppingMessage[] =
+    "Server is stopping, scheduler for model has stopped accepting new inference requests";
+
+std::chrono::steady_clock::time_point ToTimePoint(uint64_t ns) {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::nanoseconds(ns)));
+}
+
+}  // namespace
+
+Status DynamicBatchScheduler::Create(const DynamicBatcherConfig& config,
+                                     std::shared_ptr<ModelStats> stats,
+                                     std::shared_ptr<CompletionQueue> completions,
+                                     std::unique_ptr<Scheduler>* scheduler) {
+  if (config.max_batch_size < 1) {
+    return Status(StatusCode::kInvalidArg,
+                  "dynamic batching requires max_batch_size >= 1");
+  }
+  for (uint32_t size : config.preferred_batch_sizes) {
+    if (size < 1 || size > config.max_batch_size) {
+      return Status(StatusCode::kInvalidArg,
+                    "dynamic batching preferred size must be positive and <= max batch size (" +
+                        std::to_string(size) + " vs " + std::to_string(config.max_batch_size) + ")");
+    }
+  }
+  if (config.priority_levels > 0 &&
+      (config.default_priority_level < 1 ||
+       config.default_priority_level > config.priority_levels)) {
+    return Status(StatusCode::kInvalidArg,
+                  "default priority level must be in range [1, " +
+                      std::to_string(config.priority_levels) + "]");
+  }
+  for (const auto& p : config.priority_policies) {
+    if (p.first < 1 || p.first > config.priority_levels) {
+      return Status(StatusCode::kInvalidArg,
+                    "priority queue policy must have priority level in range [1, " +
+                        std::to_string(config.priority_levels) + "]");
+    }
+  }
+  DynamicBatcherConfig normalized = config;
+  if (normalized.preferred_batch_sizes.empty()) {
+    normalized.preferred_batch_sizes.push_back(normalized.max_batch_size);
+  }
+  std::sort(normalized.preferred_batch_sizes.begin(), normalized.preferred_batch_sizes.end());
+  scheduler->reset(
+      new DynamicBatchScheduler(normalized, std::move(stats), std::move(completions)));
+  return Status::Ok();
+}
+
+DynamicBatchScheduler::DynamicBatchScheduler(const DynamicBatcherConfig& config,
+                                             std::shared_ptr<ModelStats> stats,
+                                             std::shared_ptr<CompletionQueue> completions)
+    : Scheduler(std::move(stats), std::move(completions), config.preserve_ordering),
+      config_(config),
+      max_preferred_(config.preferred_batch_sizes.back()),
+      max_delay_ns_(config.max_queue_delay_us * 1000),
+      queue_(config.priority_levels, config.default_priority_level, config.default_policy,
+             config.priority_policies),
+      delay_count_(config.delay_scheduler_count) {}
+
+DynamicBatchScheduler::~DynamicBatchScheduler() { Stop(); }
+
+bool DynamicBatchScheduler::IsPreferred(uint32_t size) const {
+  return std::binary_search(config_.preferred_batch_sizes.begin(),
+                            config_.preferred_batch_sizes.end(), size);
+}
+
+Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
+  QueuedRequest r;
+  r.token = info.token;
+  r.id = NextRequestId();
+  r.batch_size = info.batch_size;
+  r.priority_level = queue_.LevelFor(info.priority);
+  r.shape_key = info.shape_key;
+  r.enqueue_ns = NowNs();
+  r.deadline_ns = queue_.DeadlineFor(r.priority_level, r.enqueue_ns, info.timeout_us);
+  const uint64_t deadline = r.deadline_ns;
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status(StatusCode::kUnavailable, kStoppingMessage);
+    PYSERVER_RETURN_IF_ERROR(queue_.Enqueue(r));
+    stats()->AddPending(1);
+    queued_batch_size_ += std::max<uint32_t>(1, r.batch_size);
+    if (deadline != 0 && (next_deadline_ns_ == 0 || deadline < next_deadline_ns_)) {
+      next_deadline_ns_ = deadline;
+    }
+    // Wake the waiting leader only when this request can change its decision.
+    wake = leader_waiting_ &&
+           (queued_batch_size_ >= wake_threshold_ || deadline != 0 ||
+            config_.priority_levels > 0 || config_.enforce_equal_shapes || delay_count_ > 0);
+  }
+  if (wake) leader_cv_.notify_one();
+  *id = r.id;
+  return Status::Ok();
+}
+
+DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
+    uint64_t now_ns, size_t* count, uint64_t* wake_at_ns,
+    std::vector<QueuedRequest>* rejected) {
+  if (next_deadline_ns_ != 0 && now_ns >= next_deadline_ns_) {
+    const size_t before = rejected->size();
+    next_deadline_ns_ = queue_.ApplyTimeouts(now_ns, rejected);
+    for (size_t i = before; i < rejected->size(); ++i) {
+      queued_batch_size_ -= std::max<uint32_t>(1, (*rejected)[i].batch_size);
+    }
+  }
+  if (queue_.empty()) return Decision::kEmpty;
+
+  uint32_t pending_size = 0;
+  size_t pending_count = 0;
+  uint32_t best_size = 0;
+  size_t best_count = 0;
+  bool send_now = false;
+  uint64_t oldest_ns = UINT64_MAX;
+  uint64_t required_shape = 0;
+  queue_.ForEach([&](const QueuedRequest& r) {
+    const uint32_t size = std::max<uint32_t>(1, r.batch_size);
+    if (pending_count == 0) {
+      required_shape = r.shape_key;
+    } else if (config_.enforce_equal_shapes && r.shape_key != required_shape) {
+      send_now = true;
+      return false;
+    }
+    if (pending_size + size > max_preferred_ && best_size == 0 && pending_count > 0) {
+      best_size = pending_size;
+      best_count = pending_count;
+    }
+    if (pending_size + size > config_.max_batch_size && pending_count > 0) {
+      send_now = true;
+      return false;
+    }
+    pending_size += size;
+    ++pending_count;
+    oldest_ns = std::min(oldest_ns, r.enqueue_ns);
+    if (IsPreferred(pending_size)) {
+      best_size = pending_size;
+      best_count = pending_count;
+    }
+    // A lone request larger than max_batch_size (validation should have
+    // refused it) still runs, alone.
+    return pending_size < config_.max_batch_size;
+  });
+
+  const bool delay_exceeded = max_delay_ns_ > 0 && now_ns - oldest_ns >= max_delay_ns_;
+  if (config_.eager) {
+    *count = pending_count;
+    return Decision::kSend;
+  }
+  if (best_size != 0 && !delay_exceeded) {
+    *count = best_count;
+    return Decision::kSend;
+  }
+  if (send_now || pending_size >= max_preferred_ || delay_exceeded || max_delay_ns_ == 0) {
+    *count = pending_count;
+    return Decision::kSend;
+  }
+  uint64_t wake_at = oldest_ns + max_delay_ns_;
+  if (next_deadline_ns_ != 0) wake_at = std::min(wake_at, next_deadline_ns_);
+  *wake_at_ns = wake_at;
+  wake_threshold_ = config_.max_batch_size;
+  for (uint32_t p : config_.preferred_batch_sizes) {
+    if (p > pending_size) {
+      wake_threshold_ = p;
+      break;
+    }
+  }
+  return Decision::kWait;
+}
+
+bool DynamicBatchScheduler::NextBatch(Batch* batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_ && leader_present_) follower_cv_.wait(lock);
+  if (stopped_) return false;
+  leader_present_ = true;
+
+  bool got = false;
+  std::vector<QueuedRequest> rejected;
+  while (!stopped_) {
+    if (delay_count_ > 0) {
+      if (queue_.size() < delay_count_) {
+        leader_waiting_ = true;
+        wake_threshold_ = 1;
+        leader_cv_.wait_for(lock, std::chrono::milliseconds(10));
+        leader_waiting_ = false;
+        continue;
+      }
+      delay_count_ = 0;
+    }
+    const uint64_t now = NowNs();
+    size_t count = 0;
+    uint64_t wake_at = 0;
+    Decision decision = FormBatch(now, &count, &wake_at, &rejected);
+    if (!rejected.empty()) {
+      // Fail expired requests without holding the queue lock, then look again.
+      lock.unlock();
+      FailRequests(&rejected, Status(StatusCode::kUnavailable, "Request timeout expired"),
+                   FailureReason::kRejected);
+      lock.lock();
+      continue;
+    }
+    if (decision == Decision::kSend) {
+      batch->requests.clear();
+      queue_.PopFront(count, &batch->requests);
+      uint32_t size = 0;
+      for (const QueuedRequest& r : batch->requests) size += std::max<uint32_t>(1, r.batch_size);
+      queued_batch_size_ -= size;
+      batch->batch_size = size;
+      batch->dequeue_ns = now;
+      batch->sequence = NextBatchSequence();
+      got = true;
+      break;
+    }
+    leader_waiting_ = true;
+    if (decision == Decision::kEmpty) {
+      wake_threshold_ = 1;
+      leader_cv_.wait(lock);
+    } else {
+      leader_cv_.wait_until(lock, ToTimePoint(wake_at));
+    }
+    leader_waiting_ = false;
+  }
+  leader_present_ = false;
+  lock.unlock();
+  follower_cv_.notify_one();
+  if (got) stats()->AddPending(-static_cast<int64_t>(batch->requests.size()));
+  return got;
+}
+
+bool DynamicBatchScheduler::Cancel(uint64_t id) {
+  std::vector<QueuedRequest> cancelled(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!queue_.Remove(id, &cancelled[0])) return false;
+    queued_batch_size_ -= std::max<uint32_t>(1, cancelled[0].batch_size);
+  }
+  FailRequests(&cancelled, Status(StatusCode::kCancelled, "Request was cancelled"),
+               FailureReason::kCanceled);
+  return true;
+}
+
+void DynamicBatchScheduler::Stop() {
+  std::vector<QueuedRequest> remaining;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    queue_.DrainAll(&remaining);
+    queued_batch_size_ = 0;
+  }
+  leader_cv_.notify_all();
+  follower_cv_.notify_all();
+  FailRequests(&remaining, Status(StatusCode::kUnavailable, kStoppingMessage),
+               FailureReason::kOther);
+}
+
+size_t DynamicBatchScheduler::QueuedCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace pyserver

@@ -1,0 +1,90 @@
+#include "pyserver/pass_through_scheduler.h"
+
+#include <algorithm>
+
+#include "pyserver/clock.h"
+
+namespace pyserver {
+
+PassThroughScheduler::PassThroughScheduler(std::shared_ptr<ModelStats> stats,
+                                           std::shared_ptr<CompletionQueue> completions,
+                                           bool preserve_ordering)
+    : Scheduler(std::move(stats), std::move(completions), preserve_ordering) {}
+
+PassThroughScheduler::~PassThroughScheduler() { Stop(); }
+
+Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
+  QueuedRequest r;
+  r.token = info.token;
+  r.id = NextRequestId();
+  r.batch_size = info.batch_size;
+  r.shape_key = info.shape_key;
+  r.enqueue_ns = NowNs();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) {
+      return Status(StatusCode::kUnavailable,
+                    "Server is stopping, scheduler for model has stopped accepting new "
+                    "inference requests");
+    }
+    queue_.push_back(r);
+    stats()->AddPending(1);
+  }
+  cv_.notify_one();
+  *id = r.id;
+  return Status::Ok();
+}
+
+bool PassThroughScheduler::NextBatch(Batch* batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
+  if (stopped_) return false;
+  batch->requests.clear();
+  batch->requests.push_back(queue_.front());
+  queue_.pop_front();
+  batch->batch_size = std::max<uint32_t>(1, batch->requests[0].batch_size);
+  batch->dequeue_ns = NowNs();
+  batch->sequence = NextBatchSequence();
+  lock.unlock();
+  stats()->AddPending(-1);
+  return true;
+}
+
+bool PassThroughScheduler::Cancel(uint64_t id) {
+  std::vector<QueuedRequest> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [id](const QueuedRequest& r) { return r.id == id; });
+    if (it == queue_.end()) return false;
+    cancelled.push_back(*it);
+    queue_.erase(it);
+  }
+  FailRequests(&cancelled, Status(StatusCode::kCancelled, "Request was cancelled"),
+               FailureReason::kCanceled);
+  return true;
+}
+
+void PassThroughScheduler::Stop() {
+  std::vector<QueuedRequest> remaining;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    remaining.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+  }
+  cv_.notify_all();
+  FailRequests(&remaining,
+               Status(StatusCode::kUnavailable,
+                      "Server is stopping, scheduler for model has stopped accepting new "
+                      "inference requests"),
+               FailureReason::kOther);
+}
+
+size_t PassThroughScheduler::QueuedCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace pyserver

@@ -1,0 +1,121 @@
+// Status, CompletionQueue, ResponseOrderer, ModelStats, GatherCopy.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "pyserver/completion_queue.h"
+#include "pyserver/gather.h"
+#include "pyserver/model_stats.h"
+#include "pyserver/response_orderer.h"
+#include "pyserver/status.h"
+#include "test_util.h"
+
+namespace pyserver {
+namespace {
+
+TEST(Status, CodesAndText) {
+  EXPECT_TRUE(Status::Ok().ok());
+  Status s(StatusCode::kUnavailable, "Exceeds maximum queue size");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.ToString(), "UNAVAILABLE: Exceeds maximum queue size");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kInvalidArg), "INVALID_ARG");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kAlreadyExists), "ALREADY_EXISTS");
+  EXPECT_EQ(static_cast<int>(StatusCode::kCancelled), 8);
+}
+
+TEST(CompletionQueue, SignalsOnlyWhenEmpty) {
+  testing::Harness h;
+  EXPECT_FALSE(h.completions->WaitReadable(0));
+  h.completions->Push({1, StatusCode::kOk, ""});
+  h.completions->Push({2, StatusCode::kOk, ""});
+  h.completions->Push({3, StatusCode::kInternal, "boom"});
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+  EXPECT_EQ(h.completions->signal_count(), 1u);  // coalesced into one wake-up
+  auto items = h.Drain();
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[2].token, 3u);
+  EXPECT_EQ(items[2].code, StatusCode::kInternal);
+  EXPECT_EQ(items[2].message, "boom");
+  EXPECT_FALSE(h.completions->WaitReadable(0));  // drained re-arms the fd
+  h.completions->Push({4, StatusCode::kOk, ""});
+  EXPECT_EQ(h.completions->signal_count(), 2u);
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+}
+
+TEST(CompletionQueue, ConcurrentProducersLoseNothing) {
+  testing::Harness h;
+  constexpr int kThreads = 4, kPerThread = 5000;
+  std::vector<std::thread> producers;
+  for (int t = 0; t < kThreads; ++t) {
+    producers.emplace_back([&h, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        h.completions->Push({static_cast<Token>(t * kPerThread + i), StatusCode::kOk, ""});
+      }
+    });
+  }
+  std::vector<Completion> got;
+  while (got.size() < static_cast<size_t>(kThreads * kPerThread)) {
+    if (h.completions->WaitReadable(1000000000)) h.completions->Drain(&got);
+  }
+  for (auto& p : producers) p.join();
+  h.completions->Drain(&got);
+  EXPECT_EQ(got.size(), static_cast<size_t>(kThreads * kPerThread));
+  std::vector<bool> seen(kThreads * kPerThread, false);
+  for (auto& c : got) seen[c.token] = true;
+  for (bool s : seen) EXPECT_TRUE(s);
+}
+
+TEST(ResponseOrderer, ReleasesInSequence) {
+  testing::Harness h;
+  ResponseOrderer orderer(h.completions.get());
+  orderer.Complete(2, {102, StatusCode::kOk, ""});
+  orderer.Complete(1, {101, StatusCode::kOk, ""});
+  EXPECT_EQ(orderer.HeldCount(), 2u);
+  EXPECT_TRUE(h.Drain().empty());
+  orderer.Complete(0, {100, StatusCode::kOk, ""});
+  auto items = h.Drain();
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].token, 100u);
+  EXPECT_EQ(items[1].token, 101u);
+  EXPECT_EQ(items[2].token, 102u);
+  orderer.Complete(3, {103, StatusCode::kOk, ""});
+  EXPECT_EQ(h.Drain().size(), 1u);
+}
+
+TEST(ModelStats, CountsAndBatchTable) {
+  ModelStats stats;
+  stats.RecordSuccess(100, 10, 20, 30, 40);
+  stats.RecordSuccess(200, 20, 20, 30, 40);
+  stats.RecordFailure(50, FailureReason::kRejected);
+  stats.RecordExecution(2, 20, 30, 40);
+  stats.RecordExecution(2, 2, 3, 4);
+  stats.RecordExecution(8, 1, 1, 1);
+  stats.AddPending(3);
+  stats.AddPending(-1);
+  auto s = stats.Snapshot();
+  EXPECT_EQ(s.success.count, 2u);
+  EXPECT_EQ(s.success.ns, 300u);
+  EXPECT_EQ(s.queue.ns, 30u);
+  EXPECT_EQ(s.fail.count, 1u);
+  EXPECT_EQ(s.fail_by_reason[static_cast<int>(FailureReason::kRejected)], 1u);
+  EXPECT_EQ(s.inference_count, 12u);
+  EXPECT_EQ(s.execution_count, 3u);
+  EXPECT_EQ(s.pending_count, 2);
+  ASSERT_EQ(s.batch_stats.size(), 2u);
+  EXPECT_EQ(s.batch_stats[2].compute_infer.count, 2u);
+  EXPECT_EQ(s.batch_stats[2].compute_infer.ns, 33u);
+  EXPECT_GT(s.last_inference_ms, 0u);
+}
+
+TEST(Gather, CopiesBackToBack) {
+  const char a[] = "abc", b[] = "", c[] = "defg";
+  const void* srcs[] = {a, b, c};
+  size_t sizes[] = {3, 0, 4};
+  char out[8] = {0};
+  EXPECT_EQ(GatherCopy(srcs, sizes, 3, out), 7u);
+  EXPECT_EQ(std::string(out, 7), "abcdefg");
+}
+
+}  // namespace
+}  // namespace pyserver

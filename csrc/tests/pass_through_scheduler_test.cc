@@ -1,0 +1,62 @@
+#include "pyserver/pass_through_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "test_util.h"
+
+namespace pyserver {
+namespace {
+
+using testing::Harness;
+using testing::Req;
+using testing::Tokens;
+
+TEST(PassThrough, OneRequestPerBatchInArrivalOrder) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(1, 3), &id).ok());
+  ASSERT_TRUE(s.Enqueue(Req(2), &id).ok());
+  Batch b;
+  ASSERT_TRUE(s.NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{1});
+  EXPECT_EQ(b.batch_size, 3u);
+  ASSERT_TRUE(s.NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{2});
+}
+
+TEST(PassThrough, WaitingInstanceWakesOnEnqueue) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  auto fut = std::async(std::launch::async, [&] {
+    Batch b;
+    return s.NextBatch(&b) ? Tokens(b)[0] : Token(0);
+  });
+  testing::SleepMs(20);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(9), &id).ok());
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), 9u);
+}
+
+TEST(PassThrough, CancelAndStop) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  uint64_t id1, id2;
+  ASSERT_TRUE(s.Enqueue(Req(1), &id1).ok());
+  ASSERT_TRUE(s.Enqueue(Req(2), &id2).ok());
+  EXPECT_TRUE(s.Cancel(id1));
+  s.Stop();
+  auto items = h.Drain();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].code, StatusCode::kCancelled);
+  EXPECT_EQ(items[1].code, StatusCode::kUnavailable);
+  Batch b;
+  EXPECT_FALSE(s.NextBatch(&b));
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
+}
+
+}  // namespace
+}  // namespace pyserver

@@ -1,0 +1,1 @@
+"""Protocol frontends (HTTP/REST, gRPC) that translate wire requests into core objects."""

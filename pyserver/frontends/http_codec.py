@@ -1,0 +1,570 @@
+"""KServe v2 / Triton HTTP infer body codec: wire bytes <-> core objects.
+
+Pure functions, no I/O. ``decode_infer_request`` turns a request body (JSON
+header plus Triton's binary tensor extension) into an ``InferRequest`` whose
+binary inputs are numpy views over the received body (no copy);
+``encode_infer_response`` turns an ``InferResponse`` into response headers and
+a body (the JSON header, then the raw bytes of the outputs sent as binary).
+
+Error texts follow Triton's HTTP frontend (``http_server.cc``) and core where
+clients or tests match on them; every decode error is INVALID_ARG (HTTP 400).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+
+from pyserver.core.dtypes import WIRE_TO_NUMPY, serialize_bytes_tensor
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+__all__ = [
+    "INFER_HEADER_LENGTH",
+    "DEFAULT_MAX_INPUT_SIZE",
+    "decode_infer_request",
+    "encode_infer_response",
+    "encode_error",
+    "encode_json",
+]
+
+# Lower-case header name (HTTP header names are case-insensitive).
+INFER_HEADER_LENGTH = "inference-header-content-length"
+# Triton's --http-max-input-size default: limit on the JSON part of a request.
+DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
+
+_UINT64_END = 1 << 64
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
+_OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_frombuffer = np.frombuffer
+
+# numpy dtype kinds accepted for JSON "data" of each datatype, and the
+# message (TritonJson's wording) when the elements have another type.
+_NON_NUMBER = "attempt to access JSON non-number as double"
+_NON_INT = "attempt to access JSON non-signed-integer as signed-integer"
+_NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NON_BOOL = "attempt to access JSON non-boolean as boolean"
+_JSON_KINDS = {
+    "BOOL": ("b", _NON_BOOL),
+    "UINT8": ("ui", _NON_UINT),
+    "UINT16": ("ui", _NON_UINT),
+    "UINT32": ("ui", _NON_UINT),
+    "UINT64": ("ui", _NON_UINT),
+    "INT8": ("iu", _NON_INT),
+    "INT16": ("iu", _NON_INT),
+    "INT32": ("iu", _NON_INT),
+    "INT64": ("iu", _NON_INT),
+    "FP16": ("fiu", _NON_NUMBER),
+    "FP32": ("fiu", _NON_NUMBER),
+    "FP64": ("fiu", _NON_NUMBER),
+}
+
+_JSON_HEADERS = [(b"Content-Type", b"application/json")]
+_REQ_BOOL_PARAMS = ("sequence_start", "sequence_end", "binary_data_output")
+
+
+def _bad(msg: str) -> ServerError:
+    return ServerError(Code.INVALID_ARG, msg)
+
+
+def _rid(request_id: str) -> str:
+    """Core's error prefix: "[request id: <id>] "."""
+    return "[request id: " + (request_id or "<id_unknown>") + "] "
+
+
+def _is_uint(v) -> bool:
+    return type(v) is int and 0 <= v < _UINT64_END
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _header_length(value, content_length: int) -> int:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode("latin-1")
+    text = value.strip()
+    try:
+        parsed = int(text)
+    except ValueError:
+        raise _bad("Unable to parse Inference-Header-Content-Length, got: " + value) from None
+    if parsed < _INT32_MIN or parsed > _INT32_MAX:
+        raise _bad(
+            "Unable to parse Inference-Header-Content-Length, value is out of range "
+            f"[ {_INT32_MIN}, {_INT32_MAX} ], got: {value}"
+        )
+    if parsed < 0 or parsed > content_length:
+        raise _bad(
+            f"inference header size should be in range (0, {content_length}), got: {value}"
+        )
+    return parsed
+
+
+def _parse_request_parameters(params: dict):
+    """Validate request-level parameters; returns (priority, timeout_us) and
+    removes those two keys from ``params`` (everything else stays)."""
+    priority = 0
+    timeout = 0
+    for key, value in params.items():
+        if key == "priority":
+            if not _is_uint(value):
+                raise _bad("Unable to parse 'priority': " + _NON_UINT)
+            priority = value
+        elif key == "timeout":
+            if not _is_uint(value):
+                raise _bad("Unable to parse 'timeout': " + _NON_UINT)
+            timeout = value
+        elif key == "sequence_id":
+            if not (_is_uint(value) or type(value) is str):
+                raise _bad(
+                    "Unable to parse 'sequence_id': attempt to access JSON non-string as string"
+                )
+        elif key in _REQ_BOOL_PARAMS:
+            if type(value) is not bool:
+                raise _bad(f"Unable to parse '{key}': " + _NON_BOOL)
+        elif key.startswith("triton_"):
+            raise _bad(
+                "parameter keys starting with 'triton_' are reserved for Triton usage "
+                "and should not be specified."
+            )
+        elif not isinstance(value, (str, int, float)):  # bool is an int
+            raise _bad(
+                f"parameter '{key}' has invalid type. It should be either "
+                "'int', 'bool', or 'string'."
+            )
+    if "priority" in params:
+        del params["priority"]
+    if "timeout" in params:
+        del params["timeout"]
+    return priority, timeout
+
+
+def _flatten(data, out: list, depth: int = 0) -> list:
+    if depth > 64:
+        raise _bad("JSON nesting depth exceeds maximum allowed limit (64)")
+    for x in data:
+        if type(x) is list:
+            _flatten(x, out, depth + 1)
+        else:
+            out.append(x)
+    return out
+
+
+def _json_numeric(name, datatype, npdt, data, count, shape):
+    kinds, type_msg = _JSON_KINDS[datatype]
+    try:
+        arr = np.array(data)
+    except (ValueError, TypeError, OverflowError):  # ragged nesting
+        arr = np.array(_flatten(data, []))
+    kind = arr.dtype.kind
+    if kind not in kinds:
+        if arr.size == 0 and kind == "f":  # [] or [[]]: a count problem, not a type one
+            pass
+        else:
+            raise _bad("Unable to parse 'data': " + type_msg)
+    size = arr.size
+    if size != count:
+        if size > count:
+            raise _bad("Unable to parse 'data': Shape does not match true shape of 'data' field")
+        raise _bad("Failed to parse 'data' field: shape does not match true shape")
+    if kind == "i" and kinds == "ui" and arr.min() < 0:
+        raise _bad("Unable to parse 'data': " + _NON_UINT)
+    return arr.astype(npdt, copy=False).reshape(shape)
+
+
+def _bytes_count_error(name, model_name, request_id, got, count) -> ServerError:
+    if got < count:
+        return _bad(
+            f"{_rid(request_id)}expected {count} string elements for inference input "
+            f"'{name}' for model '{model_name}', got {got}"
+        )
+    return _bad(
+        f"{_rid(request_id)}unexpected number of string elements {count + 1} for inference "
+        f"input '{name}' for model '{model_name}', expecting {count}"
+    )
+
+
+def _json_bytes(name, model_name, request_id, data, count, shape):
+    flat = data
+    for x in data:
+        if type(x) is not str:
+            flat = _flatten(data, [])
+            break
+    out = []
+    for x in flat:
+        if type(x) is not str:
+            raise _bad("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+        out.append(x.encode("utf-8"))
+    if len(out) != count:
+        raise _bytes_count_error(name, model_name, request_id, len(out), count)
+    arr = np.empty(count, dtype=np.object_)
+    arr[:] = out
+    return arr.reshape(shape)
+
+
+def _binary_bytes(name, model_name, request_id, body, offset, size, count, shape):
+    mv = memoryview(body)
+    end = offset + size
+    out = []
+    pos = offset
+    from_bytes = int.from_bytes
+    while pos < end:
+        if pos + 4 > end:
+            raise _bad(
+                f"{_rid(request_id)}incomplete string length indicator for inference input "
+                f"'{name}' for model '{model_name}', expecting 4 bytes but only "
+                f"{end - pos} bytes available"
+            )
+        n = from_bytes(mv[pos:pos + 4], "little")
+        pos += 4
+        if pos + n > end:
+            raise _bad(
+                f"{_rid(request_id)}element byte size indicator exceeds the end of the buffer "
+                f"for inference input '{name}' for model '{model_name}'"
+            )
+        out.append(bytes(mv[pos:pos + n]))
+        pos += n
+        if len(out) > count:
+            break
+    if len(out) != count:
+        raise _bytes_count_error(name, model_name, request_id, len(out), count)
+    arr = np.empty(count, dtype=np.object_)
+    arr[:] = out
+    return arr.reshape(shape)
+
+
+def _input_content_error(has_data, has_binary, has_shm) -> ServerError:
+    msg = (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But"
+    )
+    if not (has_data or has_binary or has_shm):
+        msg += " no field is set"
+    else:
+        msg += " set"
+        if has_data:
+            msg += " 'data'"
+        if has_binary:
+            msg += " 'binary_data_size'"
+        if has_shm:
+            msg += " 'shared_memory_region'"
+    return _bad(msg)
+
+
+def _member_error(field: str, value) -> ServerError:
+    if value is None:
+        return _bad(
+            f"Unable to parse '{field}': attempt to access non-existing object member '{field}'"
+        )
+    if field == "shape" or field == "inputs" or field == "outputs" or field == "data":
+        return _bad(f"Unable to parse '{field}': attempt to access JSON non-array as array")
+    return _bad(f"Unable to parse '{field}': attempt to access JSON non-string as string")
+
+
+def _parse_outputs(outputs) -> list:
+    if type(outputs) is not list:
+        raise _member_error("outputs", outputs)
+    result = []
+    seen = set()
+    for out in outputs:
+        if type(out) is not dict:
+            raise _bad("Unable to parse 'outputs': attempt to access JSON non-object as object")
+        name = out.get("name")
+        if type(name) is not str:
+            raise _member_error("name", name)
+        params = out.get("parameters")
+        if params is not None:
+            if type(params) is not dict:
+                raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
+            if params:
+                binary = params.get("binary_data")
+                if binary is not None and type(binary) is not bool:
+                    raise _bad("Unable to parse 'binary_data': " + _NON_BOOL)
+                if "classification" in params and not _is_uint(params["classification"]):
+                    raise _bad("Unable to set 'classification': " + _NON_UINT)
+                if "shared_memory_region" in params:
+                    if "classification" in params:
+                        raise _bad(
+                            "Output can't set both 'shared_memory_region' and 'classification'"
+                        )
+                    if binary:
+                        raise _bad(
+                            "Output can't set both 'shared_memory_region' and 'binary_data'"
+                        )
+        if name in seen:
+            raise _bad(f"output '{name}' already exists in request")
+        seen.add(name)
+        result.append(RequestedOutput(name, params))
+    return result
+
+
+def decode_infer_request(model_name: str, model_version: str, headers_get, body,
+                         max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> InferRequest:
+    """Decode one infer request body.
+
+    ``headers_get(name)`` looks up a request header by its lower-case name
+    ("inference-header-content-length") and returns str/bytes or None.
+    ``body`` is the whole (decompressed) request body; binary inputs become
+    read-only numpy views into it.
+    """
+    total = len(body)
+    hval = headers_get(INFER_HEADER_LENGTH)
+    if hval is None:
+        hlen = total
+        src = body
+    else:
+        hlen = _header_length(hval, total)
+        if hlen == 0:
+            raise _bad(
+                "raw binary inference requests (Inference-Header-Content-Length: 0) are not "
+                f"supported for model '{model_name}'"
+            )
+        src = body if hlen == total else memoryview(body)[:hlen]
+    if hlen > max_input_size:
+        raise _bad(
+            f"request JSON size of {hlen} bytes exceeds the maximum allowed input size of "
+            f"{max_input_size} bytes. Use --http-max-input-size to increase the limit."
+        )
+    try:
+        doc = _loads(src)
+    except _JSONDecodeError as e:
+        raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+    if type(doc) is not dict:
+        raise _member_error("inputs", None)
+
+    request_id = doc.get("id", "")
+    if type(request_id) is not str:
+        raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
+
+    priority = timeout = 0
+    params = doc.get("parameters")
+    if params is None:
+        params = {}
+    elif type(params) is not dict:
+        raise _bad("failed to get request params.: attempt to get members for non-object")
+    elif params:
+        priority, timeout = _parse_request_parameters(params)
+
+    inputs_json = doc.get("inputs")
+    if type(inputs_json) is not list:
+        raise _member_error("inputs", inputs_json)
+
+    inputs = []
+    names = set()
+    offset = hlen
+    for inp in inputs_json:
+        if type(inp) is not dict:
+            raise _bad("Unable to parse 'inputs': attempt to access JSON non-object as object")
+        iparams = inp.get("parameters")
+        has_data = "data" in inp
+        has_binary = has_shm = False
+        if iparams is not None:
+            if type(iparams) is not dict:
+                raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
+            if iparams:
+                has_binary = "binary_data_size" in iparams
+                has_shm = "shared_memory_region" in iparams
+        if has_data + has_binary + has_shm != 1:
+            raise _input_content_error(has_data, has_binary, has_shm)
+
+        name = inp.get("name")
+        if type(name) is not str:
+            raise _member_error("name", name)
+        datatype = inp.get("datatype")
+        if type(datatype) is not str:
+            raise _member_error("datatype", datatype)
+        shape = inp.get("shape")
+        if type(shape) is not list:
+            raise _member_error("shape", shape)
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise _bad("Unable to parse 'shape': " + _NON_UINT)
+        if name in names:
+            raise _bad(f"input '{name}' already exists in request")
+        names.add(name)
+        npdt = WIRE_TO_NUMPY.get(datatype)
+        if npdt is None:
+            raise _bad("invalid datatype for input " + name)
+        count = math.prod(shape)
+
+        if has_binary:
+            size = iparams["binary_data_size"]
+            if not _is_uint(size):
+                raise _bad("Unable to parse 'binary_data_size': " + _NON_UINT)
+            end = offset + size
+            if end > total:
+                raise _bad(
+                    f"unexpected size for input '{name}', expecting {end - total} "
+                    f"additional bytes for model '{model_name}'"
+                )
+            if datatype == "BYTES":
+                data = _binary_bytes(name, model_name, request_id, body, offset, size,
+                                     count, shape)
+            else:
+                expected = count * npdt.itemsize
+                if size != expected:
+                    raise _bad(
+                        f"{_rid(request_id)}input byte size mismatch for input '{name}' for "
+                        f"model '{model_name}'. Expected {expected}, got {size}"
+                    )
+                if count:
+                    data = _frombuffer(body, npdt, count, offset).reshape(shape)
+                else:
+                    data = np.empty(shape, npdt)
+            offset = end
+        elif has_data:
+            jdata = inp["data"]
+            if count == 0:
+                data = np.empty(shape, npdt)
+            else:
+                if type(jdata) is not list:
+                    raise _member_error("data", jdata)
+                if datatype == "BYTES":
+                    data = _json_bytes(name, model_name, request_id, jdata, count, shape)
+                elif datatype == "BF16":
+                    raise _bad(
+                        "receiving BF16 data via JSON is not supported. Please use the binary "
+                        "data format for input " + name
+                    )
+                else:
+                    data = _json_numeric(name, datatype, npdt, jdata, count, shape)
+        else:  # shared memory: resolved later from parameters
+            data = None
+        inputs.append(InferTensor(name, datatype, shape, data, iparams))
+
+    if offset != total:
+        raise _bad(f"unexpected additional input data for model '{model_name}'")
+
+    outputs_json = doc.get("outputs")
+    outputs = _parse_outputs(outputs_json) if outputs_json is not None else []
+
+    return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
+                        priority, timeout)
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _raw_bytes(arr: np.ndarray):
+    """The tensor's bytes, row-major, without copying when already contiguous."""
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if arr.ndim == 0:
+        return arr.tobytes()
+    return memoryview(arr).cast("B")
+
+
+def _json_bytes_data(arr: np.ndarray):
+    """BYTES as JSON strings; None when an element is not valid UTF-8."""
+    out = []
+    try:
+        for x in arr.reshape(-1):
+            if isinstance(x, bytes):
+                out.append(x.decode("utf-8"))
+            elif isinstance(x, str):
+                out.append(str(x))
+            else:
+                out.append(str(x))
+    except UnicodeDecodeError:
+        return None
+    return out
+
+
+def _json_numeric_data(arr: np.ndarray, datatype: str):
+    if datatype == "BF16":
+        # bfloat16 words are the high halves of float32 values.
+        return (arr.astype(np.uint32) << 16).view(np.float32).reshape(-1)
+    if not arr.flags.c_contiguous or not arr.dtype.isnative:
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    return arr.reshape(-1)
+
+
+def encode_infer_response(response: InferResponse, request: InferRequest):
+    """Encode a successful infer response.
+
+    Returns ``(headers, body)``: headers is a list of (name, value) byte
+    pairs without Content-Length; body is ``bytes`` (JSON only) or a list of
+    buffers (the JSON header followed by the binary output data).
+    """
+    default_binary = request.parameters.get("binary_data_output") is True
+    requested = request.outputs
+    out_params = {o.name: o.parameters for o in requested} if requested else None
+
+    outputs_json = []
+    buffers = None
+    for t in response.outputs:
+        datatype = t.datatype
+        arr = t.data
+        if out_params is not None:
+            p = out_params.get(t.name)
+            binary = p.get("binary_data") is True if p is not None else default_binary
+        else:
+            binary = default_binary
+        data = None
+        if not binary:
+            if arr is None:
+                data = []
+            elif datatype == "BYTES":
+                data = _json_bytes_data(arr)
+                if data is None:  # not UTF-8: send as binary, the client handles both
+                    binary = True
+            else:
+                data = _json_numeric_data(arr, datatype)
+        if binary:
+            if arr is None:
+                raw = b""
+            elif datatype == "BYTES":
+                raw = serialize_bytes_tensor(arr)
+            else:
+                raw = _raw_bytes(arr)
+            size = len(raw) if type(raw) is bytes else raw.nbytes
+            if t.parameters:
+                oparams = dict(t.parameters)
+                oparams["binary_data_size"] = size
+            else:
+                oparams = {"binary_data_size": size}
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "parameters": oparams})
+            if size:
+                if buffers is None:
+                    buffers = [None, raw]
+                else:
+                    buffers.append(raw)
+        elif t.parameters:
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "parameters": t.parameters, "data": data})
+        else:
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "data": data})
+
+    doc = {}
+    rid = response.id or request.id
+    if rid:
+        doc["id"] = rid
+    doc["model_name"] = response.model_name
+    doc["model_version"] = str(response.model_version)
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = outputs_json
+    js = _dumps(doc, option=_OPT_NUMPY)
+    if buffers is None:
+        return _JSON_HEADERS, js
+    buffers[0] = js
+    return [(b"Content-Type", b"application/octet-stream"),
+            (b"Inference-Header-Content-Length", b"%d" % len(js))], buffers
+
+
+def encode_error(err: ServerError):
+    """(http status, body) for an error: ``{"error": "<message>"}``."""
+    return err.http_status, _dumps({"error": err.message})
+
+
+def encode_json(obj) -> bytes:
+    """JSON for the non-infer endpoints (metadata, config)."""
+    return _dumps(obj, option=_OPT_NUMPY | orjson.OPT_NON_STR_KEYS)
