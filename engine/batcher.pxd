@@ -1,0 +1,100 @@
+# csrc/include/pyserver/{scheduler,dynamic_batch_scheduler,pass_through_scheduler}.h
+from libc.stdint cimport uint32_t, uint64_t
+from libcpp cimport bool as cbool
+from libcpp.map cimport map
+from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.vector cimport vector
+
+from pyserver.engine.completion cimport CCompletionQueue, CompletionQueue, Token
+from pyserver.engine.stats cimport CModelStats, ModelStats
+from pyserver.engine.status cimport Status
+
+
+cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
+    cdef cppclass RequestInfo:
+        Token token
+        uint32_t batch_size
+        uint32_t priority
+        uint64_t timeout_us
+        uint64_t shape_key
+
+    cdef cppclass QueuedRequest:
+        Token token
+        uint64_t id
+        uint32_t batch_size
+        uint32_t priority_level
+        uint64_t shape_key
+        uint64_t enqueue_ns
+        uint64_t deadline_ns
+
+    cdef cppclass CBatch "pyserver::Batch":
+        uint64_t sequence
+        uint64_t dequeue_ns
+        uint32_t batch_size
+        vector[QueuedRequest] requests
+
+    cdef cppclass BatchTimes:
+        uint64_t compute_start_ns
+        uint64_t compute_input_end_ns
+        uint64_t compute_output_start_ns
+        uint64_t compute_end_ns
+
+    cdef cppclass CScheduler "pyserver::Scheduler":
+        Status Enqueue(const RequestInfo& info, uint64_t* id)
+        cbool NextBatch(CBatch* batch)
+        cbool Cancel(uint64_t id)
+        void Stop()
+        size_t QueuedCount()
+        void CompleteBatch(const CBatch& batch, const BatchTimes& times, Token token,
+                           const Status& status)
+
+
+cdef extern from "pyserver/priority_queue.h" namespace "pyserver" nogil:
+    cdef enum class TimeoutAction "pyserver::QueuePolicy::TimeoutAction":
+        kReject "pyserver::QueuePolicy::TimeoutAction::kReject"
+        kDelay "pyserver::QueuePolicy::TimeoutAction::kDelay"
+
+    cdef cppclass QueuePolicy:
+        TimeoutAction timeout_action
+        uint64_t default_timeout_us
+        cbool allow_timeout_override
+        uint32_t max_queue_size
+
+
+cdef extern from "pyserver/dynamic_batch_scheduler.h" namespace "pyserver" nogil:
+    cdef cppclass DynamicBatcherConfig:
+        uint32_t max_batch_size
+        vector[uint32_t] preferred_batch_sizes
+        uint64_t max_queue_delay_us
+        uint32_t priority_levels
+        uint32_t default_priority_level
+        QueuePolicy default_policy
+        map[uint32_t, QueuePolicy] priority_policies
+        cbool preserve_ordering
+        cbool enforce_equal_shapes
+        cbool eager
+        uint32_t delay_scheduler_count
+
+    cdef cppclass DynamicBatchScheduler:
+        @staticmethod
+        Status Create(const DynamicBatcherConfig& config, shared_ptr[CModelStats] stats,
+                      shared_ptr[CCompletionQueue] completions,
+                      unique_ptr[CScheduler]* scheduler)
+
+
+cdef extern from "pyserver/pass_through_scheduler.h" namespace "pyserver" nogil:
+    cdef cppclass PassThroughScheduler(CScheduler):
+        PassThroughScheduler(shared_ptr[CModelStats] stats,
+                             shared_ptr[CCompletionQueue] completions,
+                             cbool preserve_ordering)
+
+
+cdef class Batch:
+    cdef CBatch c
+    cdef readonly list requests
+
+
+cdef class Scheduler:
+    cdef unique_ptr[CScheduler] c
+    cdef readonly ModelStats stats
+    cdef readonly CompletionQueue completions

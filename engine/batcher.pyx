@@ -1,0 +1,157 @@
+# cython: language_level=3
+"""Model schedulers: the dynamic batcher and the pass-through scheduler.
+
+Requests enter as Python objects (their reference travels through csrc as a
+token); instances receive them back as a ``Batch``. Which object stands for a
+request is up to the caller: the engine never looks inside.
+"""
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
+from libc.stdint cimport uintptr_t
+
+from pyserver.engine.status cimport StatusCode, check_status
+
+
+cdef class Batch:
+    """A batch taken by an instance: ``requests`` in batch order."""
+
+    @property
+    def batch_size(self):
+        return self.c.batch_size
+
+    @property
+    def sequence(self):
+        return self.c.sequence
+
+    @property
+    def dequeue_ns(self):
+        return self.c.dequeue_ns
+
+    def enqueue_ns(self):
+        return [r.enqueue_ns for r in self.c.requests]
+
+    def __len__(self):
+        return self.c.requests.size()
+
+
+cdef QueuePolicy _policy(dict p):
+    cdef QueuePolicy q
+    q.timeout_action = TimeoutAction.kDelay if p.get("timeout_action") == "DELAY" else TimeoutAction.kReject
+    q.default_timeout_us = p.get("default_timeout_microseconds", 0)
+    q.allow_timeout_override = p.get("allow_timeout_override", False)
+    q.max_queue_size = p.get("max_queue_size", 0)
+    return q
+
+
+cdef class Scheduler:
+    """A model's request queue. Create with ``Scheduler.dynamic`` or
+    ``Scheduler.pass_through``."""
+
+    def __init__(self):
+        raise TypeError("use Scheduler.dynamic() or Scheduler.pass_through()")
+
+    @staticmethod
+    def dynamic(dict config, ModelStats stats, CompletionQueue completions):
+        """``config`` keys follow config.pbtxt's dynamic_batching fields:
+        max_batch_size, preferred_batch_size, max_queue_delay_microseconds,
+        priority_levels, default_priority_level, default_queue_policy,
+        priority_queue_policy {level: policy}, preserve_ordering; plus ours:
+        enforce_equal_shapes, eager, delay_scheduler_count."""
+        cdef DynamicBatcherConfig c
+        cdef Scheduler self = Scheduler.__new__(Scheduler)
+        c.max_batch_size = config.get("max_batch_size", 1)
+        for size in config.get("preferred_batch_size", ()):
+            c.preferred_batch_sizes.push_back(size)
+        c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
+        c.priority_levels = config.get("priority_levels", 0)
+        c.default_priority_level = config.get("default_priority_level", 0)
+        c.default_policy = _policy(config.get("default_queue_policy") or {})
+        for level, policy in (config.get("priority_queue_policy") or {}).items():
+            c.priority_policies[level] = _policy(policy)
+        c.preserve_ordering = config.get("preserve_ordering", False)
+        c.enforce_equal_shapes = config.get("enforce_equal_shapes", False)
+        c.eager = config.get("eager", False)
+        c.delay_scheduler_count = config.get("delay_scheduler_count", 0)
+        check_status(DynamicBatchScheduler.Create(c, stats.c, completions.c, &self.c))
+        self.stats = stats
+        self.completions = completions
+        return self
+
+    @staticmethod
+    def pass_through(ModelStats stats, CompletionQueue completions, bint preserve_ordering=False):
+        cdef Scheduler self = Scheduler.__new__(Scheduler)
+        self.c.reset(new PassThroughScheduler(stats.c, completions.c, preserve_ordering))
+        self.stats = stats
+        self.completions = completions
+        return self
+
+    def __dealloc__(self):
+        if self.c.get() != NULL:
+            # Fails what is still queued into the completion queue (which
+            # owns those references from then on) and frees instances.
+            with nogil:
+                self.c.get().Stop()
+
+    def enqueue(self, object request, uint32_t batch_size=0, uint32_t priority=0,
+                uint64_t timeout_us=0, uint64_t shape_key=0):
+        """Queues ``request``; returns its id (for ``cancel``). Raises
+        ServerError when the queue refuses it (full, stopping)."""
+        cdef RequestInfo info
+        cdef uint64_t rid = 0
+        cdef Status st
+        Py_INCREF(request)
+        info.token = <Token><uintptr_t><PyObject*>request
+        info.batch_size = batch_size
+        info.priority = priority
+        info.timeout_us = timeout_us
+        info.shape_key = shape_key
+        # GIL kept: Enqueue only takes the queue lock for an O(1) push, and
+        # csrc never waits for the GIL, so this cannot deadlock; releasing it
+        # here would hand the GIL to a busy instance thread on every request.
+        st = self.c.get().Enqueue(info, &rid)
+        if not st.ok():
+            Py_DECREF(request)
+            check_status(st)
+        return rid
+
+    def next_batch(self):
+        """Blocks, GIL released, until a batch is ready for this instance.
+        Returns None once the scheduler is stopped."""
+        cdef Batch batch = Batch.__new__(Batch)
+        cdef bint got
+        with nogil:
+            got = self.c.get().NextBatch(&batch.c)
+        if not got:
+            return None
+        cdef list requests = []
+        for r in batch.c.requests:
+            obj = <object><PyObject*><uintptr_t>r.token
+            Py_DECREF(obj)  # the queue's reference; `obj` holds its own
+            requests.append(obj)
+        batch.requests = requests
+        return batch
+
+    def complete(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
+                 uint64_t compute_output_start_ns, uint64_t compute_end_ns,
+                 int code=0, str message=""):
+        """Records the batch's statistics and hands ``batch`` to the
+        completion queue (in dequeue order under preserve_ordering)."""
+        cdef BatchTimes times
+        times.compute_start_ns = compute_start_ns
+        times.compute_input_end_ns = compute_input_end_ns
+        times.compute_output_start_ns = compute_output_start_ns
+        times.compute_end_ns = compute_end_ns
+        cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
+        Py_INCREF(batch)
+        self.c.get().CompleteBatch(batch.c, times, <Token><uintptr_t><PyObject*>batch, st)
+
+    def cancel(self, uint64_t request_id):
+        """Fails a still-queued request as CANCELLED; False if not queued."""
+        return self.c.get().Cancel(request_id)
+
+    def stop(self):
+        with nogil:
+            self.c.get().Stop()
+
+    @property
+    def queued_count(self):
+        return self.c.get().QueuedCount()

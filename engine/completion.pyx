@@ -1,0 +1,59 @@
+# cython: language_level=3
+"""The event loop's side of the engine's completion path.
+
+Tokens in the queue are Python objects whose reference travels with them:
+whoever pushes increfs, ``drain`` hands the reference back to Python.
+"""
+from cpython.ref cimport PyObject, Py_DECREF
+from libcpp.memory cimport unique_ptr
+from libcpp.utility cimport move
+
+from pyserver.engine.status cimport check_status
+
+
+cdef class CompletionQueue:
+    """Finished work from engine threads; ``fd`` becomes readable when there
+    is some. Watch it with ``loop.add_reader(q.fd, ...)`` and ``drain()``."""
+
+    def __cinit__(self):
+        cdef unique_ptr[CCompletionQueue] q
+        check_status(CCompletionQueue.Create(&q))
+        self.c = shared_ptr[CCompletionQueue](q.release())
+
+    def __dealloc__(self):
+        # Drop references still queued so they are not leaked.
+        cdef vector[Completion] items
+        if self.c.get() != NULL:
+            self.c.get().Drain(&items)
+            for item in items:
+                Py_DECREF(<object><PyObject*>item.token)
+
+    @property
+    def fd(self):
+        return self.c.get().fd()
+
+    @property
+    def signal_count(self):
+        return self.c.get().signal_count()
+
+    def drain(self):
+        """Every waiting completion as (object, code, message); code 0 is OK."""
+        cdef vector[Completion] items
+        cdef list out = []
+        self.c.get().Drain(&items)
+        for item in items:
+            obj = <object><PyObject*>item.token
+            Py_DECREF(obj)  # the queue's reference; `obj` keeps its own
+            if <int>item.code == 0:
+                out.append((obj, 0, None))
+            else:
+                out.append((obj, <int>item.code, item.message.decode("utf-8", "replace")))
+        return out
+
+    def wait(self, double timeout_s):
+        """Block (GIL released) until a completion waits or timeout_s passes."""
+        cdef uint64_t ns = <uint64_t>(timeout_s * 1e9)
+        cdef bint ready
+        with nogil:
+            ready = self.c.get().WaitReadable(ns)
+        return ready

@@ -1,0 +1,41 @@
+# csrc/include/pyserver/model_stats.h
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libcpp.map cimport map
+from libcpp.memory cimport shared_ptr
+
+
+cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
+    cdef cppclass DurationStat:
+        uint64_t count
+        uint64_t ns
+
+    cdef cppclass BatchSizeStat:
+        DurationStat compute_input
+        DurationStat compute_infer
+        DurationStat compute_output
+
+    cdef cppclass ModelStatsSnapshot:
+        DurationStat success
+        DurationStat fail
+        DurationStat queue
+        DurationStat compute_input
+        DurationStat compute_infer
+        DurationStat compute_output
+        DurationStat cache_hit
+        DurationStat cache_miss
+        uint64_t fail_by_reason[4]
+        uint64_t inference_count
+        uint64_t execution_count
+        int64_t pending_count
+        uint64_t last_inference_ms
+        map[uint32_t, BatchSizeStat] batch_stats
+
+    cdef cppclass CModelStats "pyserver::ModelStats":
+        CModelStats()
+        void RecordCacheHit(uint64_t ns)
+        void RecordCacheMiss(uint64_t ns)
+        ModelStatsSnapshot Snapshot()
+
+
+cdef class ModelStats:
+    cdef shared_ptr[CModelStats] c

@@ -1,0 +1,50 @@
+# cython: language_level=3
+"""Per-model counters kept in C++ (pyserver::ModelStats)."""
+from libcpp.memory cimport make_shared
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+cdef dict _duration(DurationStat d):
+    return {"count": d.count, "ns": d.ns}
+
+
+cdef class ModelStats:
+    def __cinit__(self):
+        self.c = make_shared[CModelStats]()
+
+    def record_cache_hit(self, uint64_t ns):
+        self.c.get().RecordCacheHit(ns)
+
+    def record_cache_miss(self, uint64_t ns):
+        self.c.get().RecordCacheMiss(ns)
+
+    def snapshot(self):
+        """The counters as a dict shaped like Triton's statistics extension."""
+        cdef ModelStatsSnapshot s = self.c.get().Snapshot()
+        batch = []
+        for item in s.batch_stats:
+            batch.append({
+                "batch_size": item.first,
+                "compute_input": _duration(item.second.compute_input),
+                "compute_infer": _duration(item.second.compute_infer),
+                "compute_output": _duration(item.second.compute_output),
+            })
+        return {
+            "last_inference": s.last_inference_ms,
+            "inference_count": s.inference_count,
+            "execution_count": s.execution_count,
+            "pending_count": s.pending_count,
+            "inference_stats": {
+                "success": _duration(s.success),
+                "fail": _duration(s.fail),
+                "queue": _duration(s.queue),
+                "compute_input": _duration(s.compute_input),
+                "compute_infer": _duration(s.compute_infer),
+                "compute_output": _duration(s.compute_output),
+                "cache_hit": _duration(s.cache_hit),
+                "cache_miss": _duration(s.cache_miss),
+            },
+            "failure_reasons": {FAILURE_REASONS[i]: s.fail_by_reason[i] for i in range(4)},
+            "batch_stats": batch,
+        }

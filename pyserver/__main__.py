@@ -1,0 +1,5 @@
+import sys
+
+from pyserver.cli import main
+
+sys.exit(main())

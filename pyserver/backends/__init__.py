@@ -1,0 +1,37 @@
+"""Backends: one module per framework, imported lazily so a CPU-only install
+without a framework still serves the models it can.
+
+A backend class is built once per model instance with
+``(model_path, config, instance_name, device, threads)`` and offers
+``execute(inputs: dict[name, ndarray]) -> dict[name, ndarray]`` (called on the
+instance's thread; it should release the GIL while it computes) and
+optionally ``close()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from pyserver.core.errors import Code, ServerError
+
+# backend name -> (module, class)
+_BACKENDS = {
+    "onnxruntime": ("pyserver.backends.onnxruntime", "OnnxRuntimeBackend"),
+}
+
+
+def backend_class(name: str):
+    try:
+        module_name, class_name = _BACKENDS[name]
+    except KeyError:
+        known = ", ".join(sorted(_BACKENDS))
+        raise ServerError(
+            Code.UNSUPPORTED,
+            f"unable to find backend '{name}' (backends available here: {known})") from None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ServerError(
+            Code.UNAVAILABLE,
+            f"backend '{name}' needs a package that is not installed: {err}") from None
+    return getattr(module, class_name)

@@ -1,0 +1,90 @@
+"""`python -m pyserver`: the server command line, with tritonserver's flag names."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+log = logging.getLogger("pyserver")
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got '{value}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pyserver", description="Triton-compatible inference server")
+    p.add_argument("--model-repository", "--model-store", dest="model_repository",
+                   action="append", required=True, metavar="DIR",
+                   help="model repository folder (repeatable)")
+    p.add_argument("--id", dest="server_id", default="triton", help="server identifier")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--http-address", default="0.0.0.0")
+    p.add_argument("--allow-http", type=_bool, default=True)
+    p.add_argument("--grpc-port", type=int, default=8001,
+                   help="gRPC port (the gRPC frontend is not built yet: flag accepted, nothing served)")
+    p.add_argument("--metrics-port", type=int, default=8002,
+                   help="metrics port (metrics are not built yet: flag accepted, nothing served)")
+    p.add_argument("--exit-on-error", type=_bool, default=True)
+    p.add_argument("--strict-readiness", type=_bool, default=True)
+    p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument("--log-verbose", type=int, default=0)
+    return p
+
+
+async def serve(args) -> int:
+    from pyserver.core.server import Server
+    from pyserver.frontends.http import HttpFrontend
+
+    server = Server(args.model_repository, server_id=args.server_id,
+                    exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
+                    model_load_thread_count=args.model_load_thread_count)
+    await server.start()
+    frontends = []
+    if args.allow_http:
+        http = HttpFrontend(server, args.http_address, args.http_port)
+        await http.start()
+        frontends.append(http)
+        log.info("Started HTTPService at %s:%d", args.http_address, http.port)
+    for row in server.model_states():
+        log.info("model %s version %s: %s %s", row["name"], row["version"] or "-",
+                 row["state"], row["reason"])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    for f in frontends:
+        await f.stop()
+    await server.stop()
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
+                        format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # uvloop is a dependency; plain asyncio still works
+        runner = asyncio.run
+    from pyserver.core.errors import ServerError
+    try:
+        return runner(serve(args))
+    except ServerError as err:
+        log.error("%s", err.message)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""A loaded model version: its config, request validation, its scheduler in
+the engine, and the instance workers that execute batches.
+
+The request path through here:
+  Server.submit -> ModelVersion.submit (validate, enqueue into csrc)
+  instance thread: Scheduler.next_batch (GIL released) -> gather -> backend
+                   -> scatter into per-request responses -> Scheduler.complete
+  event loop: CompletionQueue fd readable -> futures resolved (Server)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from pyserver._proto import ModelConfig
+from pyserver.core import dtypes
+from pyserver.core.config import backend_name, config_to_json
+from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.core.types import InferRequest, InferResponse, InferTensor
+from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
+
+log = logging.getLogger("pyserver")
+
+# Our opt-in batching policy: parameters { key: "pyserver_batching" value { string_value: "eager" } }
+EAGER_PARAMETER = "pyserver_batching"
+_DATA_TYPE_NAMES = ModelConfig.DESCRIPTOR.enum_types_by_name.get("DataType") or \
+    ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
+
+
+class TensorSpec:
+    """One input or output as the config declares it (wire datatype, dims
+    without the batch dimension)."""
+
+    __slots__ = ("name", "datatype", "dims", "numpy_dtype", "variable", "ragged",
+                 "optional", "reshape")
+
+    def __init__(self, proto, is_input: bool):
+        self.name = proto.name
+        self.datatype = dtypes.config_to_wire(_DATA_TYPE_NAMES.values_by_number[proto.data_type].name)
+        self.dims = tuple(int(d) for d in proto.dims)
+        self.numpy_dtype = dtypes.WIRE_TO_NUMPY[self.datatype]
+        self.variable = -1 in self.dims
+        self.ragged = bool(is_input and proto.allow_ragged_batch)
+        self.optional = bool(is_input and proto.optional)
+        self.reshape = tuple(int(d) for d in proto.reshape.shape) if proto.HasField("reshape") else None
+
+    def matches(self, dims) -> bool:
+        if len(dims) != len(self.dims):
+            return False
+        for want, got in zip(self.dims, dims):
+            if want != -1 and want != got:
+                return False
+        return True
+
+    def metadata(self, batching: bool) -> dict:
+        shape = ([-1] if batching else []) + list(self.dims)
+        return {"name": self.name, "datatype": self.datatype, "shape": shape}
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+class PendingRequest:
+    """A request in flight: what the engine carries through its queue (as an
+    opaque token) and hands back in a Batch."""
+
+    __slots__ = ("request", "future", "arrays", "batch_size", "response", "error", "id")
+
+    def __init__(self, request: InferRequest, future, arrays: dict, batch_size: int):
+        self.request = request
+        self.future = future
+        self.arrays = arrays
+        self.batch_size = batch_size
+        self.response = None
+        self.error = None
+        self.id = 0
+
+
+class ModelInstance:
+    """One executor: a backend object and the thread that feeds it batches."""
+
+    def __init__(self, model: "ModelVersion", name: str, backend):
+        self.model = model
+        self.name = name
+        self.backend = backend
+        self.thread = threading.Thread(target=self._run, name=f"instance:{name}", daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def _run(self):
+        scheduler = self.model.scheduler
+        execute = self.model.execute_batch
+        while True:
+            batch = scheduler.next_batch()  # blocks in C++ with the GIL released
+            if batch is None:
+                return
+            execute(self, batch)
+
+
+class ModelVersion:
+    """One version of a model, loaded and serving."""
+
+    def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
+                 completions: CompletionQueue):
+        self.name = name
+        self.version = version
+        self.version_str = str(version)
+        self.config = config
+        self.version_dir = version_dir
+        self.backend_name = backend_name(config)
+        self.platform = config.platform or config.backend
+        self.max_batch_size = int(config.max_batch_size)
+        self.inputs = {t.name: TensorSpec(t, True) for t in config.input}
+        self.outputs = {t.name: TensorSpec(t, False) for t in config.output}
+        self.output_order = [t.name for t in config.output]
+        self.required_inputs = [n for n, s in self.inputs.items() if not s.optional]
+        self.has_optional = any(s.optional for s in self.inputs.values())
+        self._enforced = [n for n, s in self.inputs.items() if s.variable and not s.ragged]
+        self.enforce_shapes = bool(self._enforced) or self.has_optional
+        self.stats = ModelStats()
+        self.scheduler = self._make_scheduler(completions)
+        self.instances: list[ModelInstance] = []
+        self._config_json = None
+
+    # -- setup ---------------------------------------------------------------
+
+    def _make_scheduler(self, completions: CompletionQueue) -> Scheduler:
+        if not self.config.HasField("dynamic_batching"):
+            return Scheduler.pass_through(self.stats, completions, False)
+        db = self.config.dynamic_batching
+        policy_names = {0: "REJECT", 1: "DELAY"}
+
+        def policy(p):
+            return {
+                "timeout_action": policy_names.get(p.timeout_action, "REJECT"),
+                "default_timeout_microseconds": p.default_timeout_microseconds,
+                "allow_timeout_override": p.allow_timeout_override,
+                "max_queue_size": p.max_queue_size,
+            }
+
+        params = self.config.parameters
+        eager = EAGER_PARAMETER in params and params[EAGER_PARAMETER].string_value == "eager"
+        delay_hook = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
+        return Scheduler.dynamic({
+            "max_batch_size": self.max_batch_size,
+            "preferred_batch_size": list(db.preferred_batch_size),
+            "max_queue_delay_microseconds": db.max_queue_delay_microseconds,
+            "priority_levels": db.priority_levels,
+            "default_priority_level": db.default_priority_level,
+            "default_queue_policy": policy(db.default_queue_policy),
+            "priority_queue_policy": {int(k): policy(v) for k, v in db.priority_queue_policy.items()},
+            "preserve_ordering": db.preserve_ordering,
+            "enforce_equal_shapes": self.enforce_shapes,
+            "eager": eager,
+            "delay_scheduler_count": delay_hook,
+        }, self.stats, completions)
+
+    def add_instance(self, name: str, backend):
+        self.instances.append(ModelInstance(self, name, backend))
+
+    def start(self):
+        for instance in self.instances:
+            instance.start()
+
+    def stop(self):
+        """Fails queued requests, lets running batches finish, joins instances."""
+        self.scheduler.stop()
+        for instance in self.instances:
+            if instance.thread.is_alive():
+                instance.thread.join(timeout=30)
+        for instance in self.instances:
+            close = getattr(instance.backend, "close", None)
+            if close is not None:
+                close()
+
+    # -- metadata ------------------------------------------------------------
+
+    def metadata(self, versions: list[str]) -> dict:
+        batching = self.max_batch_size > 0
+        return {
+            "name": self.name,
+            "versions": versions,
+            "platform": self.platform,
+            "inputs": [s.metadata(batching) for s in self.inputs.values()],
+            "outputs": [s.metadata(batching) for s in self.outputs.values()],
+        }
+
+    def config_json(self) -> dict:
+        if self._config_json is None:
+            self._config_json = config_to_json(self.config)
+        return self._config_json
+
+    # -- request path (event loop thread) ------------------------------------
+
+    def submit(self, request: InferRequest, future) -> PendingRequest:
+        arrays, batch_size, shape_key = self.validate(request)
+        pending = PendingRequest(request, future, arrays, batch_size)
+        pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
+                                            request.timeout_us, shape_key)
+        return pending
+
+    def validate(self, request: InferRequest):
+        """Triton's checks and texts; returns (arrays by name, batch size,
+        shape key for the equal-shape rule)."""
+        name = self.name
+        prefix = f"[request id: {request.id or '<id_unknown>'}] "
+        arrays: dict[str, Any] = {}
+        batching = self.max_batch_size > 0
+        batch_size = 0
+        for t in request.inputs:
+            spec = self.inputs.get(t.name)
+            if spec is None:
+                raise invalid_arg(f"{prefix}unexpected inference input '{t.name}' for model '{name}'")
+            if t.name in arrays:
+                raise invalid_arg(f"{prefix}input '{t.name}' already exists in request")
+            if t.datatype != spec.datatype:
+                raise invalid_arg(
+                    f"{prefix}inference input '{t.name}' data-type is '{t.datatype}', but model "
+                    f"'{name}' expects '{spec.datatype}'")
+            shape = t.shape
+            if batching:
+                if not shape:
+                    raise invalid_arg(
+                        f"{prefix}unexpected shape for input '{t.name}' for model '{name}'. "
+                        f"Expected {_fmt_shape((-1,) + spec.dims)}, got {_fmt_shape(shape)}")
+                if not arrays:
+                    batch_size = int(shape[0])
+                elif int(shape[0]) != batch_size:
+                    raise invalid_arg(
+                        f"{prefix}input '{t.name}' batch size does not match other inputs for '{name}'")
+                dims = shape[1:]
+            else:
+                dims = shape
+            if not spec.matches(dims):
+                expected = ((-1,) if batching else ()) + spec.dims
+                raise invalid_arg(
+                    f"{prefix}unexpected shape for input '{t.name}' for model '{name}'. "
+                    f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}")
+            data = t.data
+            if spec.reshape is not None:
+                data = data.reshape(((batch_size,) if batching else ()) + spec.reshape)
+            arrays[t.name] = data
+        if len(arrays) < len(self.inputs):
+            missing = [n for n in self.required_inputs if n not in arrays]
+            if missing:
+                got = ",".join(f"'{n}'" for n in arrays)
+                lack = ",".join(f"'{n}'" for n in missing)
+                n_req = len(self.required_inputs)
+                if self.has_optional:
+                    expected = f"expected number of inputs between {n_req} and {len(self.inputs)}"
+                else:
+                    expected = f"expected {n_req} inputs"
+                raise invalid_arg(
+                    f"{prefix}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
+                    f"input(s) [{got}], but missing required input(s) [{lack}]. Please provide "
+                    "all required input(s).")
+        if batching and batch_size > self.max_batch_size:
+            raise invalid_arg(
+                f"{prefix}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
+        seen = set()
+        for out in request.outputs:
+            if out.name not in self.outputs:
+                raise invalid_arg(f"{prefix}unexpected inference output '{out.name}' for model '{name}'")
+            if out.name in seen:
+                raise invalid_arg(f"{prefix}output '{out.name}' already exists in request")
+            seen.add(out.name)
+        shape_key = 0
+        if self.enforce_shapes and batching:
+            key = tuple(tuple(arrays[n].shape[1:]) if n in arrays else None for n in self._enforced)
+            if self.has_optional:
+                key = (key, tuple(sorted(arrays)))
+            shape_key = hash(key) & 0xFFFFFFFFFFFFFFFF
+        return arrays, batch_size, shape_key
+
+    # -- batch execution (instance threads) ----------------------------------
+
+    def execute_batch(self, instance: ModelInstance, batch: Batch):
+        t_start = now_ns()
+        requests = batch.requests
+        try:
+            inputs = self._gather_inputs(requests)
+            t_input = now_ns()
+            outputs = instance.backend.execute(inputs)
+            t_output = now_ns()
+            self._scatter_outputs(requests, outputs, batch.batch_size)
+            t_end = now_ns()
+        except Exception as err:  # the model failed: fail this batch only
+            t_end = now_ns()
+            message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
+            code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
+            log.debug("model '%s' failed a batch: %s", self.name, message)
+            self.scheduler.complete(batch, t_start, t_end, t_end, t_end, code, message)
+            return
+        self.scheduler.complete(batch, t_start, t_input, t_output, t_end)
+
+    def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
+        if len(requests) == 1:
+            return requests[0].arrays  # a batch of one is zero-copy
+        total = sum(p.batch_size for p in requests)
+        batched = {}
+        for name in requests[0].arrays:
+            parts = [p.arrays[name] for p in requests]
+            if parts[0].dtype == np.object_:
+                batched[name] = np.concatenate(parts)
+                continue
+            parts = [np.ascontiguousarray(a) for a in parts]
+            out = np.empty((total,) + parts[0].shape[1:], dtype=parts[0].dtype)
+            gather(parts, out)
+            batched[name] = out
+        return batched
+
+    def _scatter_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
+        single = len(requests) == 1
+        batching = self.max_batch_size > 0
+        for name, value in outputs.items():
+            if batching and (value.ndim == 0 or value.shape[0] != total):
+                raise ServerError(
+                    Code.INTERNAL,
+                    f"model '{self.name}' output '{name}' has batch dimension "
+                    f"{value.shape[0] if value.ndim else 'none'}, expected {total}")
+        offset = 0
+        for p in requests:
+            req = p.request
+            wanted = [o.name for o in req.outputs] if req.outputs else self.output_order
+            tensors = []
+            for name in wanted:
+                value = outputs[name]
+                if batching and not single:
+                    value = value[offset:offset + p.batch_size]  # a view, no copy
+                spec = self.outputs[name]
+                tensors.append(InferTensor(name, spec.datatype, value.shape, value))
+            offset += p.batch_size
+            p.response = InferResponse(self.name, self.version_str, req.id, tensors)

@@ -1,0 +1,112 @@
+"""Model repository: finding models and version folders, and loading a model
+(config, backend instances, scheduler) into a ModelVersion per version."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyserver.backends import backend_class
+from pyserver.core.config import (CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES, ConfigError,
+                                  backend_name, load_config_file, normalize)
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.model import ModelVersion
+from pyserver.engine import CompletionQueue
+
+log = logging.getLogger("pyserver")
+
+
+@dataclass
+class ModelDir:
+    name: str
+    path: Path
+
+
+def scan(repositories: list[str]) -> tuple[dict[str, ModelDir], dict[str, str]]:
+    """Every model folder in every repository. Returns (models, errors); a name
+    found in two repositories is an error for that name only."""
+    found: dict[str, list[Path]] = {}
+    for repo in repositories:
+        root = Path(repo)
+        if not root.is_dir():
+            raise ServerError(Code.INVALID_ARG, f"model repository '{repo}' is not a directory")
+        for entry in sorted(root.iterdir()):
+            if entry.is_dir() and not entry.name.startswith("."):
+                found.setdefault(entry.name, []).append(entry)
+    models, errors = {}, {}
+    for name, paths in found.items():
+        if len(paths) > 1:
+            errors[name] = "model appears in two or more repositories"
+        else:
+            models[name] = ModelDir(name, paths[0])
+    return models, errors
+
+
+def version_folders(model_path: Path) -> dict[int, Path]:
+    """Numbered version folders; names that are not plain integers (or are
+    zero-prefixed, or zero) are ignored, as Triton does."""
+    out = {}
+    for entry in model_path.iterdir():
+        name = entry.name
+        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
+            out[int(name)] = entry
+    return out
+
+
+def select_versions(config, available: dict[int, Path]) -> list[int]:
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    numbers = sorted(available)
+    if which == "all":
+        return numbers
+    if which == "specific":
+        return [v for v in policy.specific.versions if v in available]
+    n = policy.latest.num_versions or 1
+    return numbers[-n:] if numbers else []
+
+
+def load_model(model: ModelDir, completions: CompletionQueue) -> list[ModelVersion]:
+    """Loads every version the policy selects. Raises ServerError with a
+    message that says what is wrong and where."""
+    config_path = model.path / CONFIG_FILENAME
+    if not config_path.exists():
+        raise ConfigError(
+            f"model '{model.name}': no {CONFIG_FILENAME} in {model.path} (writing one with "
+            "platform/backend, inputs and outputs makes it loadable)")
+    config = normalize(load_config_file(config_path), model.name)
+    backend = backend_name(config)
+    if not backend:
+        raise ConfigError(
+            f"model '{model.name}': {config_path} names no platform or backend "
+            "(e.g. platform: \"onnxruntime_onnx\")")
+    cls = backend_class(backend)
+    available = version_folders(model.path)
+    versions = select_versions(config, available)
+    if not versions:
+        raise ServerError(Code.UNAVAILABLE,
+                          f"model '{model.name}': no version folder to load in {model.path} "
+                          "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
+    instance_total = sum(g.count for g in config.instance_group)
+    threads = max(1, (os.cpu_count() or 1) // max(1, instance_total))
+    loaded = []
+    try:
+        for number in versions:
+            version_dir = available[number]
+            filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
+            model_path = version_dir / filename
+            if not model_path.exists():
+                raise ServerError(Code.UNAVAILABLE,
+                                  f"model '{model.name}' version {number}: {model_path} not found")
+            mv = ModelVersion(model.name, number, config, str(version_dir), completions)
+            loaded.append(mv)
+            for group in config.instance_group:
+                for i in range(group.count):
+                    name = f"{group.name}_{i}"
+                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads))
+    except BaseException:
+        for mv in loaded:
+            mv.stop()
+        raise
+    return loaded

@@ -1,0 +1,485 @@
+"""Unit tests for pyserver.frontends.http_codec (KServe v2 JSON + binary tensor extension)."""
+
+import json
+import struct
+
+import numpy as np
+import orjson
+import pytest
+
+from pyserver.core.dtypes import serialize_bytes_tensor
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.frontends.http_codec import (
+    decode_infer_request,
+    encode_error,
+    encode_infer_response,
+)
+
+tc_http = pytest.importorskip("tritonclient.http")
+from tritonclient.http._utils import _get_inference_request  # noqa: E402
+
+
+def client_body(inputs, outputs=None, request_id="", priority=0, timeout=None, params=None):
+    """A request body exactly as tritonclient.http builds it; returns (body, headers)."""
+    body, json_size = _get_inference_request(
+        inputs=inputs, request_id=request_id, outputs=outputs, sequence_id=0,
+        sequence_start=False, sequence_end=False, priority=priority, timeout=timeout,
+        custom_parameters=params)
+    headers = {}
+    if json_size is not None:
+        headers["inference-header-content-length"] = str(json_size)
+    return body, headers
+
+
+def make_input(name, arr, datatype, binary=True):
+    inp = tc_http.InferInput(name, list(arr.shape), datatype)
+    inp.set_data_from_numpy(arr, binary_data=binary)
+    return inp
+
+
+def decode(body, headers=None, model="m", version=""):
+    headers = headers or {}
+    return decode_infer_request(model, version, headers.get, body)
+
+
+def decode_json(doc, model="m"):
+    return decode(json.dumps(doc).encode(), model=model)
+
+
+def expect_error(fn, *args, code=Code.INVALID_ARG):
+    with pytest.raises(ServerError) as ei:
+        fn(*args)
+    assert ei.value.code == code
+    return ei.value.message
+
+
+# ---------------------------------------------------------------- decode: binary
+
+
+def test_decode_binary_fp32_is_zero_copy_view_of_body():
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.full((2, 16), 3.5, np.float32)
+    body, headers = client_body(
+        [make_input("INPUT0", a, "FP32"), make_input("INPUT1", b, "FP32")],
+        outputs=[tc_http.InferRequestedOutput("OUTPUT0")], request_id="r1")
+    req = decode(body, headers, model="add_sub", version="3")
+    assert isinstance(req, InferRequest)
+    assert (req.model_name, req.model_version, req.id) == ("add_sub", "3", "r1")
+    assert [t.name for t in req.inputs] == ["INPUT0", "INPUT1"]
+    x0, x1 = req.inputs[0], req.inputs[1]
+    assert x0.datatype == "FP32" and x0.shape == [2, 16]
+    assert x0.data.dtype == np.float32 and x0.data.shape == (2, 16)
+    np.testing.assert_array_equal(x0.data, a)
+    np.testing.assert_array_equal(x1.data, b)
+    # zero copy: the arrays are views over the request body
+    body_arr = np.frombuffer(body, np.uint8)
+    assert np.shares_memory(x0.data, body_arr) and np.shares_memory(x1.data, body_arr)
+    assert [o.name for o in req.outputs] == ["OUTPUT0"]
+    assert req.outputs[0].parameters == {"binary_data": True}
+
+
+@pytest.mark.parametrize("dtype,datatype", [
+    (np.bool_, "BOOL"), (np.uint8, "UINT8"), (np.uint16, "UINT16"), (np.uint32, "UINT32"),
+    (np.uint64, "UINT64"), (np.int8, "INT8"), (np.int16, "INT16"), (np.int32, "INT32"),
+    (np.int64, "INT64"), (np.float16, "FP16"), (np.float32, "FP32"), (np.float64, "FP64"),
+])
+@pytest.mark.parametrize("binary", [True, False])
+def test_decode_all_numeric_types(dtype, datatype, binary):
+    rng = np.random.default_rng(7)
+    if dtype is np.bool_:
+        arr = rng.integers(0, 2, size=(3, 4)).astype(bool)
+    elif np.issubdtype(dtype, np.floating):
+        arr = (rng.standard_normal((3, 4)) * 10).astype(dtype)
+    else:
+        arr = rng.integers(0, 100, size=(3, 4)).astype(dtype)
+    body, headers = client_body([make_input("X", arr, datatype, binary=binary)])
+    req = decode(body, headers)
+    got = req.inputs[0].data
+    assert got.dtype == np.dtype(dtype)
+    assert got.shape == (3, 4)
+    np.testing.assert_array_equal(got, arr)
+
+
+def test_decode_binary_bytes():
+    arr = np.array([[b"hello", b"", b"\xff\x00binary"]], dtype=np.object_)
+    body, headers = client_body([make_input("S", arr, "BYTES")])
+    req = decode(body, headers)
+    got = req.inputs[0].data
+    assert got.dtype == np.object_ and got.shape == (1, 3)
+    assert got.tolist() == [[b"hello", b"", b"\xff\x00binary"]]
+
+
+def test_decode_binary_mixed_with_json_inputs():
+    a = np.arange(4, dtype=np.int32)
+    b = np.array([1.5, 2.5], dtype=np.float64)
+    c = np.array([b"x", b"yz"], dtype=np.object_)
+    body, headers = client_body([make_input("A", a, "INT32"),
+                                 make_input("B", b, "FP64", binary=False),
+                                 make_input("C", c, "BYTES")])
+    req = decode(body, headers)
+    np.testing.assert_array_equal(req.inputs[0].data, a)
+    np.testing.assert_array_equal(req.inputs[1].data, b)
+    assert req.inputs[2].data.tolist() == [b"x", b"yz"]
+
+
+def test_decode_zero_size_binary_input():
+    arr = np.zeros((0, 4), np.float32)
+    body, headers = client_body([make_input("E", arr, "FP32"),
+                                 make_input("F", np.ones(2, np.float32), "FP32")])
+    req = decode(body, headers)
+    assert req.inputs[0].data.shape == (0, 4)
+    np.testing.assert_array_equal(req.inputs[1].data, [1, 1])
+
+
+# ---------------------------------------------------------------- decode: JSON data
+
+
+def test_decode_json_nested_and_flat_data():
+    doc = {"inputs": [
+        {"name": "N", "shape": [2, 3], "datatype": "INT32", "data": [[1, 2, 3], [4, 5, 6]]},
+        {"name": "F", "shape": [2, 3], "datatype": "FP32", "data": [1, 2.5, 3, 4, 5, 6]},
+        {"name": "D", "shape": [1, 2, 2], "datatype": "INT64", "data": [[[1, 2]], [[3, 4]]]},
+    ]}
+    req = decode_json(doc)
+    n, f, d = (t.data for t in req.inputs)
+    assert n.dtype == np.int32 and n.tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert f.dtype == np.float32 and f.tolist() == [[1, 2.5, 3], [4, 5, 6]]
+    assert d.shape == (1, 2, 2) and d.tolist() == [[[1, 2], [3, 4]]]
+
+
+def test_decode_json_bytes_bool_fp16():
+    doc = {"inputs": [
+        {"name": "S", "shape": [2, 2], "datatype": "BYTES", "data": [["a", "bé"], ["", "z"]]},
+        {"name": "B", "shape": [3], "datatype": "BOOL", "data": [True, False, True]},
+        {"name": "H", "shape": [2], "datatype": "FP16", "data": [0.5, -2]},
+    ]}
+    s, b, h = (t.data for t in decode_json(doc).inputs)
+    assert s.dtype == np.object_ and s.tolist() == [[b"a", "bé".encode()], [b"", b"z"]]
+    assert b.dtype == np.bool_ and b.tolist() == [True, False, True]
+    assert h.dtype == np.float16 and h.tolist() == [0.5, -2.0]
+
+
+def test_decode_json_ragged_nesting_is_flattened():
+    doc = {"inputs": [{"name": "R", "shape": [4], "datatype": "INT32", "data": [[1], [2, 3], 4]}]}
+    assert decode_json(doc).inputs[0].data.tolist() == [1, 2, 3, 4]
+
+
+def test_decode_request_parameters_and_outputs():
+    doc = {"id": "abc",
+           "parameters": {"priority": 2, "timeout": 1500, "binary_data_output": True,
+                          "sequence_id": 5, "sequence_start": True, "custom": "x", "n": 1.5},
+           "inputs": [{"name": "I", "shape": [1], "datatype": "INT8", "data": [7]}],
+           "outputs": [{"name": "O1", "parameters": {"binary_data": False}},
+                       {"name": "O2", "parameters": {"classification": 3}},
+                       {"name": "O3"}]}
+    req = decode_json(doc)
+    assert req.id == "abc"
+    assert req.priority == 2 and req.timeout_us == 1500
+    assert req.parameters == {"binary_data_output": True, "sequence_id": 5,
+                              "sequence_start": True, "custom": "x", "n": 1.5}
+    assert [(o.name, o.parameters) for o in req.outputs] == [
+        ("O1", {"binary_data": False}), ("O2", {"classification": 3}), ("O3", {})]
+
+
+def test_decode_shared_memory_input_keeps_parameters():
+    doc = {"inputs": [{"name": "I", "shape": [4], "datatype": "FP32",
+                       "parameters": {"shared_memory_region": "r0",
+                                      "shared_memory_byte_size": 16}}]}
+    t = decode_json(doc).inputs[0]
+    assert t.data is None
+    assert t.parameters["shared_memory_region"] == "r0"
+
+
+# ---------------------------------------------------------------- decode: errors
+
+
+def test_error_bad_json():
+    msg = expect_error(decode, b'{"inputs": [')
+    assert msg.startswith("failed to parse the request JSON buffer: ")
+
+
+def test_error_missing_and_malformed_fields():
+    assert expect_error(decode_json, {"id": "x"}) == (
+        "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
+    assert expect_error(decode_json, {"inputs": {}}) == (
+        "Unable to parse 'inputs': attempt to access JSON non-array as array")
+    assert expect_error(decode_json, {"inputs": [{"shape": [1], "datatype": "FP32",
+                                                  "data": [1]}]}) == (
+        "Unable to parse 'name': attempt to access non-existing object member 'name'")
+    assert expect_error(decode_json, {"inputs": [{"name": "a", "shape": [1], "data": [1]}]}) == (
+        "Unable to parse 'datatype': attempt to access non-existing object member 'datatype'")
+    assert expect_error(decode_json, {"inputs": [{"name": "a", "datatype": "FP32",
+                                                  "data": [1]}]}) == (
+        "Unable to parse 'shape': attempt to access non-existing object member 'shape'")
+    assert "Unable to parse 'shape'" in expect_error(
+        decode_json, {"inputs": [{"name": "a", "shape": [-1], "datatype": "FP32", "data": [1]}]})
+    assert expect_error(decode_json, {"id": 5, "inputs": []}) == (
+        "Unable to parse 'id': attempt to access JSON non-string as string")
+    assert expect_error(decode_json, {"inputs": [{"name": "a", "shape": [1],
+                                                  "datatype": "FP99", "data": [1]}]}) == (
+        "invalid datatype for input a")
+
+
+def test_error_input_content_fields():
+    msg = expect_error(decode_json, {"inputs": [{"name": "a", "shape": [1], "datatype": "FP32"}]})
+    assert msg.endswith("But no field is set")
+    msg = expect_error(decode_json, {"inputs": [{"name": "a", "shape": [1], "datatype": "FP32",
+                                                 "data": [1],
+                                                 "parameters": {"binary_data_size": 4}}]})
+    assert msg.endswith("But set 'data' 'binary_data_size'")
+
+
+def test_error_element_count_vs_shape():
+    more = {"inputs": [{"name": "a", "shape": [2], "datatype": "FP32", "data": [1, 2, 3]}]}
+    fewer = {"inputs": [{"name": "a", "shape": [2, 2], "datatype": "INT32", "data": [[1, 2]]}]}
+    assert expect_error(decode_json, more) == (
+        "Unable to parse 'data': Shape does not match true shape of 'data' field")
+    assert expect_error(decode_json, fewer) == (
+        "Failed to parse 'data' field: shape does not match true shape")
+    bytes_fewer = {"inputs": [{"name": "s", "shape": [3], "datatype": "BYTES",
+                               "data": ["a", "b"]}]}
+    assert "expected 3 string elements for inference input 's' for model 'm', got 2" in \
+        expect_error(decode_json, bytes_fewer)
+
+
+def test_error_json_element_types():
+    def one(datatype, data):
+        return expect_error(decode_json, {"inputs": [{"name": "a", "shape": [len(data)],
+                                                      "datatype": datatype, "data": data}]})
+    assert one("INT32", [1.5, 2]) == (
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer")
+    assert one("UINT8", [1, -2]) == (
+        "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    assert one("FP32", ["1.0", 2]) == (
+        "Unable to parse 'data': attempt to access JSON non-number as double")
+    assert one("BOOL", [1, 0]) == (
+        "Unable to parse 'data': attempt to access JSON non-boolean as boolean")
+    assert one("BYTES", ["a", 3]) == (
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+    assert "receiving BF16 data via JSON is not supported" in one("BF16", [1.0])
+
+
+def test_error_binary_sizes():
+    a = np.arange(16, dtype=np.float32)
+    body, headers = client_body([make_input("INPUT0", a, "FP32")])
+    # body shorter than the declared binary_data_size
+    assert expect_error(decode, body[:-10], headers, "m") == (
+        "unexpected size for input 'INPUT0', expecting 10 additional bytes for model 'm'")
+    # extra bytes after the last binary input
+    assert expect_error(decode, body + b"\0\0\0\0", headers, "m") == (
+        "unexpected additional input data for model 'm'")
+    # binary_data_size that does not match the shape
+    js = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 8], "datatype": "FP32",
+                                 "parameters": {"binary_data_size": 64}}]}).encode()
+    msg = expect_error(decode, js + a.tobytes(),
+                       {"inference-header-content-length": str(len(js))})
+    assert msg == ("[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' "
+                   "for model 'm'. Expected 32, got 64")
+
+
+def test_error_binary_bytes_counts():
+    raw = serialize_bytes_tensor(np.array([b"a", b"b", b"c"], dtype=np.object_))
+    for shape, fragment in (([2], "unexpected number of string elements 3 for inference input "
+                                  "'s' for model 'm', expecting 2"),
+                            ([4], "expected 4 string elements for inference input 's' for "
+                                  "model 'm', got 3")):
+        js = json.dumps({"inputs": [{"name": "s", "shape": shape, "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
+        msg = expect_error(decode, js + raw, {"inference-header-content-length": str(len(js))})
+        assert fragment in msg
+
+
+def test_error_header_length():
+    body = b'{"inputs": []}'
+    assert expect_error(decode, body, {"inference-header-content-length": "abc"}) == (
+        "Unable to parse Inference-Header-Content-Length, got: abc")
+    assert "value is out of range" in expect_error(
+        decode, body, {"inference-header-content-length": "99999999999"})
+    assert expect_error(decode, body, {"inference-header-content-length": "100"}) == (
+        f"inference header size should be in range (0, {len(body)}), got: 100")
+    assert expect_error(decode, body, {"inference-header-content-length": "-1"}) == (
+        f"inference header size should be in range (0, {len(body)}), got: -1")
+    assert "raw binary" in expect_error(decode, body, {"inference-header-content-length": "0"})
+    # header value may come as bytes (as stored by the HTTP frontend)
+    req = decode(body, {"inference-header-content-length": str(len(body)).encode()})
+    assert req.inputs == []
+
+
+def test_error_parameters():
+    base = {"inputs": []}
+    assert expect_error(decode_json, {**base, "parameters": {"triton_x": 1}}) == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+        "not be specified.")
+    assert expect_error(decode_json, {**base, "parameters": {"priority": -1}}) == (
+        "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as "
+        "unsigned-integer")
+    assert "Unable to parse 'timeout'" in expect_error(
+        decode_json, {**base, "parameters": {"timeout": "1"}})
+    assert "Unable to parse 'binary_data_output'" in expect_error(
+        decode_json, {**base, "parameters": {"binary_data_output": 1}})
+    assert expect_error(decode_json, {**base, "parameters": {"p": [1]}}) == (
+        "parameter 'p' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def test_error_duplicates_and_outputs():
+    inp = {"name": "a", "shape": [1], "datatype": "FP32", "data": [1]}
+    assert expect_error(decode_json, {"inputs": [inp, inp]}) == (
+        "input 'a' already exists in request")
+    assert expect_error(decode_json, {"inputs": [inp], "outputs": [{"name": "o"},
+                                                                   {"name": "o"}]}) == (
+        "output 'o' already exists in request")
+    assert expect_error(decode_json, {"inputs": [inp], "outputs": [
+        {"name": "o", "parameters": {"shared_memory_region": "r", "binary_data": True}}]}) == (
+        "Output can't set both 'shared_memory_region' and 'binary_data'")
+    assert "Unable to parse 'binary_data'" in expect_error(
+        decode_json, {"inputs": [inp], "outputs": [{"name": "o",
+                                                    "parameters": {"binary_data": 1}}]})
+
+
+# ---------------------------------------------------------------- encode
+
+
+def as_bytes(body):
+    return body if isinstance(body, bytes) else b"".join(bytes(b) for b in body)
+
+
+def client_result(headers, body):
+    """Parse our response as tritonclient.http does."""
+    hdrs = dict(headers)
+    hlen = hdrs.get(b"Inference-Header-Content-Length")
+    return tc_http.InferResult.from_response_body(
+        as_bytes(body), header_length=None if hlen is None else int(hlen))
+
+
+def response_of(*tensors, rid="", params=None):
+    return InferResponse("m", "1", rid, list(tensors), params)
+
+
+def test_encode_json_outputs_all_types():
+    f32 = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
+    tensors = [
+        InferTensor("F", "FP32", [2, 3], f32),
+        InferTensor("H", "FP16", [2], np.array([0.5, -1.25], np.float16)),
+        InferTensor("B", "BOOL", [3], np.array([True, False, True])),
+        InferTensor("I", "INT64", [2], np.array([-3, 2**40], np.int64)),
+        InferTensor("U", "UINT8", [2], np.array([0, 255], np.uint8)),
+        InferTensor("S", "BYTES", [2], np.array([b"abc", "d\u00e9"], dtype=np.object_)),
+    ]
+    req = InferRequest("m", inputs=[], parameters={})
+    headers, body = encode_infer_response(response_of(*tensors, rid="x9"), req)
+    assert headers == [(b"Content-Type", b"application/json")]
+    assert isinstance(body, bytes)
+    doc = orjson.loads(body)
+    assert list(doc) == ["id", "model_name", "model_version", "outputs"]
+    assert doc["id"] == "x9" and doc["model_name"] == "m" and doc["model_version"] == "1"
+    outs = {o["name"]: o for o in doc["outputs"]}
+    assert outs["F"] == {"name": "F", "datatype": "FP32", "shape": [2, 3],
+                         "data": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]}
+    assert outs["H"]["data"] == [0.5, -1.25]
+    assert outs["B"]["data"] == [True, False, True]
+    assert outs["I"]["data"] == [-3, 2**40]
+    assert outs["U"]["data"] == [0, 255]
+    assert outs["S"]["data"] == ["abc", "d\u00e9"]
+    result = client_result(headers, body)
+    np.testing.assert_array_equal(result.as_numpy("F"), f32)
+    # tritonclient gives JSON BYTES back as str
+    assert result.as_numpy("S").tolist() == ["abc", "d\u00e9"]
+
+
+def test_encode_binary_outputs_round_trip_through_tritonclient():
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    s = np.array([[b"\xff\xfe", b"ok"]], dtype=np.object_)
+    h = np.array([1.5, 2.0], np.float16)
+    tensors = [InferTensor("OUTPUT0", "FP32", [1, 16], a),
+               InferTensor("S", "BYTES", [1, 2], s),
+               InferTensor("H", "FP16", [2], h),
+               InferTensor("Z", "INT32", [0], np.zeros(0, np.int32))]
+    req = InferRequest("m", parameters={"binary_data_output": True})
+    headers, body = encode_infer_response(response_of(*tensors), req)
+    hdrs = dict(headers)
+    assert hdrs[b"Content-Type"] == b"application/octet-stream"
+    js_len = int(hdrs[b"Inference-Header-Content-Length"])
+    raw = as_bytes(body)
+    doc = orjson.loads(raw[:js_len])
+    assert "id" not in doc
+    sizes = [o["parameters"]["binary_data_size"] for o in doc["outputs"]]
+    assert sizes == [64, 4 + 2 + 4 + 2, 4, 0]
+    assert all("data" not in o for o in doc["outputs"])
+    assert len(raw) == js_len + sum(sizes)
+    assert raw[js_len:js_len + 64] == a.tobytes()
+    result = client_result(headers, body)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a)
+    assert result.as_numpy("S").reshape(-1).tolist() == [b"\xff\xfe", b"ok"]
+    np.testing.assert_array_equal(result.as_numpy("H"), h)
+    assert result.as_numpy("Z").size == 0
+
+
+def test_encode_binary_output_is_zero_copy_for_contiguous_arrays():
+    a = np.arange(1000, dtype=np.float64)
+    req = InferRequest("m", parameters={"binary_data_output": True})
+    _, body = encode_infer_response(response_of(InferTensor("A", "FP64", [1000], a)), req)
+    assert isinstance(body, list) and len(body) == 2
+    assert np.shares_memory(np.frombuffer(body[1], np.uint8), a)
+    # a non-contiguous output is still sent row-major
+    t = np.arange(6, dtype=np.int32).reshape(2, 3).T
+    _, body = encode_infer_response(response_of(InferTensor("T", "INT32", [3, 2], t)), req)
+    assert bytes(body[1]) == np.ascontiguousarray(t).tobytes()
+
+
+def test_encode_per_output_binary_flag_overrides_default():
+    a = np.ones(2, np.float32)
+    tensors = [InferTensor("O1", "FP32", [2], a), InferTensor("O2", "FP32", [2], a * 2)]
+    # outputs requested explicitly: each one's own binary_data decides (default JSON)
+    req = InferRequest("m", outputs=[RequestedOutput("O1", {"binary_data": True}),
+                                     RequestedOutput("O2", {})],
+                       parameters={"binary_data_output": True})
+    headers, body = encode_infer_response(response_of(*tensors), req)
+    raw = as_bytes(body)
+    js_len = int(dict(headers)[b"Inference-Header-Content-Length"])
+    outs = orjson.loads(raw[:js_len])["outputs"]
+    assert outs[0]["parameters"] == {"binary_data_size": 8} and "data" not in outs[0]
+    assert outs[1]["data"] == [2.0, 2.0] and "parameters" not in outs[1]
+    assert raw[js_len:] == a.tobytes()
+    # no outputs requested and no binary_data_output: everything JSON
+    headers, body = encode_infer_response(response_of(*tensors), InferRequest("m"))
+    assert headers == [(b"Content-Type", b"application/json")]
+    assert [o["data"] for o in orjson.loads(body)["outputs"]] == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_encode_non_utf8_bytes_fall_back_to_binary_and_bf16_json():
+    s = np.array([b"\xff"], dtype=np.object_)
+    bf16 = np.array([0x3FC0, 0xC000], np.uint16)  # 1.5, -2.0
+    req = InferRequest("m")
+    headers, body = encode_infer_response(
+        response_of(InferTensor("S", "BYTES", [1], s), InferTensor("W", "BF16", [2], bf16),
+                    params={"p": 1}), req)
+    result = client_result(headers, body)
+    assert result.as_numpy("S").tolist() == [b"\xff"]
+    assert result.get_response()["parameters"] == {"p": 1}
+    w = next(o for o in result.get_response()["outputs"] if o["name"] == "W")
+    assert w["data"] == [1.5, -2.0]
+
+
+def test_encode_error():
+    status, body = encode_error(ServerError(Code.NOT_FOUND, "Request for unknown model: 'x' is not found"))
+    assert status == 404
+    assert orjson.loads(body) == {"error": "Request for unknown model: 'x' is not found"}
+    status, body = encode_error(ServerError(Code.UNAVAILABLE, "Exceeds maximum queue size"))
+    assert status == 503 and json.loads(body)["error"] == "Exceeds maximum queue size"
+
+
+def test_decode_then_encode_round_trip_matches_client_view():
+    """A request built by tritonclient, answered by echoing its inputs, parsed by tritonclient."""
+    a = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    s = np.array([b"x", b"yy"], dtype=np.object_)
+    body, headers = client_body([make_input("A", a, "FP32"), make_input("S", s, "BYTES")],
+                                outputs=[tc_http.InferRequestedOutput("A", binary_data=True),
+                                         tc_http.InferRequestedOutput("S", binary_data=False)])
+    req = decode(body, headers)
+    resp = InferResponse("m", "1", req.id, [InferTensor(t.name, t.datatype, t.shape, t.data)
+                                             for t in req.inputs])
+    result = client_result(*encode_infer_response(resp, req))
+    np.testing.assert_array_equal(result.as_numpy("A"), a)
+    assert result.as_numpy("S").tolist() == ["x", "yy"]  # JSON BYTES come back as str
+    assert struct.unpack("<f", a.tobytes()[:4])[0] == pytest.approx(-1.0)
