@@ -43,7 +43,7 @@ _loads = orjson.loads
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 _OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
-_frombuffer = np.frombuffer
+_ndarray = np.ndarray
 
 # numpy dtype kinds accepted for JSON "data" of each datatype, and the
 # message (TritonJson's wording) when the elements have another type.
@@ -87,13 +87,14 @@ def _is_uint(v) -> bool:
 
 
 def _header_length(value, content_length: int) -> int:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        value = bytes(value).decode("latin-1")
-    text = value.strip()
     try:
-        parsed = int(text)
-    except ValueError:
-        raise _bad("Unable to parse Inference-Header-Content-Length, got: " + value) from None
+        parsed = int(value)  # str or bytes; surrounding whitespace allowed
+    except (ValueError, TypeError):
+        parsed = None
+    if not isinstance(value, str):
+        value = bytes(value).decode("latin-1")
+    if parsed is None:
+        raise _bad("Unable to parse Inference-Header-Content-Length, got: " + value)
     if parsed < _INT32_MIN or parsed > _INT32_MAX:
         raise _bad(
             "Unable to parse Inference-Header-Content-Length, value is out of range "
@@ -395,7 +396,7 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
 
         if has_binary:
             size = iparams["binary_data_size"]
-            if not _is_uint(size):
+            if type(size) is not int or size < 0:
                 raise _bad("Unable to parse 'binary_data_size': " + _NON_UINT)
             end = offset + size
             if end > total:
@@ -413,10 +414,8 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
                         f"{_rid(request_id)}input byte size mismatch for input '{name}' for "
                         f"model '{model_name}'. Expected {expected}, got {size}"
                     )
-                if count:
-                    data = _frombuffer(body, npdt, count, offset).reshape(shape)
-                else:
-                    data = np.empty(shape, npdt)
+                # a read-only view over the request body (no copy)
+                data = _ndarray(shape, npdt, body, offset) if count else np.empty(shape, npdt)
             offset = end
         elif has_data:
             jdata = inp["data"]

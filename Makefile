@@ -1,0 +1,56 @@
+# pyserver: `make serve` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CSRC_TEST_DIR := build/csrc-tests
+GTEST_HEADER := /usr/include/gtest/gtest.h
+
+.PHONY: install serve test test-csrc test-python sanitize bench clean system-deps
+
+# Debian packages: GoogleTest for the csrc tests (installed when missing).
+system-deps:
+	@if [ ! -f $(GTEST_HEADER) ]; then \
+	  echo "installing libgtest-dev"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libgtest-dev >/dev/null; \
+	fi
+
+$(VENV)/.deps: pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q setuptools wheel "cython>=3.0" "cmake>=3.18" ninja numpy grpcio-tools
+	$(VPY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+# Builds csrc + engine (incremental: build/ persists) and installs editable.
+install: system-deps $(VENV)/.deps
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+
+serve: install
+	$(VPY) -m pyserver --model-repository examples/model_repository
+
+test-csrc: system-deps $(VENV)/.deps
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(CSRC_TEST_DIR) -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_TESTS=ON >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(CSRC_TEST_DIR) -j $(JOBS)
+	$(CSRC_TEST_DIR)/csrc_tests --gtest_brief=1
+
+test-python: install
+	$(VPY) -m pytest -q tests
+
+test: install test-csrc test-python
+
+# csrc tests under ASan+UBSan, then TSan.
+sanitize: system-deps $(VENV)/.deps
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B build/asan -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_TESTS=ON -DPYSERVER_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build build/asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/asan/csrc_tests --gtest_brief=1
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B build/tsan -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_TESTS=ON -DPYSERVER_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build build/tsan -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build/tsan/csrc_tests --gtest_brief=1
+
+bench: install
+	$(VPY) bench/engine_overhead.py
+
+clean:
+	rm -rf build pyserver/engine/*.so pyserver/_proto/*.desc
