@@ -49,7 +49,6 @@ def parse_config_text(text: str, path: str = CONFIG_FILENAME) -> ModelConfig:
         # protobuf prefixes "line:col : "; we put the location first ourselves.
         detail = re.sub(r"^\d+:\d+\s*:\s*", "", detail)
         where = f"{path}:{line}:{column}" if line else path
-        message = f"failed to parse model config {where}: {detail}"
         unknown = re.search(r'has no field named "([^"]+)"', detail)
         if unknown:
             import difflib
@@ -59,6 +58,7 @@ def parse_config_text(text: str, path: str = CONFIG_FILENAME) -> ModelConfig:
             close = difflib.get_close_matches(unknown.group(1), set(names), n=1)
             if close:
                 detail += f" Did you mean '{close[0]}'?"
+        message = f"failed to parse model config {where}: {detail}"
         bad_line = text.splitlines()[line - 1] if line and line <= len(text.splitlines()) else ""
         if bad_line:
             message += f"\n    {bad_line.strip()}"

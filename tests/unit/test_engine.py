@@ -1,0 +1,231 @@
+"""The Cython engine through Python: token ownership, batching, completion
+path, GIL release."""
+
+import asyncio
+import gc
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pyserver.core.errors import Code, ServerError
+from pyserver.engine import CompletionQueue, ModelStats, Scheduler, gather, now_ns
+
+
+class Item:
+    def __init__(self, n):
+        self.n = n
+
+
+def make(config=None, **kw):
+    stats, cq = ModelStats(), CompletionQueue()
+    cfg = {"max_batch_size": 8}
+    cfg.update(config or {})
+    cfg.update(kw)
+    return Scheduler.dynamic(cfg, stats, cq), stats, cq
+
+
+def test_objects_round_trip_with_their_references():
+    sched, stats, cq = make()
+    items = [Item(i) for i in range(5)]
+    before = [sys.getrefcount(x) for x in items]
+    for x in items:
+        sched.enqueue(x, 1)
+    del x
+    assert [sys.getrefcount(x) for x in items] == [b + 1 for b in before]
+    batch = sched.next_batch()
+    assert [x.n for x in batch.requests] == [0, 1, 2, 3, 4]
+    assert batch.batch_size == 5 and len(batch) == 5
+    del batch
+    gc.collect()
+    assert [sys.getrefcount(x) for x in items] == before
+
+
+def test_queue_full_raises_server_error_and_keeps_no_reference():
+    sched, _, _ = make(default_queue_policy={"max_queue_size": 1})
+    a, b = Item(1), Item(2)
+    sched.enqueue(a, 1)
+    before = sys.getrefcount(b)
+    with pytest.raises(ServerError) as err:
+        sched.enqueue(b, 1)
+    assert err.value.code == Code.UNAVAILABLE
+    assert err.value.message == "Exceeds maximum queue size"
+    assert sys.getrefcount(b) == before
+
+
+def test_bad_config_is_invalid_arg():
+    with pytest.raises(ServerError) as err:
+        make(preferred_batch_size=[16])
+    assert err.value.code == Code.INVALID_ARG
+
+
+def test_completion_returns_batch_once_and_stats_count():
+    sched, stats, cq = make(preferred_batch_size=[2], max_queue_delay_microseconds=10_000_000)
+    sched.enqueue(Item(1), 1)
+    sched.enqueue(Item(2), 1)
+    batch = sched.next_batch()
+    t = now_ns()
+    sched.complete(batch, t, t + 100, t + 300, t + 600)
+    assert cq.wait(1.0)
+    [(obj, code, msg)] = cq.drain()
+    assert obj is batch and code == 0 and msg is None
+    assert cq.drain() == []
+    snap = stats.snapshot()
+    assert snap["execution_count"] == 1 and snap["inference_count"] == 2
+    assert snap["inference_stats"]["success"]["count"] == 2
+    assert snap["inference_stats"]["compute_infer"]["ns"] == 400
+    assert snap["batch_stats"][0]["batch_size"] == 2
+
+
+def test_cancel_and_stop_complete_with_codes():
+    sched, stats, cq = make(preferred_batch_size=[4], max_queue_delay_microseconds=10_000_000)
+    a, b = Item(1), Item(2)
+    rid = sched.enqueue(a, 1)
+    sched.enqueue(b, 1)
+    assert sched.cancel(rid)
+    sched.stop()
+    got = cq.drain()
+    assert [(o.n, c) for o, c, _ in got] == [(1, int(Code.CANCELLED)), (2, int(Code.UNAVAILABLE))]
+    assert sched.next_batch() is None
+    assert stats.snapshot()["failure_reasons"]["CANCELED"] == 1
+
+
+def test_expired_request_rejected_with_triton_text():
+    sched, _, cq = make(preferred_batch_size=[4], max_queue_delay_microseconds=10_000_000,
+                        default_queue_policy={"default_timeout_microseconds": 20_000})
+    sched.enqueue(Item(1), 1)
+    t = threading.Thread(target=sched.next_batch)
+    t.start()
+    assert cq.wait(5.0)
+    [(obj, code, msg)] = cq.drain()
+    assert code == int(Code.UNAVAILABLE) and msg == "Request timeout expired"
+    sched.stop()
+    t.join(5)
+    assert not t.is_alive()
+
+
+def test_batch_forms_within_its_delay():
+    # Generous margins: the batch must not come before the delay, nor
+    # (on a loaded 2-core box) absurdly after it.
+    sched, _, _ = make(preferred_batch_size=[8], max_queue_delay_microseconds=50_000)
+    start = time.monotonic()
+    sched.enqueue(Item(1), 1)
+    batch = sched.next_batch()
+    waited = time.monotonic() - start
+    assert len(batch) == 1
+    assert 0.045 <= waited < 2.0
+
+
+def test_delay_scheduler_hook():
+    sched, _, _ = make(delay_scheduler_count=3)
+    out = []
+    t = threading.Thread(target=lambda: out.append(sched.next_batch()))
+    t.start()
+    sched.enqueue(Item(1), 1)
+    time.sleep(0.05)
+    assert not out
+    sched.enqueue(Item(2), 1)
+    sched.enqueue(Item(3), 1)
+    t.join(5)
+    assert len(out[0]) == 3
+
+
+def test_next_batch_releases_the_gil():
+    """Another Python thread keeps running while an instance blocks in C++."""
+    sched, _, _ = make(preferred_batch_size=[8], max_queue_delay_microseconds=10_000_000)
+    counter = 0
+    stop = threading.Event()
+
+    def spin():
+        nonlocal counter
+        while not stop.is_set():
+            counter += 1
+
+    instance = threading.Thread(target=sched.next_batch)
+    instance.start()
+    time.sleep(0.05)
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    time.sleep(0.3)
+    seen = counter
+    stop.set()
+    spinner.join()
+    sched.stop()
+    instance.join(5)
+    # Were the GIL held by the blocked instance, the spinner could not run.
+    assert seen > 10_000
+
+
+def test_completion_wait_releases_the_gil():
+    cq = CompletionQueue()
+    ticks = []
+
+    def tick():
+        for _ in range(20):
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    assert cq.wait(0.3) is False
+    t.join()
+    assert len(ticks) == 20
+
+
+def test_event_loop_is_woken_once_per_batch():
+    async def main():
+        loop = asyncio.get_running_loop()
+        sched, _, cq = make(preferred_batch_size=[4], max_queue_delay_microseconds=10_000_000)
+        wakeups = 0
+        done = asyncio.Event()
+        got = []
+
+        def on_ready():
+            nonlocal wakeups
+            wakeups += 1
+            for obj, code, _ in cq.drain():
+                got.extend(obj.requests)
+            if len(got) == 16:
+                done.set()
+
+        loop.add_reader(cq.fd, on_ready)
+
+        def instance():
+            while (batch := sched.next_batch()) is not None:
+                t = now_ns()
+                sched.complete(batch, t, t, t, t)
+
+        th = threading.Thread(target=instance)
+        th.start()
+        for i in range(16):
+            sched.enqueue(Item(i), 1)
+        await asyncio.wait_for(done.wait(), 5)
+        sched.stop()
+        th.join(5)
+        loop.remove_reader(cq.fd)
+        assert sorted(x.n for x in got) == list(range(16))
+        assert wakeups <= 4  # 4 batches of 4: at most one wake-up each
+        assert cq.signal_count <= 4
+
+    asyncio.run(main())
+
+
+def test_pass_through_scheduler():
+    stats, cq = ModelStats(), CompletionQueue()
+    sched = Scheduler.pass_through(stats, cq)
+    sched.enqueue(Item(1), 4)
+    sched.enqueue(Item(2), 4)
+    b = sched.next_batch()
+    assert [x.n for x in b.requests] == [1] and b.batch_size == 4
+    assert stats.snapshot()["pending_count"] == 1
+
+
+def test_gather_copies_back_to_back():
+    parts = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((1, 3), np.float32)]
+    out = np.empty((3, 3), np.float32)
+    assert gather(parts, out) == 36
+    np.testing.assert_array_equal(out, np.concatenate(parts))
+    with pytest.raises(ValueError):
+        gather(parts, np.empty((2, 3), np.float32))
