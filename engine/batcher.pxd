@@ -42,6 +42,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
     cdef cppclass CScheduler "pyserver::Scheduler":
         Status Enqueue(const RequestInfo& info, uint64_t* id)
         cbool NextBatch(CBatch* batch)
+        size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)
         void Stop()
         size_t QueuedCount()
@@ -74,6 +75,8 @@ cdef extern from "pyserver/dynamic_batch_scheduler.h" namespace "pyserver" nogil
         cbool enforce_equal_shapes
         cbool eager
         uint32_t delay_scheduler_count
+        uint64_t idle_spin_us
+        uint64_t wait_spin_us
 
     cdef cppclass DynamicBatchScheduler:
         @staticmethod

@@ -55,7 +55,8 @@ cdef class Scheduler:
         max_batch_size, preferred_batch_size, max_queue_delay_microseconds,
         priority_levels, default_priority_level, default_queue_policy,
         priority_queue_policy {level: policy}, preserve_ordering; plus ours:
-        enforce_equal_shapes, eager, delay_scheduler_count."""
+        enforce_equal_shapes, eager, delay_scheduler_count,
+        idle_spin_microseconds, wait_spin_microseconds."""
         cdef DynamicBatcherConfig c
         cdef Scheduler self = Scheduler.__new__(Scheduler)
         c.max_batch_size = config.get("max_batch_size", 1)
@@ -71,6 +72,8 @@ cdef class Scheduler:
         c.enforce_equal_shapes = config.get("enforce_equal_shapes", False)
         c.eager = config.get("eager", False)
         c.delay_scheduler_count = config.get("delay_scheduler_count", 0)
+        c.idle_spin_us = config.get("idle_spin_microseconds", 50)
+        c.wait_spin_us = config.get("wait_spin_microseconds", 200)
         check_status(DynamicBatchScheduler.Create(c, stats.c, completions.c, &self.c))
         self.stats = stats
         self.completions = completions
@@ -122,6 +125,9 @@ cdef class Scheduler:
             got = self.c.get().NextBatch(&batch.c)
         if not got:
             return None
+        # Now that this thread holds the GIL again and can run the batch,
+        # let it absorb what queued while it waited for the GIL.
+        self.c.get().TopUp(&batch.c)
         cdef list requests = []
         for r in batch.c.requests:
             obj = <object><PyObject*><uintptr_t>r.token

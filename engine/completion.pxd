@@ -22,6 +22,7 @@ cdef extern from "pyserver/completion_queue.h" namespace "pyserver" nogil:
         void Push(Completion completion)
         size_t Drain(vector[Completion]* out)
         bint WaitReadable(uint64_t timeout_ns)
+        bint SpinWaitNonEmpty(uint64_t spin_ns)
         uint64_t signal_count()
 
 

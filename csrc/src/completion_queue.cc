@@ -1,5 +1,8 @@
 #include "pyserver/completion_queue.h"
 
+#include "pyserver/clock.h"
+#include "pyserver/spin.h"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -35,6 +38,7 @@ void CompletionQueue::Push(Completion completion) {
     std::lock_guard<std::mutex> lock(mu_);
     was_empty = items_.empty();
     items_.push_back(std::move(completion));
+    size_.store(items_.size(), std::memory_order_release);
     if (was_empty) ++signals_;
   }
   if (was_empty) Signal();
@@ -47,6 +51,7 @@ void CompletionQueue::PushMany(std::vector<Completion>* completions) {
     std::lock_guard<std::mutex> lock(mu_);
     was_empty = items_.empty();
     for (auto& c : *completions) items_.push_back(std::move(c));
+    size_.store(items_.size(), std::memory_order_release);
     if (was_empty) ++signals_;
   }
   completions->clear();
@@ -58,6 +63,7 @@ size_t CompletionQueue::Drain(std::vector<Completion>* out) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     taken.swap(items_);
+    size_.store(0, std::memory_order_release);
     // Reset the counter under the lock: a producer that pushes after this
     // sees an empty queue and signals again, so no completion is stranded.
     uint64_t value;
@@ -81,6 +87,11 @@ bool CompletionQueue::WaitReadable(uint64_t timeout_ns) const {
   int timeout_ms = static_cast<int>((timeout_ns + 999999) / 1000000);
   int rc = poll(&pfd, 1, timeout_ms);
   return rc > 0 && (pfd.revents & POLLIN);
+}
+
+bool CompletionQueue::SpinWaitNonEmpty(uint64_t spin_ns) const {
+  return SpinUntil(NowNs() + spin_ns,
+                   [this] { return size_.load(std::memory_order_acquire) != 0; });
 }
 
 uint64_t CompletionQueue::signal_count() const {

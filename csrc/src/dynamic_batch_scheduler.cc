@@ -5,6 +5,7 @@
 #include <string>
 
 #include "pyserver/clock.h"
+#include "pyserver/spin.h"
 
 namespace pyserver {
 
@@ -94,6 +95,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
     if (stopped_) return Status(StatusCode::kUnavailable, kStoppingMessage);
     PYSERVER_RETURN_IF_ERROR(queue_.Enqueue(r));
     stats()->AddPending(1);
+    arrivals_.fetch_add(1, std::memory_order_release);
     queued_batch_size_ += std::max<uint32_t>(1, r.batch_size);
     if (deadline != 0 && (next_deadline_ns_ == 0 || deadline < next_deadline_ns_)) {
       next_deadline_ns_ = deadline;
@@ -188,6 +190,7 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
   leader_present_ = true;
 
   bool got = false;
+  bool spun = false;
   std::vector<QueuedRequest> rejected;
   while (!stopped_) {
     if (delay_count_ > 0) {
@@ -224,6 +227,20 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
       got = true;
       break;
     }
+    const uint64_t spin_ns = config_.idle_spin_us * 1000;
+    if (decision == Decision::kEmpty) {
+      if (spin_ns > 0 && !spun) {
+        // Spin once per idle period, then look again under the lock (an
+        // arrival after the spin's last check is seen there, never lost).
+        spun = true;
+        SpinForArrival(&lock, now + spin_ns);
+        continue;
+      }
+    } else if (wake_at <= now + config_.wait_spin_us * 1000) {
+      // A short batching wait: spin through it rather than oversleep it.
+      SpinForArrival(&lock, wake_at);
+      continue;
+    }
     leader_waiting_ = true;
     if (decision == Decision::kEmpty) {
       wake_threshold_ = 1;
@@ -238,6 +255,50 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
   follower_cv_.notify_one();
   if (got) stats()->AddPending(-static_cast<int64_t>(batch->requests.size()));
   return got;
+}
+
+size_t DynamicBatchScheduler::TopUp(Batch* batch) {
+  // Under preserve_ordering a later batch may already hold earlier requests.
+  if (config_.preserve_ordering || batch->requests.empty()) return 0;
+  size_t added = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_ || queue_.empty() || IsPreferred(batch->batch_size) ||
+        batch->batch_size >= config_.max_batch_size) {
+      return 0;
+    }
+    const uint64_t required_shape = batch->requests.front().shape_key;
+    size_t count = 0;
+    uint32_t size = batch->batch_size;
+    queue_.ForEach([&](const QueuedRequest& r) {
+      const uint32_t s = std::max<uint32_t>(1, r.batch_size);
+      if (size + s > config_.max_batch_size) return false;
+      if (config_.enforce_equal_shapes && r.shape_key != required_shape) return false;
+      size += s;
+      ++count;
+      return !IsPreferred(size);
+    });
+    if (count == 0) return 0;
+    const size_t before = batch->requests.size();
+    queue_.PopFront(count, &batch->requests);
+    added = batch->requests.size() - before;
+    queued_batch_size_ -= size - batch->batch_size;
+    batch->batch_size = size;
+    batch->dequeue_ns = NowNs();
+  }
+  stats()->AddPending(-static_cast<int64_t>(added));
+  return added;
+}
+
+bool DynamicBatchScheduler::SpinForArrival(std::unique_lock<std::mutex>* lock,
+                                           uint64_t deadline_ns) {
+  const uint64_t seen = arrivals_.load(std::memory_order_acquire);
+  lock->unlock();
+  bool arrived = SpinUntil(deadline_ns, [&] {
+    return arrivals_.load(std::memory_order_acquire) != seen;
+  });
+  lock->lock();
+  return arrived;
 }
 
 bool DynamicBatchScheduler::Cancel(uint64_t id) {

@@ -3,13 +3,15 @@
 #include <algorithm>
 
 #include "pyserver/clock.h"
+#include "pyserver/spin.h"
 
 namespace pyserver {
 
 PassThroughScheduler::PassThroughScheduler(std::shared_ptr<ModelStats> stats,
                                            std::shared_ptr<CompletionQueue> completions,
-                                           bool preserve_ordering)
-    : Scheduler(std::move(stats), std::move(completions), preserve_ordering) {}
+                                           bool preserve_ordering, uint64_t idle_spin_us)
+    : Scheduler(std::move(stats), std::move(completions), preserve_ordering),
+      idle_spin_ns_(idle_spin_us * 1000) {}
 
 PassThroughScheduler::~PassThroughScheduler() { Stop(); }
 
@@ -29,6 +31,7 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
     }
     queue_.push_back(r);
     stats()->AddPending(1);
+    arrivals_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   *id = r.id;
@@ -37,6 +40,15 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 
 bool PassThroughScheduler::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (queue_.empty() && !stopped_ && idle_spin_ns_ > 0) {
+    // Spin briefly before sleeping (see spin.h); the predicate below is
+    // checked under the lock afterwards, so no arrival is missed.
+    const uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    lock.unlock();
+    SpinUntil(NowNs() + idle_spin_ns_,
+              [&] { return arrivals_.load(std::memory_order_acquire) != seen; });
+    lock.lock();
+  }
   cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
   if (stopped_) return false;
   batch->requests.clear();

@@ -514,3 +514,58 @@ TEST(DynamicBatcher, CompleteBatchRecordsStatsAndPreservesOrder) {
 
 }  // namespace
 }  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+using testing::Harness;
+using testing::Req;
+using testing::Tokens;
+
+std::unique_ptr<Scheduler> MakeTopUp(Harness& h, bool preserve) {
+  DynamicBatcherConfig c;
+  c.max_batch_size = 4;
+  c.preserve_ordering = preserve;
+  c.enforce_equal_shapes = true;
+  std::unique_ptr<Scheduler> s;
+  EXPECT_TRUE(DynamicBatchScheduler::Create(c, h.stats, h.completions, &s).ok());
+  return s;
+}
+
+TEST(DynamicBatcher, TopUpGrowsATakenBatchUpToMaxBatchSize) {
+  Harness h;
+  auto s = MakeTopUp(h, false);
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Req(1), &id).ok());
+  Batch b;
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(b.batch_size, 1u);
+  ASSERT_TRUE(s->Enqueue(Req(2, 2), &id).ok());
+  ASSERT_TRUE(s->Enqueue(Req(3, 2), &id).ok());  // would exceed 4
+  EXPECT_EQ(s->TopUp(&b), 1u);
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2}));
+  EXPECT_EQ(b.batch_size, 3u);
+  EXPECT_EQ(s->QueuedCount(), 1u);
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 1);
+}
+
+TEST(DynamicBatcher, TopUpRespectsShapesAndOrdering) {
+  Harness h;
+  auto s = MakeTopUp(h, false);
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Req(1, 1, 0, 0, 7), &id).ok());
+  Batch b;
+  ASSERT_TRUE(s->NextBatch(&b));
+  ASSERT_TRUE(s->Enqueue(Req(2, 1, 0, 0, 8), &id).ok());
+  EXPECT_EQ(s->TopUp(&b), 0u);  // different shape
+
+  Harness h2;
+  auto s2 = MakeTopUp(h2, true);
+  ASSERT_TRUE(s2->Enqueue(Req(1), &id).ok());
+  ASSERT_TRUE(s2->NextBatch(&b));
+  ASSERT_TRUE(s2->Enqueue(Req(2), &id).ok());
+  EXPECT_EQ(s2->TopUp(&b), 0u);  // preserve_ordering: never
+}
+
+}  // namespace
+}  // namespace pyserver

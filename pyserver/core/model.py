@@ -126,6 +126,12 @@ class ModelVersion:
         self.enforce_shapes = bool(self._enforced) or self.has_optional
         self.stats = ModelStats()
         self.scheduler = self._make_scheduler(completions)
+        # How long the event loop may spin for this model's completion when
+        # it is the only request in flight: the batching delay plus a short
+        # execution; a slower model simply completes through the fd.
+        delay_us = self.config.dynamic_batching.max_queue_delay_microseconds \
+            if self.config.HasField("dynamic_batching") else 0
+        self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
         self.instances: list[ModelInstance] = []
         self._config_json = None
 

@@ -6,6 +6,7 @@
 // not woken again per item: one wake-up per batch at most, fewer under load.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,10 @@ class CompletionQueue {
   // embedders without an event loop). Returns true if one is waiting.
   bool WaitReadable(uint64_t timeout_ns) const;
 
+  // Spins (no syscalls, no sleeping) up to spin_ns for a completion; for a
+  // caller that expects one within microseconds. Returns true if one waits.
+  bool SpinWaitNonEmpty(uint64_t spin_ns) const;
+
   // Number of times the fd was signalled (lets tests check wake-up coalescing).
   uint64_t signal_count() const;
 
@@ -57,6 +62,7 @@ class CompletionQueue {
   const int fd_;
   mutable std::mutex mu_;
   std::vector<Completion> items_;
+  std::atomic<size_t> size_{0};  // items_.size(), readable without mu_
   uint64_t signals_ = 0;
 };
 

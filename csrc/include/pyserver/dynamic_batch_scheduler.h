@@ -17,6 +17,7 @@
 // so batching adds no latency at low load and still batches under load.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -43,6 +44,10 @@ struct DynamicBatcherConfig {
   // Test hook (TRITONSERVER_DELAY_SCHEDULER): form no batch until this many
   // requests are queued, once.
   uint32_t delay_scheduler_count = 0;
+  // An idle instance spins this long for new work before it sleeps, and
+  // spins (rather than sleeps) through a batching wait this short.
+  uint64_t idle_spin_us = 50;
+  uint64_t wait_spin_us = 200;
 };
 
 class DynamicBatchScheduler : public Scheduler {
@@ -54,6 +59,7 @@ class DynamicBatchScheduler : public Scheduler {
 
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
+  size_t TopUp(Batch* batch) override;
   bool Cancel(uint64_t id) override;
   void Stop() override;
   size_t QueuedCount() const override;
@@ -70,6 +76,9 @@ class DynamicBatchScheduler : public Scheduler {
   Decision FormBatch(uint64_t now_ns, size_t* count, uint64_t* wake_at_ns,
                      std::vector<QueuedRequest>* rejected);
   bool IsPreferred(uint32_t size) const;
+  // Drops the lock and spins until a request arrives or deadline_ns; true
+  // if one arrived. Called with mu_ held; returns with it held.
+  bool SpinForArrival(std::unique_lock<std::mutex>* lock, uint64_t deadline_ns);
 
   const DynamicBatcherConfig config_;
   const uint32_t max_preferred_;
@@ -86,6 +95,7 @@ class DynamicBatchScheduler : public Scheduler {
   uint64_t queued_batch_size_ = 0;
   uint64_t next_deadline_ns_ = 0;  // earliest request deadline, 0 = none
   uint32_t delay_count_ = 0;
+  std::atomic<uint64_t> arrivals_{0};  // enqueues so far, read while spinning
 };
 
 }  // namespace pyserver

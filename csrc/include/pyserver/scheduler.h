@@ -72,6 +72,14 @@ class Scheduler {
   // the scheduler is stopped and has nothing more to hand out.
   virtual bool NextBatch(Batch* batch) = 0;
 
+  // Grows a batch already taken by an instance with requests that arrived
+  // since, while they fit (Triton lets a payload grow until an instance
+  // starts it). An instance calls this right before it starts executing:
+  // for a Python backend that is after it got the GIL, so a batch formed at
+  // once by a spinning instance still collects what queued meanwhile.
+  // Returns the number of requests added. Default: adds nothing.
+  virtual size_t TopUp(Batch* batch) { (void)batch; return 0; }
+
   // Removes a still-queued request and completes it as CANCELLED. Returns
   // false when the request is no longer queued (executing or done).
   virtual bool Cancel(uint64_t id) = 0;
