@@ -111,7 +111,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 }
 
 DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
-    uint64_t now_ns, size_t* count, uint64_t* wake_at_ns,
+    uint64_t now_ns, size_t* count, bool* saturated, uint64_t* wake_at_ns,
     std::vector<QueuedRequest>* rejected) {
   if (next_deadline_ns_ != 0 && now_ns >= next_deadline_ns_) {
     const size_t before = rejected->size();
@@ -158,16 +158,20 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
   });
 
   const bool delay_exceeded = max_delay_ns_ > 0 && now_ns - oldest_ns >= max_delay_ns_;
+  const bool full = send_now || pending_size >= config_.max_batch_size;
   if (config_.eager) {
     *count = pending_count;
+    *saturated = full;
     return Decision::kSend;
   }
   if (best_size != 0 && !delay_exceeded) {
     *count = best_count;
+    *saturated = true;
     return Decision::kSend;
   }
   if (send_now || pending_size >= max_preferred_ || delay_exceeded || max_delay_ns_ == 0) {
     *count = pending_count;
+    *saturated = full || pending_size >= max_preferred_;
     return Decision::kSend;
   }
   uint64_t wake_at = oldest_ns + max_delay_ns_;
@@ -205,8 +209,9 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
     }
     const uint64_t now = NowNs();
     size_t count = 0;
+    bool saturated = false;
     uint64_t wake_at = 0;
-    Decision decision = FormBatch(now, &count, &wake_at, &rejected);
+    Decision decision = FormBatch(now, &count, &saturated, &wake_at, &rejected);
     if (!rejected.empty()) {
       // Fail expired requests without holding the queue lock, then look again.
       lock.unlock();
@@ -222,6 +227,7 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
       for (const QueuedRequest& r : batch->requests) size += std::max<uint32_t>(1, r.batch_size);
       queued_batch_size_ -= size;
       batch->batch_size = size;
+      batch->saturated = saturated;
       batch->dequeue_ns = now;
       batch->sequence = NextBatchSequence();
       got = true;
@@ -259,7 +265,7 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
 
 size_t DynamicBatchScheduler::TopUp(Batch* batch) {
   // Under preserve_ordering a later batch may already hold earlier requests.
-  if (config_.preserve_ordering || batch->requests.empty()) return 0;
+  if (config_.preserve_ordering || batch->saturated || batch->requests.empty()) return 0;
   size_t added = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -73,7 +73,7 @@ class DynamicBatchScheduler : public Scheduler {
   // Under mu_. Decides what the leader does now: send the first *count
   // requests, wait until *wake_at_ns, or wait for a request. Expired requests
   // under REJECT are moved into *rejected.
-  Decision FormBatch(uint64_t now_ns, size_t* count, uint64_t* wake_at_ns,
+  Decision FormBatch(uint64_t now_ns, size_t* count, bool* saturated, uint64_t* wake_at_ns,
                      std::vector<QueuedRequest>* rejected);
   bool IsPreferred(uint32_t size) const;
   // Drops the lock and spins until a request arrives or deadline_ns; true

@@ -45,6 +45,9 @@ struct Batch {
   uint64_t sequence = 0;
   uint64_t dequeue_ns = 0;
   uint32_t batch_size = 0;   // sum of max(1, request batch size)
+  // Formed deliberately at this size (a preferred size, a full batch, a
+  // shape boundary): TopUp() leaves it as it is.
+  bool saturated = false;
   std::vector<QueuedRequest> requests;
 };
 
