@@ -1,0 +1,3 @@
+from typing import Any
+
+def gather(sources: list[Any], out: Any) -> int: ...
