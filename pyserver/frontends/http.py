@@ -64,7 +64,8 @@ _POST = "POST"
 # responses are queued, resume below the low mark.
 _PIPELINE_HIGH = 128
 _PIPELINE_LOW = 32
-# Response bodies at least this large are compressed when the client accepts it.
+# zlib level for infer responses when the client sends Accept-Encoding gzip/deflate
+# (as Triton does; aiohttp, hence tritonclient.http.aio, asks for it by default).
 _COMPRESS_LEVEL = 1
 
 
@@ -215,10 +216,13 @@ class _HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            # Upgrade / CONNECT: we speak only HTTP/1.1; finish queued
-            # responses and close.
+            # Upgrade (h2c, websocket) / CONNECT: we speak only HTTP/1.1. The
+            # request itself was answered normally; finish queued responses,
+            # then close.
             self._closing = True
-            if not self._pending and self._transport is not None:
+            if self._pending:
+                self._pending[-1].close = True
+            elif self._transport is not None:
                 self._transport.close()
         except httptools.HttpParserError as e:
             self._closing = True
@@ -226,9 +230,12 @@ class _HttpConnection(asyncio.Protocol):
             self._emit(self._build(400, _JSON_HEADERS, body, False, False), True)
 
     def close(self):
+        """Close now (server shutdown); responses still in flight are dropped."""
         self._closing = True
-        if self._transport is not None:
-            self._transport.close()
+        self._pending.clear()
+        t, self._transport = self._transport, None
+        if t is not None:
+            t.close()
 
     # ------------------------------------------------------------ parser callbacks
 
@@ -442,10 +449,13 @@ class _HttpConnection(asyncio.Protocol):
             return self._respond_exception(e, keep_alive)
         slot = _Slot(not keep_alive)
         self._pending.append(slot)
+        accept = headers.get(b"accept-encoding")
         cb = functools.partial(self._infer_done, slot, request,
-                               _response_encoding(headers.get(b"accept-encoding")),
+                               None if accept is None else _response_encoding(accept),
                                self._http10)
         try:
+            if fut.done():  # answered synchronously: no extra loop iteration
+                return cb(fut)
             fut.add_done_callback(cb)
         except AttributeError:  # a coroutine or other awaitable
             fut = asyncio.ensure_future(fut)

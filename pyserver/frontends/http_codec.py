@@ -91,6 +91,8 @@ def _header_length(value, content_length: int) -> int:
         parsed = int(value)  # str or bytes; surrounding whitespace allowed
     except (ValueError, TypeError):
         parsed = None
+    if parsed is not None and 0 <= parsed <= content_length:
+        return parsed
     if not isinstance(value, str):
         value = bytes(value).decode("latin-1")
     if parsed is None:
@@ -100,11 +102,7 @@ def _header_length(value, content_length: int) -> int:
             "Unable to parse Inference-Header-Content-Length, value is out of range "
             f"[ {_INT32_MIN}, {_INT32_MAX} ], got: {value}"
         )
-    if parsed < 0 or parsed > content_length:
-        raise _bad(
-            f"inference header size should be in range (0, {content_length}), got: {value}"
-        )
-    return parsed
+    raise _bad(f"inference header size should be in range (0, {content_length}), got: {value}")
 
 
 def _parse_request_parameters(params: dict):
