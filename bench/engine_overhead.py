@@ -61,9 +61,10 @@ class EngineBatcher:
 
     def _instance(self):
         sched = self.sched
-        while (batch := sched.next_batch()) is not None:
+        batch = sched.next_batch()
+        while batch is not None:
             t = now_ns()
-            sched.complete(batch, t, t, t, t)
+            batch = sched.complete_and_next(batch, t, t, t, t)
 
     def _drain(self):
         for batch, _code, _msg in self.cq.drain():

@@ -31,6 +31,8 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         uint64_t sequence
         uint64_t dequeue_ns
         uint32_t batch_size
+        cbool saturated
+        cbool after_idle
         vector[QueuedRequest] requests
 
     cdef cppclass BatchTimes:
@@ -42,6 +44,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
     cdef cppclass CScheduler "pyserver::Scheduler":
         Status Enqueue(const RequestInfo& info, uint64_t* id)
         cbool NextBatch(CBatch* batch)
+        CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)
         void Stop()
@@ -101,3 +104,6 @@ cdef class Scheduler:
     cdef unique_ptr[CScheduler] c
     cdef readonly ModelStats stats
     cdef readonly CompletionQueue completions
+
+    cdef bint _wait_batch(self, Batch batch) noexcept nogil
+    cdef object _hand_over(self, Batch batch, bint got)

@@ -122,7 +122,19 @@ cdef class Scheduler:
         cdef Batch batch = Batch.__new__(Batch)
         cdef bint got
         with nogil:
-            got = self.c.get().NextBatch(&batch.c)
+            got = self._wait_batch(batch)
+        return self._hand_over(batch, got)
+
+    cdef bint _wait_batch(self, Batch batch) noexcept nogil:
+        cdef bint got = self.c.get().NextBatch(&batch.c)
+        if got and batch.c.after_idle:
+            # Low load: the event loop is about to release the GIL and spin
+            # for this batch's completion; wait for that rather than sleep on
+            # a held GIL (see CompletionQueue::SpinUntilWaiter).
+            self.c.get().completions().SpinUntilWaiter(30000)
+        return got
+
+    cdef object _hand_over(self, Batch batch, bint got):
         if not got:
             return None
         # Now that this thread holds the GIL again and can run the batch,
@@ -135,6 +147,27 @@ cdef class Scheduler:
             requests.append(obj)
         batch.requests = requests
         return batch
+
+    def complete_and_next(self, Batch batch, uint64_t compute_start_ns,
+                          uint64_t compute_input_end_ns, uint64_t compute_output_start_ns,
+                          uint64_t compute_end_ns, int code=0, str message=""):
+        """``complete`` then ``next_batch`` in one call, with the GIL released
+        across both: the event loop finds the GIL free when it picks up the
+        completion, and this thread takes it back only once it has new work."""
+        cdef BatchTimes times
+        times.compute_start_ns = compute_start_ns
+        times.compute_input_end_ns = compute_input_end_ns
+        times.compute_output_start_ns = compute_output_start_ns
+        times.compute_end_ns = compute_end_ns
+        cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
+        cdef Batch nxt = Batch.__new__(Batch)
+        cdef Token token = <Token><uintptr_t><PyObject*>batch
+        cdef bint got
+        Py_INCREF(batch)  # travels with the token to the completion queue
+        with nogil:
+            self.c.get().CompleteBatch(batch.c, times, token, st)
+            got = self._wait_batch(nxt)
+        return self._hand_over(nxt, got)
 
     def complete(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
                  uint64_t compute_output_start_ns, uint64_t compute_end_ns,

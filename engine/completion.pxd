@@ -23,6 +23,7 @@ cdef extern from "pyserver/completion_queue.h" namespace "pyserver" nogil:
         size_t Drain(vector[Completion]* out)
         bint WaitReadable(uint64_t timeout_ns)
         bint SpinWaitNonEmpty(uint64_t spin_ns)
+        bint SpinUntilWaiter(uint64_t spin_ns)
         uint64_t signal_count()
 
 

@@ -90,8 +90,17 @@ bool CompletionQueue::WaitReadable(uint64_t timeout_ns) const {
 }
 
 bool CompletionQueue::SpinWaitNonEmpty(uint64_t spin_ns) const {
-  return SpinUntil(NowNs() + spin_ns,
-                   [this] { return size_.load(std::memory_order_acquire) != 0; });
+  spinning_waiters_.fetch_add(1, std::memory_order_acq_rel);
+  bool ready = SpinUntil(NowNs() + spin_ns,
+                         [this] { return size_.load(std::memory_order_acquire) != 0; });
+  spinning_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  return ready;
+}
+
+bool CompletionQueue::SpinUntilWaiter(uint64_t spin_ns) const {
+  return SpinUntil(NowNs() + spin_ns, [this] {
+    return spinning_waiters_.load(std::memory_order_acquire) > 0;
+  });
 }
 
 uint64_t CompletionQueue::signal_count() const {

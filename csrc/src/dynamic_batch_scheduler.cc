@@ -228,6 +228,7 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
       queued_batch_size_ -= size;
       batch->batch_size = size;
       batch->saturated = saturated;
+      batch->after_idle = spun;
       batch->dequeue_ns = now;
       batch->sequence = NextBatchSequence();
       got = true;

@@ -40,6 +40,7 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 
 bool PassThroughScheduler::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
+  batch->after_idle = queue_.empty();
   if (queue_.empty() && !stopped_ && idle_spin_ns_ > 0) {
     // Spin briefly before sleeping (see spin.h); the predicate below is
     // checked under the lock afterwards, so no arrival is missed.

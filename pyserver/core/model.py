@@ -97,11 +97,11 @@ class ModelInstance:
     def _run(self):
         scheduler = self.model.scheduler
         execute = self.model.execute_batch
-        while True:
-            batch = scheduler.next_batch()  # blocks in C++ with the GIL released
-            if batch is None:
-                return
-            execute(self, batch)
+        batch = scheduler.next_batch()  # blocks in C++ with the GIL released
+        while batch is not None:
+            outcome = execute(self, batch)
+            # Completes this batch and waits for the next, GIL released.
+            batch = scheduler.complete_and_next(batch, *outcome)
 
 
 class ModelVersion:
@@ -287,7 +287,9 @@ class ModelVersion:
 
     # -- batch execution (instance threads) ----------------------------------
 
-    def execute_batch(self, instance: ModelInstance, batch: Batch):
+    def execute_batch(self, instance: ModelInstance, batch: Batch) -> tuple:
+        """Runs one batch; returns its timestamps (and code, message on
+        failure) for Scheduler.complete."""
         t_start = now_ns()
         requests = batch.requests
         try:
@@ -302,9 +304,8 @@ class ModelVersion:
             message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
             code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
             log.debug("model '%s' failed a batch: %s", self.name, message)
-            self.scheduler.complete(batch, t_start, t_end, t_end, t_end, code, message)
-            return
-        self.scheduler.complete(batch, t_start, t_input, t_output, t_end)
+            return (t_start, t_end, t_end, t_end, code, message)
+        return (t_start, t_input, t_output, t_end)
 
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if len(requests) == 1:

@@ -48,6 +48,10 @@ struct Batch {
   // Formed deliberately at this size (a preferred size, a full batch, a
   // shape boundary): TopUp() leaves it as it is.
   bool saturated = false;
+  // The instance was idle (spinning on an empty queue) when this batch came:
+  // a sign of low load, where the handoff back to the event loop is worth
+  // timing carefully (see CompletionQueue::SpinUntilWaiter).
+  bool after_idle = false;
   std::vector<QueuedRequest> requests;
 };
 
