@@ -42,6 +42,16 @@ cdef QueuePolicy _policy(dict p):
     return q
 
 
+cdef inline BatchTimes _batch_times(uint64_t start, uint64_t input_end, uint64_t output_start,
+                                    uint64_t end) noexcept:
+    cdef BatchTimes times
+    times.compute_start_ns = start
+    times.compute_input_end_ns = input_end
+    times.compute_output_start_ns = output_start
+    times.compute_end_ns = end
+    return times
+
+
 cdef class Scheduler:
     """A model's request queue. Create with ``Scheduler.dynamic`` or
     ``Scheduler.pass_through``."""
@@ -154,11 +164,8 @@ cdef class Scheduler:
         """``complete`` then ``next_batch`` in one call, with the GIL released
         across both: the event loop finds the GIL free when it picks up the
         completion, and this thread takes it back only once it has new work."""
-        cdef BatchTimes times
-        times.compute_start_ns = compute_start_ns
-        times.compute_input_end_ns = compute_input_end_ns
-        times.compute_output_start_ns = compute_output_start_ns
-        times.compute_end_ns = compute_end_ns
+        cdef BatchTimes times = _batch_times(compute_start_ns, compute_input_end_ns,
+                                             compute_output_start_ns, compute_end_ns)
         cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
         cdef Batch nxt = Batch.__new__(Batch)
         cdef Token token = <Token><uintptr_t><PyObject*>batch
@@ -174,11 +181,8 @@ cdef class Scheduler:
                  int code=0, str message=""):
         """Records the batch's statistics and hands ``batch`` to the
         completion queue (in dequeue order under preserve_ordering)."""
-        cdef BatchTimes times
-        times.compute_start_ns = compute_start_ns
-        times.compute_input_end_ns = compute_input_end_ns
-        times.compute_output_start_ns = compute_output_start_ns
-        times.compute_end_ns = compute_end_ns
+        cdef BatchTimes times = _batch_times(compute_start_ns, compute_input_end_ns,
+                                             compute_output_start_ns, compute_end_ns)
         cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
         Py_INCREF(batch)
         self.c.get().CompleteBatch(batch.c, times, <Token><uintptr_t><PyObject*>batch, st)

@@ -20,7 +20,18 @@ _BACKENDS = {
 }
 
 
+def register_backend(name: str, cls) -> None:
+    """Makes `backend: "<name>"` in a config.pbtxt load ``cls`` (for
+    embedding applications and tests). Replaces an earlier registration."""
+    _CUSTOM[name] = cls
+
+
+_CUSTOM: dict = {}
+
+
 def backend_class(name: str):
+    if name in _CUSTOM:
+        return _CUSTOM[name]
     try:
         module_name, class_name = _BACKENDS[name]
     except KeyError:

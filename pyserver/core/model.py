@@ -70,7 +70,7 @@ class PendingRequest:
     """A request in flight: what the engine carries through its queue (as an
     opaque token) and hands back in a Batch."""
 
-    __slots__ = ("request", "future", "arrays", "batch_size", "response", "error", "id")
+    __slots__ = ("request", "future", "arrays", "batch_size", "response", "id")
 
     def __init__(self, request: InferRequest, future, arrays: dict, batch_size: int):
         self.request = request
@@ -78,7 +78,6 @@ class PendingRequest:
         self.arrays = arrays
         self.batch_size = batch_size
         self.response = None
-        self.error = None
         self.id = 0
 
 

@@ -1,0 +1,88 @@
+"""Instance groups give real parallel executors; a failing batch fails only
+its own requests and the model keeps serving."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from concurrent.futures import ThreadPoolExecutor
+from tritonclient.utils import InferenceServerException
+
+from pyserver.backends import register_backend
+
+CONFIG = """
+name: "probe"
+backend: "probe_backend"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+
+class ProbeBackend:
+    """Sleeps 0.2 s per request (releasing the GIL, as real runtimes do),
+    records how many instances run at once, fails on a negative input."""
+
+    lock = threading.Lock()
+    running = 0
+    max_running = 0
+    instances_seen: set = set()
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        self.instance_name = instance_name
+
+    def execute(self, inputs):
+        x = inputs["IN"]
+        if x[0] < 0:
+            raise ValueError("negative input")
+        cls = ProbeBackend
+        with cls.lock:
+            cls.running += 1
+            cls.max_running = max(cls.max_running, cls.running)
+            cls.instances_seen.add(self.instance_name)
+        time.sleep(0.2)
+        with cls.lock:
+            cls.running -= 1
+        return {"OUT": x * 2}
+
+
+@pytest.fixture
+def probe(tmp_path, start_server):
+    register_backend("probe_backend", ProbeBackend)
+    d = tmp_path / "probe"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model").write_text("")
+    (d / "config.pbtxt").write_text(CONFIG + 'default_model_filename: "model"\n')
+    ProbeBackend.max_running = 0
+    ProbeBackend.instances_seen = set()
+    return start_server(tmp_path)
+
+
+def infer(url, value):
+    client = httpclient.InferenceServerClient(url)
+    inp = httpclient.InferInput("IN", [1], "FP32")
+    inp.set_data_from_numpy(np.array([value], np.float32))
+    return client.infer("probe", [inp]).as_numpy("OUT")[0]
+
+
+def test_two_instances_execute_in_parallel(probe):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda v: infer(probe.url, v), [1.0, 2.0, 3.0, 4.0]))
+    assert results == [2.0, 4.0, 6.0, 8.0]
+    assert ProbeBackend.max_running == 2
+    assert ProbeBackend.instances_seen == {"probe_0_0", "probe_0_1"}
+
+
+def test_failing_batch_fails_only_its_request(probe):
+    with pytest.raises(InferenceServerException) as err:
+        infer(probe.url, -1.0)
+    assert err.value.status() == "500"
+    assert "ValueError: negative input" in err.value.message()
+    assert infer(probe.url, 5.0) == 10.0
+    stats = probe.run(probe.server.model_statistics, "probe")
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["failure_reasons"]["BACKEND"] == 1
+    assert stats["inference_stats"]["success"]["count"] == 1
