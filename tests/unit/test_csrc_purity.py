@@ -15,3 +15,22 @@ def test_csrc_includes_no_python_headers():
                     offenders.append(f"{path.relative_to(CSRC)}:{n}: {line.strip()}")
     assert list(CSRC.rglob("*.cc")), "csrc sources not found"
     assert not offenders, offenders
+
+
+def test_one_core_library_shared_by_every_engine_module():
+    import subprocess
+
+    import pyserver.engine as engine  # imports every compiled module
+
+    engine_dir = Path(engine.__file__).parent
+    modules = [p for p in engine_dir.glob("*.so") if not p.name.startswith("libpyserver_core")]
+    assert len(modules) >= 5
+    for mod in modules:
+        dyn = subprocess.run(["readelf", "-d", str(mod)], capture_output=True, text=True).stdout
+        if mod.name.split(".")[0] != "clock":  # clock only inlines a header
+            assert "[libpyserver_core.so]" in dyn, mod.name
+        runpath = [line for line in dyn.splitlines() if "RUNPATH" in line or "RPATH" in line]
+        assert runpath and all("[$ORIGIN]" in line for line in runpath), (mod.name, runpath)
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    cores = {line.split()[-1] for line in maps if line.endswith("libpyserver_core.so")}
+    assert len(cores) == 1, cores
