@@ -132,6 +132,7 @@ class ModelVersion:
             if self.config.HasField("dynamic_batching") else 0
         self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
         self.instances: list[ModelInstance] = []
+        self.load_duration_s = 0.0
         self._config_json = None
 
     # -- setup ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def load_model(model: ModelDir, completions: CompletionQueue) -> list[ModelVersi
         raise ServerError(Code.UNAVAILABLE,
                           f"model '{model.name}': no version folder to load in {model.path} "
                           "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
+    started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group)
     threads = max(1, (os.cpu_count() or 1) // max(1, instance_total))
     loaded = []
@@ -109,4 +111,7 @@ def load_model(model: ModelDir, completions: CompletionQueue) -> list[ModelVersi
         for mv in loaded:
             mv.stop()
         raise
+    duration = time.monotonic() - started
+    for mv in loaded:
+        mv.load_duration_s = duration
     return loaded

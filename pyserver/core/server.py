@@ -105,6 +105,11 @@ class Server:
             self._loop.remove_reader(self._completions.fd)
         self._models.clear()
 
+    def loaded_versions(self) -> list[ModelVersion]:
+        """Every model version currently loaded (for metrics and statistics)."""
+        return [mv for name in sorted(self._models)
+                for _, mv in sorted(self._models[name].items())]
+
     def model_states(self) -> list[dict]:
         """Repository index rows: name, version, state, reason."""
         rows = []
