@@ -26,16 +26,25 @@ def build_parser() -> argparse.ArgumentParser:
                    action="append", required=True, metavar="DIR",
                    help="model repository folder (repeatable)")
     p.add_argument("--id", dest="server_id", default="triton", help="server identifier")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--http-address", default="0.0.0.0")
-    p.add_argument("--allow-http", type=_bool, default=True)
-    p.add_argument("--grpc-port", type=int, default=8001,
-                   help="gRPC port (the gRPC frontend is not built yet: flag accepted, nothing served)")
-    p.add_argument("--metrics-port", type=int, default=8002,
-                   help="metrics port (metrics are not built yet: flag accepted, nothing served)")
+    p.add_argument("--model-control-mode", default="none", choices=["none", "explicit"],
+                   help="none: load every model at startup; explicit: load/unload through the API")
+    p.add_argument("--load-model", action="append", default=[], metavar="NAME",
+                   help="model to load at startup in explicit mode (repeatable; '*' = all)")
     p.add_argument("--exit-on-error", type=_bool, default=True)
     p.add_argument("--strict-readiness", type=_bool, default=True)
     p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument("--exit-timeout-secs", type=int, default=30,
+                   help="on SIGINT/SIGTERM, how long in-flight requests may take to finish")
+    p.add_argument("--allow-client-shm", type=_bool, default=False,
+                   help="let clients register system shared memory regions")
+    p.add_argument("--allow-http", type=_bool, default=True)
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--http-address", default="0.0.0.0")
+    p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
+    p.add_argument("--http-restricted-api", action="append", default=[],
+                   metavar="API[,API...]:KEY=VALUE")
+    p.add_argument("--grpc-port", type=int, default=8001,
+                   help="gRPC port (the gRPC frontend is not built yet: flag accepted, nothing served)")
     p.add_argument("--log-verbose", type=int, default=0)
     return p
 
@@ -46,23 +55,34 @@ async def serve(args) -> int:
 
     server = Server(args.model_repository, server_id=args.server_id,
                     exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
-                    model_load_thread_count=args.model_load_thread_count)
+                    model_load_thread_count=args.model_load_thread_count,
+                    model_control_mode=args.model_control_mode, load_models=args.load_model,
+                    allow_client_shm=args.allow_client_shm)
     await server.start()
     frontends = []
     if args.allow_http:
-        http = HttpFrontend(server, args.http_address, args.http_port)
+        kwargs = {"max_input_size": args.http_max_input_size}
+        if args.http_restricted_api:
+            from pyserver.frontends.http import parse_restricted_api
+            kwargs["restricted_apis"] = parse_restricted_api(args.http_restricted_api)
+        http = HttpFrontend(server, args.http_address, args.http_port, **kwargs)
         await http.start()
         frontends.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, http.port)
-    for row in server.model_states():
-        log.info("model %s version %s: %s %s", row["name"], row["version"] or "-",
-                 row["state"], row["reason"])
+    for row in server.repository_index():
+        log.info("model %s version %s: %s %s", row["name"], row.get("version") or "-",
+                 row.get("state", "UNLOADED"), row.get("reason", ""))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("shutting down")
+    # Readiness goes false at once; accepted requests get up to
+    # --exit-timeout-secs to finish before the models stop.
+    server.begin_shutdown()
+    log.info("shutting down: waiting up to %d s for in-flight requests", args.exit_timeout_secs)
+    if not await server.drain(args.exit_timeout_secs):
+        log.warning("exit timeout reached with requests still in flight")
     for f in frontends:
         await f.stop()
     await server.stop()
@@ -73,6 +93,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
                         format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    if args.log_verbose:
+        log.setLevel(logging.DEBUG)
     try:
         import uvloop
         runner = uvloop.run

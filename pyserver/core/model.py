@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,8 @@ from pyserver._proto import ModelConfig
 from pyserver.core import dtypes
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
-from pyserver.core.types import InferRequest, InferResponse, InferTensor
+from pyserver.core.classification import classify, load_labels
+from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
 
 log = logging.getLogger("pyserver")
@@ -119,6 +121,7 @@ class ModelVersion:
         self.inputs = {t.name: TensorSpec(t, True) for t in config.input}
         self.outputs = {t.name: TensorSpec(t, False) for t in config.output}
         self.output_order = [t.name for t in config.output]
+        self._all_outputs = [RequestedOutput(n) for n in self.output_order]
         self.required_inputs = [n for n, s in self.inputs.items() if not s.optional]
         self.has_optional = any(s.optional for s in self.inputs.values())
         self._enforced = [n for n, s in self.inputs.items() if s.variable and not s.ragged]
@@ -132,6 +135,7 @@ class ModelVersion:
             if self.config.HasField("dynamic_batching") else 0
         self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
         self.instances: list[ModelInstance] = []
+        self.labels = load_labels(str(Path(version_dir).parent), config)
         self.load_duration_s = 0.0
         self._config_json = None
 
@@ -335,12 +339,17 @@ class ModelVersion:
         offset = 0
         for p in requests:
             req = p.request
-            wanted = [o.name for o in req.outputs] if req.outputs else self.output_order
             tensors = []
-            for name in wanted:
+            for out in (req.outputs or self._all_outputs):
+                name = out.name
                 value = outputs[name]
                 if batching and not single:
                     value = value[offset:offset + p.batch_size]  # a view, no copy
+                k = out.parameters.get("classification") if out.parameters else None
+                if k is not None:
+                    value = classify(name, value, k, self.labels.get(name), batching)
+                    tensors.append(InferTensor(name, "BYTES", value.shape, value))
+                    continue
                 spec = self.outputs[name]
                 tensors.append(InferTensor(name, spec.datatype, value.shape, value))
             offset += p.batch_size

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class
 from pyserver.core.config import (CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES, ConfigError,
                                   backend_name, load_config_file, normalize)
@@ -68,15 +69,22 @@ def select_versions(config, available: dict[int, Path]) -> list[int]:
     return numbers[-n:] if numbers else []
 
 
-def load_model(model: ModelDir, completions: CompletionQueue) -> list[ModelVersion]:
-    """Loads every version the policy selects. Raises ServerError with a
-    message that says what is wrong and where."""
+def load_model(model: ModelDir, completions: CompletionQueue,
+               config_override=None) -> list[ModelVersion]:
+    """Loads every version the policy selects (from ``config_override``, a
+    ModelConfig, instead of config.pbtxt when given). Raises ServerError
+    with a message that says what is wrong and where."""
     config_path = model.path / CONFIG_FILENAME
-    if not config_path.exists():
+    if config_override is not None:
+        config = ModelConfig()
+        config.CopyFrom(config_override)
+    elif not config_path.exists():
         raise ConfigError(
             f"model '{model.name}': no {CONFIG_FILENAME} in {model.path} (writing one with "
             "platform/backend, inputs and outputs makes it loadable)")
-    config = normalize(load_config_file(config_path), model.name)
+    else:
+        config = load_config_file(config_path)
+    config = normalize(config, model.name)
     backend = backend_name(config)
     if not backend:
         raise ConfigError(

@@ -1,58 +1,66 @@
 """Server: the protocol-neutral core every frontend talks to.
 
-It owns the loaded models and the engine's completion queue (watched by the
-event loop: one wake-up per batch at most), routes requests to model versions
-and exposes health, metadata and infer to the frontends.
+It owns the engine's completion queue (watched by the event loop: one
+wake-up per batch at most), the models (through ModelManager) and the
+server-wide settings, and offers health, metadata, infer, statistics,
+repository control, logging and trace settings to the frontends. Frontends
+only translate their wire format to and from these calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from pyserver import __version__
-from pyserver.core import repository
-from pyserver.core.errors import Code, ServerError, not_found
+from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.model import ModelVersion
+from pyserver.core.model_manager import ModelManager
+from pyserver.core.settings import LogSettings, TraceSettings
 from pyserver.core.types import InferRequest, InferResponse
 from pyserver.engine import Batch, CompletionQueue
 
 log = logging.getLogger("pyserver")
 
-EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-              "schedule_policy", "model_configuration", "system_shared_memory",
-              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
-              "logging"]
-# What this build serves today; the list grows as the features land.
-SUPPORTED_EXTENSIONS = ["model_configuration", "binary_tensor_data", "parameters",
-                        "schedule_policy"]
+# What this build serves; the list grows as features land (Triton's full list
+# adds sequence, cuda_shared_memory and trace).
+EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
+              "model_configuration", "system_shared_memory", "binary_tensor_data",
+              "parameters", "statistics", "logging"]
 
 
 class Server:
     """An inference server over one or more Triton model repositories.
 
     Use inside a running asyncio loop: ``await server.start()`` loads the
-    models (and starts the frontends it was given), ``await server.stop()``.
+    models, ``await server.stop()`` drains and stops them.
     """
 
     def __init__(self, model_repository, *, server_id: str = "triton",
                  exit_on_error: bool = True, strict_readiness: bool = True,
-                 model_load_thread_count: int = 4):
-        self.repositories = [model_repository] if isinstance(model_repository, str) \
-            else list(model_repository)
+                 model_load_thread_count: int = 4, model_control_mode: str = "none",
+                 load_models: list[str] | None = None, allow_client_shm: bool = False):
+        self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
+            or hasattr(model_repository, "__fspath__") else list(model_repository)
+        self.repositories = [str(r) for r in self.repositories]
         self.server_id = server_id
         self.exit_on_error = exit_on_error
         self.strict_readiness = strict_readiness
         self.model_load_thread_count = model_load_thread_count
-        self._models: dict[str, dict[int, ModelVersion]] = {}
-        self._load_errors: dict[str, str] = {}
+        self.model_control_mode = model_control_mode
+        self.load_models = load_models or []
+        self.log_settings_store = LogSettings()
+        self.trace_settings_store = TraceSettings()
+        from pyserver.core.shared_memory import SharedMemoryManager
+        self.shared_memory = SharedMemoryManager(allow_client_shm)
+        self.models: ModelManager | None = None
         self._completions: CompletionQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._live = False
         self._stopping = False
         self._inflight = 0
         self._spin_scheduled = False
+        self._drained: asyncio.Event | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -60,67 +68,53 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._completions = CompletionQueue()
         self._loop.add_reader(self._completions.fd, self._on_completions)
+        self.models = ModelManager(self.repositories, self._completions,
+                                   self.model_load_thread_count, self.model_control_mode)
         self._live = True
-        models, errors = repository.scan(self.repositories)
-        self._load_errors.update(errors)
-        completions = self._completions
-
-        def load(entry):
-            try:
-                return entry.name, repository.load_model(entry, completions), None
-            except ServerError as err:
-                return entry.name, None, err.message
-            except Exception as err:  # a broken model never takes the server down
-                log.exception("loading model '%s' failed", entry.name)
-                return entry.name, None, f"{type(err).__name__}: {err}"
-
-        with ThreadPoolExecutor(max(1, self.model_load_thread_count)) as pool:
-            results = await asyncio.gather(*(self._loop.run_in_executor(pool, load, m)
-                                             for m in models.values()))
-        for name, versions, error in results:
-            if error is not None:
-                self._load_errors[name] = error
-                log.error("failed to load '%s': %s", name, error)
-                continue
-            self._models[name] = {}
-            for mv in versions:
-                self._models[name][mv.version] = mv
-                mv.start()
-                log.info("successfully loaded '%s' version %d", name, mv.version)
-        if self._load_errors and self.exit_on_error:
+        if self.model_control_mode == "explicit":
+            names = None if "*" in self.load_models else list(self.load_models)
+            errors = await self.models.load_all(names) if names != [] else {}
+        else:
+            if self.load_models:
+                raise ServerError(Code.INVALID_ARG,
+                                  "--load-model requires --model-control-mode=explicit")
+            errors = await self.models.load_all(None)
+        if errors and self.exit_on_error:
             await self.stop()
-            details = "; ".join(f"{n}: {e}" for n, e in sorted(self._load_errors.items()))
+            details = "; ".join(f"{n}: {e}" for n, e in sorted(errors.items()))
             raise ServerError(Code.INTERNAL, f"failed to load all models ({details})")
 
+    def begin_shutdown(self):
+        """Stops accepting requests (readiness goes false at once); requests
+        already accepted still complete."""
+        self._stopping = True
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Waits up to timeout_s for in-flight requests; True if none is left."""
+        if self._inflight == 0:
+            return True
+        self._drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
     async def stop(self):
-        if self._stopping:
+        if self._live is False and self.models is None:
             return
         self._stopping = True
         self._live = False
-        versions = [mv for vs in self._models.values() for mv in vs.values()]
-        await asyncio.get_running_loop().run_in_executor(
-            None, lambda: [mv.stop() for mv in versions])
+        if self.models is not None:
+            models, self.models = self.models, None
+            await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
         if self._completions is not None:
-            self._on_completions()  # resolve what Stop() failed
+            self._on_completions()  # resolve what the schedulers failed on stop
             self._loop.remove_reader(self._completions.fd)
-        self._models.clear()
-
-    def loaded_versions(self) -> list[ModelVersion]:
-        """Every model version currently loaded (for metrics and statistics)."""
-        return [mv for name in sorted(self._models)
-                for _, mv in sorted(self._models[name].items())]
-
-    def model_states(self) -> list[dict]:
-        """Repository index rows: name, version, state, reason."""
-        rows = []
-        for name in sorted(set(self._models) | set(self._load_errors)):
-            if name in self._load_errors:
-                rows.append({"name": name, "version": "", "state": "UNAVAILABLE",
-                             "reason": self._load_errors[name]})
-            for version in sorted(self._models.get(name, {})):
-                rows.append({"name": name, "version": str(version), "state": "READY",
-                             "reason": ""})
-        return rows
+            self._completions = None
+        close = getattr(self.shared_memory, "close", None)
+        if close is not None:
+            close()  # unmaps every registered region
 
     # -- completion path (event loop) -----------------------------------------
 
@@ -140,36 +134,41 @@ class Server:
                 future = p.future
                 if not future.done():
                     future.set_exception(error)
+        if self._drained is not None and self._inflight == 0:
+            self._drained.set()
 
-    # -- protocol-neutral API used by the frontends ---------------------------
+    def _spin_for_completion(self, budget_s: float):
+        # Runs after the callbacks already ready in this loop iteration, so it
+        # only spins when this is still the one request in flight: then the
+        # loop has nothing else to do, and rather than sleep in epoll and pay
+        # a thread wake-up (~40 µs) for the completion it spins for it, GIL
+        # released. Under load in-flight > 1 and this returns at once.
+        self._spin_scheduled = False
+        if self._inflight == 1 and self._completions is not None \
+                and self._completions.spin_wait(budget_s):
+            self._on_completions()
+
+    # -- health and metadata ---------------------------------------------------
 
     def is_live(self) -> bool:
         return self._live
 
     def is_ready(self) -> bool:
-        if not self._live or self._stopping:
+        if not self._live or self._stopping or self.models is None:
             return False
-        return not (self.strict_readiness and self._load_errors)
+        return not (self.strict_readiness and self.models.failed())
 
     def metadata(self) -> dict:
-        return {"name": self.server_id, "version": __version__, "extensions": SUPPORTED_EXTENSIONS}
+        return {"name": self.server_id, "version": __version__, "extensions": EXTENSIONS}
 
     def _resolve(self, name: str, version: str) -> ModelVersion:
-        versions = self._models.get(name)
-        if versions is None:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version == "" or version is None:
-            if not versions:
-                raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            return versions[max(versions)]
-        try:
-            number = int(version)
-        except ValueError:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found") from None
-        mv = versions.get(number)
-        if mv is None:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
-        return mv
+        if self.models is None:
+            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+        return self.models.resolve(name, version or "")
+
+    def loaded_versions(self) -> list[ModelVersion]:
+        """Every model version currently loaded (for metrics and statistics)."""
+        return self.models.loaded() if self.models is not None else []
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -180,23 +179,96 @@ class Server:
 
     def model_metadata(self, name: str, version: str = "") -> dict:
         mv = self._resolve(name, version)
-        versions = [str(v) for v in sorted(self._models[name])]
-        return mv.metadata(versions)
+        versions = [str(v) for v in sorted(self.models.versions[name])]
+        return mv.metadata(versions if not version else [mv.version_str])
 
     def model_config(self, name: str, version: str = "") -> dict:
         return self._resolve(name, version).config_json()
 
+    # -- statistics ------------------------------------------------------------
+
     def model_statistics(self, name: str, version: str = "") -> dict:
+        """One version's counters, flat, with our extras (pending count,
+        failure reasons): for tests and tools."""
         mv = self._resolve(name, version)
         stats = mv.stats.snapshot()
         stats.update({"name": mv.name, "version": mv.version_str})
         return stats
 
+    def statistics(self, name: str = "", version: str = "") -> dict:
+        """Triton's statistics extension: {"model_stats": [...]} for one
+        model (all its loaded versions, or one) or, with no name, all."""
+        if not name:
+            versions = self.loaded_versions()
+        elif version:
+            versions = [self._resolve(name, version)]
+        else:
+            self._resolve(name, "")
+            versions = [mv for _, mv in sorted(self.models.versions[name].items())]
+        out = []
+        for mv in versions:
+            s = mv.stats.snapshot()
+            out.append({
+                "name": mv.name,
+                "version": mv.version_str,
+                "last_inference": s["last_inference"],
+                "inference_count": s["inference_count"],
+                "execution_count": s["execution_count"],
+                "inference_stats": s["inference_stats"],
+                "response_stats": {},
+                "batch_stats": s["batch_stats"],
+                "memory_usage": [],
+            })
+        return {"model_stats": out}
+
+    # -- repository ------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        if self.models is None:
+            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+        return self.models.index(ready_only)
+
+    def _check_explicit(self):
+        if self.model_control_mode != "explicit":
+            raise ServerError(Code.UNAVAILABLE,
+                              "explicit model load / unload is not allowed if polling is enabled")
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        self._check_explicit()
+        await self.models.load(name, config=config, files=files)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        # unload_dependents matters once ensembles exist; nothing depends on
+        # a model yet.
+        self._check_explicit()
+        await self.models.unload(name)
+
+    # -- settings --------------------------------------------------------------
+
+    def log_settings(self, update: dict | None = None) -> dict:
+        if update:
+            self.log_settings_store.update(update)
+        return self.log_settings_store.as_dict()
+
+    def trace_settings(self, model_name: str | None = None, update: dict | None = None) -> dict:
+        if model_name:
+            self._resolve(model_name, "")
+        if update:
+            self.trace_settings_store.update(model_name, update)
+        return self.trace_settings_store.as_dict(model_name)
+
+    # -- inference -------------------------------------------------------------
+
     def submit(self, request: InferRequest) -> asyncio.Future:
         """Queues a request; the future resolves to its InferResponse or fails
         with a ServerError. Validation errors raise here, synchronously."""
         if self._stopping:
-            raise ServerError(Code.UNAVAILABLE, "Server is stopping")
+            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
+        for key in request.parameters:
+            if key.startswith("triton_"):
+                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
+                                  f"Triton usage and should not be specified: '{key}'")
         mv = self._resolve(request.model_name, request.model_version)
         future = self._loop.create_future()
         mv.submit(request, future)
@@ -205,16 +277,6 @@ class Server:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
         return future
-
-    def _spin_for_completion(self, budget_s: float):
-        # Runs after the callbacks already ready in this loop iteration, so it
-        # only spins when this is still the one request in flight: then the
-        # loop has nothing else to do, and rather than sleep in epoll and pay
-        # a thread wake-up (~40 µs) for the completion it spins for it, GIL
-        # released. Under load in-flight > 1 and this returns at once.
-        self._spin_scheduled = False
-        if self._inflight == 1 and self._completions.spin_wait(budget_s):
-            self._on_completions()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.submit(request)

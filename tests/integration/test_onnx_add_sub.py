@@ -164,7 +164,7 @@ def test_broken_model_does_not_take_others_down(tmp_path, start_server):
     assert client.is_model_ready("add_sub")
     a = np.ones((1, 16), np.float32)
     np.testing.assert_array_equal(client.infer("add_sub", make_inputs(a, a)).as_numpy("OUTPUT0"), 2 * a)
-    [row] = [r for r in s.server.model_states() if r["name"] == "broken"]
+    [row] = [r for r in s.run(s.server.repository_index) if r["name"] == "broken"]
     assert row["state"] == "UNAVAILABLE"
     assert f"{broken / 'config.pbtxt'}:3:" in row["reason"]
 
@@ -176,3 +176,21 @@ def test_missing_model_file_is_a_clear_load_error(tmp_path, start_server):
     with pytest.raises(ServerError) as err:
         start_server(tmp_path)
     assert "model.onnx not found" in err.value.message
+
+
+def test_classification_extension_with_labels(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="cls")
+    cfg = (d / "config.pbtxt").read_text().replace(
+        '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }',
+        '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] label_filename: "labels.txt" }')
+    (d / "config.pbtxt").write_text(cfg)
+    (d / "labels.txt").write_text("\n".join(f"label{i}" for i in range(16)))
+    s = start_server(tmp_path)
+    client = httpclient.InferenceServerClient(s.url)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.zeros((1, 16), np.float32)
+    out = client.infer("cls", make_inputs(a, b), outputs=[
+        httpclient.InferRequestedOutput("OUTPUT0", class_count=3)]).as_numpy("OUTPUT0")
+    assert out.shape == (1, 3)
+    assert [x.decode() if isinstance(x, bytes) else x for x in out[0]] == [
+        "15.000000:15:label15", "14.000000:14:label14", "13.000000:13:label13"]

@@ -1,0 +1,147 @@
+"""Server-wide settings changed at run time through the logging and trace
+extensions, validated as Triton validates them."""
+
+from __future__ import annotations
+
+import logging
+
+from pyserver.core.errors import Code, ServerError, invalid_arg
+
+log = logging.getLogger("pyserver")
+
+_LOG_FORMATS = {
+    "default": "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(module)s.py:%(lineno)d] %(message)s",
+    "ISO8601": "%(asctime)s %(levelname).1s %(process)d %(module)s.py:%(lineno)d] %(message)s",
+}
+_LOG_DATEFMT = {"default": "%m%d %H:%M:%S", "ISO8601": "%Y-%m-%dT%H:%M:%SZ"}
+
+
+class LogSettings:
+    """The logging extension's settings, applied to the 'pyserver' logger."""
+
+    def __init__(self):
+        self.values = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+                       "log_verbose_level": 0, "log_format": "default"}
+        self._file_handler = None
+
+    def as_dict(self) -> dict:
+        return dict(self.values)
+
+    def update(self, update: dict) -> None:
+        new = dict(self.values)
+        for key, value in update.items():
+            if key not in new:
+                raise invalid_arg(f"Logging setting '{key}' is not supported")
+            if key in ("log_info", "log_warning", "log_error"):
+                if not isinstance(value, bool):
+                    raise invalid_arg(f"Expect boolean value for '{key}', got {value!r}")
+            elif key == "log_verbose_level":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise invalid_arg(f"Expect integer value for '{key}', got {value!r}")
+                if value < 0:
+                    raise invalid_arg(f"Verbose logging level must be non-negative, got {value}")
+            elif key == "log_format":
+                if value not in _LOG_FORMATS:
+                    raise invalid_arg(
+                        f"invalid value for log_format: '{value}', expected one of "
+                        f"{', '.join(repr(f) for f in _LOG_FORMATS)}")
+            elif key == "log_file":
+                if not isinstance(value, str):
+                    raise invalid_arg(f"Expect string value for 'log_file', got {value!r}")
+            new[key] = value
+        self.values = new
+        self._apply()
+
+    def _apply(self) -> None:
+        v = self.values
+        if v["log_verbose_level"] > 0:
+            level = logging.DEBUG
+        elif v["log_info"]:
+            level = logging.INFO
+        elif v["log_warning"]:
+            level = logging.WARNING
+        elif v["log_error"]:
+            level = logging.ERROR
+        else:
+            level = logging.CRITICAL + 1
+        log.setLevel(level)
+        if self._file_handler is not None:
+            log.removeHandler(self._file_handler)
+            self._file_handler.close()
+            self._file_handler = None
+        if v["log_file"]:
+            try:
+                handler = logging.FileHandler(v["log_file"])
+            except OSError as err:
+                raise invalid_arg(f"failed to open log file '{v['log_file']}': {err.strerror}") from None
+            handler.setFormatter(logging.Formatter(_LOG_FORMATS[v["log_format"]],
+                                                   _LOG_DATEFMT[v["log_format"]]))
+            log.addHandler(handler)
+            self._file_handler = handler
+
+
+_TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+_TRACE_COUNTERS = ("trace_rate", "trace_count", "log_frequency")
+
+
+class TraceSettings:
+    """The trace extension's settings: global values and per-model overrides.
+    Numbers travel as strings, as in Triton's JSON."""
+
+    def __init__(self):
+        self.global_values = {"trace_file": "", "trace_level": ["OFF"], "trace_rate": "1000",
+                              "trace_count": "-1", "log_frequency": "0", "trace_mode": "triton"}
+        self.model_values: dict[str, dict] = {}
+
+    def as_dict(self, model_name: str | None = None) -> dict:
+        out = dict(self.global_values)
+        if model_name:
+            out.update(self.model_values.get(model_name, {}))
+        out["trace_level"] = list(out["trace_level"])
+        return out
+
+    def effective(self, model_name: str) -> dict:
+        return self.as_dict(model_name)
+
+    def update(self, model_name: str | None, update: dict) -> None:
+        target = dict(self.model_values.get(model_name, {})) if model_name else dict(self.global_values)
+        for key, value in update.items():
+            if key not in self.global_values:
+                raise invalid_arg(f"unknown trace setting '{key}'")
+            if value is None:
+                if not model_name:
+                    raise invalid_arg(f"trace setting '{key}' can only be cleared for a model")
+                target.pop(key, None)  # back to the global value
+                continue
+            if key == "trace_level":
+                levels = value if isinstance(value, list) else [value]
+                for level in levels:
+                    if level not in _TRACE_LEVELS:
+                        raise invalid_arg(f"unsupported trace level '{level}', expected one of "
+                                          f"{', '.join(_TRACE_LEVELS)}")
+                    if level != "OFF":
+                        # Said plainly rather than accepted and ignored.
+                        raise ServerError(Code.UNSUPPORTED,
+                                          f"trace level '{level}' is not supported by this server "
+                                          "yet: request tracing is not implemented")
+                target[key] = list(levels)
+            elif key in _TRACE_COUNTERS:
+                try:
+                    number = int(str(value))
+                except ValueError:
+                    raise invalid_arg(f"Unable to parse '{key}', got: {value}") from None
+                if number < (-1 if key == "trace_count" else 0):
+                    raise invalid_arg(f"invalid value for '{key}': {value}")
+                target[key] = str(number)
+            elif key == "trace_mode":
+                if value not in ("triton", "opentelemetry"):
+                    raise invalid_arg(f"unsupported trace mode '{value}'")
+                target[key] = value
+            else:
+                if not isinstance(value, str):
+                    raise invalid_arg(f"Expect string value for '{key}', got {value!r}")
+                target[key] = value
+        if model_name:
+            self.model_values[model_name] = target
+        else:
+            self.global_values = target

@@ -1,0 +1,130 @@
+"""Explicit model control through the protocol-neutral Server API: load,
+reload (old version serves until the new one is ready), unload, overrides,
+the repository index."""
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.types import InferRequest, InferTensor
+from pyserver.testing import add_sub_onnx, write_add_sub
+
+
+def infer(s, name, value=1.0):
+    a = np.full((1, 16), value, np.float32)
+    req = InferRequest(name, inputs=[InferTensor("INPUT0", "FP32", [1, 16], a),
+                                     InferTensor("INPUT1", "FP32", [1, 16], a)])
+    return s.call(s.server.infer(req)).outputs[0].data
+
+
+def test_explicit_mode_loads_only_what_is_asked(tmp_path, start_server):
+    write_add_sub(tmp_path, name="a")
+    write_add_sub(tmp_path, name="b")
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["a"])
+    index = {r["name"]: r for r in s.run(s.server.repository_index)}
+    assert index["a"]["state"] == "READY"
+    assert index["b"] == {"name": "b"}
+    assert [r["name"] for r in s.run(s.server.repository_index, True)] == ["a"]
+    with pytest.raises(ServerError) as err:
+        infer(s, "b")
+    assert err.value.code == Code.NOT_FOUND
+
+    s.call(s.server.load_model("b"))
+    np.testing.assert_array_equal(infer(s, "b", 2.0), np.full((1, 16), 4.0))
+    s.call(s.server.unload_model("b"))
+    index = {r["name"]: r for r in s.run(s.server.repository_index)}
+    assert index["b"]["state"] == "UNAVAILABLE" and index["b"]["reason"] == "unloaded"
+    with pytest.raises(ServerError) as err:
+        infer(s, "b")
+    assert "has no available versions" in err.value.message
+    s.call(s.server.unload_model("never-there"))  # not an error, as in Triton
+
+
+def test_reload_keeps_serving_and_swaps_versions(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="m", versions=(1,))
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["*"])
+    assert s.run(s.server.model_metadata, "m", "")["versions"] == ["1"]
+    (d / "2").mkdir()
+    (d / "2" / "model.onnx").write_bytes(add_sub_onnx())
+
+    async def reload_while_serving():
+        a = np.ones((1, 16), np.float32)
+        req = lambda: InferRequest("m", inputs=[InferTensor("INPUT0", "FP32", [1, 16], a),
+                                                InferTensor("INPUT1", "FP32", [1, 16], a)])
+        load = asyncio.ensure_future(s.server.load_model("m"))
+        served = 0
+        while not load.done():
+            await s.server.infer(req())  # never fails during the reload
+            served += 1
+            await asyncio.sleep(0)
+        await load
+        return served
+
+    s.call(reload_while_serving())
+    assert s.run(s.server.model_metadata, "m", "")["versions"] == ["2"]
+    np.testing.assert_array_equal(infer(s, "m"), np.full((1, 16), 2.0))
+
+
+def test_load_with_config_and_file_override(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit")
+    config = json.dumps({
+        "name": "fresh", "platform": "onnxruntime_onnx", "max_batch_size": 4,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+                  {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [16]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+                   {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [16]}]})
+    s.call(s.server.load_model("fresh", config=config, files={"1/model.onnx": add_sub_onnx()}))
+    np.testing.assert_array_equal(infer(s, "fresh", 3.0), np.full((1, 16), 6.0))
+    assert s.run(s.server.model_config, "fresh", "")["max_batch_size"] == 4
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("evil", config=config, files={"../../etc/x": b"1"}))
+    assert err.value.code == Code.INVALID_ARG
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("../m"))
+    assert err.value.code == Code.INVALID_ARG
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("missing"))
+    assert "failed to poll from model repository" in err.value.message
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("m", config="{not json"))
+    assert err.value.code == Code.INVALID_ARG
+
+
+def test_failed_reload_keeps_the_old_version(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["m"])
+    (d / "config.pbtxt").write_text("max_batch_size: [\n")
+    with pytest.raises(ServerError):
+        s.call(s.server.load_model("m"))
+    np.testing.assert_array_equal(infer(s, "m"), np.full((1, 16), 2.0))
+
+
+def test_load_unload_refused_unless_explicit(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path)
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("m"))
+    assert err.value.code == Code.UNAVAILABLE
+    assert err.value.message == "explicit model load / unload is not allowed if polling is enabled"
+
+
+def test_statistics_shape(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m", extra="dynamic_batching { }")
+    s = start_server(tmp_path)
+    infer(s, "m")
+    stats = s.run(s.server.statistics, "m", "")
+    [m] = stats["model_stats"]
+    assert m["name"] == "m" and m["version"] == "1"
+    assert m["inference_count"] == 1 and m["execution_count"] == 1
+    assert m["inference_stats"]["success"]["count"] == 1
+    assert m["batch_stats"][0]["batch_size"] == 1
+    assert set(m) == {"name", "version", "last_inference", "inference_count", "execution_count",
+                      "inference_stats", "response_stats", "batch_stats", "memory_usage"}
+    assert s.run(s.server.statistics)["model_stats"][0]["name"] == "m"
+    with pytest.raises(ServerError) as err:
+        s.run(s.server.statistics, "nope", "")
+    assert err.value.code == Code.NOT_FOUND

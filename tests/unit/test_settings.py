@@ -1,0 +1,46 @@
+import logging
+
+import pytest
+
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.settings import LogSettings, TraceSettings
+
+
+def test_log_settings_validate_and_apply(tmp_path):
+    s = LogSettings()
+    assert s.as_dict()["log_verbose_level"] == 0
+    s.update({"log_verbose_level": 2})
+    assert logging.getLogger("pyserver").level == logging.DEBUG
+    s.update({"log_verbose_level": 0, "log_info": False})
+    assert logging.getLogger("pyserver").level == logging.WARNING
+    for bad in ({"log_verbose_level": -1}, {"log_info": "yes"}, {"log_format": "xml"}, {"nope": 1}):
+        with pytest.raises(ServerError) as err:
+            s.update(bad)
+        assert err.value.code == Code.INVALID_ARG
+    assert s.as_dict()["log_info"] is False  # a refused update changes nothing
+    path = tmp_path / "server.log"
+    s.update({"log_file": str(path), "log_info": True})
+    logging.getLogger("pyserver").info("hello file")
+    s.update({"log_file": ""})
+    assert "hello file" in path.read_text()
+
+
+def test_trace_settings_global_and_model_override():
+    t = TraceSettings()
+    assert t.as_dict()["trace_level"] == ["OFF"]
+    t.update(None, {"trace_level": ["OFF"], "trace_rate": 5})
+    assert t.as_dict()["trace_rate"] == "5"
+    t.update("m", {"trace_rate": "1"})
+    assert t.as_dict("m")["trace_rate"] == "1"
+    assert t.as_dict("m")["trace_level"] == ["OFF"]
+    with pytest.raises(ServerError) as err:  # tracing itself is not built yet
+        t.update(None, {"trace_level": ["TIMESTAMPS"]})
+    assert err.value.code == Code.UNSUPPORTED
+    t.update("m", {"trace_rate": None})
+    assert t.as_dict("m")["trace_rate"] == "5"
+    with pytest.raises(ServerError):
+        t.update(None, {"trace_level": ["LOUD"]})
+    with pytest.raises(ServerError):
+        t.update(None, {"trace_rate": "often"})
+    with pytest.raises(ServerError):
+        t.update(None, {"trace_rate": None})
