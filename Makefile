@@ -50,7 +50,10 @@ sanitize: system-deps $(VENV)/.deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build/tsan/csrc_tests --gtest_brief=1
 
 bench: install
+	@command -v wrk >/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; }
 	$(VPY) bench/engine_overhead.py
+	$(VPY) bench/protocol.py
 
 clean:
 	rm -rf build pyserver/engine/*.so pyserver/_proto/*.desc
