@@ -30,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="none: load every model at startup; explicit: load/unload through the API")
     p.add_argument("--load-model", action="append", default=[], metavar="NAME",
                    help="model to load at startup in explicit mode (repeatable; '*' = all)")
+    p.add_argument("--disable-auto-complete-config", action="store_true",
+                   help="use config.pbtxt as written: backends fill nothing in")
+    p.add_argument("--strict-model-config", type=_bool, default=None,
+                   help="deprecated: true is --disable-auto-complete-config")
+    p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE",
+                   help="backend setting; supported: default-max-batch-size=N")
     p.add_argument("--exit-on-error", type=_bool, default=True)
     p.add_argument("--strict-readiness", type=_bool, default=True)
     p.add_argument("--model-load-thread-count", type=int, default=4)
@@ -53,7 +59,17 @@ async def serve(args) -> int:
     from pyserver.core.server import Server
     from pyserver.frontends.http import HttpFrontend
 
-    server = Server(args.model_repository, server_id=args.server_id,
+    auto_complete = not args.disable_auto_complete_config and not args.strict_model_config
+    default_mbs = 4
+    for item in args.backend_config:
+        setting = item.split(",", 1)[-1]
+        key, _, value = setting.partition("=")
+        if key == "default-max-batch-size":
+            default_mbs = int(value)
+        else:
+            log.warning("--backend-config %s: setting '%s' is not used by this server", item, key)
+    server = Server(args.model_repository, auto_complete_config=auto_complete,
+                    default_max_batch_size=default_mbs, server_id=args.server_id,
                     exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
                     model_load_thread_count=args.model_load_thread_count,
                     model_control_mode=args.model_control_mode, load_models=args.load_model,

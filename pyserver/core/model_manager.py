@@ -31,7 +31,8 @@ CONTROL_MODES = ("none", "explicit")
 
 class ModelManager:
     def __init__(self, repositories: list[str], completions: CompletionQueue,
-                 load_thread_count: int = 4, control_mode: str = "none"):
+                 load_thread_count: int = 4, control_mode: str = "none",
+                 load_options: repository.LoadOptions | None = None):
         if control_mode not in CONTROL_MODES:
             raise ServerError(Code.INVALID_ARG,
                               f"unsupported --model-control-mode '{control_mode}' "
@@ -39,6 +40,7 @@ class ModelManager:
         self.repositories = repositories
         self.completions = completions
         self.control_mode = control_mode
+        self.load_options = load_options or repository.LoadOptions()
         self._pool = ThreadPoolExecutor(max(1, load_thread_count), thread_name_prefix="model-load")
         self.versions: dict[str, dict[int, ModelVersion]] = {}
         # name -> (state, reason) for models that are not READY
@@ -130,7 +132,8 @@ class ModelManager:
             loop = asyncio.get_running_loop()
             try:
                 new = await loop.run_in_executor(
-                    self._pool, repository.load_model, entry, self.completions, override)
+                    self._pool, repository.load_model, entry, self.completions, override,
+                    self.load_options)
             except ServerError as err:
                 self.states[name] = ("UNAVAILABLE", err.message)
                 log.error("failed to load '%s': %s", name, err.message)

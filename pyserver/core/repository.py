@@ -69,22 +69,45 @@ def select_versions(config, available: dict[int, Path]) -> list[int]:
     return numbers[-n:] if numbers else []
 
 
-def load_model(model: ModelDir, completions: CompletionQueue,
-               config_override=None) -> list[ModelVersion]:
+@dataclass
+class LoadOptions:
+    """Server-wide choices that shape how a model's config is completed."""
+    auto_complete: bool = True
+    default_max_batch_size: int = 4
+
+
+def _guess_backend(model: ModelDir) -> str:
+    """For a model folder without config.pbtxt: the backend whose default
+    model file is in the highest version folder."""
+    available = version_folders(model.path)
+    if available:
+        latest = available[max(available)]
+        for backend, filename in DEFAULT_MODEL_FILENAMES.items():
+            if (latest / filename).exists():
+                return backend
+    return ""
+
+
+def load_model(model: ModelDir, completions: CompletionQueue, config_override=None,
+               options: LoadOptions | None = None) -> list[ModelVersion]:
     """Loads every version the policy selects (from ``config_override``, a
     ModelConfig, instead of config.pbtxt when given). Raises ServerError
     with a message that says what is wrong and where."""
+    options = options or LoadOptions()
     config_path = model.path / CONFIG_FILENAME
     if config_override is not None:
         config = ModelConfig()
         config.CopyFrom(config_override)
-    elif not config_path.exists():
+    elif config_path.exists():
+        config = load_config_file(config_path)
+    elif options.auto_complete and _guess_backend(model):
+        config = ModelConfig(name=model.name, backend=_guess_backend(model))
+    else:
         raise ConfigError(
             f"model '{model.name}': no {CONFIG_FILENAME} in {model.path} (writing one with "
-            "platform/backend, inputs and outputs makes it loadable)")
-    else:
-        config = load_config_file(config_path)
-    config = normalize(config, model.name)
+            "platform/backend, inputs and outputs makes it loadable"
+            + ("" if options.auto_complete else
+               "; auto-complete is disabled, so the file is required") + ")")
     backend = backend_name(config)
     if not backend:
         raise ConfigError(
@@ -92,6 +115,15 @@ def load_model(model: ModelDir, completions: CompletionQueue,
             "(e.g. platform: \"onnxruntime_onnx\")")
     cls = backend_class(backend)
     available = version_folders(model.path)
+    filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
+    complete = getattr(cls, "auto_complete_config", None)
+    if options.auto_complete and complete is not None and available:
+        # As Triton: the backend fills what the config leaves out, from the
+        # model file of the highest version.
+        latest = available[max(available)] / filename
+        if latest.exists():
+            complete(config, str(latest), options.default_max_batch_size)
+    config = normalize(config, model.name)
     versions = select_versions(config, available)
     if not versions:
         raise ServerError(Code.UNAVAILABLE,
@@ -104,7 +136,6 @@ def load_model(model: ModelDir, completions: CompletionQueue,
     try:
         for number in versions:
             version_dir = available[number]
-            filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
             model_path = version_dir / filename
             if not model_path.exists():
                 raise ServerError(Code.UNAVAILABLE,

@@ -13,6 +13,7 @@ import asyncio
 import logging
 
 from pyserver import __version__
+from pyserver.core import repository
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.model import ModelVersion
 from pyserver.core.model_manager import ModelManager
@@ -39,7 +40,8 @@ class Server:
     def __init__(self, model_repository, *, server_id: str = "triton",
                  exit_on_error: bool = True, strict_readiness: bool = True,
                  model_load_thread_count: int = 4, model_control_mode: str = "none",
-                 load_models: list[str] | None = None, allow_client_shm: bool = False):
+                 load_models: list[str] | None = None, allow_client_shm: bool = False,
+                 auto_complete_config: bool = True, default_max_batch_size: int = 4):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -49,6 +51,7 @@ class Server:
         self.model_load_thread_count = model_load_thread_count
         self.model_control_mode = model_control_mode
         self.load_models = load_models or []
+        self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size)
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         from pyserver.core.shared_memory import SharedMemoryManager
@@ -69,7 +72,8 @@ class Server:
         self._completions = CompletionQueue()
         self._loop.add_reader(self._completions.fd, self._on_completions)
         self.models = ModelManager(self.repositories, self._completions,
-                                   self.model_load_thread_count, self.model_control_mode)
+                                   self.model_load_thread_count, self.model_control_mode,
+                                   self.load_options)
         self._live = True
         if self.model_control_mode == "explicit":
             names = None if "*" in self.load_models else list(self.load_models)
