@@ -52,12 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001,
                    help="gRPC port (the gRPC frontend is not built yet: flag accepted, nothing served)")
     p.add_argument("--log-verbose", type=int, default=0)
+    from pyserver.metrics import add_cli_arguments
+    add_cli_arguments(p)  # --allow-metrics, --metrics-port, --metrics-config, ...
     return p
 
 
 async def serve(args) -> int:
     from pyserver.core.server import Server
     from pyserver.frontends.http import HttpFrontend
+    from pyserver.metrics import MetricsConfig, MetricsConfigError
+
+    try:
+        metrics_config = MetricsConfig.from_args(args)
+    except MetricsConfigError as err:
+        log.error("%s", err)
+        return 1
 
     auto_complete = not args.disable_auto_complete_config and not args.strict_model_config
     default_mbs = 4
@@ -85,6 +94,12 @@ async def serve(args) -> int:
         await http.start()
         frontends.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, http.port)
+    if metrics_config.allow_metrics:
+        from pyserver.frontends.metrics_http import MetricsFrontend
+        metrics = MetricsFrontend(server, metrics_config)
+        await metrics.start()
+        frontends.append(metrics)
+        log.info("Started Metrics Service at %s:%d", metrics_config.metrics_address, metrics.port)
     for row in server.repository_index():
         log.info("model %s version %s: %s %s", row["name"], row.get("version") or "-",
                  row.get("state", "UNLOADED"), row.get("reason", ""))

@@ -1,0 +1,534 @@
+"""Triton's Prometheus metrics, read from the engine's C++ counters at scrape time.
+
+Nothing here runs per request: every model version keeps its counters in
+csrc (``pyserver::ModelStats``, relaxed atomics bumped by the scheduler and
+instance threads), and :class:`EngineCollector` turns one snapshot of them
+into metric families when ``/metrics`` is scraped.
+
+The names, HELP texts, types, labels and family order are Triton's
+(triton-inference-server/core ``src/metrics.cc`` and
+``src/metric_model_reporter.cc``). So is the text: Triton serializes with
+prometheus-cpp, which writes a counter under its own name (no ``_total``),
+sorts labels by name and prints values like C++ ``ostream`` with 16 digits
+(``3``, ``0.004683712``, ``16861294592``). prometheus_client's
+``generate_latest`` would add ``_total`` to counters' HELP/TYPE lines and
+print ``3.0``, so :func:`exposition` writes the families built here
+(:class:`TritonMetricFamily`) the Triton way, and any other collector in the
+same registry the prometheus_client way.
+
+What a Triton build has and this one does not (yet):
+
+* latency summaries (``--metrics-config summary_latencies=true``) and the
+  first-response histogram (``histogram_latencies=true``): quantiles need
+  every observation, and the engine keeps only sums and counts. They need a
+  quantile estimator inside csrc's ModelStats; feeding one from Python would
+  be a per-request Python call. The settings are accepted and a warning says
+  the families are not published.
+* GPU metrics (``nv_gpu_*``, ``nv_energy_consumption``; DCGM in Triton):
+  ``--allow-gpu-metrics`` is accepted, nothing is published.
+* the pinned memory pool: it does not exist in this CPU-only build, so its
+  two gauges read 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client.exposition import generate_latest as _prometheus_generate_latest
+from prometheus_client.metrics_core import Metric
+
+log = logging.getLogger("pyserver")
+
+__all__ = [
+    "CONTENT_TYPE", "DEFAULT_SUMMARY_QUANTILES", "EngineCollector", "HostSampler",
+    "MetricsConfig", "MetricsConfigError", "TritonMetricFamily", "add_cli_arguments",
+    "exposition",
+]
+
+# prometheus-cpp's exposer (Triton) answers with the 0.0.4 text format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Triton's default quantiles (metric_model_reporter.h): (quantile, error).
+DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
+                             (0.999, 0.001))
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+# ---------------------------------------------------------------------------
+# configuration
+
+
+class MetricsConfigError(ValueError):
+    """A metrics flag or --metrics-config setting that cannot be used."""
+
+
+_BOOL_WORDS = {"true": True, "false": False}
+_SETTINGS = ("counter_latencies", "summary_latencies", "summary_quantiles",
+             "histogram_latencies")
+_STOD_PREFIX = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _parse_bool(setting: str, value: str) -> bool:
+    word = _BOOL_WORDS.get(value.strip().lower())
+    if word is None:
+        raise MetricsConfigError(
+            f"--metrics-config {setting}={value}: expected true or false")
+    return word
+
+
+def _leading_float(text: str):
+    # C++ std::stod reads the longest numeric prefix ("0.0.1" -> 0.0); Triton
+    # parses quantiles with it, so its command lines parse the same here.
+    m = _STOD_PREFIX.match(text)
+    return float(m.group(0)) if m else None
+
+
+def parse_quantiles(value: str) -> tuple:
+    """``"0.5:0.05,0.9:0.01"`` -> ((0.5, 0.05), (0.9, 0.01))."""
+    pairs = []
+    for item in value.split(","):
+        quantile, sep, error = item.partition(":")
+        q = _leading_float(quantile)
+        e = _leading_float(error) if sep else None
+        if q is None or e is None:
+            raise MetricsConfigError(
+                f"--metrics-config summary_quantiles={value}: '{item}' is not "
+                "<quantile>:<error> (e.g. summary_quantiles=0.5:0.05,0.9:0.01)")
+        if not 0.0 <= q <= 1.0:
+            raise MetricsConfigError(
+                f"--metrics-config summary_quantiles={value}: quantile {q} is not in [0, 1]")
+        pairs.append((q, e))
+    return tuple(pairs)
+
+
+@dataclass
+class MetricsConfig:
+    """The metrics flags of tritonserver, parsed and checked.
+
+    Build it with :meth:`from_args` (an ``argparse`` namespace from
+    :func:`add_cli_arguments`) or :meth:`from_cli` (plain values); both raise
+    :class:`MetricsConfigError` with a message that names the flag.
+    """
+
+    allow_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    metrics_interval_ms: float = 2000.0
+    counter_latencies: bool = True
+    summary_latencies: bool = False
+    summary_quantiles: tuple = DEFAULT_SUMMARY_QUANTILES
+    histogram_latencies: bool = False
+    settings: dict = field(default_factory=dict)  # every --metrics-config k=v as given
+
+    @classmethod
+    def from_cli(cls, *, allow_metrics: bool = True, allow_cpu_metrics: bool = True,
+                 allow_gpu_metrics: bool = True, metrics_address: str | None = None,
+                 metrics_port: int = 8002, metrics_interval_ms: float = 2000.0,
+                 metrics_config=(), http_address: str = "0.0.0.0") -> "MetricsConfig":
+        """``metrics_config``: the ``--metrics-config`` values, each
+        ``<setting>=<value>``. ``metrics_address`` defaults to
+        ``http_address``, as in Triton."""
+        if not 0 <= int(metrics_port) <= 65535:
+            raise MetricsConfigError(f"--metrics-port {metrics_port}: not a port number (0-65535)")
+        interval = float(metrics_interval_ms)
+        if not interval > 0 or math.isinf(interval):
+            raise MetricsConfigError(
+                f"--metrics-interval-ms {metrics_interval_ms}: must be a positive number")
+        config = cls(allow_metrics=bool(allow_metrics), allow_cpu_metrics=bool(allow_cpu_metrics),
+                     allow_gpu_metrics=bool(allow_gpu_metrics),
+                     metrics_address=metrics_address or http_address or "0.0.0.0",
+                     metrics_port=int(metrics_port), metrics_interval_ms=interval)
+        for item in metrics_config or ():
+            config._apply(item)
+        return config
+
+    @classmethod
+    def from_args(cls, args) -> "MetricsConfig":
+        """From the namespace of a parser that ran :func:`add_cli_arguments`."""
+        return cls.from_cli(
+            allow_metrics=args.allow_metrics, allow_cpu_metrics=args.allow_cpu_metrics,
+            allow_gpu_metrics=args.allow_gpu_metrics, metrics_address=args.metrics_address,
+            metrics_port=args.metrics_port, metrics_interval_ms=args.metrics_interval_ms,
+            metrics_config=args.metrics_config,
+            http_address=getattr(args, "http_address", "0.0.0.0"))
+
+    def _apply(self, item: str) -> None:
+        # Triton's format rules (command_line_parser.cc ParseMetricsConfigOption).
+        setting, sep, value = item.partition("=")
+        if not sep or not setting or not value or "," in setting:
+            raise MetricsConfigError(
+                f"--metrics-config option format is <setting>=<value>. Got {item}")
+        setting = setting.strip()
+        if setting not in _SETTINGS:
+            raise MetricsConfigError(
+                f"--metrics-config {item}: unknown setting '{setting}' (known: "
+                f"{', '.join(_SETTINGS)})")
+        self.settings[setting] = value
+        if setting == "summary_quantiles":
+            self.summary_quantiles = parse_quantiles(value)
+        else:
+            setattr(self, setting, _parse_bool(setting, value))
+        if setting in ("summary_latencies", "histogram_latencies") and getattr(self, setting):
+            log.warning("--metrics-config %s=true: this build does not publish latency "
+                        "summaries or histograms (the engine keeps sums and counts only); "
+                        "the latency counters are published", setting)
+
+
+def add_cli_arguments(parser) -> None:
+    """Adds tritonserver's metrics flags to an ``argparse`` parser; read them
+    back with :meth:`MetricsConfig.from_args`."""
+
+    def boolean(value: str) -> bool:
+        v = value.strip().lower()
+        if v in ("1", "true", "yes", "on"):
+            return True
+        if v in ("0", "false", "no", "off"):
+            return False
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected a boolean, got '{value}'")
+
+    group = parser.add_argument_group("metrics")
+    group.add_argument("--allow-metrics", type=boolean, default=True,
+                       help="serve Prometheus metrics (default true)")
+    group.add_argument("--allow-gpu-metrics", type=boolean, default=True,
+                       help="GPU metrics (accepted; this build publishes none)")
+    group.add_argument("--allow-cpu-metrics", type=boolean, default=True,
+                       help="CPU utilization and memory gauges (default true)")
+    group.add_argument("--metrics-address", default=None,
+                       help="address of the metrics endpoint (default: --http-address)")
+    group.add_argument("--metrics-port", type=int, default=8002,
+                       help="port of the metrics endpoint (default 8002)")
+    group.add_argument("--metrics-interval-ms", type=float, default=2000.0,
+                       help="how often CPU gauges are refreshed, in ms (default 2000)")
+    group.add_argument("--metrics-config", action="append", default=[],
+                       metavar="<setting>=<value>",
+                       help="counter_latencies, summary_latencies, summary_quantiles, "
+                            "histogram_latencies (repeatable)")
+
+
+# ---------------------------------------------------------------------------
+# exposition
+
+
+class TritonMetricFamily(Metric):
+    """A metric family written exactly as Triton writes it: the sample name is
+    the family name (a counter has no ``_total``), labels sorted by name,
+    values as C++ prints doubles. Types: ``counter`` or ``gauge``."""
+
+    def __init__(self, name: str, documentation: str, typ: str):
+        Metric.__init__(self, name, documentation, typ)
+
+    def add(self, labels: dict, value: float) -> None:
+        self.add_sample(self.name, labels, value)
+
+
+def _format_value(value: float) -> str:
+    # prometheus-cpp: ostream with precision(max_digits10 - 1) == %.16g.
+    if value != value:
+        return "Nan"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return "%.16g" % value
+
+
+def _escape_label(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        value = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+class _Single:
+    """One foreign metric family as a collector, for prometheus_client's writer."""
+
+    def __init__(self, metric):
+        self._metric = metric
+
+    def collect(self):
+        return [self._metric]
+
+
+def _write_family(metric: TritonMetricFamily, out: list) -> None:
+    name = metric.name
+    out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n"
+               f"# TYPE {name} {metric.type}\n")
+    for sample in metric.samples:
+        labels = sample.labels
+        if labels:
+            text = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in sorted(labels.items()))
+            out.append(f"{sample.name}{{{text}}} {_format_value(sample.value)}\n")
+        else:
+            out.append(f"{sample.name} {_format_value(sample.value)}\n")
+
+
+def exposition(registry) -> bytes:
+    """The Prometheus 0.0.4 text of every family ``registry.collect()``
+    yields: Triton's families in Triton's format, others as prometheus_client
+    writes them. A family with no samples is left out, as prometheus-cpp does."""
+    out: list[str] = []
+    for metric in registry.collect():
+        if not metric.samples:
+            continue
+        if isinstance(metric, TritonMetricFamily):
+            _write_family(metric, out)
+        else:
+            out.append(_prometheus_generate_latest(_Single(metric)).decode("utf-8"))
+    return "".join(out).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------
+# host gauges
+
+
+class HostSampler:
+    """CPU utilization and RAM from /proc, as Triton's metrics poller reads
+    them: utilization is busy / (busy + idle) jiffies between two reads of
+    /proc/stat, used memory is MemTotal - MemAvailable.
+
+    Triton refreshes these on a thread every interval. Here nothing runs
+    between scrapes: a scrape re-reads /proc when at least ``interval_s``
+    has passed since the last read, and otherwise reports the last values.
+    """
+
+    def __init__(self, interval_s: float = 2.0, proc_root: str = "/proc", clock=time.monotonic):
+        self.interval_s = interval_s
+        self._stat_path = os.path.join(proc_root, "stat")
+        self._meminfo_path = os.path.join(proc_root, "meminfo")
+        self._clock = clock
+        self.utilization = 0.0
+        self.memory_total = 0.0
+        self.memory_used = 0.0
+        self._last_cpu = self._read_cpu()  # the baseline, as Triton takes at start
+        self._read_memory()
+        self._last_read = clock()
+
+    def _read_cpu(self):
+        try:
+            with open(self._stat_path, "rb") as f:
+                line = f.readline().split()
+        except OSError:
+            return None
+        if not line or line[0] != b"cpu":
+            return None
+        v = [int(x) for x in line[1:9]] + [0] * max(0, 8 - len(line[1:9]))
+        user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+        return user + nice + system + irq + softirq + steal, idle + iowait
+
+    def _read_memory(self) -> None:
+        values = {}
+        try:
+            with open(self._meminfo_path, "rb") as f:
+                for line in f:
+                    name, _, rest = line.partition(b":")
+                    if name in (b"MemTotal", b"MemAvailable"):
+                        values[name] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return
+        total = values.get(b"MemTotal")
+        available = values.get(b"MemAvailable")
+        if total is None or available is None or available > total:
+            return
+        self.memory_total = float(total)
+        self.memory_used = float(total - available)
+
+    def refresh(self) -> None:
+        """Re-reads /proc if the interval has passed since the last read."""
+        now = self._clock()
+        if now - self._last_read < self.interval_s:
+            return
+        self._last_read = now
+        cpu = self._read_cpu()
+        if cpu is not None and self._last_cpu is not None:
+            busy = max(0, cpu[0] - self._last_cpu[0])
+            idle = max(0, cpu[1] - self._last_cpu[1])
+            self.utilization = busy / (busy + idle) if busy + idle else 0.0
+        if cpu is not None:
+            self._last_cpu = cpu
+        self._read_memory()
+
+
+# ---------------------------------------------------------------------------
+# the collector
+
+_HELP = {
+    "nv_inference_request_success": "Number of successful inference requests, all batch sizes",
+    "nv_inference_request_failure": "Number of failed inference requests, all batch sizes",
+    "nv_inference_count": "Number of inferences performed (does not include cached requests)",
+    "nv_inference_exec_count":
+        "Number of model executions performed (does not include cached requests)",
+    "nv_inference_request_duration_us":
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    "nv_inference_queue_duration_us":
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    "nv_inference_compute_input_duration_us":
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    "nv_inference_compute_infer_duration_us":
+        "Cumulative compute inference duration in microseconds (does not include cached "
+        "requests)",
+    "nv_inference_compute_output_duration_us":
+        "Cumulative inference compute output duration in microseconds (does not include "
+        "cached requests)",
+    "nv_inference_pending_request_count":
+        "Instantaneous number of pending requests awaiting execution per-model.",
+    "nv_model_load_duration_secs": "Model load time in seconds",
+    "nv_pinned_memory_pool_total_bytes": "Pinned memory pool total memory size, in bytes",
+    "nv_pinned_memory_pool_used_bytes": "Pinned memory pool used memory size, in bytes",
+    "nv_cache_num_hits_per_model": "Number of cache hits per model",
+    "nv_cache_hit_duration_per_model": "Total cache hit duration per model, in microseconds",
+    "nv_cache_num_misses_per_model": "Number of cache misses per model",
+    "nv_cache_miss_duration_per_model":
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    "nv_cpu_utilization": "CPU utilization rate [0.0 - 1.0]",
+    "nv_cpu_memory_total_bytes": "CPU total memory (RAM), in bytes",
+    "nv_cpu_memory_used_bytes": "CPU used memory (RAM), in bytes",
+}
+
+# (family, statistics key): the latency counters, in µs from the engine's ns.
+_LATENCY_COUNTERS = (
+    ("nv_inference_request_duration_us", "success"),
+    ("nv_inference_queue_duration_us", "queue"),
+    ("nv_inference_compute_input_duration_us", "compute_input"),
+    ("nv_inference_compute_infer_duration_us", "compute_infer"),
+    ("nv_inference_compute_output_duration_us", "compute_output"),
+)
+
+
+def _family(name: str, typ: str) -> TritonMetricFamily:
+    return TritonMetricFamily(name, _HELP[name], typ)
+
+
+def model_labels(mv) -> dict:
+    """Triton's per-model labels: model, version and ``_<tag>`` for each
+    ``metric_tags`` entry of the config."""
+    labels = {"model": mv.name, "version": mv.version_str}
+    config = getattr(mv, "config", None)
+    if config is not None:
+        for tag, value in config.metric_tags.items():
+            labels["_" + tag] = value
+    return labels
+
+
+def _cache_enabled(mv) -> bool:
+    config = getattr(mv, "config", None)
+    return bool(config is not None and config.HasField("response_cache")
+                and config.response_cache.enable)
+
+
+class EngineCollector:
+    """A prometheus_client collector over a running Server: each
+    ``collect()`` snapshots every loaded model version's engine counters and
+    yields Triton's metric families (:class:`TritonMetricFamily`; write them
+    with :func:`exposition`). Nothing is recorded between scrapes.
+
+    ``server`` needs ``loaded_versions()``, each item with ``name``,
+    ``version_str``, ``stats.snapshot()``, ``load_duration_s`` and ``config``.
+    """
+
+    def __init__(self, server, config: MetricsConfig | None = None, host: HostSampler | None = None):
+        self._server = server
+        self.config = config or MetricsConfig()
+        if host is None and self.config.allow_cpu_metrics:
+            host = HostSampler(self.config.metrics_interval_ms / 1000.0)
+        self._host = host if self.config.allow_cpu_metrics else None
+        self._labels: dict = {}  # id(ModelVersion) -> (ModelVersion, labels)
+
+    def describe(self):
+        # No fixed names to check at registration: the families depend on
+        # which models are loaded when scraped.
+        return []
+
+    def _labels_of(self, mv) -> dict:
+        entry = self._labels.get(id(mv))
+        if entry is None or entry[0] is not mv:
+            entry = (mv, model_labels(mv))
+            self._labels[id(mv)] = entry
+        return entry[1]
+
+    def collect(self):
+        versions = list(self._server.loaded_versions())
+        if len(self._labels) > 2 * len(versions) + 16:  # forget unloaded versions
+            live = {id(mv) for mv in versions}
+            self._labels = {k: v for k, v in self._labels.items() if k in live}
+        rows = [(mv, self._labels_of(mv), mv.stats.snapshot()) for mv in versions]
+        yield from self._model_families(rows)
+        yield from self._server_families()
+
+    def _model_families(self, rows):
+        success = _family("nv_inference_request_success", "counter")
+        failure = _family("nv_inference_request_failure", "counter")
+        count = _family("nv_inference_count", "counter")
+        exec_count = _family("nv_inference_exec_count", "counter")
+        for _, labels, snap in rows:
+            stats = snap["inference_stats"]
+            success.add(labels, stats["success"]["count"])
+            reasons = snap["failure_reasons"]
+            for reason in FAILURE_REASONS:
+                failure.add({**labels, "reason": reason}, reasons.get(reason, 0))
+            count.add(labels, snap["inference_count"])
+            exec_count.add(labels, snap["execution_count"])
+        yield from (success, failure, count, exec_count)
+
+        counters = self.config.counter_latencies
+        if counters:
+            for name, key in _LATENCY_COUNTERS:
+                family = _family(name, "counter")
+                for _, labels, snap in rows:
+                    family.add(labels, snap["inference_stats"][key]["ns"] // 1000)
+                yield family
+
+        pending = _family("nv_inference_pending_request_count", "gauge")
+        load = _family("nv_model_load_duration_secs", "gauge")
+        for mv, labels, snap in rows:
+            pending.add(labels, max(0, snap["pending_count"]))
+            load.add(labels, float(getattr(mv, "load_duration_s", 0.0) or 0.0))
+        yield pending
+        yield load
+
+        # Server-wide, but registered between the model gauges and the cache
+        # counters in Triton, so written here. This build has no pinned
+        # memory pool (CPU only): both read 0 until csrc grows one.
+        total = _family("nv_pinned_memory_pool_total_bytes", "gauge")
+        total.add({}, 0)
+        used = _family("nv_pinned_memory_pool_used_bytes", "gauge")
+        used.add({}, 0)
+        yield total
+        yield used
+
+        # Cache counters: models with response_cache.enable only, and only
+        # with the latency counters on (as Triton's MetricModelReporter).
+        cached = [(labels, snap) for mv, labels, snap in rows if _cache_enabled(mv)]
+        if counters and cached:
+            hits = _family("nv_cache_num_hits_per_model", "counter")
+            hit_us = _family("nv_cache_hit_duration_per_model", "counter")
+            misses = _family("nv_cache_num_misses_per_model", "counter")
+            miss_us = _family("nv_cache_miss_duration_per_model", "counter")
+            for labels, snap in cached:
+                stats = snap["inference_stats"]
+                hits.add(labels, stats["cache_hit"]["count"])
+                hit_us.add(labels, stats["cache_hit"]["ns"] // 1000)
+                misses.add(labels, stats["cache_miss"]["count"])
+                miss_us.add(labels, stats["cache_miss"]["ns"] // 1000)
+            yield from (hits, hit_us, misses, miss_us)
+
+    def _server_families(self):
+        host = self._host
+        if host is None:
+            return
+        host.refresh()
+        for name, value in (("nv_cpu_utilization", host.utilization),
+                            ("nv_cpu_memory_total_bytes", host.memory_total),
+                            ("nv_cpu_memory_used_bytes", host.memory_used)):
+            family = _family(name, "gauge")
+            family.add({}, value)
+            yield family
