@@ -2,6 +2,7 @@
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp.map cimport map
 from libcpp.memory cimport shared_ptr
+from libcpp.vector cimport vector
 
 
 cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
@@ -30,8 +31,15 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         uint64_t last_inference_ms
         map[uint32_t, BatchSizeStat] batch_stats
 
+    cdef enum class SummaryKind "pyserver::SummaryKind":
+        pass
+
     cdef cppclass CModelStats "pyserver::ModelStats":
         CModelStats()
+        void EnableSummaries()
+        bint summaries_enabled()
+        vector[uint64_t] SummaryQuantiles(SummaryKind kind, const vector[double]& quantiles,
+                                          uint64_t* count, uint64_t* sum_ns)
         void RecordCacheHit(uint64_t ns)
         void RecordCacheMiss(uint64_t ns)
         ModelStatsSnapshot Snapshot()

@@ -3,6 +3,8 @@
 from libcpp.memory cimport make_shared
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+# Order of pyserver::SummaryKind.
+SUMMARY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
 
 cdef dict _duration(DurationStat d):
@@ -18,6 +20,25 @@ cdef class ModelStats:
 
     def record_cache_miss(self, uint64_t ns):
         self.c.get().RecordCacheMiss(ns)
+
+    def enable_summaries(self):
+        """Keep per-request latency samples for Prometheus summaries (a lock
+        per request from now on)."""
+        self.c.get().EnableSummaries()
+
+    @property
+    def summaries_enabled(self):
+        return self.c.get().summaries_enabled()
+
+    def summary(self, str kind, quantiles):
+        """(quantile values in ns, all-time count, all-time sum in ns) of one
+        latency kind (see SUMMARY_KINDS) over the recent window."""
+        cdef vector[double] qs = quantiles
+        cdef uint64_t count = 0, total = 0
+        cdef int index = SUMMARY_KINDS.index(kind)
+        cdef vector[uint64_t] values = self.c.get().SummaryQuantiles(
+            <SummaryKind>index, qs, &count, &total)
+        return list(values), count, total
 
     def snapshot(self):
         """The counters as a dict shaped like Triton's statistics extension."""

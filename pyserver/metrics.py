@@ -176,10 +176,10 @@ class MetricsConfig:
             self.summary_quantiles = parse_quantiles(value)
         else:
             setattr(self, setting, _parse_bool(setting, value))
-        if setting in ("summary_latencies", "histogram_latencies") and getattr(self, setting):
-            log.warning("--metrics-config %s=true: this build does not publish latency "
-                        "summaries or histograms (the engine keeps sums and counts only); "
-                        "the latency counters are published", setting)
+        if setting == "histogram_latencies" and self.histogram_latencies:
+            log.warning("--metrics-config histogram_latencies=true: this build does not "
+                        "publish the first-response histogram (it matters for decoupled "
+                        "models, which are not served yet)")
 
 
 def add_cli_arguments(parser) -> None:
@@ -376,6 +376,14 @@ _HELP = {
     "nv_inference_compute_infer_duration_us":
         "Cumulative compute inference duration in microseconds (does not include cached "
         "requests)",
+    "nv_inference_request_summary_us": "Summary of inference request duration in microseconds",
+    "nv_inference_queue_summary_us": "Summary of inference queuing duration in microseconds",
+    "nv_inference_compute_input_summary_us":
+        "Summary of compute input duration in microseconds",
+    "nv_inference_compute_infer_summary_us":
+        "Summary of compute inference duration in microseconds",
+    "nv_inference_compute_output_summary_us":
+        "Summary of inference compute output duration in microseconds",
     "nv_inference_compute_output_duration_us":
         "Cumulative inference compute output duration in microseconds (does not include "
         "cached requests)",
@@ -393,6 +401,15 @@ _HELP = {
     "nv_cpu_memory_total_bytes": "CPU total memory (RAM), in bytes",
     "nv_cpu_memory_used_bytes": "CPU used memory (RAM), in bytes",
 }
+
+# (family, engine summary kind): latency summaries, with summary_latencies=true.
+_LATENCY_SUMMARIES = (
+    ("nv_inference_request_summary_us", "request"),
+    ("nv_inference_queue_summary_us", "queue"),
+    ("nv_inference_compute_input_summary_us", "compute_input"),
+    ("nv_inference_compute_infer_summary_us", "compute_infer"),
+    ("nv_inference_compute_output_summary_us", "compute_output"),
+)
 
 # (family, statistics key): the latency counters, in µs from the engine's ns.
 _LATENCY_COUNTERS = (
@@ -485,6 +502,18 @@ class EngineCollector:
                 family = _family(name, "counter")
                 for _, labels, snap in rows:
                     family.add(labels, snap["inference_stats"][key]["ns"] // 1000)
+                yield family
+
+        if self.config.summary_latencies:
+            quantiles = [q for q, _ in self.config.summary_quantiles]
+            for name, kind in _LATENCY_SUMMARIES:
+                family = _family(name, "summary")
+                for mv, labels, _ in rows:
+                    values, n, total_ns = mv.stats.summary(kind, quantiles)
+                    for q, v in zip(quantiles, values):
+                        family.add_sample(name, {**labels, "quantile": _format_value(q)}, v / 1000.0)
+                    family.add_sample(name + "_sum", labels, total_ns / 1000.0)
+                    family.add_sample(name + "_count", labels, n)
                 yield family
 
         pending = _family("nv_inference_pending_request_count", "gauge")

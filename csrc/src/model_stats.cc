@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "pyserver/clock.h"
+
 namespace pyserver {
 
 void ModelStats::TouchLastInference() {
@@ -21,6 +23,29 @@ void ModelStats::RecordSuccess(uint64_t total_ns, uint64_t queue_ns,
   compute_infer_.Add(1, compute_infer_ns);
   compute_output_.Add(1, compute_output_ns);
   TouchLastInference();
+  if (summaries_enabled()) {
+    const uint64_t now = NowNs();
+    const uint64_t values[kSummaryKindCount] = {total_ns, queue_ns, compute_input_ns,
+                                                compute_infer_ns, compute_output_ns};
+    for (int i = 0; i < kSummaryKindCount; ++i) summaries_[i]->Record(now, values[i]);
+  }
+}
+
+void ModelStats::EnableSummaries() {
+  if (summaries_enabled()) return;
+  for (auto& s : summaries_) s.reset(new LatencySummary());
+  summaries_enabled_.store(true, std::memory_order_release);
+}
+
+std::vector<uint64_t> ModelStats::SummaryQuantiles(SummaryKind kind,
+                                                   const std::vector<double>& quantiles,
+                                                   uint64_t* count, uint64_t* sum_ns) const {
+  if (!summaries_enabled()) {
+    *count = 0;
+    *sum_ns = 0;
+    return std::vector<uint64_t>(quantiles.size(), 0);
+  }
+  return summaries_[static_cast<int>(kind)]->Quantiles(quantiles, NowNs(), count, sum_ns);
 }
 
 void ModelStats::RecordFailure(uint64_t total_ns, FailureReason reason) {

@@ -119,3 +119,47 @@ TEST(Gather, CopiesBackToBack) {
 
 }  // namespace
 }  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+TEST(LatencySummary, QuantilesOverTheWindow) {
+  LatencySummary s(100, 1000);
+  for (uint64_t v = 1; v <= 10; ++v) s.Record(500, v * 10);
+  uint64_t count, sum;
+  auto q = s.Quantiles({0.5, 0.9, 1.0, 0.0}, 600, &count, &sum);
+  EXPECT_EQ(count, 10u);
+  EXPECT_EQ(sum, 550u);
+  EXPECT_EQ(q, (std::vector<uint64_t>{50, 90, 100, 10}));
+  // Samples older than max_age leave the quantiles, not the totals.
+  q = s.Quantiles({0.5}, 5000, &count, &sum);
+  EXPECT_EQ(q[0], 0u);
+  EXPECT_EQ(count, 10u);
+}
+
+TEST(LatencySummary, RingKeepsTheNewest) {
+  LatencySummary s(4, 1000000);
+  for (uint64_t v = 1; v <= 8; ++v) s.Record(1, v);
+  uint64_t count, sum;
+  auto q = s.Quantiles({0.0, 1.0}, 2, &count, &sum);
+  EXPECT_EQ(q, (std::vector<uint64_t>{5, 8}));
+  EXPECT_EQ(count, 8u);
+}
+
+TEST(ModelStats, SummariesOnlyWhenEnabled) {
+  ModelStats stats;
+  stats.RecordSuccess(100, 10, 1, 2, 3);
+  uint64_t count, sum;
+  stats.SummaryQuantiles(SummaryKind::kRequest, {0.5}, &count, &sum);
+  EXPECT_EQ(count, 0u);
+  stats.EnableSummaries();
+  stats.RecordSuccess(200, 20, 1, 2, 3);
+  stats.RecordSuccess(400, 40, 1, 2, 3);
+  auto q = stats.SummaryQuantiles(SummaryKind::kQueue, {0.5, 1.0}, &count, &sum);
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(sum, 60u);
+  EXPECT_EQ(q, (std::vector<uint64_t>{20, 40}));
+}
+
+}  // namespace
+}  // namespace pyserver

@@ -74,6 +74,7 @@ class LoadOptions:
     """Server-wide choices that shape how a model's config is completed."""
     auto_complete: bool = True
     default_max_batch_size: int = 4
+    summary_latencies: bool = False  # keep samples for Prometheus summaries
 
 
 def _guess_backend(model: ModelDir) -> str:
@@ -141,6 +142,8 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                 raise ServerError(Code.UNAVAILABLE,
                                   f"model '{model.name}' version {number}: {model_path} not found")
             mv = ModelVersion(model.name, number, config, str(version_dir), completions)
+            if options.summary_latencies:
+                mv.stats.enable_summaries()
             loaded.append(mv)
             for group in config.instance_group:
                 for i in range(group.count):

@@ -41,7 +41,8 @@ class Server:
                  exit_on_error: bool = True, strict_readiness: bool = True,
                  model_load_thread_count: int = 4, model_control_mode: str = "none",
                  load_models: list[str] | None = None, allow_client_shm: bool = False,
-                 auto_complete_config: bool = True, default_max_batch_size: int = 4):
+                 auto_complete_config: bool = True, default_max_batch_size: int = 4,
+                 summary_latencies: bool = False):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -51,7 +52,8 @@ class Server:
         self.model_load_thread_count = model_load_thread_count
         self.model_control_mode = model_control_mode
         self.load_models = load_models or []
-        self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size)
+        self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size,
+                                                   summary_latencies)
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         from pyserver.core.shared_memory import SharedMemoryManager

@@ -482,3 +482,35 @@ def test_cpu_metrics_can_be_turned_off(served):
         s.call(metrics.stop())
     assert "nv_cpu_" not in text
     assert 'nv_inference_request_success{_team="vision",model="add_sub",version="1"} 0' in text
+
+
+def test_summary_latencies_are_published_from_engine_samples(tmp_path, start_server):
+    write_add_sub(tmp_path, name="sm", extra="dynamic_batching { }")
+    s = start_server(tmp_path, summary_latencies=True)
+    client = httpclient.InferenceServerClient(s.url)
+    a = np.ones((1, 16), np.float32)
+    for _ in range(5):
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        client.infer("sm", inputs)
+    config = MetricsConfig.from_cli(metrics_config=["summary_latencies=true",
+                                                    "summary_quantiles=0.5:0.05,0.99:0.001"])
+    text = exposition_of(s.server, config)
+    assert "# TYPE nv_inference_request_summary_us summary" in text
+    assert re.search(r'nv_inference_request_summary_us_count\{model="sm",version="1"\} 5\n', text)
+    p50 = float(re.search(
+        r'nv_inference_queue_summary_us\{model="sm",quantile="0.5",version="1"\} (\S+)', text).group(1))
+    total = float(re.search(r'nv_inference_request_summary_us_sum\{model="sm",version="1"\} (\S+)',
+                            text).group(1))
+    assert p50 >= 0 and total > 0
+    assert 'quantile="0.99"' in text
+
+
+def exposition_of(server, config):
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(server, config))
+    return exposition(registry).decode()

@@ -6,7 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
+
+#include "pyserver/latency_summary.h"
 
 namespace pyserver {
 
@@ -48,6 +52,16 @@ struct ModelStatsSnapshot {
   std::map<uint32_t, BatchSizeStat> batch_stats;
 };
 
+// The per-request latencies kept for Prometheus summaries.
+enum class SummaryKind : int {
+  kRequest = 0,
+  kQueue = 1,
+  kComputeInput = 2,
+  kComputeInfer = 3,
+  kComputeOutput = 4,
+};
+constexpr int kSummaryKindCount = 5;
+
 class ModelStats {
  public:
   ModelStats() = default;
@@ -71,6 +85,14 @@ class ModelStats {
 
   ModelStatsSnapshot Snapshot() const;
 
+  // Starts keeping per-request samples for summaries (off by default: it
+  // costs a lock per request). Call before traffic starts.
+  void EnableSummaries();
+  bool summaries_enabled() const { return summaries_enabled_.load(std::memory_order_acquire); }
+  // Quantiles in ns of one kind (see LatencySummary::Quantiles).
+  std::vector<uint64_t> SummaryQuantiles(SummaryKind kind, const std::vector<double>& quantiles,
+                                         uint64_t* count, uint64_t* sum_ns) const;
+
  private:
   struct AtomicDuration {
     std::atomic<uint64_t> count{0};
@@ -92,6 +114,9 @@ class ModelStats {
   std::atomic<uint64_t> execution_count_{0};
   std::atomic<int64_t> pending_{0};
   std::atomic<uint64_t> last_inference_ms_{0};
+
+  std::atomic<bool> summaries_enabled_{false};
+  std::unique_ptr<LatencySummary> summaries_[kSummaryKindCount];
 
   mutable std::mutex batch_mu_;
   std::map<uint32_t, BatchSizeStat> batch_stats_;
