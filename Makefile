@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 
-.PHONY: install serve test test-csrc test-python sanitize bench clean system-deps
+.PHONY: install serve test test-csrc test-python lint sanitize bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests (installed when missing).
 system-deps:
@@ -38,7 +38,10 @@ test-csrc: system-deps $(VENV)/.deps
 test-python: install
 	$(VPY) -m pytest -q tests
 
-test: install test-csrc test-python
+lint: $(VENV)/.deps
+	$(VENV)/bin/ruff check pyserver tests bench
+
+test: install lint test-csrc test-python
 
 # csrc tests under ASan+UBSan, then TSan.
 sanitize: system-deps $(VENV)/.deps

@@ -9,7 +9,6 @@ import onnxruntime as ort
 
 from pyserver.core.errors import Code, ServerError
 
-
 # ONNX Runtime type strings -> config data types.
 _ORT_TO_CONFIG = {
     "tensor(bool)": "TYPE_BOOL", "tensor(uint8)": "TYPE_UINT8", "tensor(uint16)": "TYPE_UINT16",

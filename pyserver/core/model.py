@@ -20,9 +20,9 @@ import numpy as np
 
 from pyserver._proto import ModelConfig
 from pyserver.core import dtypes
+from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
-from pyserver.core.classification import classify, load_labels
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
 

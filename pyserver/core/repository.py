@@ -11,8 +11,14 @@ from pathlib import Path
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class
-from pyserver.core.config import (CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES, ConfigError,
-                                  backend_name, load_config_file, normalize)
+from pyserver.core.config import (
+    CONFIG_FILENAME,
+    DEFAULT_MODEL_FILENAMES,
+    ConfigError,
+    backend_name,
+    load_config_file,
+    normalize,
+)
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.model import ModelVersion
 from pyserver.engine import CompletionQueue

@@ -3,11 +3,11 @@ its own requests and the model keeps serving."""
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from concurrent.futures import ThreadPoolExecutor
 from tritonclient.utils import InferenceServerException
 
 from pyserver.backends import register_backend

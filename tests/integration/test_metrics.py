@@ -272,6 +272,7 @@ def test_metrics_config_errors_are_clear(item, message):
 
 def test_metrics_config_from_argparse():
     import argparse
+
     from pyserver.metrics import add_cli_arguments
     parser = argparse.ArgumentParser()
     parser.add_argument("--http-address", default="0.0.0.0")

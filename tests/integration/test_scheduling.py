@@ -6,7 +6,6 @@ import threading
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 

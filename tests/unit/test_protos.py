@@ -33,8 +33,11 @@ import pytest
 pytest.importorskip("grpc_tools")
 pytest.importorskip("tritonclient.grpc")
 
-from google.protobuf import descriptor_pb2, descriptor_pool  # noqa: E402
-from google.protobuf import message_factory  # noqa: E402
+from google.protobuf import (  # noqa: E402
+    descriptor_pb2,
+    descriptor_pool,
+    message_factory,  # noqa: E402
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = REPO_ROOT / "protos"
