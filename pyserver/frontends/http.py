@@ -8,30 +8,58 @@ written in request order even when a later request finishes first.
 
 The ``server`` object provides ``is_live()``, ``is_ready()``, ``metadata()``,
 ``model_ready(name, version)``, ``model_metadata(name, version)``,
-``model_config(name, version)`` and ``submit(InferRequest) -> Future``; any of
-them may raise ``ServerError`` (``submit``'s future may also resolve with one).
+``model_config(name, version)``, ``submit(InferRequest) -> Future``,
+``statistics(name, version)``, ``repository_index(ready_only)``,
+``load_model(name, config=, files=)`` and ``unload_model(name,
+unload_dependents=)`` (coroutines), ``trace_settings(model, update)``,
+``log_settings(update)`` and ``shared_memory`` (a SharedMemoryManager); any
+of them may raise ``ServerError`` (``submit``'s future may also resolve with
+one). A method may return an awaitable: the response is then sent when it
+completes, in request order, without blocking the loop.
+
+Limits: request heads above ``max_header_size`` get 431 and bodies above
+``max_body_size`` 413 (a Content-Length beyond Triton's int32 range gets
+Triton's 400), both answered before the body is read, then the connection is
+closed; JSON bodies above ``max_input_size`` (``--http-max-input-size``) get
+Triton's 400 texts. A client that half-closes still gets its responses; one
+that goes away mid-request leaves nothing behind; with ``idle_timeout`` set,
+connections idle that long without a request in flight are closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import functools
+import inspect
 import zlib
 from urllib.parse import unquote
 
 import httptools
+import orjson
 
 from pyserver.core.errors import Code, ServerError
+from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,
     decode_infer_request,
     encode_error,
     encode_infer_response,
     encode_json,
+    release_shm,
 )
 
-__all__ = ["HttpFrontend"]
+__all__ = ["HttpFrontend", "parse_restricted_api", "RESTRICTED_API_GROUPS"]
+
+# restricted_features.h RESTRICTED_CATEGORY_NAMES
+RESTRICTED_API_GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config",
+                         "model-repository", "statistics", "trace", "logging")
+# Default request head limit (request line + headers).
+DEFAULT_MAX_HEADER_SIZE = 64 * 1024
+# Triton parses Content-Length as an int32 (http_server.cc GetContentLength).
+_INT32_MAX = (1 << 31) - 1
 
 _REASONS = {
     100: b"Continue",
@@ -41,6 +69,7 @@ _REASONS = {
     404: b"Not Found",
     405: b"Method Not Allowed",
     413: b"Payload Too Large",
+    431: b"Request Header Fields Too Large",
     500: b"Internal Server Error",
     501: b"Not Implemented",
     503: b"Service Unavailable",
@@ -59,6 +88,7 @@ _MODEL_NOT_READY = b'{"error":"Model version not ready"}'
 
 _GET = "GET"
 _POST = "POST"
+_EMPTY_JSON = b""
 
 # Pipelining / write back-pressure: stop reading a connection while this many
 # responses are queued, resume below the low mark.
@@ -144,6 +174,80 @@ def _decompress(enc: bytes, body: bytes, limit: int) -> bytes:
     return out
 
 
+def parse_restricted_api(values) -> dict:
+    """``--http-restricted-api`` values ("<api-1>,<api-2>:<key>=<value>", the
+    flag may repeat) -> {group: (header key, header value)}. Raises
+    ValueError with Triton's texts (command_line_parser.cc)."""
+    result: dict = {}
+    for arg in values or ():
+        delim_name = arg.find(":")
+        delim_setting = arg.find("=", delim_name + 1) if delim_name >= 0 else -1
+        error = ("--http-restricted-api option format is '<config name>:<setting>=<value>'. "
+                 f"Got {arg}")
+        if delim_name < 0 or delim_setting < 0:
+            raise ValueError(error)
+        groups = arg[:delim_name]
+        key = arg[delim_name + 1:delim_setting]
+        value = arg[delim_setting + 1:]
+        if not groups or not key or not value:
+            raise ValueError(error)
+        for group in groups.split(","):
+            if group not in RESTRICTED_API_GROUPS:
+                raise ValueError(f"unknown restricted api '{group}' ")
+            if group in result:
+                raise ValueError(f"restricted api '{group}' can not be specified in multiple "
+                                 "config groups")
+            result[group] = (key, value)
+    return result
+
+
+class _Reject(Exception):
+    """Raised from a parser callback: answer (status, body) and close."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json_body(body: bytes, limit: int):
+    """A non-infer JSON request body (EVRequestToJson): None when empty."""
+    if not body:
+        return None
+    if len(body) > limit:
+        raise ServerError(
+            Code.INVALID_ARG,
+            f"request JSON size of {len(body)} bytes exceeds the maximum allowed input size of "
+            f"{limit} bytes. Use --http-max-input-size to increase the limit.")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise ServerError(Code.INVALID_ARG,
+                          f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+
+
+def _bad(msg: str) -> ServerError:
+    return ServerError(Code.INVALID_ARG, msg)
+
+
+def _is_uint(v) -> bool:
+    return type(v) is int and 0 <= v < (1 << 64)
+
+
+def _b64decode(value: str, name: str) -> bytes:
+    """Lenient base64 (Triton's libb64 decoder skips what it cannot decode)."""
+    if len(value) > _INT32_MAX:
+        raise _bad(f"'{name}' exceeds the maximum allowed data size limit INT_MAX")
+    try:
+        return base64.b64decode(value)
+    except (binascii.Error, ValueError):
+        cleaned = "".join(c for c in value if c.isalnum() or c in "+/")
+        try:
+            return base64.b64decode(cleaned + "=" * (-len(cleaned) % 4))
+        except (binascii.Error, ValueError):
+            raise _bad(f"unable to decode base64 data of '{name}'") from None
+
+
 class _Slot:
     """A queued response, in request order; ``data`` is None until ready."""
 
@@ -158,7 +262,8 @@ class _HttpConnection(asyncio.Protocol):
     __slots__ = (
         "_frontend", "_server", "_transport", "_parser", "_url", "_headers", "_body",
         "_method", "_keep_alive", "_http10", "_pending", "_closing", "_write_paused",
-        "_read_paused",
+        "_read_paused", "_in_head", "_head_size", "_head_raw", "_body_size", "_eof",
+        "last_active",
     )
 
     def __init__(self, frontend: "HttpFrontend"):
@@ -176,18 +281,36 @@ class _HttpConnection(asyncio.Protocol):
         self._closing = False
         self._write_paused = False
         self._read_paused = False
+        self._in_head = False
+        self._head_size = 0
+        self._head_raw = 0
+        self._body_size = 0
+        self._eof = False
+        self.last_active = 0.0
 
     # ------------------------------------------------------------ transport
 
     def connection_made(self, transport):
         self._transport = transport
         self._frontend._connections.add(self)
+        if self._frontend.idle_timeout:
+            self.last_active = self._frontend._loop_time()
 
     def connection_lost(self, exc):
         self._transport = None
         self._closing = True
         self._pending.clear()
+        self._body = []
+        self._headers = {}
         self._frontend._connections.discard(self)
+
+    def eof_received(self):
+        # The client half-closed: it sends nothing more. Answer what is in
+        # flight, then close; a request cut short can never complete.
+        self._eof = True
+        if self._pending:
+            return True  # keep the write side open until _flush drains
+        return None  # the transport closes itself
 
     def pause_writing(self):
         self._write_paused = True
@@ -213,8 +336,19 @@ class _HttpConnection(asyncio.Protocol):
     def data_received(self, data):
         if self._closing:
             return
+        frontend = self._frontend
+        if frontend.idle_timeout:
+            self.last_active = frontend._loop_time()
+        in_head = self._in_head
         try:
             self._parser.feed_data(data)
+            if in_head and self._in_head:
+                # the whole chunk was still request head (an endless header line
+                # never reaches on_header): bound it here
+                self._head_raw += len(data)
+                if self._head_raw > frontend.max_header_size:
+                    raise _Reject(431, "request header fields exceed the maximum allowed size "
+                                       f"of {frontend.max_header_size} bytes")
         except httptools.HttpParserUpgrade:
             # Upgrade (h2c, websocket) / CONNECT: we speak only HTTP/1.1. The
             # request itself was answered normally; finish queued responses,
@@ -224,10 +358,15 @@ class _HttpConnection(asyncio.Protocol):
                 self._pending[-1].close = True
             elif self._transport is not None:
                 self._transport.close()
-        except httptools.HttpParserError as e:
+        except (httptools.HttpParserError, _Reject) as e:
+            reject = e if isinstance(e, _Reject) else e.__context__
             self._closing = True
-            body = encode_json({"error": f"malformed HTTP request: {e}"})
-            self._emit(self._build(400, _JSON_HEADERS, body, False, False), True)
+            self._body = []
+            if isinstance(reject, _Reject):
+                status, body = reject.status, encode_json({"error": reject.message})
+            else:
+                status, body = 400, encode_json({"error": f"malformed HTTP request: {e}"})
+            self._emit(self._build(status, _JSON_HEADERS, body, False, False), True)
 
     def close(self):
         """Close now (server shutdown); responses still in flight are dropped."""
@@ -243,30 +382,67 @@ class _HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._body = []
+        self._in_head = True
+        self._head_size = 0
+        self._head_raw = 0
+        self._body_size = 0
 
     def on_url(self, url: bytes):
         self._url += url
+        self._head_size += len(url)
+        if self._head_size > self._frontend.max_header_size:
+            raise _Reject(431, "request header fields exceed the maximum allowed size of "
+                               f"{self._frontend.max_header_size} bytes")
 
     def on_header(self, name: bytes, value: bytes):
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > self._frontend.max_header_size:
+            raise _Reject(431, "request header fields exceed the maximum allowed size of "
+                               f"{self._frontend.max_header_size} bytes")
         self._headers[name.lower()] = value
 
     def on_headers_complete(self):
+        self._in_head = False
         p = self._parser
         self._method = p.get_method().decode("latin-1")
         self._keep_alive = p.should_keep_alive()
         self._http10 = p.get_http_version() == "1.0"
-        expect = self._headers.get(b"expect")
+        headers = self._headers
+        length = headers.get(b"content-length")
+        if length is not None:
+            self._check_content_length(length)
+        expect = headers.get(b"expect")
         if (expect is not None and expect.lower() == b"100-continue" and not self._pending
                 and self._transport is not None and not self._closing):
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
+    def _check_content_length(self, value: bytes):
+        try:
+            n = int(value)
+        except ValueError:
+            return  # the parser rejects it
+        if n > _INT32_MAX:
+            raise _Reject(400, "Unable to parse Content-Length, value is out of range "
+                               f"[ {-_INT32_MAX - 1}, {_INT32_MAX} ], got: "
+                               + value.decode("latin-1"))
+        limit = self._frontend.max_body_size
+        if n > limit:
+            raise _Reject(413, f"request body of {n} bytes exceeds the maximum allowed size of "
+                               f"{limit} bytes")
+
     def on_body(self, body: bytes):
+        self._body_size += len(body)
+        if self._body_size > self._frontend.max_body_size:  # chunked bodies
+            raise _Reject(413, f"request body exceeds the maximum allowed size of "
+                               f"{self._frontend.max_body_size} bytes")
         self._body.append(body)
 
     def on_message_complete(self):
         if self._closing:
             return  # after "Connection: close" or an error: ignore pipelined leftovers
         chunks = self._body
+        self._body = []
+        self._body_size = 0
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         keep_alive = self._keep_alive
         if not keep_alive:
@@ -317,7 +493,7 @@ class _HttpConnection(asyncio.Protocol):
             t.write(data[0])
         else:
             t.writelines(data)
-        if close:
+        if close or self._eof:
             self._closing = True
             t.close()
 
@@ -338,6 +514,10 @@ class _HttpConnection(asyncio.Protocol):
                 pending.clear()
                 t.close()
                 return
+        if self._eof and not pending and t is not None:
+            self._closing = True
+            t.close()
+            return
         if self._read_paused:
             self._update_reading()
 
@@ -355,6 +535,56 @@ class _HttpConnection(asyncio.Protocol):
             msg = str(e) or type(e).__name__
             self._respond(500, _JSON_HEADERS, encode_json({"error": msg}), keep_alive)
 
+    def _error_data(self, e: BaseException, keep_alive: bool, http10: bool) -> list:
+        if isinstance(e, ServerError):
+            status, payload = encode_error(e)
+        else:
+            status, payload = 500, encode_json({"error": str(e) or type(e).__name__})
+        return self._build(status, _JSON_HEADERS, payload, keep_alive, http10)
+
+    def _call(self, fn, args, keep_alive: bool, encode=encode_json):
+        """Answers with ``encode(fn(*args))`` (or an empty body when encode is
+        None); an awaitable result is answered when it completes, in order."""
+        try:
+            result = fn(*args)
+            if not inspect.isawaitable(result):
+                payload = _EMPTY_JSON if encode is None else encode(result)
+                return self._respond(200, _JSON_HEADERS, payload, keep_alive)
+            fut = asyncio.ensure_future(result)
+        except Exception as e:
+            return self._respond_exception(e, keep_alive)
+        slot = _Slot(not keep_alive)
+        self._pending.append(slot)
+        fut.add_done_callback(functools.partial(self._call_done, slot, encode, self._http10))
+        if len(self._pending) >= _PIPELINE_HIGH:
+            self._update_reading()
+
+    def _call_done(self, slot: _Slot, encode, http10: bool, fut):
+        keep_alive = not slot.close
+        try:
+            if fut.cancelled():
+                raise ServerError(Code.CANCELLED, "request was cancelled")
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
+            payload = _EMPTY_JSON if encode is None else encode(fut.result())
+            slot.data = self._build(200, _JSON_HEADERS, payload, keep_alive, http10)
+        except Exception as e:
+            slot.data = self._error_data(e, keep_alive, http10)
+        if self._transport is not None:
+            self._flush()
+
+    def _restricted(self, group: str, headers: dict, keep_alive: bool) -> bool:
+        """RETURN_AND_RESPOND_IF_RESTRICTED: True when answered with 403."""
+        rule = self._frontend._restrictions.get(group)
+        if rule is None:
+            return False
+        key, value, payload = rule
+        if headers.get(key) == value:
+            return False
+        self._respond(403, _JSON_HEADERS, payload, keep_alive)
+        return True
+
     # ------------------------------------------------------------ routing
 
     def _dispatch(self, method: str, url: bytes, headers: dict, body: bytes, keep_alive: bool):
@@ -365,7 +595,10 @@ class _HttpConnection(asyncio.Protocol):
         n = len(parts)
         if n < 2 or parts[0] or parts[1] != "v2":
             return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
+        restricted = self._frontend._restrictions
         if n == 2:  # /v2
+            if restricted and self._restricted("metadata", headers, keep_alive):
+                return
             if method != _GET:
                 return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
             try:
@@ -379,6 +612,8 @@ class _HttpConnection(asyncio.Protocol):
             model = parts[3]
             if not model:
                 return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
+            if n == 4 and model == "stats":  # /v2/models/stats: every model
+                return self._stats(method, "", "", headers, keep_alive)
             if "%" in model:
                 model = unquote(model)
             version = ""
@@ -392,13 +627,19 @@ class _HttpConnection(asyncio.Protocol):
                 kind = ""
             elif i + 1 == n:
                 kind = parts[i]
+            elif i + 2 == n and parts[i] == "trace" and parts[i + 1] == "setting" and i == 4:
+                kind = "trace/setting"
             else:
                 return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
             if kind == "infer":
+                if restricted and self._restricted("inference", headers, keep_alive):
+                    return
                 if method != _POST:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
                 return self._infer(model, version, headers, body, keep_alive)
             if kind == "ready":
+                if restricted and self._restricted("health", headers, keep_alive):
+                    return
                 if method != _GET:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
                 try:
@@ -409,6 +650,9 @@ class _HttpConnection(asyncio.Protocol):
                     return self._respond(200, _NO_HEADERS, b"", keep_alive)
                 return self._respond(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive)
             if kind == "config" or kind == "":
+                if restricted and self._restricted("model-config" if kind else "metadata",
+                                                   headers, keep_alive):
+                    return
                 if method != _GET:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
                 try:
@@ -420,9 +664,15 @@ class _HttpConnection(asyncio.Protocol):
                 except Exception as e:
                     return self._respond_exception(e, keep_alive)
                 return self._respond(200, _JSON_HEADERS, payload, keep_alive)
+            if kind == "stats":
+                return self._stats(method, model, version, headers, keep_alive)
+            if kind == "trace/setting":
+                return self._trace(method, model, headers, body, keep_alive)
             return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
 
         if section == "health" and n == 4 and (parts[3] == "live" or parts[3] == "ready"):
+            if restricted and self._restricted("health", headers, keep_alive):
+                return
             if method != _GET:
                 return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
             try:
@@ -431,21 +681,221 @@ class _HttpConnection(asyncio.Protocol):
                 return self._respond_exception(e, keep_alive)
             return self._respond(200 if ok else 400, _NO_HEADERS, b"", keep_alive)
 
+        if section == "systemsharedmemory" or section == "cudasharedmemory":
+            rest = parts[3:]
+            if len(rest) == 1:
+                region, action = "", rest[0]
+            elif len(rest) == 3 and rest[0] == "region" and rest[1]:
+                region, action = unquote(rest[1]), rest[2]
+            else:
+                action = None
+            if action in ("status", "register", "unregister"):
+                kind = SYSTEM if section == "systemsharedmemory" else CUDA
+                return self._shared_memory(method, kind, region, action, headers, body,
+                                           keep_alive)
+        elif section == "repository":
+            return self._repository(method, parts[3:], headers, body, keep_alive)
+        elif section == "trace" and n == 4 and parts[3] == "setting":
+            return self._trace(method, None, headers, body, keep_alive)
+        elif section == "logging" and n == 3:
+            return self._logging(method, headers, body, keep_alive)
+
         return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
+
+    # ------------------------------------------------------------ extensions
+
+    def _stats(self, method, model, version, headers, keep_alive):
+        if self._frontend._restrictions and self._restricted("statistics", headers, keep_alive):
+            return
+        if method != _GET:
+            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+        return self._call(self._server.statistics, (model, version), keep_alive)
+
+    def _repository(self, method, rest, headers, body, keep_alive):
+        # /v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))
+        k = len(rest)
+        repo = None
+        if k == 1 and rest[0] == "index":
+            action = "index"
+        elif k == 2 and rest[1] == "index" and rest[0]:
+            action, repo = "index", rest[0]
+        elif k == 3 and rest[0] == "models" and rest[1] and rest[2] in ("load", "unload"):
+            action, model = rest[2], rest[1]
+        elif (k == 4 and rest[0] and rest[1] == "models" and rest[2]
+              and rest[3] in ("load", "unload")):
+            action, model, repo = rest[3], rest[2], rest[0]
+        else:
+            return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
+        if self._frontend._restrictions and self._restricted("model-repository", headers,
+                                                             keep_alive):
+            return
+        if method != _POST:
+            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+        limit = self._frontend.max_input_size
+        server = self._server
+        try:
+            doc = _json_body(body, limit)
+            if action == "index":  # the repository name is ignored, as in Triton
+                ready = False
+                if type(doc) is dict and "ready" in doc:
+                    ready = doc["ready"]
+                    if type(ready) is not bool:
+                        raise _bad("Invalid value for 'ready': expected a boolean")
+                return self._call(server.repository_index, (ready,), keep_alive)
+            if repo is not None:
+                raise ServerError(Code.UNSUPPORTED,
+                                  "'repository_name' specification is not supported")
+            if "%" in model:
+                model = unquote(model)
+            params = doc.get("parameters") if type(doc) is dict else None
+            if action == "load":
+                config = None
+                files = None
+                if params is not None:
+                    if type(params) is not dict:
+                        raise _bad("attempt to get members for non-object")
+                    for key, value in params.items():
+                        if type(value) is not str:
+                            raise _bad("attempt to access JSON non-string as string")
+                        if key == "config":
+                            config = value
+                        elif key.startswith("file:"):
+                            if files is None:
+                                files = {}
+                            files[key[5:]] = _b64decode(value, key)
+                        else:
+                            raise ServerError(Code.INTERNAL,
+                                              "unexpected error on creating Triton parameter")
+                return self._call(
+                    functools.partial(server.load_model, config=config, files=files),
+                    (model,), keep_alive, None)
+            unload_dependents = False
+            if type(params) is dict and "unload_dependents" in params:
+                unload_dependents = params["unload_dependents"]
+                if type(unload_dependents) is not bool:
+                    raise _bad("Unable to parse 'unload_dependents': attempt to access JSON "
+                               "non-boolean as boolean")
+            return self._call(
+                functools.partial(server.unload_model, unload_dependents=unload_dependents),
+                (model,), keep_alive, None)
+        except Exception as e:
+            return self._respond_exception(e, keep_alive)
+
+    def _trace(self, method, model, headers, body, keep_alive):
+        if self._frontend._restrictions and self._restricted("trace", headers, keep_alive):
+            return
+        if method != _GET and method != _POST:
+            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+        update = None
+        if method == _POST:
+            try:
+                update = _json_body(body, self._frontend.max_input_size)
+                if update is None:
+                    update = {}
+                elif type(update) is not dict:
+                    raise _bad("attempt to get members for non-object")
+            except Exception as e:
+                return self._respond_exception(e, keep_alive)
+        return self._call(self._server.trace_settings, (model, update), keep_alive)
+
+    def _logging(self, method, headers, body, keep_alive):
+        if self._frontend._restrictions and self._restricted("logging", headers, keep_alive):
+            return
+        if method != _GET and method != _POST:
+            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+        update = None
+        if method == _POST:
+            try:
+                update = _json_body(body, self._frontend.max_input_size)
+                if update is None:
+                    update = {}
+                elif type(update) is not dict:
+                    raise _bad("attempt to get members for non-object")
+            except Exception as e:
+                return self._respond_exception(e, keep_alive)
+        return self._call(self._server.log_settings, (update,), keep_alive)
+
+    def _shared_memory(self, method, kind, region, action, headers, body, keep_alive):
+        if self._frontend._restrictions and self._restricted("shared-memory", headers,
+                                                             keep_alive):
+            return
+        if (action == "status") != (method == _GET) or method not in (_GET, _POST):
+            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+        shm = self._frontend.shared_memory
+        try:
+            if action == "status":
+                payload = encode_json(shm.status(region or None, kind))
+                return self._respond(200, _JSON_HEADERS, payload, keep_alive)
+            if action == "unregister":
+                shm.unregister(region or None, kind)
+                return self._respond(200, _JSON_HEADERS, _EMPTY_JSON, keep_alive)
+            # register
+            if not shm.allow_client_shm:
+                shm._check_allowed()
+            label = "system" if kind == SYSTEM else "cuda"
+            if not region:
+                raise _bad(f"'region name' is necessary to register {label} shared memory region")
+            doc = _json_body(body, self._frontend.max_input_size)
+            if type(doc) is not dict:
+                doc = {}
+            if kind == SYSTEM:
+                if "key" not in doc:
+                    raise _bad("Shared memory register request has no 'key' field")
+                key = doc["key"]
+                if type(key) is not str:
+                    raise _bad("attempt to access JSON non-string as string")
+                offset = doc.get("offset", 0)
+                if not _is_uint(offset):
+                    raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
+                if "byte_size" not in doc:
+                    raise _bad("Shared memory register request has no 'byte_size' field")
+                byte_size = doc["byte_size"]
+                if not _is_uint(byte_size):
+                    raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
+                shm.register_system(region, key, offset, byte_size)
+            else:
+                if not shm.cuda_available():
+                    shm.register_cuda(region, b"", 0, 0)  # raises GPUs not supported
+                handle = doc.get("raw_handle")
+                if handle is None:
+                    raise _bad("Shared memory register request has no 'raw_handle' field")
+                if type(handle) is not dict:
+                    raise _bad("attempt to access JSON non-object as object")
+                b64 = handle.get("b64")
+                if b64 is None:
+                    raise _bad("attempt to access non-existing object member 'b64'")
+                if type(b64) is not str:
+                    raise _bad("attempt to access JSON non-string as string")
+                for field in ("byte_size", "device_id"):
+                    if field not in doc:
+                        raise _bad(f"attempt to access non-existing object member '{field}'")
+                    if not _is_uint(doc[field]):
+                        raise _bad("attempt to access JSON non-unsigned-integer as "
+                                   "unsigned-integer")
+                raw = _b64decode(b64, "raw_handle")
+                shm.register_cuda(region, raw, doc["device_id"], doc["byte_size"])
+            return self._respond(200, _JSON_HEADERS, _EMPTY_JSON, keep_alive)
+        except Exception as e:
+            return self._respond_exception(e, keep_alive)
 
     # ------------------------------------------------------------ infer
 
     def _infer(self, model: str, version: str, headers: dict, body: bytes, keep_alive: bool):
         frontend = self._frontend
+        server = self._server
+        request = None
         try:
             enc = headers.get(b"content-encoding")
             if enc is not None:
                 body = _decompress(enc, body, frontend.max_input_size)
             request = decode_infer_request(
                 model, version, lambda k: headers.get(k.encode()), body,
-                frontend.max_input_size)
-            fut = self._server.submit(request)
+                frontend.max_input_size, frontend.shared_memory,
+                lambda: server.model_config(model, version))
+            fut = server.submit(request)
         except Exception as e:
+            if request is not None:
+                release_shm(request)
             return self._respond_exception(e, keep_alive)
         slot = _Slot(not keep_alive)
         self._pending.append(slot)
@@ -477,32 +927,61 @@ class _HttpConnection(asyncio.Protocol):
                 headers = [*headers, (b"Content-Encoding", encoding.encode())]
             slot.data = self._build(200, headers, body, keep_alive, http10)
         except Exception as e:
-            if isinstance(e, ServerError):
-                status, payload = encode_error(e)
-            else:
-                status, payload = 500, encode_json({"error": str(e) or type(e).__name__})
-            slot.data = self._build(status, _JSON_HEADERS, payload, keep_alive, http10)
+            slot.data = self._error_data(e, keep_alive, http10)
+        finally:
+            release_shm(request)
         if self._transport is not None:
             self._flush()
 
 
 class HttpFrontend:
-    """Triton-compatible HTTP/REST endpoint on ``host:port`` (port 0: any free port)."""
+    """Triton-compatible HTTP/REST endpoint on ``host:port`` (port 0: any free port).
+
+    ``restricted_apis``: {group: (header key, header value)} as returned by
+    ``parse_restricted_api`` (``--http-restricted-api``); requests to a
+    restricted group without that header get 403."""
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
                  max_input_size: int = DEFAULT_MAX_INPUT_SIZE, backlog: int = 1024,
-                 reuse_port: bool = False):
+                 reuse_port: bool = False, restricted_apis: dict | None = None,
+                 max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+                 max_body_size: int | None = None, idle_timeout: float | None = None):
         self._server = server
         self.host = host
         self.port = port
         self.max_input_size = max_input_size
+        self.max_header_size = max_header_size
+        # Triton reads Content-Length as an int32; bodies are buffered whole.
+        self.max_body_size = _INT32_MAX if max_body_size is None else max_body_size
+        self.idle_timeout = idle_timeout or None
         self._backlog = backlog
         self._reuse_port = reuse_port
         self._listener = None
         self._connections: set = set()
+        self._loop_time = None
+        self._idle_handle = None
+        self._restrictions: dict = {}
+        for group, (key, value) in (restricted_apis or {}).items():
+            if group not in RESTRICTED_API_GROUPS:
+                raise ValueError(f"unknown restricted api '{group}' ")
+            payload = encode_json({"error": f"This API is restricted, expecting header '{key}'"})
+            self._restrictions[group] = (key.lower().encode("latin-1"), value.encode("latin-1"),
+                                         payload)
+        self._shm = None
+
+    @property
+    def shared_memory(self) -> SharedMemoryManager:
+        shm = self._shm
+        if shm is None:
+            shm = getattr(self._server, "shared_memory", None)
+            if shm is None:  # a server without one: client shm disabled
+                shm = SharedMemoryManager(False)
+            self._shm = shm
+        return shm
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._loop_time = loop.time
         self._listener = await loop.create_server(
             lambda: _HttpConnection(self), self.host, self.port,
             backlog=self._backlog, reuse_address=True,
@@ -511,9 +990,26 @@ class HttpFrontend:
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        if self.idle_timeout:
+            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
+
+    def _idle_period(self) -> float:
+        return max(0.05, min(self.idle_timeout / 2, 5.0))
+
+    def _sweep_idle(self, loop):
+        now = loop.time()
+        for conn in list(self._connections):
+            if not conn._pending and now - conn.last_active > self.idle_timeout:
+                conn.close()
+                self._connections.discard(conn)
+        if self._listener is not None:
+            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
 
     async def stop(self) -> None:
         listener, self._listener = self._listener, None
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
         if listener is not None:
             listener.close()
         for conn in list(self._connections):

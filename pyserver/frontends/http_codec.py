@@ -17,7 +17,7 @@ import math
 import numpy as np
 import orjson
 
-from pyserver.core.dtypes import WIRE_TO_NUMPY, serialize_bytes_tensor
+from pyserver.core.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -26,6 +26,8 @@ __all__ = [
     "DEFAULT_MAX_INPUT_SIZE",
     "decode_infer_request",
     "encode_infer_response",
+    "ShmInferRequest",
+    "release_shm",
     "encode_error",
     "encode_json",
 ]
@@ -36,6 +38,7 @@ INFER_HEADER_LENGTH = "inference-header-content-length"
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
 
 _UINT64_END = 1 << 64
+_INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 
@@ -266,7 +269,52 @@ def _member_error(field: str, value) -> ServerError:
     return _bad(f"Unable to parse '{field}': attempt to access JSON non-string as string")
 
 
-def _parse_outputs(outputs) -> list:
+class ShmInferRequest(InferRequest):
+    """An InferRequest that reads inputs from or writes outputs to client
+    shared memory: it holds the leases on the regions until
+    ``release_shm`` (after the response is encoded, or on failure)."""
+
+    __slots__ = ("shm_leases", "shm_outputs")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shm_leases = []
+        self.shm_outputs = {}
+
+
+def release_shm(request) -> None:
+    """Releases the shared-memory leases a decoded request holds (idempotent)."""
+    if type(request) is ShmInferRequest:
+        leases, request.shm_leases = request.shm_leases, []
+        request.shm_outputs = {}
+        for lease in leases:
+            lease.release()
+
+
+def _shm_params(params: dict):
+    """http_server.cc CheckSharedMemoryData: (region, offset, byte_size)."""
+    region = params["shared_memory_region"]
+    if type(region) is not str:
+        raise _bad("Unable to parse 'shared_memory_region': attempt to access JSON non-string "
+                   "as string")
+    offset = params.get("shared_memory_offset", 0)
+    if not _is_uint(offset):
+        raise _bad("Unable to parse 'shared_memory_offset': " + _NON_UINT)
+    size = params.get("shared_memory_byte_size", 0)
+    if not _is_uint(size):
+        raise _bad("Unable to parse 'shared_memory_byte_size': " + _NON_UINT)
+    return region, offset, size
+
+
+def _acquire(shm, leases: list, region: str, offset: int, size: int):
+    if shm is None:
+        raise ServerError(Code.NOT_FOUND, f"Unable to find shared memory region: '{region}'")
+    lease = shm.acquire(region, offset, size)
+    leases.append(lease)
+    return lease
+
+
+def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None) -> list:
     if type(outputs) is not list:
         raise _member_error("outputs", outputs)
     result = []
@@ -274,57 +322,147 @@ def _parse_outputs(outputs) -> list:
     for out in outputs:
         if type(out) is not dict:
             raise _bad("Unable to parse 'outputs': attempt to access JSON non-object as object")
-        name = out.get("name")
-        if type(name) is not str:
-            raise _member_error("name", name)
         params = out.get("parameters")
+        use_shm = False
         if params is not None:
             if type(params) is not dict:
-                raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
+                raise _bad(
+                    "Unable to parse 'parameters': attempt to access JSON non-object as object")
             if params:
                 binary = params.get("binary_data")
-                if binary is not None and type(binary) is not bool:
-                    raise _bad("Unable to parse 'binary_data': " + _NON_BOOL)
-                if "classification" in params and not _is_uint(params["classification"]):
-                    raise _bad("Unable to set 'classification': " + _NON_UINT)
                 if "shared_memory_region" in params:
                     if "classification" in params:
                         raise _bad(
                             "Output can't set both 'shared_memory_region' and 'classification'"
                         )
+                    if binary is not None and type(binary) is not bool:
+                        raise _bad("Unable to set 'binary_data': " + _NON_BOOL)
                     if binary:
                         raise _bad(
                             "Output can't set both 'shared_memory_region' and 'binary_data'"
                         )
+                    use_shm = True
+                if binary is not None and type(binary) is not bool:
+                    raise _bad("Unable to parse 'binary_data': " + _NON_BOOL)
+                if "classification" in params and not _is_uint(params["classification"]):
+                    raise _bad("Unable to set 'classification': " + _NON_UINT)
+        name = out.get("name")
+        if type(name) is not str:
+            raise _member_error("name", name)
         if name in seen:
             raise _bad(f"output '{name}' already exists in request")
         seen.add(name)
+        if use_shm:
+            region, offset, size = _shm_params(params)
+            shm_outputs[name] = _acquire(shm, leases, region, offset, size)
         result.append(RequestedOutput(name, params))
     return result
 
 
+def _shape_count(name: str, shape: list) -> int:
+    count = math.prod(shape)
+    if count > _INT64_MAX:
+        raise _bad(
+            f"invalid shape for input '{name}': shape [{','.join(str(d) for d in shape)}] causes "
+            f"total element count to exceed maximum size of {_INT64_MAX}"
+        )
+    return count
+
+
+def _decode_raw(model_name, model_version, body, max_input_size, config) -> InferRequest:
+    """A raw binary request (Inference-Header-Content-Length: 0): the whole
+    body is the one input of the model, its shape deduced as core does
+    (infer_request.cc Normalize)."""
+    size = len(body)
+    if size > max_input_size:
+        raise _bad(
+            f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value "
+            f"of {max_input_size} bytes. Use --http-max-input-size to increase the limit."
+        )
+    prefix = _rid("")
+    inputs = config.get("input") or []
+    if len(inputs) != 1:
+        raise _bad(
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(inputs)} inputs in '{model_name}' model configuration"
+        )
+    spec = inputs[0]
+    name = spec.get("name", "")
+    datatype = config_to_wire(str(spec.get("data_type", "TYPE_INVALID")))
+    shape = [1] if int(config.get("max_batch_size", 0) or 0) != 0 else []
+    dynamic = -1
+    element_cnt = 1
+    for d in spec.get("dims") or []:
+        d = int(d)
+        if d == -1:
+            if dynamic != -1:
+                raise _bad(
+                    f"{prefix}The shape of the raw input '{name}' can not be deduced because "
+                    "there are more than one variable-sized dimension"
+                )
+            dynamic = len(shape)
+        else:
+            element_cnt *= d
+        shape.append(d)
+    npdt = WIRE_TO_NUMPY.get(datatype)
+    if npdt is None:
+        raise _bad(f"invalid datatype for input {name}")
+    if datatype == "BYTES":
+        if dynamic != -1 or element_cnt != 1:
+            raise _bad(
+                f"{prefix}For BYTE datatype raw input '{name}', the model must have input "
+                "shape [1]"
+            )
+        data = np.empty(1, dtype=np.object_)
+        data[0] = bytes(body)
+        data = data.reshape(shape)
+    else:
+        if dynamic != -1:
+            shape[dynamic] = size // element_cnt // npdt.itemsize if element_cnt else 0
+        count = math.prod(shape)
+        expected = count * npdt.itemsize
+        if expected != size:
+            raise _bad(
+                f"{prefix}input byte size mismatch for input '{name}' for model "
+                f"'{model_name}'. Expected {expected}, got {size}"
+            )
+        data = _ndarray(shape, npdt, body) if count else np.empty(shape, npdt)
+    return InferRequest(model_name, model_version, "",
+                        [InferTensor(name, datatype, shape, data)], [],
+                        {"binary_data_output": True})
+
+
 def decode_infer_request(model_name: str, model_version: str, headers_get, body,
-                         max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> InferRequest:
+                         max_input_size: int = DEFAULT_MAX_INPUT_SIZE, shm=None,
+                         model_config=None) -> InferRequest:
     """Decode one infer request body.
 
     ``headers_get(name)`` looks up a request header by its lower-case name
     ("inference-header-content-length") and returns str/bytes or None.
     ``body`` is the whole (decompressed) request body; binary inputs become
     read-only numpy views into it.
+
+    ``shm`` is the SharedMemoryManager for inputs/outputs that name a
+    ``shared_memory_region``: such a request comes back as a
+    ``ShmInferRequest`` holding leases on the regions; call ``release_shm``
+    when done with it. ``model_config()`` returns the model's config JSON; it
+    is needed only for raw binary requests (header length 0).
     """
     total = len(body)
     hval = headers_get(INFER_HEADER_LENGTH)
     if hval is None:
-        hlen = total
+        hlen = total  # Triton: no header means "all JSON"; an empty body is raw
         src = body
     else:
         hlen = _header_length(hval, total)
-        if hlen == 0:
+        src = body if hlen == total else memoryview(body)[:hlen]
+    if hlen == 0:
+        if model_config is None:
             raise _bad(
                 "raw binary inference requests (Inference-Header-Content-Length: 0) are not "
                 f"supported for model '{model_name}'"
             )
-        src = body if hlen == total else memoryview(body)[:hlen]
+        return _decode_raw(model_name, model_version, body, max_input_size, model_config())
     if hlen > max_input_size:
         raise _bad(
             f"request JSON size of {hlen} bytes exceeds the maximum allowed input size of "
@@ -354,95 +492,135 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
     if type(inputs_json) is not list:
         raise _member_error("inputs", inputs_json)
 
-    inputs = []
-    names = set()
-    offset = hlen
-    for inp in inputs_json:
-        if type(inp) is not dict:
-            raise _bad("Unable to parse 'inputs': attempt to access JSON non-object as object")
-        iparams = inp.get("parameters")
-        has_data = "data" in inp
-        has_binary = has_shm = False
-        if iparams is not None:
-            if type(iparams) is not dict:
-                raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
-            if iparams:
-                has_binary = "binary_data_size" in iparams
-                has_shm = "shared_memory_region" in iparams
-        if has_data + has_binary + has_shm != 1:
-            raise _input_content_error(has_data, has_binary, has_shm)
-
-        name = inp.get("name")
-        if type(name) is not str:
-            raise _member_error("name", name)
-        datatype = inp.get("datatype")
-        if type(datatype) is not str:
-            raise _member_error("datatype", datatype)
-        shape = inp.get("shape")
-        if type(shape) is not list:
-            raise _member_error("shape", shape)
-        for d in shape:
-            if type(d) is not int or d < 0:
-                raise _bad("Unable to parse 'shape': " + _NON_UINT)
-        if name in names:
-            raise _bad(f"input '{name}' already exists in request")
-        names.add(name)
-        npdt = WIRE_TO_NUMPY.get(datatype)
-        if npdt is None:
-            raise _bad("invalid datatype for input " + name)
-        count = math.prod(shape)
-
-        if has_binary:
-            size = iparams["binary_data_size"]
-            if type(size) is not int or size < 0:
-                raise _bad("Unable to parse 'binary_data_size': " + _NON_UINT)
-            end = offset + size
-            if end > total:
-                raise _bad(
-                    f"unexpected size for input '{name}', expecting {end - total} "
-                    f"additional bytes for model '{model_name}'"
-                )
-            if datatype == "BYTES":
-                data = _binary_bytes(name, model_name, request_id, body, offset, size,
-                                     count, shape)
-            else:
-                expected = count * npdt.itemsize
-                if size != expected:
+    leases = None  # shared-memory leases, released on any error below
+    shm_outputs = None
+    try:
+        inputs = []
+        names = set()
+        offset = hlen
+        for inp in inputs_json:
+            if type(inp) is not dict:
+                raise _bad("Unable to parse 'inputs': attempt to access JSON non-object as object")
+            iparams = inp.get("parameters")
+            has_data = "data" in inp
+            has_binary = has_shm = False
+            if iparams is not None:
+                if type(iparams) is not dict:
                     raise _bad(
-                        f"{_rid(request_id)}input byte size mismatch for input '{name}' for "
-                        f"model '{model_name}'. Expected {expected}, got {size}"
+                        "Unable to parse 'parameters': attempt to access JSON non-object as object")
+                if iparams:
+                    has_binary = "binary_data_size" in iparams
+                    has_shm = "shared_memory_region" in iparams
+            if has_data + has_binary + has_shm != 1:
+                raise _input_content_error(has_data, has_binary, has_shm)
+
+            name = inp.get("name")
+            if type(name) is not str:
+                raise _member_error("name", name)
+            datatype = inp.get("datatype")
+            if type(datatype) is not str:
+                raise _member_error("datatype", datatype)
+            shape = inp.get("shape")
+            if type(shape) is not list:
+                raise _member_error("shape", shape)
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    raise _bad("Unable to parse 'shape': " + _NON_UINT)
+            if name in names:
+                raise _bad(f"input '{name}' already exists in request")
+            names.add(name)
+            npdt = WIRE_TO_NUMPY.get(datatype)
+            if npdt is None:
+                raise _bad("invalid datatype for input " + name)
+            count = _shape_count(name, shape)
+
+            if has_binary:
+                size = iparams["binary_data_size"]
+                if type(size) is not int or size < 0:
+                    raise _bad("Unable to parse 'binary_data_size': " + _NON_UINT)
+                end = offset + size
+                if end > total:
+                    raise _bad(
+                        f"unexpected size for input '{name}', expecting {end - total} "
+                        f"additional bytes for model '{model_name}'"
                     )
-                # a read-only view over the request body (no copy)
-                data = _ndarray(shape, npdt, body, offset) if count else np.empty(shape, npdt)
-            offset = end
-        elif has_data:
-            jdata = inp["data"]
-            if count == 0:
-                data = np.empty(shape, npdt)
-            else:
-                if type(jdata) is not list:
-                    raise _member_error("data", jdata)
                 if datatype == "BYTES":
-                    data = _json_bytes(name, model_name, request_id, jdata, count, shape)
-                elif datatype == "BF16":
-                    raise _bad(
-                        "receiving BF16 data via JSON is not supported. Please use the binary "
-                        "data format for input " + name
-                    )
+                    data = _binary_bytes(name, model_name, request_id, body, offset, size,
+                                         count, shape)
                 else:
-                    data = _json_numeric(name, datatype, npdt, jdata, count, shape)
-        else:  # shared memory: resolved later from parameters
-            data = None
-        inputs.append(InferTensor(name, datatype, shape, data, iparams))
+                    expected = count * npdt.itemsize
+                    if size != expected:
+                        raise _bad(
+                            f"{_rid(request_id)}input byte size mismatch for input '{name}' for "
+                            f"model '{model_name}'. Expected {expected}, got {size}"
+                        )
+                    # a read-only view over the request body (no copy)
+                    data = _ndarray(shape, npdt, body, offset) if count else np.empty(shape, npdt)
+                offset = end
+            elif has_data:
+                jdata = inp["data"]
+                if count == 0:
+                    data = np.empty(shape, npdt)
+                else:
+                    if type(jdata) is not list:
+                        raise _member_error("data", jdata)
+                    if datatype == "BYTES":
+                        data = _json_bytes(name, model_name, request_id, jdata, count, shape)
+                    elif datatype == "BF16":
+                        raise _bad(
+                            "receiving BF16 data via JSON is not supported. Please use the "
+                            "binary data format for input " + name
+                        )
+                    else:
+                        itemsize = npdt.itemsize
+                        if itemsize > 1 and count > _INT64_MAX // itemsize:
+                            raise _bad(
+                                f"byte size overflow for input '{name}': element count "
+                                f"({count}) * data type size ({itemsize}) exceeds maximum "
+                                f"allowed size ({_INT64_MAX})"
+                            )
+                        if count * itemsize > max_input_size:
+                            raise _bad(
+                                f"JSON input '{name}' has a byte_size ({count * itemsize} bytes) "
+                                "that exceeds the maximum allowed value of "
+                                f"{max_input_size} bytes. Use --http-max-input-size to "
+                                "increase the limit."
+                            )
+                        data = _json_numeric(name, datatype, npdt, jdata, count, shape)
+            else:  # shared memory: a view over the registered region
+                region, shm_offset, size = _shm_params(iparams)
+                if leases is None:
+                    leases = []
+                lease = _acquire(shm, leases, region, shm_offset, size)
+                data = lease.as_array(datatype, shape, input_name=name, model_name=model_name,
+                                      request_id=request_id)
+            inputs.append(InferTensor(name, datatype, shape, data, iparams))
 
-    if offset != total:
-        raise _bad(f"unexpected additional input data for model '{model_name}'")
+        if offset != total:
+            raise _bad(f"unexpected additional input data for model '{model_name}'")
 
-    outputs_json = doc.get("outputs")
-    outputs = _parse_outputs(outputs_json) if outputs_json is not None else []
+        outputs_json = doc.get("outputs")
+        if outputs_json is None:
+            outputs = []
+        else:
+            if leases is None:
+                leases = []
+            shm_outputs = {}
+            outputs = _parse_outputs(outputs_json, shm, leases, shm_outputs)
+    except BaseException:
+        if leases:
+            for lease in leases:
+                lease.release()
+        raise
 
-    return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
-                        priority, timeout)
+    if not leases:
+        return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
+                            priority, timeout)
+    request = ShmInferRequest(model_name, model_version, request_id, inputs, outputs, params,
+                              priority, timeout)
+    request.shm_leases = leases
+    request.shm_outputs = shm_outputs or {}
+    return request
 
 
 # ---------------------------------------------------------------- encoding
@@ -485,6 +663,9 @@ def _json_numeric_data(arr: np.ndarray, datatype: str):
 def encode_infer_response(response: InferResponse, request: InferRequest):
     """Encode a successful infer response.
 
+    Outputs the request asked for in shared memory are written into their
+    regions here (a too-small region raises Triton's INTERNAL error).
+
     Returns ``(headers, body)``: headers is a list of (name, value) byte
     pairs without Content-Length; body is ``bytes`` (JSON only) or a list of
     buffers (the JSON header followed by the binary output data).
@@ -493,11 +674,22 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
     requested = request.outputs
     out_params = {o.name: o.parameters for o in requested} if requested else None
 
+    shm_outputs = request.shm_outputs if type(request) is ShmInferRequest else None
+
     outputs_json = []
     buffers = None
     for t in response.outputs:
         datatype = t.datatype
         arr = t.data
+        if shm_outputs:
+            lease = shm_outputs.get(t.name)
+            if lease is not None:
+                # written into the client's region; the response carries no data
+                # (http_server.cc: an SHM output has name, datatype and shape only)
+                if arr is not None:
+                    lease.write(t.name, arr, datatype)
+                outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape})
+                continue
         if out_params is not None:
             p = out_params.get(t.name)
             binary = p.get("binary_data") is True if p is not None else default_binary

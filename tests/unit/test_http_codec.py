@@ -182,13 +182,12 @@ def test_decode_request_parameters_and_outputs():
         ("O1", {"binary_data": False}), ("O2", {"classification": 3}), ("O3", {})]
 
 
-def test_decode_shared_memory_input_keeps_parameters():
+def test_decode_shared_memory_input_without_manager_is_unknown_region():
     doc = {"inputs": [{"name": "I", "shape": [4], "datatype": "FP32",
                        "parameters": {"shared_memory_region": "r0",
                                       "shared_memory_byte_size": 16}}]}
-    t = decode_json(doc).inputs[0]
-    assert t.data is None
-    assert t.parameters["shared_memory_region"] == "r0"
+    assert expect_error(decode_json, doc, code=Code.NOT_FOUND) == (
+        "Unable to find shared memory region: 'r0'")
 
 
 # ---------------------------------------------------------------- decode: errors
@@ -300,6 +299,7 @@ def test_error_header_length():
         f"inference header size should be in range (0, {len(body)}), got: 100")
     assert expect_error(decode, body, {"inference-header-content-length": "-1"}) == (
         f"inference header size should be in range (0, {len(body)}), got: -1")
+    # header length 0 is a raw request: it needs the model's config
     assert "raw binary" in expect_error(decode, body, {"inference-header-content-length": "0"})
     # header value may come as bytes (as stored by the HTTP frontend)
     req = decode(body, {"inference-header-content-length": str(len(body)).encode()})
