@@ -24,10 +24,10 @@ from pyserver.engine import Batch, CompletionQueue
 log = logging.getLogger("pyserver")
 
 # What this build serves; the list grows as features land (Triton's full list
-# adds sequence, cuda_shared_memory and trace).
-EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
-              "model_configuration", "system_shared_memory", "binary_tensor_data",
-              "parameters", "statistics", "logging"]
+# adds sequence and trace).
+EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)",
+              "schedule_policy", "model_configuration", "system_shared_memory",
+              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "logging"]
 
 
 class Server:
