@@ -84,15 +84,15 @@ def parse_wrk(out: str) -> dict:
 
 
 def run_wrk(url: str, script: Path, conns: int, seconds: float) -> dict:
-    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", "-s", str(script), url]
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
     return parse_wrk(out)
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--duration", type=float, default=5.0)
-    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--duration", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     p.add_argument("--eager", action="store_true", help="use our eager batching policy")
     args = p.parse_args()
