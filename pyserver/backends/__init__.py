@@ -17,6 +17,7 @@ from pyserver.core.errors import Code, ServerError
 # backend name -> (module, class)
 _BACKENDS = {
     "onnxruntime": ("pyserver.backends.onnxruntime", "OnnxRuntimeBackend"),
+    "python": ("pyserver.backends.python", "PythonBackend"),
 }
 
 

@@ -97,7 +97,12 @@ class ModelInstance:
 
     def _run(self):
         scheduler = self.model.scheduler
-        execute = self.model.execute_batch
+        # Backends that implement Triton's execute(requests) API take the
+        # batch as separate requests; the others take gathered tensors.
+        if getattr(self.backend, "takes_requests", False):
+            execute = self.model.execute_requests
+        else:
+            execute = self.model.execute_batch
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
         while batch is not None:
             outcome = execute(self, batch)
@@ -171,6 +176,15 @@ class ModelVersion:
             "eager": eager,
             "delay_scheduler_count": delay_hook,
         }, self.stats, completions)
+
+    def healthy(self) -> bool:
+        """False while any instance's backend reports itself down (e.g. a
+        Python backend worker being restarted)."""
+        for instance in self.instances:
+            check = getattr(instance.backend, "healthy", None)
+            if check is not None and not check():
+                return False
+        return True
 
     def add_instance(self, name: str, backend):
         self.instances.append(ModelInstance(self, name, backend))
@@ -310,6 +324,58 @@ class ModelVersion:
             log.debug("model '%s' failed a batch: %s", self.name, message)
             return (t_start, t_end, t_end, t_end, code, message)
         return (t_start, t_input, t_output, t_end)
+
+    def execute_requests(self, instance: ModelInstance, batch: Batch) -> tuple:
+        """Runs one batch on a backend with ``takes_requests``:
+        ``backend.execute_requests(pending requests)`` returns one result per
+        request: a dict of outputs, an (outputs, response parameters) tuple,
+        or an exception, which fails that request only. An exception raised
+        by the backend fails the whole batch."""
+        t_start = now_ns()
+        requests = batch.requests
+        try:
+            results = instance.backend.execute_requests(requests)
+            t_output = now_ns()
+            if len(results) != len(requests):
+                raise ServerError(
+                    Code.INTERNAL,
+                    f"model '{self.name}' returned {len(results)} results for "
+                    f"{len(requests)} requests")
+            for p, result in zip(requests, results):
+                if isinstance(result, BaseException):
+                    p.response = result
+                elif type(result) is tuple:
+                    p.response = self._request_response(p, result[0], result[1])
+                else:
+                    p.response = self._request_response(p, result, None)
+            t_end = now_ns()
+        except Exception as err:  # the model failed: fail this batch only
+            t_end = now_ns()
+            message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
+            code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
+            log.debug("model '%s' failed a batch: %s", self.name, message)
+            return (t_start, t_end, t_end, t_end, code, message)
+        return (t_start, t_start, t_output, t_end)
+
+    def _request_response(self, p: PendingRequest, outputs: dict, parameters) -> InferResponse:
+        """One request's response from the outputs its backend produced for
+        it: those it asked for (all, when it named none), in its order."""
+        req = p.request
+        batching = self.max_batch_size > 0
+        tensors = []
+        for out in (req.outputs or self._all_outputs):
+            name = out.name
+            value = outputs.get(name)
+            if value is None:
+                continue
+            k = out.parameters.get("classification") if out.parameters else None
+            if k is not None:
+                value = classify(name, value, k, self.labels.get(name), batching)
+                tensors.append(InferTensor(name, "BYTES", value.shape, value))
+                continue
+            datatype = "BYTES" if value.dtype.hasobject else dtypes.numpy_to_wire(value.dtype)
+            tensors.append(InferTensor(name, datatype, value.shape, value))
+        return InferResponse(self.name, self.version_str, req.id, tensors, parameters)
 
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if len(requests) == 1:

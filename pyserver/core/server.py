@@ -131,7 +131,13 @@ class Server:
                 for p in obj.requests:
                     future = p.future
                     if not future.done():
-                        future.set_result(p.response)
+                        response = p.response
+                        # A backend that answers per request may fail one
+                        # request of a batch: its response is the error.
+                        if isinstance(response, BaseException):
+                            future.set_exception(response)
+                        else:
+                            future.set_result(response)
                 continue
             error = ServerError(code, message)
             requests = obj.requests if type(obj) is Batch else (obj,)
@@ -162,7 +168,9 @@ class Server:
     def is_ready(self) -> bool:
         if not self._live or self._stopping or self.models is None:
             return False
-        return not (self.strict_readiness and self.models.failed())
+        if not self.strict_readiness:
+            return True
+        return not self.models.failed() and all(mv.healthy() for mv in self.models.loaded())
 
     def metadata(self) -> dict:
         return {"name": self.server_id, "version": __version__, "extensions": EXTENSIONS}
@@ -178,10 +186,10 @@ class Server:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            self._resolve(name, version)
+            mv = self._resolve(name, version)
         except ServerError:
             return False
-        return not self._stopping
+        return not self._stopping and mv.healthy()
 
     def model_metadata(self, name: str, version: str = "") -> dict:
         mv = self._resolve(name, version)

@@ -1,0 +1,802 @@
+"""The Python backend, server side: one worker process per model instance,
+started, fed and supervised from here.
+
+A ``PythonBackend`` is one instance (the registry builds one per instance).
+Its constructor starts the worker (``stub.py`` in a fresh interpreter, with
+its sockets and shared regions inherited) and waits until the model's
+``initialize`` has run; a failure there fails the load with the model's
+traceback. ``execute_requests`` (called on the instance's thread, one batch
+at a time) writes the batch's tensors into the input region, sends one
+message, and reads back one per-request result each.
+
+Supervision: a waiter thread per worker notices its exit however it happens.
+A worker that dies fails the batch it was running with an error that names
+the model, the instance, the exit code or signal and the Python traceback of
+a fatal signal; ``healthy()`` is False until a new worker (restarted at once,
+then with backoff if it keeps failing) has initialized again.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pyserver.backends.python import channel
+from pyserver.core.errors import Code, ServerError
+
+log = logging.getLogger("pyserver")
+
+STUB_PATH = str(Path(__file__).with_name("stub.py"))
+# Thread pools of numeric libraries read these at import; each worker gets
+# its share of the cores unless the server's environment already says.
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+FINALIZE_TIMEOUT_S = 30.0
+RESTART_WAIT_S = 30.0  # how long a request waits for a restarting worker
+IS_READY_TIMEOUT_S = 5.0
+_RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+_BYTES = 13
+# TRITONSERVER_DataType numbers (what pb_utils.Tensor.triton_dtype() gives) <-> wire names
+_CODES = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64", 6: "INT8", 7: "INT16",
+          8: "INT32", 9: "INT64", 10: "FP16", 11: "FP32", 12: "FP64", 13: "BYTES", 14: "BF16"}
+_WIRE_TO_CODE = {v: k for k, v in _CODES.items()}
+# ... -> numpy dtype of the data in shared memory (BF16 as raw uint16 words)
+_NUMPY = {1: np.dtype(np.bool_), 2: np.dtype(np.uint8), 3: np.dtype(np.uint16),
+          4: np.dtype(np.uint32), 5: np.dtype(np.uint64), 6: np.dtype(np.int8),
+          7: np.dtype(np.int16), 8: np.dtype(np.int32), 9: np.dtype(np.int64),
+          10: np.dtype(np.float16), 11: np.dtype(np.float32), 12: np.dtype(np.float64),
+          14: np.dtype(np.uint16)}
+_KIND_NAMES = {0: "AUTO", 1: "GPU", 2: "CPU", 3: "MODEL"}  # instance_group kind -> Triton string
+# Request parameters the frontends turn into request properties; the rest
+# reach the model through InferenceRequest.parameters().
+_RESERVED_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+                        "binary_data_output")
+
+
+class WorkerExited(Exception):
+    """The worker process went away while it was being talked to."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with code {returncode}"
+
+
+class _Worker:
+    """One worker process and the channels and regions to it."""
+
+    def __init__(self, mode: str, label: str, env: dict, on_exit=None):
+        kind = channel.shm_kind()
+        self.kind = kind
+        self.label = label
+        main_parent, main_child = socket.socketpair()
+        ctrl_parent, ctrl_child = socket.socketpair()
+        fds = [channel.create_fd(kind, f"{label}-in"), channel.create_fd(kind, f"{label}-out"),
+               channel.create_fd(kind, f"{label}-crash")]
+        size = channel.DEFAULT_REGION_SIZE
+        try:
+            self.inp = channel.Region(fds[0], size, reserve=True)
+            self.out = channel.Region(fds[1], size, reserve=True)
+            self.crash_fd = fds[2]
+            args = [sys.executable, STUB_PATH, mode, str(main_child.fileno()),
+                    str(ctrl_child.fileno()), str(fds[0]), str(fds[1]), str(fds[2]), str(size)]
+            self.started = time.monotonic()
+            self.proc = subprocess.Popen(
+                args, env=env, stdin=subprocess.DEVNULL, close_fds=True,
+                pass_fds=(main_child.fileno(), ctrl_child.fileno(), *fds))
+        except BaseException:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            main_parent.close()
+            ctrl_parent.close()
+            raise
+        finally:
+            main_child.close()
+            ctrl_child.close()
+        self.pid = self.proc.pid
+        self.main = channel.Channel(main_parent, keep_gil=True)
+        self.ctrl = channel.Channel(ctrl_parent)
+        self.exited = threading.Event()
+        self.returncode: int | None = None
+        self.crash_report = ""
+        self.has_is_ready = False
+        self.ready = False
+        self.closing = False
+        self.on_exit = on_exit
+        self.exit_handled = False
+        self.on_log = None
+        self._ready_lock = threading.Lock()
+        self._ready_cv = threading.Condition()
+        self._ready_replies: dict[int, tuple] = {}
+        self._ready_seq = 0
+        threading.Thread(target=self._wait, name=f"python-waiter:{label}", daemon=True).start()
+        self._reader = threading.Thread(target=self._read_control, name=f"python-ctrl:{label}",
+                                        daemon=True)
+        self._reader.start()
+
+    # -- supervision (own threads) --------------------------------------------------
+
+    def _wait(self):
+        self.returncode = self.proc.wait()
+        try:
+            self.crash_report = os.pread(self.crash_fd, 1 << 16, 0).decode("utf-8", "replace").strip()
+        except OSError:
+            self.crash_report = ""
+        # Unblock whoever is waiting on the sockets (a process the model
+        # forked may still hold the worker's ends open).
+        for ch in (self.main, self.ctrl):
+            try:
+                ch.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.exited.set()
+        with self._ready_cv:
+            self._ready_cv.notify_all()
+        if self.on_exit is not None:
+            self.on_exit(self)
+
+    def _read_control(self):
+        while True:
+            try:
+                msg = self.ctrl.recv()
+            except (EOFError, OSError):
+                return
+            kind = msg[0]
+            if kind == "log":
+                _, level, message, filename, line = msg
+                if self.on_log is not None:
+                    self.on_log(level, message, filename, line)
+            elif kind == "is_ready":
+                with self._ready_cv:
+                    self._ready_replies[msg[1]] = msg[2:]
+                    self._ready_cv.notify_all()
+
+    def exit_text(self) -> str:
+        return describe_exit(self.returncode)
+
+    def report(self) -> str:
+        """What the worker wrote before dying (faulthandler's traceback of
+        the crashing thread, or our own last traceback), or ""."""
+        return _crash_summary(self.crash_report)
+
+    # -- requests (the caller's thread) ---------------------------------------------
+
+    def call(self, msg):
+        """Sends one message and returns the reply (no questions expected)."""
+        try:
+            self.main.send(msg)
+            return self.main.recv()
+        except (EOFError, OSError):
+            raise WorkerExited() from None
+
+    def is_ready(self, timeout: float) -> tuple[bool, str | None]:
+        with self._ready_lock:  # one check in flight per worker
+            self._ready_seq += 1
+            seq = self._ready_seq
+            try:
+                self.ctrl.send(("is_ready", seq))
+            except OSError:
+                return (False, "the worker is not running")
+            deadline = time.monotonic() + timeout
+            with self._ready_cv:
+                while seq not in self._ready_replies:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self.exited.is_set():
+                        return (False, f"is_ready() did not answer within {timeout:g} s"
+                                if not self.exited.is_set() else "the worker is not running")
+                    self._ready_cv.wait(left)
+                return self._ready_replies.pop(seq)
+
+    def stop(self, timeout: float) -> str | None:
+        """Finalizes the model and ends the process (killed after timeout).
+        Returns finalize's error, if any."""
+        self.closing = True
+        error = None
+        if not self.exited.is_set():
+            try:
+                self.main.send(("finalize",))
+                deadline = time.monotonic() + timeout
+                self.main.sock.settimeout(timeout)
+                reply = self.main.recv()
+                if reply[0] == "finalized":
+                    error = reply[1]
+                self.proc.wait(max(0.1, deadline - time.monotonic()))
+            except (EOFError, OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        return error
+
+    def kill(self):
+        self.closing = True
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        self.exited.wait(10)
+        if threading.current_thread() is not self._reader:
+            self._reader.join(1.0)  # the last log records the worker sent
+        self.main.close()
+        self.ctrl.close()
+        self.inp.close()
+        self.out.close()
+        try:
+            os.close(self.crash_fd)
+        except OSError:
+            pass
+
+
+class PythonBackend:
+    """One instance of a Triton Python model (``backend: "python"``)."""
+
+    # ModelVersion hands this backend the batch as separate requests
+    # (Triton's execute(requests) API) through execute_requests.
+    takes_requests = True
+
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+        if config.HasField("model_transaction_policy") and config.model_transaction_policy.decoupled:
+            raise ServerError(
+                Code.UNSUPPORTED,
+                f"python model '{config.name}': decoupled models (model_transaction_policy "
+                "{ decoupled: true }) are not supported by this pyserver version yet")
+        if "EXECUTION_ENV_PATH" in config.parameters and instance_name.endswith("_0"):
+            log.warning("python model '%s': parameter EXECUTION_ENV_PATH is not supported yet; "
+                        "the model runs with the server's Python (%s)", config.name, sys.executable)
+        self.model_path = str(model_path)
+        self.model_name = config.name
+        self.instance_name = instance_name
+        self.version = Path(self.model_path).parent.name
+        self.config = config
+        self.output_names = [o.name for o in config.output]
+        self.input_codes = {}
+        for spec in config.input:
+            name = _data_type_name(spec.data_type)
+            wire = "BYTES" if name == "TYPE_STRING" else name[5:]
+            self.input_codes[spec.name] = _WIRE_TO_CODE.get(wire, 0)
+        self.threads = max(1, int(threads))
+        self.shm_kind = channel.shm_kind()
+        self._env = _worker_env(self.threads)
+        self._lock = threading.Lock()  # held while a batch is in the worker
+        self._state = threading.Condition()
+        self._closing = False
+        self._restarting = False
+        self._down_reason = ""
+        self._restarts = 0
+        self._restart_thread: threading.Thread | None = None
+        self._worker: _Worker | None = None
+        worker = _prestarted.claim(self.model_path, config, instance_name)
+        if worker is None:
+            worker = self._launch(instance_name)
+        try:
+            # The first instance of a version starts the workers of the
+            # others too, so N instances initialize side by side.
+            names = _instance_names(config)
+            if len(names) > 1 and names[0] == instance_name:
+                for other in names[1:]:
+                    _prestarted.put(self.model_path, config, other, self._launch(other))
+            self._await_ready(worker, instance_name)
+        except BaseException:
+            worker.kill()
+            _prestarted.discard(self.model_path, config)
+            raise
+        worker.on_exit = self._worker_exited
+        self._worker = worker
+        if worker.exited.is_set():  # it died between its answer and now
+            self._worker_exited(worker)
+        self.start_seconds = time.monotonic() - worker.started
+        log.info("python model '%s' instance '%s': worker pid %d ready in %.0f ms "
+                 "(tensors through %s shared memory)", self.model_name, instance_name,
+                 worker.pid, self.start_seconds * 1000, self.shm_kind)
+
+    def _init_args(self, instance_name: str) -> dict:
+        from pyserver.core.config import config_to_json
+
+        config = self.config
+        kind, device_id = "CPU", "0"
+        group_name = instance_name.rsplit("_", 1)[0]
+        for group in config.instance_group:
+            if group.name == group_name:
+                kind = _KIND_NAMES.get(group.kind, "CPU")
+                if group.gpus:
+                    device_id = str(group.gpus[0])
+                break
+        return {
+            "model_config": json.dumps(config_to_json(config)),
+            "model_instance_kind": kind,
+            "model_instance_name": instance_name,
+            "model_instance_device_id": device_id,
+            "model_repository": str(Path(self.model_path).parent.parent),
+            "model_version": self.version,
+            "model_name": self.model_name,
+        }
+
+    # -- worker lifecycle ---------------------------------------------------------------
+
+    def _launch(self, instance_name: str) -> _Worker:
+        """Starts a worker and sends it its initialize request (no waiting)."""
+        worker = _Worker("instance", instance_name, self._env)
+        worker.on_log = functools.partial(_log_from_model, instance_name)
+        info = {"model_path": self.model_path, "model_name": self.model_name,
+                "instance_name": instance_name, "args": self._init_args(instance_name)}
+        try:
+            worker.main.send(("init", info))
+        except OSError:
+            pass  # it already died: _await_ready reports how
+        return worker
+
+    def _await_ready(self, worker: _Worker, instance_name: str) -> None:
+        """Waits for the worker's answer to initialize; raises ServerError
+        with the model's error (or the way the process ended)."""
+        try:
+            reply = worker.main.recv()
+        except (EOFError, OSError):
+            worker.exited.wait(10)
+            text = worker.exit_text()
+            report = worker.report()
+            worker.kill()
+            raise ServerError(Code.INTERNAL,
+                              f"python model '{self.model_name}' instance '{instance_name}': "
+                              f"the worker process (pid {worker.pid}) {text} while starting"
+                              + (f"\n{report}" if report else "")) from None
+        if reply[0] != "ready":
+            worker.closing = True
+            worker.kill()
+            raise ServerError(Code.INTERNAL, reply[1])
+        worker.has_is_ready = reply[1]
+        worker.ready = True
+
+    def _start_worker(self) -> _Worker:
+        worker = self._launch(self.instance_name)
+        self._await_ready(worker, self.instance_name)
+        return worker
+
+    def _worker_exited(self, worker: _Worker):
+        """Waiter thread: a worker process ended."""
+        if worker.closing:
+            return
+        with self._state:
+            if self._closing or worker is not self._worker or worker.exit_handled:
+                return
+            worker.exit_handled = True
+            self._down_reason = (f"its worker process (pid {worker.pid}) {worker.exit_text()}")
+            self._restarting = True
+            self._state.notify_all()
+        report = worker.report()
+        log.error("python model '%s' instance '%s': worker process (pid %d) %s; restarting it%s",
+                  self.model_name, self.instance_name, worker.pid, worker.exit_text(),
+                  "\n" + report if report else "")
+        self._restart_thread = threading.Thread(
+            target=self._restart, name=f"python-restart:{self.instance_name}", daemon=True)
+        self._restart_thread.start()
+
+    def _restart(self):
+        attempt = 0
+        while True:
+            delay = _RESTART_BACKOFF_S[min(attempt, len(_RESTART_BACKOFF_S) - 1)]
+            with self._state:
+                if delay:
+                    self._state.wait_for(lambda: self._closing, delay)
+                if self._closing:
+                    self._restarting = False
+                    self._state.notify_all()
+                    return
+                self._restarting = True
+            try:
+                worker = self._start_worker()
+            except Exception as err:
+                attempt += 1
+                reason = err.message if isinstance(err, ServerError) else repr(err)
+                log.error("python model '%s' instance '%s': restart failed (attempt %d): %s",
+                          self.model_name, self.instance_name, attempt, reason)
+                with self._state:
+                    self._down_reason = f"its worker process could not be restarted: {reason}"
+                    self._restarting = False
+                    self._state.notify_all()
+                continue
+            with self._state:
+                closing = self._closing
+                if not closing:
+                    self._worker = worker
+            if closing:  # unloaded while it restarted
+                worker.stop(FINALIZE_TIMEOUT_S)
+                with self._state:
+                    self._restarting = False
+                    self._state.notify_all()
+                return
+            with self._state:
+                self._restarts += 1
+                self._restarting = False
+                self._down_reason = ""
+                self._state.notify_all()
+            log.info("python model '%s' instance '%s': worker restarted (pid %d)",
+                     self.model_name, self.instance_name, worker.pid)
+            worker.on_exit = self._worker_exited
+            if worker.exited.is_set():  # it died already: go round again
+                self._worker_exited(worker)
+            return
+
+    def _live_worker(self) -> _Worker:
+        """The worker to send a batch to, waiting for a restart in progress."""
+        worker = self._worker
+        if worker is not None and worker.ready and not worker.exited.is_set():
+            return worker
+        deadline = time.monotonic() + RESTART_WAIT_S
+        with self._state:
+            while True:
+                if self._closing:
+                    reason = "it is stopping"
+                    break
+                worker = self._worker
+                if worker is not None and worker.ready and not worker.exited.is_set():
+                    return worker
+                # Down: wait while a restart is under way (or about to be);
+                # fail at once when the last restart failed.
+                if not self._restarting and self._down_reason:
+                    reason = self._down_reason
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    reason = self._down_reason or "its worker process is restarting"
+                    break
+                self._state.wait(min(left, 0.5))
+        raise ServerError(Code.UNAVAILABLE,
+                          f"python model '{self.model_name}' instance '{self.instance_name}' "
+                          f"is not available: {reason}")
+
+    def healthy(self) -> bool:
+        """True while the instance's worker is running and initialized."""
+        worker = self._worker
+        return (not self._closing and worker is not None and worker.ready
+                and not worker.exited.is_set())
+
+    def is_ready(self, timeout: float = IS_READY_TIMEOUT_S) -> bool:
+        """healthy(), and the model's own is_ready() when it defines one
+        (answered within ``timeout`` seconds, else not ready)."""
+        if not self.healthy():
+            return False
+        worker = self._worker
+        if not worker.has_is_ready:
+            return True
+        ready, error = worker.is_ready(timeout)
+        if error:
+            log.warning("python model '%s' instance '%s': is_ready: %s", self.model_name,
+                        self.instance_name, error)
+        return ready
+
+    @property
+    def pid(self) -> int | None:
+        worker = self._worker
+        return worker.pid if worker is not None and not worker.exited.is_set() else None
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def close(self):
+        with self._state:
+            self._closing = True
+            self._state.notify_all()
+        restart = self._restart_thread
+        if restart is not None and restart is not threading.current_thread():
+            restart.join(FINALIZE_TIMEOUT_S)  # it stops the worker it was starting
+        worker = self._worker
+        if worker is None:
+            return
+        # A batch still in the worker (its thread was given up on) cannot be
+        # finalized politely: end the process.
+        if self._lock.acquire(timeout=1.0):
+            try:
+                error = worker.stop(FINALIZE_TIMEOUT_S)
+            finally:
+                self._lock.release()
+            if error:
+                log.error("python model '%s' instance '%s': finalize failed: %s",
+                          self.model_name, self.instance_name, error)
+        else:
+            worker.kill()
+
+    # -- execution (the instance thread) ---------------------------------------------
+
+    def execute(self, inputs: dict) -> dict:
+        raise ServerError(Code.INTERNAL, "the python backend takes requests, not batches")
+
+    def execute_requests(self, pending: list) -> list:
+        """Runs one batch: ``pending`` are ModelVersion's PendingRequests
+        (validated ``arrays``, the ``request``); returns per request a dict of
+        outputs, an (outputs, response parameters) tuple, or a ServerError."""
+        worker = self._live_worker()
+        with self._lock:
+            try:
+                return self._execute(worker, pending)
+            except WorkerExited:
+                worker.exited.wait(10)
+                report = worker.report()
+                raise ServerError(
+                    Code.INTERNAL,
+                    f"python model '{self.model_name}' instance '{self.instance_name}': the worker "
+                    f"process (pid {worker.pid}) {worker.exit_text()} while executing a batch of "
+                    f"{len(pending)} request(s); it is being restarted"
+                    + (f"\n{report}" if report else "")) from None
+
+    def _execute(self, worker: _Worker, pending: list) -> list:
+        region = worker.inp
+        codes = self.input_codes
+        # Where each tensor goes in the input region.
+        layout = []
+        end = 0
+        for p in pending:
+            for name, array in p.arrays.items():
+                if array.dtype.hasobject:
+                    continue
+                start = (end + 63) & ~63
+                end = start + array.nbytes
+                layout.append(start)
+        region.ensure(end)
+        mm = region.mm
+        items = []
+        slot = 0
+        all_outputs = self.output_names
+        for p in pending:
+            req = p.request
+            inputs = []
+            for name, array in p.arrays.items():
+                code = codes.get(name, 0)
+                if array.dtype.hasobject:
+                    inputs.append((name, _BYTES, array.shape, -1, 0, array))
+                    continue
+                start = layout[slot]
+                slot += 1
+                size = array.nbytes
+                if size:
+                    if not array.flags.c_contiguous:
+                        array = np.ascontiguousarray(array)
+                    mm[start:start + size] = array.reshape(-1).view(np.uint8)
+                inputs.append((name, code, array.shape, start, array.size, None))
+            items.append(_request_item(req, all_outputs, inputs))
+        try:
+            worker.main.send(("exec", region.size, items, self.model_name, self.version))
+            while True:
+                reply = worker.main.recv()
+                kind = reply[0]
+                if kind == "result":
+                    return self._decode(worker, reply[1], reply[2])
+                if kind == "fail":
+                    raise ServerError(Code.INTERNAL, reply[1])
+                if kind == "query":
+                    worker.main.send(("answer", self._answer(reply, pending)))
+                else:
+                    raise ServerError(Code.INTERNAL,
+                                      f"python model '{self.model_name}': unexpected message "
+                                      f"{kind!r} from its worker")
+        except (EOFError, OSError):
+            raise WorkerExited() from None
+
+    def _answer(self, query, pending):
+        if query[1] == "cancelled":
+            index = query[2]
+            if 0 <= index < len(pending):
+                future = pending[index].future
+                return bool(future is not None and future.cancelled())
+        return None
+
+    def _decode(self, worker: _Worker, out_size: int, encoded: list) -> list:
+        region = worker.out
+        region.follow(out_size)
+        mm = region.mm
+        results = []
+        for entry in encoded:
+            if entry[0] == "err":
+                code = Code.__members__.get(entry[1], Code.INTERNAL)
+                results.append(ServerError(code, entry[2]))
+                continue
+            outputs = {}
+            for name, code, shape, start, size, data in entry[1]:
+                if data is None:
+                    dtype = _NUMPY.get(code)
+                    data = np.frombuffer(mm, dtype, size // dtype.itemsize, start).reshape(shape).copy()
+                outputs[name] = data
+            params = entry[2]
+            results.append((outputs, params) if params else outputs)
+        return results
+
+    # -- auto-complete (load time) ----------------------------------------------------
+
+    @staticmethod
+    def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+        """Runs the model's ``auto_complete_config`` staticmethod (in a short
+        lived worker) on ``config`` and puts the completed config in its place.
+        Models whose source shows they cannot define one start no worker."""
+        if not _may_define_auto_complete(model_path):
+            if not config.backend and not config.platform:
+                config.backend = "python"
+            return
+        from google.protobuf import json_format
+
+        from pyserver._proto import ModelConfig
+        from pyserver.core.config import config_to_json
+
+        name = config.name or Path(model_path).parent.parent.name
+        if not config.name:
+            config.name = name
+        worker = _Worker("autocomplete", f"{name}-autocomplete",
+                         _worker_env(max(1, (os.cpu_count() or 1))))
+        try:
+            info = {"model_path": str(model_path), "model_name": name,
+                    "config_json": json.dumps(config_to_json(config))}
+            try:
+                reply = worker.call(("init", info))
+            except WorkerExited:
+                worker.exited.wait(10)
+                raise ServerError(Code.INTERNAL,
+                                  f"python model '{name}': the auto-complete worker process "
+                                  f"{worker.exit_text()}") from None
+        finally:
+            worker.closing = True
+            try:
+                worker.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            worker.kill()
+        if reply[0] != "config":
+            raise ServerError(Code.INTERNAL, reply[1])
+        completed = ModelConfig()
+        try:
+            json_format.ParseDict(json.loads(reply[1]), completed)
+        except (json_format.ParseError, ValueError) as err:
+            raise ServerError(Code.INVALID_ARG,
+                              f"python model '{name}': auto_complete_config returned a config "
+                              f"that is not valid: {err}") from None
+        if not completed.backend and not completed.platform:
+            completed.backend = "python"
+        config.CopyFrom(completed)
+
+
+def _log_from_model(instance_name, level, message, filename, line):
+    """A pb_utils.Logger record from a worker, into the server's log."""
+    py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR,
+                3: logging.DEBUG}.get(level, logging.INFO)
+    log.log(py_level, "%s %s:%d] %s", instance_name, filename, line, message)
+
+
+def _instance_names(config) -> list[str]:
+    """The instance names the repository gives a config's instance groups."""
+    return [f"{g.name}_{i}" for g in config.instance_group for i in range(g.count)]
+
+
+class _Prestarted:
+    """Workers started ahead for the other instances of a version being
+    loaded, until their PythonBackend claims them. Unclaimed ones (the load
+    failed elsewhere) are ended after a while."""
+
+    UNCLAIMED_TIMEOUT_S = 300.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._workers: dict[tuple, _Worker] = {}
+
+    def put(self, model_path: str, config, instance_name: str, worker: _Worker) -> None:
+        key = (model_path, id(config), instance_name)
+        with self._lock:
+            self._workers[key] = worker
+        timer = threading.Timer(self.UNCLAIMED_TIMEOUT_S, self._expire, (key, worker))
+        timer.daemon = True
+        timer.start()
+
+    def claim(self, model_path: str, config, instance_name: str) -> _Worker | None:
+        with self._lock:
+            return self._workers.pop((model_path, id(config), instance_name), None)
+
+    def discard(self, model_path: str, config) -> None:
+        """Ends the workers started ahead for a load that failed."""
+        with self._lock:
+            keys = [k for k in self._workers if k[0] == model_path and k[1] == id(config)]
+            workers = [self._workers.pop(k) for k in keys]
+        for worker in workers:
+            worker.kill()
+
+    def _expire(self, key, worker):
+        with self._lock:
+            if self._workers.get(key) is not worker:
+                return
+            del self._workers[key]
+        worker.kill()
+
+
+_prestarted = _Prestarted()
+
+
+def _crash_summary(text: str) -> str:
+    """faulthandler's report cut to its headline and the crashing thread's
+    stack (other threads and the extension module list are noise here)."""
+    if not text:
+        return ""
+    lines = text.splitlines()
+    if not lines[0].startswith("Fatal Python error"):
+        return text
+    keep = [lines[0]]
+    current = False
+    for line in lines[1:]:
+        if line.startswith("Current thread") or line.startswith("Stack (most recent call first)"):
+            current = True
+        elif current and not line.strip():
+            break
+        if current:
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def _request_item(req, all_outputs, inputs):
+    params = req.parameters
+    correlation_id = 0
+    flags = 0
+    if params:
+        correlation_id = params.get("sequence_id", 0)
+        if params.get("sequence_start") is True:
+            flags |= 1
+        if params.get("sequence_end") is True:
+            flags |= 2
+        user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}
+        params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
+    else:
+        params_json = "{}"
+    wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
+    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs)
+
+
+def _data_type_name(number: int) -> str:
+    from pyserver.core.model import _DATA_TYPE_NAMES
+
+    return _DATA_TYPE_NAMES.values_by_number[number].name
+
+
+def _worker_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for key in THREAD_ENV:
+        if key not in env:
+            env[key] = str(threads)
+    env["PYTHONUNBUFFERED"] = "1"  # a model's print() shows up at once, as in Triton
+    return env
+
+
+def _may_define_auto_complete(model_path: str) -> bool:
+    """False only when the source plainly cannot give TritonPythonModel an
+    auto_complete_config: the name appears nowhere and the class is defined
+    with no base class and no decorator. Anything else runs the worker."""
+    try:
+        source = Path(model_path).read_text()
+    except OSError:
+        return True
+    if "auto_complete_config" in source:
+        return True
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":
+            plain_bases = all(isinstance(b, ast.Name) and b.id == "object" for b in node.bases)
+            return not (plain_bases and not node.keywords and not node.decorator_list)
+    return True

@@ -1,0 +1,252 @@
+"""The link between the server and a Python-model worker process, used on
+both sides (the worker loads this file by path, so it imports nothing from
+pyserver).
+
+- ``Channel``: length-prefixed pickled messages over a Unix stream socket
+  (small: names, shapes, offsets, ids; never tensor data, except BYTES).
+- ``Region``: a shared memory file both processes map. Tensor data goes
+  through two regions per worker, one per direction: the writer copies each
+  tensor in at an aligned offset, the reader maps it (the worker reads its
+  inputs with no copy; the server copies outputs out once). A writer that
+  needs more room grows the file and says the new size in its message; the
+  reader remaps.
+
+Which kind of shared memory backs the regions is decided once per server
+process (``shm_kind``): ``memfd`` (Linux memfd_create: anonymous shared
+memory that does not count against /dev/shm, so a container's small default
+/dev/shm does not matter), else ``devshm`` (a file in /dev/shm, unlinked at
+once, when /dev/shm has room), else ``file`` (an unlinked file in the
+temporary folder, page-cache backed). PYSERVER_PYTHON_SHM=memfd|devshm|file
+forces one.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import pickle
+import socket
+import struct
+import tempfile
+import threading
+
+_HEADER = struct.Struct("<I")
+_PICKLE = 5
+ALIGN = 64
+PAGE = mmap.PAGESIZE
+DEFAULT_REGION_SIZE = 1 << 20
+_DEVSHM_MIN_FREE = 256 << 20
+
+
+def _libc_send():
+    """libc's send() called *without* releasing the GIL (ctypes.PyDLL), or
+    None where that is not available."""
+    try:
+        import ctypes
+
+        libc = ctypes.PyDLL(None, use_errno=True)
+        fn = libc.send
+        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+        fn.restype = ctypes.c_ssize_t
+        return fn
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+_SEND_FLAGS = getattr(socket, "MSG_DONTWAIT", 0x40) | getattr(socket, "MSG_NOSIGNAL", 0x4000)
+
+
+class Channel:
+    """Framed messages over a connected stream socket. ``recv`` raises
+    EOFError when the peer is gone; ``send`` is safe from several threads.
+
+    ``keep_gil=True`` (the server's side): a message that fits the socket
+    buffer is sent without releasing the GIL. Python's socket.send releases
+    and retakes the GIL around the syscall, and under load taking it back
+    from the event loop thread can wait for the interpreter's switch
+    interval (5 ms); a non-blocking send of a small message never waits, so
+    keeping the GIL is cheaper.
+    """
+
+    def __init__(self, sock: socket.socket, keep_gil: bool = False):
+        self.sock = sock
+        self._buf = bytearray(1 << 16)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._send_lock = threading.Lock()
+        self._raw_send = _libc_send() if keep_gil else None
+        self._fd = sock.fileno()
+
+    def send(self, obj) -> None:
+        data = pickle.dumps(obj, _PICKLE)
+        with self._send_lock:
+            if len(data) < 65536:
+                frame = _HEADER.pack(len(data)) + data
+                raw = self._raw_send
+                if raw is not None:
+                    sent = raw(self._fd, frame, len(frame), _SEND_FLAGS)
+                    if sent == len(frame):
+                        return
+                    if sent < 0:
+                        err = ctypes_errno()
+                        if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                            raise OSError(err, os.strerror(err))
+                        sent = 0
+                    frame = frame[sent:]
+                self.sock.sendall(frame)
+            else:
+                self.sock.sendall(_HEADER.pack(len(data)))
+                self.sock.sendall(data)
+
+    def recv(self):
+        while True:
+            avail = self._end - self._start
+            if avail >= 4:
+                (size,) = _HEADER.unpack_from(self._buf, self._start)
+                if avail >= 4 + size:
+                    begin = self._start + 4
+                    obj = pickle.loads(self._view[begin:begin + size])
+                    self._start = begin + size
+                    if self._start == self._end:
+                        self._start = self._end = 0
+                    return obj
+                self._make_room(4 + size)
+            elif len(self._buf) - self._start < 4:
+                self._make_room(4)
+            try:
+                got = self.sock.recv_into(self._view[self._end:])
+            except (ConnectionResetError, BrokenPipeError):
+                got = 0
+            if got == 0:
+                raise EOFError("peer closed the channel")
+            self._end += got
+
+    def _make_room(self, need: int) -> None:
+        avail = self._end - self._start
+        if need <= len(self._buf) - self._start:
+            return
+        if need <= len(self._buf):
+            self._buf[0:avail] = self._buf[self._start:self._end]
+        else:
+            bigger = bytearray(max(need, 2 * len(self._buf)))
+            bigger[0:avail] = self._buf[self._start:self._end]
+            self._buf = bigger
+            self._view = memoryview(bigger)
+        self._start, self._end = 0, avail
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def ctypes_errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+# -- shared memory ----------------------------------------------------------------------
+
+_kind_cache: str | None = None
+
+
+def shm_kind() -> str:
+    """The shared memory mechanism this process uses for worker regions."""
+    global _kind_cache
+    if _kind_cache is None:
+        _kind_cache = _choose_kind(os.environ.get("PYSERVER_PYTHON_SHM", ""))
+    return _kind_cache
+
+
+def _choose_kind(forced: str) -> str:
+    if forced in ("memfd", "devshm", "file"):
+        return forced
+    if hasattr(os, "memfd_create"):
+        try:
+            os.close(os.memfd_create("pyserver-probe", getattr(os, "MFD_CLOEXEC", 1)))
+            return "memfd"
+        except OSError:
+            pass
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize >= _DEVSHM_MIN_FREE:
+            return "devshm"
+    except OSError:
+        pass
+    return "file"
+
+
+def create_fd(kind: str, label: str) -> int:
+    """A new empty shared file descriptor of ``kind`` (close-on-exec; pass it
+    to a child with pass_fds)."""
+    label = label[:200]  # memfd names and file names have length limits
+    if kind == "memfd":
+        return os.memfd_create(f"pyserver-{label}", getattr(os, "MFD_CLOEXEC", 1))
+    if kind == "devshm":
+        fd, path = tempfile.mkstemp(prefix=f"pyserver-{label}-", dir="/dev/shm")
+        os.unlink(path)
+        return fd
+    fd, path = tempfile.mkstemp(prefix=f"pyserver-{label}-")
+    os.unlink(path)
+    return fd
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Grows the file to ``size`` bytes with the space really reserved, so a
+    full tmpfs fails here with ENOSPC rather than with SIGBUS on a write."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            os.ftruncate(fd, size)
+        else:
+            raise
+
+
+class Region:
+    """One shared memory file mapped in this process."""
+
+    __slots__ = ("fd", "size", "mm")
+
+    def __init__(self, fd: int, size: int, reserve: bool):
+        self.fd = fd
+        if reserve:
+            _reserve(fd, size)
+        self.size = size
+        self.mm = mmap.mmap(fd, size)
+
+    def ensure(self, needed: int) -> None:
+        """Writer side: room for ``needed`` bytes, growing the file."""
+        if needed > self.size:
+            size = max(_round_up(needed, PAGE), 2 * self.size)
+            _reserve(self.fd, size)
+            self._remap(size)
+
+    def follow(self, size: int) -> None:
+        """Reader side: the writer grew the file to ``size``."""
+        if size > self.size:
+            self._remap(size)
+
+    def _remap(self, size: int) -> None:
+        # The old mapping stays valid while arrays still view it; it goes
+        # away with the last of them.
+        self.mm = mmap.mmap(self.fd, size)
+        self.size = size
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # arrays still view it: unmapped when they go
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass

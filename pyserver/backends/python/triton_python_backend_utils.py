@@ -1,0 +1,747 @@
+"""pyserver's ``triton_python_backend_utils``: the module Triton Python models
+import as ``pb_utils``.
+
+It offers the names Triton's stub offers (its pure-Python helpers and the
+classes its C++ stub binds: Tensor, InferenceRequest, InferenceResponse,
+TritonError, TritonModelException, Logger, ...) with the same signatures and
+behaviour, written here in plain Python. Inside a pyserver worker process the
+worker installs a runtime hook (``_runtime``) that connects the few calls that
+need the server (request cancellation, logging); outside a worker the module
+still imports and works for building and inspecting objects (unit tests).
+
+Not yet available in this version: BLS (``InferenceRequest.exec`` /
+``async_exec``), decoupled response senders, custom metrics and model
+control from a model; calling them raises TritonModelException saying so.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+# -- constants ----------------------------------------------------------------
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+# TRITONSERVER_DataType numbers (what Tensor.triton_dtype() returns).
+TYPE_INVALID, TYPE_BOOL, TYPE_UINT8, TYPE_UINT16, TYPE_UINT32, TYPE_UINT64 = 0, 1, 2, 3, 4, 5
+TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64 = 6, 7, 8, 9
+TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_BYTES, TYPE_BF16 = 10, 11, 12, 13, 14
+
+_CODE_TO_NUMPY = {
+    TYPE_BOOL: np.bool_, TYPE_UINT8: np.uint8, TYPE_UINT16: np.uint16, TYPE_UINT32: np.uint32,
+    TYPE_UINT64: np.uint64, TYPE_INT8: np.int8, TYPE_INT16: np.int16, TYPE_INT32: np.int32,
+    TYPE_INT64: np.int64, TYPE_FP16: np.float16, TYPE_FP32: np.float32, TYPE_FP64: np.float64,
+    TYPE_BYTES: np.object_,
+}
+_NUMPY_TO_CODE = {np.dtype(v): k for k, v in _CODE_TO_NUMPY.items()}
+
+# Wire datatype names (KServe v2) <-> TRITONSERVER_DataType numbers.
+WIRE_TO_CODE = {
+    "BOOL": TYPE_BOOL, "UINT8": TYPE_UINT8, "UINT16": TYPE_UINT16, "UINT32": TYPE_UINT32,
+    "UINT64": TYPE_UINT64, "INT8": TYPE_INT8, "INT16": TYPE_INT16, "INT32": TYPE_INT32,
+    "INT64": TYPE_INT64, "FP16": TYPE_FP16, "FP32": TYPE_FP32, "FP64": TYPE_FP64,
+    "BYTES": TYPE_BYTES, "BF16": TYPE_BF16,
+}
+CODE_TO_WIRE = {v: k for k, v in WIRE_TO_CODE.items()}
+
+
+# -- errors ---------------------------------------------------------------------
+
+class TritonModelException(Exception):
+    """Raise from initialize, execute or finalize to fail them with a message."""
+
+
+class _ErrorCode(enum.IntEnum):
+    # TRITONSERVER_Error_Code numbering.
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError(Exception):
+    """An error for one response: ``TritonError(message, code=TritonError.INTERNAL)``.
+
+    Give it to ``InferenceResponse(error=...)``; the client receives the
+    message with the status the code maps to (INVALID_ARG -> HTTP 400 ...).
+    """
+
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
+
+    def __init__(self, message, code=_ErrorCode.INTERNAL):
+        if message is None:
+            raise TypeError("TritonError(): message must be a string, not None")
+        if code is None:
+            raise TypeError("TritonError(): code must be a TritonError code, not None")
+        try:
+            code = _ErrorCode(int(code))
+        except (TypeError, ValueError):
+            raise TypeError(f"TritonError(): unknown error code {code!r}") from None
+        super().__init__(str(message))
+        self._message = str(message)
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def message(self):
+        return self._message
+
+    def __str__(self):
+        return self._message
+
+    def __repr__(self):
+        return f"TritonError({self._message!r}, TritonError.{self._code.name})"
+
+
+# -- helpers (the pure-Python part of Triton's module) ----------------------------
+
+def serialize_byte_tensor(input_tensor):
+    """A BYTES (object or bytes_) array as one bytes object: each element
+    a 4-byte little-endian length followed by its bytes, in C order.
+    Returns () for an empty array and None for other dtypes."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    pieces = []
+    for item in _bytes_items(input_tensor):
+        pieces.append(struct.pack("<I", len(item)))
+        pieces.append(item)
+    return b"".join(pieces)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """The inverse of serialize_byte_tensor: a 1-D object array of bytes."""
+    buf = memoryview(encoded_tensor).cast("B")
+    items = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        (length,) = struct.unpack_from("<I", buf, pos)
+        pos += 4
+        items.append(bytes(buf[pos:pos + length]))
+        pos += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+def _bytes_items(array):
+    """The elements of a BYTES array as bytes objects (str as UTF-8, other
+    objects through str()), in C order."""
+    flat = array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
+    if array.dtype.type == np.bytes_:
+        return [bytes(x) for x in flat]
+    out = []
+    for x in flat:
+        if type(x) is bytes:
+            out.append(x)
+        elif isinstance(x, (bytes, bytearray, memoryview)):
+            out.append(bytes(x))
+        else:
+            out.append(str(x).encode("utf-8"))
+    return out
+
+
+def get_input_tensor_by_name(inference_request, name):
+    """The input Tensor called ``name`` of a request, or None."""
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    """The output Tensor called ``name`` of a response, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    """The config entry (a dict) of input ``name`` in a parsed model config, or None."""
+    for entry in model_config.get("input", ()):
+        if entry["name"] == name:
+            return entry
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    """The config entry (a dict) of output ``name`` in a parsed model config, or None."""
+    for entry in model_config.get("output", ()):
+        if entry["name"] == name:
+            return entry
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    """Whether a parsed model config declares the decoupled transaction policy."""
+    policy = model_config.get("model_transaction_policy")
+    if policy:
+        return bool(policy.get("decoupled", False))
+    return False
+
+
+def triton_to_numpy_type(data_type):
+    """TRITONSERVER_DataType number -> numpy type (None when it has none)."""
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """numpy dtype -> TRITONSERVER_DataType number (None when unsupported)."""
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.type == np.bytes_:
+        return TYPE_BYTES
+    return _NUMPY_TO_CODE.get(dtype)
+
+
+def triton_string_to_numpy(triton_type_string):
+    """'TYPE_FP32' -> numpy.float32 (KeyError for an unknown name)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def get_model_dir():
+    """The folder of the model's version (where model.py is), in a worker."""
+    runtime = _runtime
+    return runtime.model_dir if runtime is not None else ""
+
+
+# -- tensors ------------------------------------------------------------------------
+
+class Tensor:
+    """A named tensor: ``Tensor(name, numpy_array)``.
+
+    ``as_numpy()`` gives the array (BYTES tensors as object arrays of bytes);
+    ``to_dlpack()`` / ``Tensor.from_dlpack(name, obj)`` exchange CPU tensors
+    with other frameworks without a copy.
+    """
+
+    __slots__ = ("_name", "_array", "_dtype")
+
+    def __init__(self, name, numpy_array):
+        if name is None or name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
+        dtype = numpy_to_triton_type(array.dtype)
+        if dtype is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        self._name = name
+        self._array = array
+        self._dtype = dtype
+
+    @classmethod
+    def _wrap(cls, name, array, dtype):
+        # An input tensor built by the worker: no checks, no copy.
+        t = cls.__new__(cls)
+        t._name = name
+        t._array = array
+        t._dtype = dtype
+        return t
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+    def triton_dtype(self):
+        return self._dtype
+
+    def shape(self):
+        return list(self._array.shape)
+
+    def is_cpu(self):
+        return True
+
+    def to_dlpack(self):
+        if self._dtype == TYPE_BYTES:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream=None):
+        return self.to_dlpack()
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name, dlpack_tensor):
+        """A Tensor over a DLPack capsule or an object with ``__dlpack__``
+        (torch, cupy, jax, numpy ...), sharing its memory. CPU tensors only
+        in this version; they must be contiguous in C order."""
+        if name is None or name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        source = dlpack_tensor
+        if type(dlpack_tensor).__name__ == "PyCapsule":
+            source = _CapsuleSource(dlpack_tensor)
+        device = source.__dlpack_device__() if hasattr(source, "__dlpack_device__") else (1, 0)
+        if int(device[0]) not in (1, 3):  # kDLCPU, kDLCUDAHost
+            raise TritonModelException(
+                "Tensor.from_dlpack: only CPU tensors are supported by this pyserver version "
+                f"(got DLPack device type {int(device[0])})")
+        try:
+            array = np.from_dlpack(source)
+        except (TypeError, BufferError, RuntimeError) as err:
+            raise TritonModelException(f"Tensor.from_dlpack: {err}") from None
+        if not array.flags.c_contiguous:
+            raise TritonModelException(
+                "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are "
+                "stored in C-Order are supported.")
+        return Tensor(name, array)
+
+    def __repr__(self):
+        return f"Tensor({self._name!r}, dtype={CODE_TO_WIRE.get(self._dtype)}, shape={self.shape()})"
+
+
+class _CapsuleSource:
+    """Lets numpy.from_dlpack read a bare DLPack capsule (it wants an object
+    with __dlpack__ and __dlpack_device__)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **_kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return _capsule_device(self._capsule)
+
+
+def _capsule_device(capsule):
+    """(device_type, device_id) read from a 'dltensor' capsule."""
+    import ctypes
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get(capsule, b"dltensor")
+    # DLManagedTensor starts with DLTensor: void* data; DLDevice {int32 type; int32 id}
+    device = (ctypes.c_int32 * 2).from_address(ptr + ctypes.sizeof(ctypes.c_void_p))
+    return (int(device[0]), int(device[1]))
+
+
+# -- requests and responses -------------------------------------------------------------
+
+class PreferredMemory:
+    """Where a BLS response's tensors should be placed (accepted, CPU only here)."""
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class MemoryType(enum.IntEnum):
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
+
+
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
+
+
+class InferenceTrace:
+    """The trace of a request; no tracing context is carried in this version."""
+
+    def get_context(self):
+        return None
+
+
+def _parameters_json(parameters, compact=False):
+    if not parameters:
+        if parameters is None or isinstance(parameters, dict):
+            return "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    if compact:
+        return json.dumps(parameters, separators=(",", ":"))
+    return json.dumps(parameters)
+
+
+class InferenceRequest:
+    """A request: the ones ``execute`` receives, or (BLS) one a model builds
+    with ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``."""
+
+    __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested_output_names",
+                 "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
+                 "_trace", "_parameters", "_release_flags", "_index")
+
+    def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
+                 model_name=None, model_version=-1, flags=0, timeout=0,
+                 preferred_memory=None, trace=None, parameters=None):
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError("InferenceRequest(): 'inputs', 'requested_output_names' and "
+                            "'model_name' are required")
+        if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested_output_names = list(dict.fromkeys(requested_output_names))
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._preferred_memory = preferred_memory or PreferredMemory(TRITONSERVER_MEMORY_CPU, 0)
+        self._trace = trace or InferenceTrace()
+        self._parameters = _parameters_json(parameters)
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._index = -1
+
+    @classmethod
+    def _incoming(cls, index, request_id, correlation_id, flags, timeout, parameters_json,
+                  requested_output_names, inputs, model_name, model_version):
+        # A request handed to execute(): built by the worker, no checks.
+        r = cls.__new__(cls)
+        r._request_id = request_id
+        r._correlation_id = correlation_id
+        r._inputs = inputs
+        r._requested_output_names = requested_output_names
+        r._model_name = model_name
+        r._model_version = model_version
+        r._flags = flags
+        r._timeout = timeout
+        r._preferred_memory = None
+        r._trace = None
+        r._parameters = parameters_json
+        r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        r._index = index
+        return r
+
+    def inputs(self):
+        return self._inputs
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self):
+        return self._flags
+
+    def set_flags(self, flags):
+        self._flags = flags
+
+    def timeout(self):
+        return self._timeout
+
+    def parameters(self):
+        return self._parameters
+
+    def trace(self):
+        return self._trace if self._trace is not None else InferenceTrace()
+
+    def requested_output_names(self):
+        return self._requested_output_names
+
+    def model_name(self):
+        return self._model_name
+
+    def is_cancelled(self):
+        runtime = _runtime
+        if runtime is None or self._index < 0:
+            return False
+        return runtime.is_cancelled(self._index)
+
+    def set_release_flags(self, flags):
+        self._release_flags = flags
+
+    def release_flags(self):
+        return self._release_flags
+
+    def get_response_sender(self):
+        raise TritonModelException(
+            "InferenceRequest.get_response_sender(): response senders (decoupled models) are "
+            "not supported by this pyserver version yet")
+
+    def exec(self, decoupled=False):
+        raise TritonModelException(
+            "InferenceRequest.exec(): BLS is not supported by this pyserver version yet")
+
+    def async_exec(self, decoupled=False):
+        raise TritonModelException(
+            "InferenceRequest.async_exec(): BLS is not supported by this pyserver version yet")
+
+    def __repr__(self):
+        return (f"InferenceRequest(id={self._request_id!r}, "
+                f"inputs={[t.name() for t in self._inputs]})")
+
+
+class InferenceResponse:
+    """The response to one request: ``InferenceResponse(output_tensors=[...],
+    error=None, parameters=None)``. With an error, the tensors are ignored."""
+
+    __slots__ = ("_output_tensors", "_error", "_parameters", "_parameters_dict")
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if output_tensors is None:
+            output_tensors = []
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, "
+                            f"got {type(error)}")
+        output_tensors = list(output_tensors)
+        for t in output_tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"InferenceResponse(): output_tensors must hold pb_utils.Tensor "
+                                f"objects, got {type(t)}")
+        self._output_tensors = output_tensors
+        self._error = error
+        self._parameters = _parameters_json(parameters)
+        self._parameters_dict = dict(parameters) if parameters else None
+
+    def output_tensors(self):
+        return self._output_tensors
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        return self._parameters
+
+
+# -- logging ------------------------------------------------------------------------------
+
+class Logger:
+    """``pb_utils.Logger.log_info("...")``: messages go to the server's log."""
+
+    class LogLevel(enum.IntEnum):
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        frame = sys._getframe(1)
+        # Skip our own log_* wrappers so the location is the caller's.
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        filename = os.path.basename(frame.f_code.co_filename) if frame is not None else "?"
+        line = frame.f_lineno if frame is not None else 0
+        runtime = _runtime
+        if runtime is not None:
+            runtime.log(int(level), str(message), filename, line)
+        else:
+            _stderr_log(int(level), str(message), filename, line)
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, Logger.LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, Logger.LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, Logger.LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, Logger.LogLevel.VERBOSE)
+
+
+def _stderr_log(level, message, filename, line):
+    letter = "IWEV"[level] if 0 <= level < 4 else "I"
+    if letter == "V":
+        letter = "I"
+    now = time.time()
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+    sys.stderr.write(f"{letter}{stamp} {os.getpid()} {filename}:{line}] {message}\n")
+    sys.stderr.flush()
+
+
+# -- not yet supported (raise with a clear message) ---------------------------------------------
+
+class MetricFamily:
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name, description, kind):
+        raise TritonModelException(
+            "pb_utils.MetricFamily: custom metrics are not supported by this pyserver version yet")
+
+
+def load_model(model_name, config="", files=None):
+    raise TritonModelException(
+        "pb_utils.load_model: model control from a model is not supported by this pyserver "
+        "version yet")
+
+
+def unload_model(model_name, unload_dependents=False):
+    raise TritonModelException(
+        "pb_utils.unload_model: model control from a model is not supported by this pyserver "
+        "version yet")
+
+
+def is_model_ready(model_name, model_version=""):
+    raise TritonModelException(
+        "pb_utils.is_model_ready: model control from a model is not supported by this pyserver "
+        "version yet")
+
+
+# -- auto-complete ----------------------------------------------------------------------------
+
+class ModelConfig:
+    """The model configuration handed to ``auto_complete_config``: read it
+    with ``as_dict()``, extend it with ``set_max_batch_size``, ``add_input``,
+    ``add_output``, ``set_dynamic_batching`` and
+    ``set_model_transaction_policy``, and return it."""
+
+    def __init__(self, model_config):
+        self._model_config = json.loads(model_config) if isinstance(model_config, str) \
+            else dict(model_config)
+        self._model_config.setdefault("input", [])
+        self._model_config.setdefault("output", [])
+        self._model_config.setdefault("max_batch_size", 0)
+
+    def as_dict(self):
+        return self._model_config
+
+    def _name(self):
+        return self._model_config.get("name", "")
+
+    def set_max_batch_size(self, max_batch_size):
+        current = self._model_config.get("max_batch_size", 0)
+        if current > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in auto-complete-config "
+                f"function for model '{self._name()}' specified max_batch_size {max_batch_size}")
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if self._model_config.get(other):
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but "
+                    f"auto-complete-config function for model '{self._name()}' tries to set "
+                    "scheduling_choice as 'dynamic_batching'")
+        if not self._model_config.get("dynamic_batching"):
+            self._model_config["dynamic_batching"] = {}
+
+    def _add_tensor(self, kind, tensor, allowed):
+        name = tensor.get("name")
+        for key in tensor:
+            if key not in allowed:
+                listed = ", ".join(f"'{k}'" for k in allowed[:-1]) + f" and '{allowed[-1]}'"
+                raise ValueError(
+                    f"{kind} '{name}' in auto-complete-config function for model "
+                    f"'{self._name()}' contains property other than {listed}.")
+        if "name" not in tensor:
+            raise ValueError(f"{kind} in auto-complete-config function for model "
+                             f"'{self._name()}' is missing 'name' property.")
+        for key in ("data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(f"{kind} '{name}' in auto-complete-config function for model "
+                                 f"'{self._name()}' is missing '{key}' property.")
+        for existing in self._model_config[kind]:
+            if existing.get("name") != name:
+                continue
+            have_type = existing.get("data_type", "TYPE_INVALID")
+            if have_type != "TYPE_INVALID" and have_type != tensor["data_type"]:
+                raise ValueError(
+                    f"unable to load model '{self._name()}', configuration expects datatype "
+                    f"{have_type} for {kind} '{name}', model provides {tensor['data_type']}")
+            have_dims = existing.get("dims")
+            if have_dims and list(have_dims) != list(tensor["dims"]):
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{name}': the model expects dims "
+                    f"{list(tensor['dims'])} but the model configuration specifies dims "
+                    f"{list(have_dims)}")
+            if ("optional" in existing and "optional" in tensor
+                    and existing["optional"] != tensor["optional"]):
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{name}': the model expects optional "
+                    f"{tensor['optional']} but the model configuration specifies optional "
+                    f"{existing['optional']}")
+            existing["data_type"] = tensor["data_type"]
+            existing["dims"] = tensor["dims"]
+            if "optional" in tensor:
+                existing["optional"] = tensor["optional"]
+            return
+        self._model_config[kind].append(tensor)
+
+    def add_input(self, input):
+        self._add_tensor("input", input, ["name", "data_type", "dims", "optional"])
+
+    def add_output(self, output):
+        self._add_tensor("output", output, ["name", "data_type", "dims"])
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        for key in transaction_policy_dict:
+            if key != "decoupled":
+                raise ValueError(
+                    "model transaction property in auto-complete-config function for model "
+                    f"'{self._name()}' contains property other than 'decoupled'.")
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            new = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != new:
+                raise ValueError(
+                    f"trying to change decoupled property in auto-complete-config for model "
+                    f"'{self._name()}', which is already set to '{policy['decoupled']}'.")
+            policy["decoupled"] = new
+
+
+# Set by the worker process: the link to the server (cancellation, logs).
+_runtime = None

@@ -1,0 +1,470 @@
+"""Triton Python models (tests/models/python/*) served over HTTP and talked
+to with tritonclient: each instance runs in its own worker process."""
+
+import json
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
+
+
+def repo_with(tmp_path, *names):
+    repo = tmp_path / "models"
+    repo.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copytree(MODELS / name, repo / name)
+    return repo
+
+
+def backends(server, model):
+    mv = server.run(server.server.models.resolve, model, "")
+    return [inst.backend for inst in mv.instances]
+
+
+def infer_add_sub(url, model, a, b, **kwargs):
+    client = httpclient.InferenceServerClient(url)
+    i0 = httpclient.InferInput("INPUT0", list(a.shape), "FP32")
+    i0.set_data_from_numpy(a, binary_data=kwargs.pop("binary", True))
+    i1 = httpclient.InferInput("INPUT1", list(b.shape), "FP32")
+    i1.set_data_from_numpy(b)
+    return client.infer(model, [i0, i1], **kwargs)
+
+
+def infer_one(url, model, name, array, datatype, **kwargs):
+    client = httpclient.InferenceServerClient(url)
+    inp = httpclient.InferInput(name, list(array.shape), datatype)
+    inp.set_data_from_numpy(array)
+    return client.infer(model, [inp], **kwargs)
+
+
+# -- add_sub, sync and async --------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["add_sub", "add_sub_async"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_add_sub(tmp_path, start_server, model, binary):
+    server = start_server(repo_with(tmp_path, model))
+    a = np.array([1, 2, 3, 4], np.float32)
+    b = np.array([10, 20, 30, 40], np.float32)
+    result = infer_add_sub(server.url, model, a, b, binary=binary)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert result.get_output("OUTPUT0")["datatype"] == "FP32"
+    if model == "add_sub_async":
+        # every execute ran on the instance's one persistent asyncio loop
+        for _ in range(3):
+            result = infer_add_sub(server.url, model, a, b)
+        assert result.get_response()["parameters"] == {"same_loop": True}
+
+
+def test_add_sub_requested_output_only(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "add_sub"))
+    a = np.ones(4, np.float32)
+    out = httpclient.InferRequestedOutput("OUTPUT1")
+    result = infer_add_sub(server.url, "add_sub", a, a, outputs=[out])
+    assert [o["name"] for o in result.get_response()["outputs"]] == ["OUTPUT1"]
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros(4, np.float32))
+
+
+@pytest.mark.parametrize("kind", ["memfd", "devshm", "file"])
+def test_every_shared_memory_kind(tmp_path, start_server, monkeypatch, kind):
+    """memfd is the default on Linux; /dev/shm files and temporary files are
+    the fallbacks where memfd is missing or /dev/shm is small."""
+    if kind == "memfd" and not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here")
+    if kind == "devshm" and not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    from pyserver.backends.python import channel
+
+    monkeypatch.setattr(channel, "_kind_cache", kind)
+    server = start_server(repo_with(tmp_path, "add_sub"))
+    assert backends(server, "add_sub")[0].shm_kind == kind
+    a = np.array([1, 2, 3, 4], np.float32)
+    result = infer_add_sub(server.url, "add_sub", a, a)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+
+
+def test_model_logs_reach_the_server_log(tmp_path, start_server, caplog):
+    caplog.set_level(logging.INFO, logger="pyserver")
+    server = start_server(repo_with(tmp_path, "add_sub"), model_control_mode="explicit",
+                          load_models=["add_sub"])
+    server.call(server.server.unload_model("add_sub"))
+    deadline = time.monotonic() + 5
+    while "add_sub finalized" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "add_sub_0_0 model.py:" in caplog.text and "] add_sub finalized" in caplog.text
+
+
+def test_add_sub_large_tensors_grow_shared_memory(tmp_path, start_server):
+    """4 MiB per tensor: more than the 1 MiB regions a worker starts with."""
+    repo = repo_with(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 4 ]", "dims: [ -1 ]"))
+    server = start_server(repo)
+    a = np.random.default_rng(0).random(1 << 20, dtype=np.float32)
+    b = np.full(1 << 20, 0.5, np.float32)
+    result = infer_add_sub(server.url, "add_sub", a, b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    small = np.ones(3, np.float32)
+    result = infer_add_sub(server.url, "add_sub", small, small)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), small * 2)
+
+
+# -- initialize args --------------------------------------------------------------------
+
+def test_initialize_args(tmp_path, start_server):
+    repo = repo_with(tmp_path, "init_args")
+    server = start_server(repo)
+    result = infer_one(server.url, "init_args", "IN", np.zeros(1, np.float32), "FP32")
+    info = json.loads(result.as_numpy("OUT")[0])
+    args = info["args"]
+    assert sorted(args) == sorted(["model_config", "model_instance_kind", "model_instance_name",
+                                   "model_instance_device_id", "model_repository",
+                                   "model_version", "model_name"])
+    assert info["arg_types"] == ["str"]
+    assert args["model_name"] == "init_args"
+    assert args["model_version"] == "1"
+    assert args["model_instance_name"] == "init_args_0_0"
+    assert args["model_instance_kind"] == "CPU"
+    assert args["model_instance_device_id"] == "0"
+    assert args["model_repository"] == str(repo / "init_args")
+    config = json.loads(args["model_config"])
+    assert config["name"] == "init_args"
+    assert config["backend"] == "python"
+    assert config["input"][0]["name"] == "IN" and config["input"][0]["data_type"] == "TYPE_FP32"
+    assert config["output"][0]["data_type"] == "TYPE_STRING"
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    # the worker: its own process, imported as Triton does ("<version>.model"),
+    # pb_utils' folder on sys.path, a thread cap in its environment
+    assert info["pid"] != os.getpid()
+    assert info["module"] == "1.model"
+    assert info["model_dir"] == str(repo / "init_args" / "1")
+    assert info["sys_path_tail"][-1].endswith(os.path.join("backends", "python"))
+    if "OMP_NUM_THREADS" in os.environ:
+        assert info["omp_num_threads"] == os.environ["OMP_NUM_THREADS"]
+    else:
+        assert info["omp_num_threads"] == str(max(1, os.cpu_count() // 1))
+
+
+# -- BYTES and parameters --------------------------------------------------------------------
+
+def test_bytes_in_and_out(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "bytes_echo"))
+    text = np.array([[b"hello", b"", "grüße".encode()]], dtype=np.object_)
+    result = infer_one(server.url, "bytes_echo", "TEXT", text, "BYTES", request_id="r-1",
+                       parameters={"key": "value", "n": 3, "flag": True})
+    assert result.as_numpy("UPPER").tolist() == [[b"HELLO", b"", "grüße".encode().upper()]]
+    assert result.as_numpy("LENGTHS").tolist() == [[5, 0, len("grüße".encode())]]
+    assert result.as_numpy("AS_STR").tolist() == [[b"hello", b"", "grüße".encode()]]
+    assert result.get_output("UPPER")["datatype"] == "BYTES"
+    params = result.get_response()["parameters"]
+    assert params["request_id"] == "r-1"
+    assert json.loads(params["requested"]) == ["UPPER", "LENGTHS", "AS_STR"]
+    assert json.loads(params["params"]) == {"key": "value", "n": 3, "flag": True}
+    assert params["cancelled"] is False
+    assert params["correlation_id"] == 0 and params["flags"] == 0 and params["timeout"] == 0
+    assert result.get_response()["id"] == "r-1"
+
+
+def test_sequence_and_timeout_request_properties(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "bytes_echo"))
+    text = np.array([[b"x"]], dtype=np.object_)
+    result = infer_one(server.url, "bytes_echo", "TEXT", text, "BYTES", sequence_id=42,
+                       sequence_start=True, sequence_end=True, timeout=5_000_000,
+                       parameters={"custom": "kept"})
+    params = result.get_response()["parameters"]
+    assert params["correlation_id"] == 42
+    assert params["flags"] == 3  # SEQUENCE_START | SEQUENCE_END
+    assert params["timeout"] == 5_000_000
+    # request properties are not request parameters
+    assert json.loads(params["params"]) == {"custom": "kept"}
+    result = infer_one(server.url, "bytes_echo", "TEXT", text, "BYTES", sequence_id="abc")
+    assert result.get_response()["parameters"]["correlation_id"] == "abc"
+
+
+def test_bytes_json_and_batched(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "bytes_echo"))
+
+    def one(i):
+        client = httpclient.InferenceServerClient(server.url)  # one per thread
+        inp = httpclient.InferInput("TEXT", [1, 2], "BYTES")
+        inp.set_data_from_numpy(np.array([[f"a{i}".encode(), b"bc"]], dtype=np.object_),
+                                binary_data=False)
+        outs = [httpclient.InferRequestedOutput("LENGTHS", binary_data=False)]
+        return client.infer("bytes_echo", [inp], outputs=outs)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(32)))
+    for i, r in enumerate(results):
+        assert r.as_numpy("LENGTHS").tolist() == [[len(f"a{i}"), 2]]
+        assert [o["name"] for o in r.get_response()["outputs"]] == ["LENGTHS"]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+ERROR_STATUS = {"INVALID_ARG": "400", "NOT_FOUND": "404", "UNAVAILABLE": "503",
+                "UNSUPPORTED": "501", "INTERNAL": "500", "UNKNOWN": "400",
+                "ALREADY_EXISTS": "400", "CANCELLED": "400"}
+
+
+def run_error(server, mode):
+    with pytest.raises(InferenceServerException) as info:
+        infer_one(server.url, "errors", "MODE", np.array([mode.encode()], np.object_), "BYTES")
+    return info.value
+
+
+def test_error_codes(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "errors"))
+    for name, status in ERROR_STATUS.items():
+        err = run_error(server, f"code:{name}")
+        assert err.status() == status, name
+        assert err.message() == f"error code: {name}"
+    err = run_error(server, "default_code")
+    assert err.status() == "500" and err.message() == "default code"
+    ok = infer_one(server.url, "errors", "MODE", np.array([b"ok"], np.object_), "BYTES")
+    assert ok.as_numpy("OUT").tolist() == [7]
+
+
+def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "errors"))
+    prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
+    err = run_error(server, "model_exception")
+    assert err.status() == "500"
+    assert err.message().startswith(prefix + "TritonModelException: the model refused")
+    assert "model.py(" in err.message() and "): execute" in err.message()
+    err = run_error(server, "value_error")
+    assert err.message().startswith(prefix + "ValueError: bad value in helper\n\nAt:\n")
+    lines = err.message().split("At:\n")[1].splitlines()
+    assert lines[0].endswith("): helper") and lines[1].endswith("): execute")
+    err = run_error(server, "bad_tensor")
+    assert err.message().startswith(prefix + "TritonModelException: Tensor name cannot be an empty string.")
+    # the model keeps serving
+    ok = infer_one(server.url, "errors", "MODE", np.array([b"ok"], np.object_), "BYTES")
+    assert ok.as_numpy("OUT").tolist() == [7]
+
+
+def test_wrong_responses(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "errors"))
+    prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
+    err = run_error(server, "two_responses")
+    assert err.status() == "500"
+    assert err.message() == prefix + (
+        "Number of InferenceResponse objects do not match the number of InferenceRequest "
+        "objects. InferenceRequest(s) size is:1, and InferenceResponse(s) size is:2\n")
+    err = run_error(server, "not_a_list")
+    assert err.message() == prefix + "Expected a list in the execute return, found type '<class 'tuple'>'."
+    err = run_error(server, "not_a_response")
+    assert err.message() == prefix + ("Expected an 'InferenceResponse' object in the execute "
+                                      "function return list, found type '<class 'str'>'.")
+    err = run_error(server, "none_response")
+    assert "found type '<class 'NoneType'>'" in err.message()
+    stats = server.run(server.server.model_statistics, "errors")
+    assert stats["inference_stats"]["fail"]["count"] >= 3
+
+
+def test_wrong_response_count_fails_every_request_of_the_batch(tmp_path, start_server):
+    repo = repo_with(tmp_path, "errors")
+    config = repo / "errors" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 0", "max_batch_size: 8")
+                      + "dynamic_batching { max_queue_delay_microseconds: 200000 }\n")
+    server = start_server(repo)
+
+    def call(_):
+        client = httpclient.InferenceServerClient(server.url)
+        inp = httpclient.InferInput("MODE", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[b"two_responses"]], np.object_))
+        try:
+            client.infer("errors", [inp])
+        except InferenceServerException as err:
+            return err.message()
+        return None
+
+    with ThreadPoolExecutor(4) as pool:
+        messages = list(pool.map(call, range(4)))
+    assert all(m and "Number of InferenceResponse objects do not match" in m for m in messages), messages
+    sizes = {m.split("InferenceRequest(s) size is:")[1].split(",")[0] for m in messages}
+    assert sizes - {"1"}, "expected at least one batch of several requests"
+
+
+# -- auto-complete -------------------------------------------------------------------------------
+
+def test_auto_complete_config(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "auto_complete"))
+    client = httpclient.InferenceServerClient(server.url)
+    config = client.get_model_config("auto_complete")
+    assert config["backend"] == "python"
+    assert config["max_batch_size"] == 4
+    assert "dynamic_batching" in config
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [
+        ("INPUT0", "TYPE_FP32", [4]), ("INPUT1", "TYPE_FP32", [4])]
+    assert config["input"][1]["optional"] is True
+    assert [t["name"] for t in config["output"]] == ["OUTPUT0"]
+    a = np.ones((2, 4), np.float32)
+    result = infer_add_sub(server.url, "auto_complete", a, a)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.full((1, 4), 3, np.float32))
+    result = client.infer("auto_complete", [inp])  # INPUT1 is optional
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), 6, np.float32))
+
+
+def test_auto_complete_conflict_fails_the_load(tmp_path, start_server):
+    repo = repo_with(tmp_path, "auto_complete")
+    (repo / "auto_complete" / "config.pbtxt").write_text(
+        'backend: "python"\noutput [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]\n')
+    with pytest.raises(Exception) as info:
+        start_server(repo)
+    assert "configuration expects datatype TYPE_INT32 for output 'OUTPUT0', model provides TYPE_FP32" \
+        in str(info.value)
+
+
+def test_auto_complete_disabled_keeps_the_config(tmp_path, start_server):
+    repo = repo_with(tmp_path, "auto_complete", "add_sub")
+    server = start_server(repo, auto_complete_config=False, exit_on_error=False)
+    index = {row["name"]: row for row in server.run(server.server.repository_index)}
+    assert index["add_sub"]["state"] == "READY"
+    assert index["auto_complete"]["state"] == "UNAVAILABLE"
+
+
+# -- instances, crash, readiness ---------------------------------------------------------------------
+
+def test_two_instances_run_in_parallel_processes(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "parallel"))
+    instances = backends(server, "parallel")
+    assert len(instances) == 2 and len({b.pid for b in instances}) == 2
+
+    def call(v):
+        r = infer_one(server.url, "parallel", "IN", np.array([v], np.float32), "FP32")
+        return r.as_numpy("OUT")[0], tuple(r.as_numpy("SPAN")), int(r.as_numpy("PID")[0])
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(call, [1.0, 2.0, 3.0, 4.0]))
+    assert [r[0] for r in results] == [2.0, 4.0, 6.0, 8.0]
+    assert {r[2] for r in results} == {b.pid for b in instances}
+    spans = [r[1] for r in results]
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert peak == 2
+
+
+@pytest.mark.parametrize("how, expected", [(3, "exited with code 3"),
+                                           (11, "was killed by signal 11 (SIGSEGV)")])
+def test_crash_fails_the_request_and_the_worker_restarts(tmp_path, start_server, how, expected):
+    repo = repo_with(tmp_path, "crash")
+    server = start_server(repo)
+    backend = backends(server, "crash")[0]
+    first = infer_one(server.url, "crash", "IN", np.array([1], np.int32), "INT32")
+    old_pid = int(first.as_numpy("PID")[0])
+    assert backend.healthy() and backend.pid == old_pid
+    (repo / "crash" / "slow_init").write_text("")  # the restart takes 1.5 s
+
+    with pytest.raises(InferenceServerException) as info:
+        infer_one(server.url, "crash", "IN", np.array([how], np.int32), "INT32")
+    message = info.value.message()
+    assert info.value.status() == "500"
+    assert "python model 'crash' instance 'crash_0_0'" in message
+    assert f"(pid {old_pid}) {expected} while executing a batch of 1 request(s)" in message
+    if how == 11:
+        assert "Fatal Python error" in message and "model.py" in message  # faulthandler's report
+    assert not backend.healthy()
+    assert not backend.is_ready()
+
+    # A request sent while it restarts waits for the new worker.
+    again = infer_one(server.url, "crash", "IN", np.array([5], np.int32), "INT32")
+    assert again.as_numpy("OUT").tolist() == [5]
+    new_pid = int(again.as_numpy("PID")[0])
+    assert new_pid != old_pid
+    assert backend.healthy() and backend.restarts == 1 and backend.pid == new_pid
+
+
+def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_server):
+    repo = repo_with(tmp_path, "crash")
+    server = start_server(repo)
+    backend = backends(server, "crash")[0]
+    infer_one(server.url, "crash", "IN", np.array([1], np.int32), "INT32")
+    (repo / "crash" / "fail_init").write_text("")
+    with pytest.raises(InferenceServerException):
+        infer_one(server.url, "crash", "IN", np.array([3], np.int32), "INT32")
+    # The first restart fails: requests are refused at once with the reason.
+    with pytest.raises(InferenceServerException) as info:
+        infer_one(server.url, "crash", "IN", np.array([1], np.int32), "INT32")
+    assert info.value.status() == "503"
+    assert "python model 'crash' instance 'crash_0_0' is not available: its worker process could " \
+           "not be restarted" in info.value.message()
+    assert "TritonModelException: initialize refused" in info.value.message()
+    assert not backend.healthy()
+    # Readiness reflects the worker: model and (strict) server not ready.
+    probe = httpclient.InferenceServerClient(server.url)
+    assert not probe.is_model_ready("crash")
+    assert not probe.is_server_ready()
+    (repo / "crash" / "fail_init").unlink()
+    deadline = time.monotonic() + 15
+    while not backend.healthy() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backend.healthy()
+    assert probe.is_model_ready("crash") and probe.is_server_ready()
+    result = infer_one(server.url, "crash", "IN", np.array([4], np.int32), "INT32")
+    assert result.as_numpy("OUT").tolist() == [4]
+
+
+def test_decoupled_models_are_refused_clearly(tmp_path, start_server):
+    repo = repo_with(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + "model_transaction_policy { decoupled: true }\n")
+    server = start_server(repo, exit_on_error=False)
+    index = {row["name"]: row for row in server.run(server.server.repository_index)}
+    assert index["add_sub"]["state"] == "UNAVAILABLE"
+    assert "decoupled models" in index["add_sub"]["reason"]
+
+
+def test_model_is_ready(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "readiness"))
+    backend = backends(server, "readiness")[0]
+    assert backend.is_ready()
+    result = infer_one(server.url, "readiness", "READY", np.array([False]), "BOOL")
+    assert result.as_numpy("OUT").tolist() == [False]
+    assert backend.healthy() and not backend.is_ready()
+    infer_one(server.url, "readiness", "READY", np.array([True]), "BOOL")
+    assert backend.is_ready()
+
+
+def test_unload_finalizes_and_ends_workers(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "parallel"), model_control_mode="explicit",
+                          load_models=["parallel"])
+    pids = [b.pid for b in backends(server, "parallel")]
+    server.call(server.server.unload_model("parallel"))
+    for pid in pids:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"worker {pid} still running after unload")
+
+
+def test_load_error_in_initialize(tmp_path, start_server):
+    repo = repo_with(tmp_path, "add_sub")
+    model = repo / "add_sub" / "1" / "model.py"
+    model.write_text(model.read_text().replace(
+        "config = json.loads(args[\"model_config\"])",
+        "raise pb_utils.TritonModelException('cannot load weights')"))
+    server = start_server(repo, exit_on_error=False)
+    index = {row["name"]: row for row in server.run(server.server.repository_index)}
+    assert index["add_sub"]["state"] == "UNAVAILABLE"
+    assert "TritonModelException: cannot load weights" in index["add_sub"]["reason"]
+    assert "initialize" in index["add_sub"]["reason"]

@@ -1,0 +1,83 @@
+"""The Python backend's link to its workers: framed messages and shared
+memory regions (pyserver/backends/python/channel.py)."""
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from pyserver.backends.python import channel
+
+
+@pytest.mark.parametrize("keep_gil", [False, True])
+def test_channel_frames_small_and_large_messages(keep_gil):
+    a, b = socket.socketpair()
+    left, right = channel.Channel(a, keep_gil=keep_gil), channel.Channel(b)
+    big = os.urandom(300_000)  # larger than the receive buffer and the socket buffer
+    messages = [("exec", 1, [("x", (2, 3))]), ("blob", big), ("empty",), ("tail", "é" * 10)]
+
+    def send_all():
+        for m in messages:
+            left.send(m)
+
+    sender = threading.Thread(target=send_all)
+    sender.start()
+    received = [right.recv() for _ in messages]
+    sender.join()
+    assert received == messages
+    left.close()
+    with pytest.raises(EOFError):
+        right.recv()
+    right.close()
+
+
+def test_channel_many_messages_in_one_read():
+    a, b = socket.socketpair()
+    left, right = channel.Channel(a), channel.Channel(b)
+    sender = threading.Thread(target=lambda: [left.send(("n", i, "x" * (i % 97))) for i in range(500)])
+    sender.start()
+    assert [right.recv()[1] for _ in range(500)] == list(range(500))
+    sender.join()
+    left.close()
+    right.close()
+
+
+@pytest.mark.parametrize("kind", ["memfd", "devshm", "file"])
+def test_regions_grow_and_readers_follow(kind):
+    if kind == "memfd" and not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create here")
+    if kind == "devshm" and not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    fd = channel.create_fd(kind, "test")
+    writer = channel.Region(fd, 4096, reserve=True)
+    reader = channel.Region(os.dup(fd), 4096, reserve=False)
+    data = np.arange(1000, dtype=np.float64)  # 8000 bytes: more than the region
+    writer.ensure(64 + data.nbytes)
+    assert writer.size >= 64 + data.nbytes
+    writer.mm[64:64 + data.nbytes] = data.view(np.uint8)
+    reader.follow(writer.size)
+    view = np.frombuffer(reader.mm, np.float64, data.size, 64)
+    np.testing.assert_array_equal(view, data)
+    old_view = view
+    writer.ensure(writer.size * 3)
+    reader.follow(writer.size)
+    np.testing.assert_array_equal(old_view, data)  # an array over the old mapping stays valid
+    writer.close()
+    reader.close()
+
+
+def test_shm_kind_choice(monkeypatch):
+    assert channel._choose_kind("file") == "file"
+    assert channel._choose_kind("devshm") == "devshm"
+    expected = "memfd" if hasattr(os, "memfd_create") else None
+    if expected:
+        assert channel._choose_kind("") == "memfd"
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+
+    class Tiny:
+        f_bavail, f_frsize = 10, 4096  # a 40 KiB /dev/shm, as in a default container
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Tiny())
+    assert channel._choose_kind("") == "file"
