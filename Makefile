@@ -5,18 +5,25 @@ VPY := $(VENV)/bin/python
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
+NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 
 .PHONY: install serve test test-csrc test-python lint sanitize bench clean system-deps
 
-# Debian packages: GoogleTest for the csrc tests (installed when missing).
+# Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
+# frontend's HTTP/2 (each installed when missing).
 system-deps:
 	@if [ ! -f $(GTEST_HEADER) ]; then \
 	  echo "installing libgtest-dev"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libgtest-dev >/dev/null; \
 	fi
+	@if [ ! -f $(NGHTTP2_HEADER) ]; then \
+	  echo "installing libnghttp2-dev"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libnghttp2-dev >/dev/null; \
+	fi
 
-$(VENV)/.deps: pyproject.toml
+$(VENV)/.deps: pyproject.toml requirements-test.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q setuptools wheel "cython>=3.0" "cmake>=3.18" ninja numpy grpcio-tools

@@ -16,6 +16,9 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 ENGINE_MODULES = sorted(p.stem for p in (ROOT / "engine").glob("*.pyx"))
+if not Path("/usr/include/nghttp2/nghttp2.h").exists():
+    # CMake skips the HTTP/2 module without libnghttp2-dev (no gRPC then).
+    ENGINE_MODULES.remove("http2")
 
 
 class CMakeExtension(Extension):

@@ -108,7 +108,8 @@ def main():
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "pyserver", "--model-repository", str(tmp / "models"),
-         "--http-address", "127.0.0.1", "--http-port", str(port)],
+         "--http-address", "127.0.0.1", "--http-port", str(port),
+         "--allow-grpc", "false", "--allow-metrics", "false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/v2/models/add_sub/infer"
     results = {"system": "pyserver", "model": "add_sub onnx FP32[16]",

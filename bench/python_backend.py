@@ -123,7 +123,7 @@ def bench_instances(args, tmp: Path, script: Path, instances: int) -> dict:
         server = subprocess.Popen(
             [sys.executable, "-m", "pyserver", "--model-repository", str(repo),
              "--http-address", "127.0.0.1", "--http-port", str(port),
-             "--allow-metrics", "false"],
+             "--allow-metrics", "false", "--allow-grpc", "false"],
             stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         to_ready = wait_ready(port, server, log_path)

@@ -49,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
     p.add_argument("--http-restricted-api", action="append", default=[],
                    metavar="API[,API...]:KEY=VALUE")
-    p.add_argument("--grpc-port", type=int, default=8001,
-                   help="gRPC port (the gRPC frontend is not built yet: flag accepted, nothing served)")
+    p.add_argument("--allow-grpc", type=_bool, default=True)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--grpc-address", default="0.0.0.0")
+    p.add_argument("--grpc-restricted-protocol", action="append", default=[],
+                   metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE")
     p.add_argument("--log-verbose", type=int, default=0)
     from pyserver.metrics import add_cli_arguments
     add_cli_arguments(p)  # --allow-metrics, --metrics-port, --metrics-config, ...
@@ -95,6 +98,21 @@ async def serve(args) -> int:
         await http.start()
         frontends.append(http)
         log.info("Started HTTPService at %s:%d", args.http_address, http.port)
+    if args.allow_grpc:
+        from pyserver.frontends.grpc import GrpcFrontend, parse_restricted_protocols
+        try:
+            restricted = parse_restricted_protocols(args.grpc_restricted_protocol)
+        except ValueError as err:
+            log.error("%s", err)
+            for f in frontends:
+                await f.stop()
+            await server.stop()
+            return 1
+        grpc = GrpcFrontend(server, args.grpc_address, args.grpc_port,
+                            restricted_protocols=restricted)
+        await grpc.start()
+        frontends.append(grpc)
+        log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, grpc.port)
     if metrics_config.allow_metrics:
         from pyserver.frontends.metrics_http import MetricsFrontend
         metrics = MetricsFrontend(server, metrics_config)
@@ -112,6 +130,9 @@ async def serve(args) -> int:
     # Readiness goes false at once; accepted requests get up to
     # --exit-timeout-secs to finish before the models stop.
     server.begin_shutdown()
+    for f in frontends:
+        if hasattr(f, "begin_shutdown"):
+            f.begin_shutdown()  # gRPC clients get GOAWAY before the drain
     log.info("shutting down: waiting up to %d s for in-flight requests", args.exit_timeout_secs)
     if not await server.drain(args.exit_timeout_secs):
         log.warning("exit timeout reached with requests still in flight")

@@ -35,6 +35,8 @@ def test_channel_frames_small_and_large_messages(keep_gil):
 
 def test_channel_many_messages_in_one_read():
     a, b = socket.socketpair()
+    a.settimeout(30)  # a stuck exchange fails the test instead of hanging the run
+    b.settimeout(30)
     left, right = channel.Channel(a), channel.Channel(b)
     sender = threading.Thread(target=lambda: [left.send(("n", i, "x" * (i % 97))) for i in range(500)])
     sender.start()

@@ -1,0 +1,671 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""gRPC inference messages <-> core objects, over csrc's wire codec.
+
+``decode_infer_request`` parses a serialized ``inference.ModelInferRequest``
+in C++ (views, no copies) and builds the protocol-neutral ``InferRequest``:
+tensors sent in ``raw_input_contents`` become read-only numpy arrays over the
+message bytes. ``encode_infer_response`` writes a ``ModelInferResponse`` (or
+a ``ModelStreamInferResponse``) straight from the output arrays' buffers into
+one bytes object, gRPC's 5-byte message prefix included. Error texts follow
+Triton's gRPC frontend (grpc/infer_handler.cc) and core.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from pyserver.engine.status cimport check_status
+
+from pyserver.core.dtypes import serialize_bytes_tensor
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+
+
+cdef extern from "numpy/arrayobject.h":
+    ctypedef Py_ssize_t npy_intp
+    ctypedef struct PyArray_Descr:
+        pass
+    ctypedef struct PyArrayObject:
+        pass
+    PyTypeObject PyArray_Type
+    PyArray_Descr* PyArray_DescrFromType(int typenum)
+    # Steals the reference to descr; returns a new reference.
+    object PyArray_NewFromDescr(PyTypeObject* subtype, PyArray_Descr* descr, int nd,
+                                npy_intp* dims, npy_intp* strides, void* data, int flags,
+                                PyObject* obj)
+    int PyArray_SetBaseObject(PyArrayObject* arr, PyObject* base) except -1
+    int _import_array() except -1
+    enum:
+        NPY_BOOL
+        NPY_INT8
+        NPY_INT16
+        NPY_INT32
+        NPY_INT64
+        NPY_UINT8
+        NPY_UINT16
+        NPY_UINT32
+        NPY_UINT64
+        NPY_FLOAT16
+        NPY_FLOAT32
+        NPY_FLOAT64
+        NPY_ARRAY_ALIGNED
+
+
+_import_array()
+
+# wire datatype -> (numpy type number, element size); BYTES is handled apart.
+cdef bint _raw_type(string_view dt, int* typenum, int* itemsize) noexcept:
+    cdef const char* p = dt.data()
+    cdef size_t n = dt.size()
+    if n == 4 and memcmp(p, "FP32", 4) == 0:
+        typenum[0] = NPY_FLOAT32; itemsize[0] = 4
+    elif n == 5 and memcmp(p, "INT64", 5) == 0:
+        typenum[0] = NPY_INT64; itemsize[0] = 8
+    elif n == 5 and memcmp(p, "INT32", 5) == 0:
+        typenum[0] = NPY_INT32; itemsize[0] = 4
+    elif n == 4 and memcmp(p, "FP16", 4) == 0:
+        typenum[0] = NPY_FLOAT16; itemsize[0] = 2
+    elif n == 4 and memcmp(p, "FP64", 4) == 0:
+        typenum[0] = NPY_FLOAT64; itemsize[0] = 8
+    elif n == 5 and memcmp(p, "UINT8", 5) == 0:
+        typenum[0] = NPY_UINT8; itemsize[0] = 1
+    elif n == 4 and memcmp(p, "INT8", 4) == 0:
+        typenum[0] = NPY_INT8; itemsize[0] = 1
+    elif n == 4 and memcmp(p, "BOOL", 4) == 0:
+        typenum[0] = NPY_BOOL; itemsize[0] = 1
+    elif n == 5 and memcmp(p, "INT16", 5) == 0:
+        typenum[0] = NPY_INT16; itemsize[0] = 2
+    elif n == 6 and memcmp(p, "UINT16", 6) == 0:
+        typenum[0] = NPY_UINT16; itemsize[0] = 2
+    elif n == 6 and memcmp(p, "UINT32", 6) == 0:
+        typenum[0] = NPY_UINT32; itemsize[0] = 4
+    elif n == 6 and memcmp(p, "UINT64", 6) == 0:
+        typenum[0] = NPY_UINT64; itemsize[0] = 8
+    elif n == 4 and memcmp(p, "BF16", 4) == 0:
+        typenum[0] = NPY_UINT16; itemsize[0] = 2  # bfloat16 words travel as uint16
+    else:
+        return False
+    return True
+
+
+cdef inline bint _is_bytes_type(string_view dt) noexcept:
+    return dt.size() == 5 and memcmp(dt.data(), "BYTES", 5) == 0
+
+
+cdef enum:
+    MAX_DIMS = 32  # numpy allows 64; Triton's shapes are far smaller
+    NOGIL_BYTES = 262144  # copy big responses with the GIL released
+
+_RESERVED = "triton_enable_empty_final_response"
+
+
+cdef inline str _str(string_view v):
+    return PyUnicode_DecodeUTF8(v.data(), <Py_ssize_t>v.size(), NULL)
+
+
+cdef inline str _rid(str request_id):
+    return "[request id: " + (request_id or "<id_unknown>") + "] "
+
+
+cdef inline object _bad(str message):
+    return ServerError(Code.INVALID_ARG, message)
+
+
+cdef object _value(const Parameter* p):
+    if p.kind == ParamKind.kBool:
+        return p.bool_value
+    if p.kind == ParamKind.kInt64:
+        return p.int64_value
+    if p.kind == ParamKind.kString:
+        return _str(p.string_value)
+    if p.kind == ParamKind.kDouble:
+        return p.double_value
+    if p.kind == ParamKind.kUint64:
+        return p.uint64_value
+    return None
+
+
+cdef dict _params(vector[Parameter]& params):
+    cdef dict out = {}
+    cdef size_t i
+    for i in range(params.size()):
+        out[_str(params[i].key)] = _value(&params[i])
+    return out
+
+
+cdef object _type_error(str key, str expected):
+    return _bad(f"invalid value type for '{key}' parameter, expected {expected}.")
+
+
+# ---------------------------------------------------------------- decoding
+
+
+cdef object _bytes_elements(const char* base, size_t size, int64_t count, tuple shape,
+                            str name, str model_name, str request_id):
+    """BYTES raw contents: 4-byte little-endian length + bytes per element."""
+    cdef size_t pos = 0
+    cdef uint64_t n
+    cdef int64_t got = 0
+    cdef list out = []
+    cdef unsigned int length
+    while pos < size:
+        if size - pos < 4:
+            raise _bad(
+                f"{_rid(request_id)}incomplete string length indicator for inference input "
+                f"'{name}' for model '{model_name}', expecting 4 bytes but only "
+                f"{size - pos} bytes available")
+        memcpy(&length, base + pos, 4)
+        pos += 4
+        n = length
+        if n > size - pos:
+            raise _bad(
+                f"{_rid(request_id)}element byte size indicator exceeds the end of the buffer "
+                f"for inference input '{name}' for model '{model_name}'")
+        out.append(PyBytes_FromStringAndSize(base + pos, <Py_ssize_t>n))
+        pos += n
+        got += 1
+        if got > count:
+            break
+    if got < count:
+        raise _bad(
+            f"{_rid(request_id)}expected {count} string elements for inference input "
+            f"'{name}' for model '{model_name}', got {got}")
+    if got > count:
+        raise _bad(
+            f"{_rid(request_id)}unexpected number of string elements {count + 1} for inference "
+            f"input '{name}' for model '{model_name}', expecting {count}")
+    import numpy as np
+    arr = np.empty(count, dtype=np.object_)
+    arr[:] = out
+    return arr.reshape(shape)
+
+
+cdef object _raw_tensor(bytes msg, string_view raw, str name, string_view datatype,
+                        vector[int64_t]& dims, str model_name, str request_id):
+    """A read-only numpy view over msg for one raw_input_contents entry."""
+    cdef npy_intp np_dims[MAX_DIMS]
+    cdef int nd = <int>dims.size()
+    cdef int i
+    cdef int64_t count = 1, d
+    cdef bint overflow = False
+    cdef int typenum
+    cdef int itemsize
+    if nd > MAX_DIMS:
+        raise _bad(f"{_rid(request_id)}input '{name}' for model '{model_name}' has {nd} "
+                   f"dimensions, at most {MAX_DIMS} are supported")
+    for i in range(nd):
+        d = dims[i]
+        if d < 0:
+            raise _bad(
+                f"{_rid(request_id)}unexpected shape for input '{name}' for model "
+                f"'{model_name}': dimension {d} is negative")
+        if d != 0 and count > INT64_MAX // d:
+            overflow = True
+        else:
+            count *= d
+        np_dims[i] = <npy_intp>d
+    if _is_bytes_type(datatype):
+        if overflow:
+            raise _bad(f"{_rid(request_id)}input '{name}' for model '{model_name}': element "
+                       "count exceeds the maximum size")
+        return _bytes_elements(raw.data(), raw.size(), count,
+                               tuple([np_dims[i] for i in range(nd)]), name, model_name,
+                               request_id)
+    if not _raw_type(datatype, &typenum, &itemsize):
+        raise _bad(f"invalid datatype for input {name}")
+    if overflow or count > <int64_t>(INT64_MAX // itemsize) or \
+            <uint64_t>(count * itemsize) != <uint64_t>raw.size():
+        expected = 1
+        for i in range(nd):
+            expected *= dims[i]
+        raise _bad(
+            f"{_rid(request_id)}input byte size mismatch for input '{name}' for model "
+            f"'{model_name}'. Expected {expected * itemsize}, got {raw.size()}")
+    # A view: the array keeps msg alive through its base. Flags: read-only,
+    # aligned when the offset allows (numpy computes the contiguity flags).
+    arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(typenum), nd, np_dims,
+                               NULL, <void*>raw.data(),
+                               NPY_ARRAY_ALIGNED if (<size_t>raw.data()) % itemsize == 0 else 0,
+                               NULL)
+    Py_INCREF(msg)
+    PyArray_SetBaseObject(<PyArrayObject*>arr, <PyObject*>msg)  # steals the reference
+    return arr
+
+
+# The core's request objects, filled slot by slot: their __init__ is Python
+# code and copies what is fresh here. Only while the classes have exactly
+# the slots this knows; otherwise their constructors are called.
+cdef bint _FAST_TENSOR = tuple(InferTensor.__slots__) == (
+    "name", "datatype", "shape", "data", "parameters")
+cdef bint _FAST_OUTPUT = tuple(RequestedOutput.__slots__) == ("name", "parameters")
+cdef bint _FAST_REQUEST = tuple(InferRequest.__slots__) == (
+    "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
+    "timeout_us")
+
+
+cdef object _new_tensor(str name, str datatype, list shape, object data, dict params):
+    if not _FAST_TENSOR:
+        return InferTensor(name, datatype, shape, data, params)
+    t = InferTensor.__new__(InferTensor)
+    t.name = name
+    t.datatype = datatype
+    t.shape = shape
+    t.data = data
+    t.parameters = params if params is not None else {}
+    return t
+
+
+cdef object _new_output(str name, dict params):
+    if not _FAST_OUTPUT:
+        return RequestedOutput(name, params)
+    o = RequestedOutput.__new__(RequestedOutput)
+    o.name = name
+    o.parameters = params if params is not None else {}
+    return o
+
+
+cdef object _new_request(str model_name, str model_version, str request_id, list inputs,
+                         list outputs, dict params, object priority, object timeout_us):
+    if not _FAST_REQUEST:
+        return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
+                            priority, timeout_us)
+    r = InferRequest.__new__(InferRequest)
+    r.model_name = model_name
+    r.model_version = model_version
+    r.id = request_id
+    r.inputs = inputs
+    r.outputs = outputs
+    r.parameters = params
+    r.priority = priority
+    r.timeout_us = timeout_us
+    return r
+
+
+cdef list _shape_list(vector[int64_t]& dims):
+    cdef list out = []
+    cdef size_t i
+    for i in range(dims.size()):
+        out.append(dims[i])
+    return out
+
+
+cdef tuple _decode(bytes msg, object contents_decoder):
+    # See decode_infer_request.
+    cdef InferRequestView view
+    cdef const Parameter* p
+    cdef InputTensorView* t
+    cdef size_t i, raw_index = 0, nraw
+    check_status(ParseModelInferRequest(<const uint8_t*>PyBytes_AS_STRING(msg),
+                                        <size_t>PyBytes_GET_SIZE(msg), &view))
+    try:
+        model_name = _str(view.model_name)
+        model_version = _str(view.model_version)
+        request_id = _str(view.id)
+    except UnicodeDecodeError:
+        raise ServerError(Code.INVALID_ARG, "ModelInferRequest has a string that is not UTF-8")
+
+    cdef dict params = {}
+    cdef dict flags = None
+    priority = 0
+    timeout = 0
+    for i in range(view.parameters.size()):
+        p = &view.parameters[i]
+        key = _str(p.key)
+        if key == "sequence_id":
+            if p.kind != ParamKind.kInt64 and p.kind != ParamKind.kString \
+                    and p.kind != ParamKind.kUint64:
+                raise _bad("invalid value type for 'sequence_id' parameter, expected "
+                           "int64_param or string_param.")
+            params[key] = _value(p)
+        elif key == "sequence_start" or key == "sequence_end":
+            if p.kind != ParamKind.kBool:
+                raise _type_error(key, "bool_param")
+            params[key] = p.bool_value
+        elif key == "priority":
+            if p.kind == ParamKind.kInt64:
+                if p.int64_value < 0:
+                    raise _bad("invalid value for 'priority', expected value >= 0.")
+                priority = p.int64_value
+            elif p.kind == ParamKind.kUint64:
+                priority = p.uint64_value
+            else:
+                raise _type_error(key, "int64_param or uint64_param")
+        elif key == "timeout":
+            if p.kind != ParamKind.kInt64:
+                raise _type_error(key, "int64_param")
+            timeout = p.int64_value if p.int64_value > 0 else 0
+        elif key.startswith("triton_"):
+            if key != _RESERVED:
+                raise _bad("parameter keys starting with 'triton_' are reserved for Triton "
+                           "usage. Only the following keys starting with 'triton_' are "
+                           f"allowed: {_RESERVED}")
+            if p.kind != ParamKind.kBool:
+                raise _type_error(key, "bool_param")
+            if flags is None:
+                flags = {}
+            flags[key] = p.bool_value
+        elif p.kind == ParamKind.kInt64 or p.kind == ParamKind.kBool \
+                or p.kind == ParamKind.kString:
+            params[key] = _value(p)
+        else:
+            raise _type_error(key, "int64_param, bool_param, or string_param")
+
+    cdef list inputs = []
+    nraw = view.raw_input_contents.size()
+    for i in range(view.inputs.size()):
+        t = &view.inputs[i]
+        name = _str(t.name)
+        datatype = _str(t.datatype)
+        shape = _shape_list(t.shape)
+        iparams = _params(t.parameters) if not t.parameters.empty() else None
+        if iparams is not None and "shared_memory_region" in iparams:
+            if t.has_contents:
+                raise _bad(f"unexpected 'content' provided when using shared memory for input "
+                           f"tensor '{name}' for model '{model_name}'")
+            data = None  # read from the region by whoever resolves shared memory
+            if flags is None:
+                flags = {}
+            flags["shared_memory"] = True
+        elif t.has_contents:
+            if nraw:
+                raise _bad(f"contents field must not be specified when using "
+                           f"raw_input_contents for '{name}' for model '{model_name}'")
+            if contents_decoder is None:
+                raise ServerError(Code.UNSUPPORTED, "typed tensor contents are not supported")
+            data = contents_decoder(name, datatype, list(shape),
+                                    PyBytes_FromStringAndSize(t.contents.data(),
+                                                              <Py_ssize_t>t.contents.size()),
+                                    model_name, request_id)
+        elif raw_index < nraw:
+            data = _raw_tensor(msg, view.raw_input_contents[raw_index], name, t.datatype,
+                               t.shape, model_name, request_id)
+            raw_index += 1
+        else:
+            raise _bad(f"unable to find data for input tensor '{name}' for model "
+                       f"'{model_name}' in request.")
+        inputs.append(_new_tensor(name, datatype, shape, data, iparams))
+
+    cdef list outputs = []
+    for i in range(view.outputs.size()):
+        if view.outputs[i].parameters.empty():
+            oparams = None
+        else:
+            oparams = _params(view.outputs[i].parameters)
+            if "shared_memory_region" in oparams:
+                if flags is None:
+                    flags = {}
+                flags["shared_memory"] = True
+        outputs.append(_new_output(_str(view.outputs[i].name), oparams))
+    return (_new_request(model_name, model_version, request_id, inputs, outputs, params,
+                         priority, timeout), flags)
+
+
+def decode_infer_request(bytes msg, contents_decoder=None):
+    """Parses a serialized ModelInferRequest into ``(InferRequest, flags)``.
+
+    ``flags`` is None, or a dict of the gRPC-only request parameters Triton
+    reserves (``triton_enable_empty_final_response``), removed from the
+    request, and ``"shared_memory": True`` when an input or output names a
+    shared-memory region (such inputs have data None).
+    ``contents_decoder(name, datatype, shape, contents_bytes, model_name,
+    request_id)`` turns typed ``contents`` into an array (rare; protobuf's
+    library is fine there). Raises ServerError with Triton's texts."""
+    return _decode(msg, contents_decoder)
+
+
+# ---------------------------------------------------------------- encoding
+
+
+cdef string_view _sv(object s, list keep) except *:
+    """A view of str/bytes s (kept alive in keep while the view is used)."""
+    cdef Py_ssize_t n
+    cdef const char* p
+    if type(s) is str:
+        p = PyUnicode_AsUTF8AndSize(s, &n)
+    elif type(s) is bytes:
+        p = PyBytes_AS_STRING(s)
+        n = PyBytes_GET_SIZE(s)
+    else:
+        s = str(s)
+        p = PyUnicode_AsUTF8AndSize(s, &n)
+    keep.append(s)
+    return string_view(p, <size_t>n)
+
+
+cdef int _fill_params(dict params, vector[Parameter]* out, list keep) except -1:
+    cdef Parameter blank
+    cdef Parameter p
+    for key, value in params.items():
+        p = blank
+        p.key = _sv(key, keep)
+        if value is True or value is False:
+            p.kind = ParamKind.kBool
+            p.bool_value = value
+        elif isinstance(value, int):
+            if value > INT64_MAX:
+                p.kind = ParamKind.kUint64
+                p.uint64_value = value
+            else:
+                p.kind = ParamKind.kInt64
+                p.int64_value = value
+        elif isinstance(value, float):
+            p.kind = ParamKind.kDouble
+            p.double_value = value
+        elif value is None:
+            continue
+        else:
+            p.kind = ParamKind.kString
+            p.string_value = _sv(value if isinstance(value, (str, bytes)) else str(value), keep)
+        out.push_back(p)
+    return 0
+
+
+cdef int _fill_response(object response, object request, InferResponseView* view,
+                        list keep, vector[Py_buffer]* bufs) except -1:
+    cdef OutputTensorView* o
+    cdef Py_buffer buf
+    cdef size_t i, n
+    view.model_name = _sv(response.model_name, keep)
+    view.model_version = _sv(response.model_version, keep)
+    rid = response.id
+    if not rid and request is not None:
+        rid = request.id
+    if rid:
+        view.id = _sv(rid, keep)
+    if response.parameters:
+        _fill_params(response.parameters, &view.parameters, keep)
+    outputs = response.outputs
+    n = len(outputs)
+    view.outputs.resize(n)
+    bufs.reserve(n)
+    for i in range(n):
+        t = outputs[i]
+        o = &view.outputs[i]
+        o.name = _sv(t.name, keep)
+        datatype = t.datatype
+        o.datatype = _sv(datatype, keep)
+        for d in t.shape:
+            o.shape.push_back(d)
+        if t.parameters:
+            _fill_params(t.parameters, &o.parameters, keep)
+        data = t.data
+        if data is None:
+            continue
+        if datatype == "BYTES":
+            data = serialize_bytes_tensor(data)
+        keep.append(data)
+        try:
+            PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):
+            import numpy as np
+            data = np.ascontiguousarray(data)
+            keep.append(data)
+            PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        bufs.push_back(buf)
+        o.raw = <const uint8_t*>buf.buf
+        o.raw_size = <size_t>buf.len
+    return 0
+
+
+cdef inline void _put_prefix(uint8_t* p, size_t n) noexcept nogil:
+    p[0] = 0  # not compressed
+    p[1] = <uint8_t>(n >> 24)
+    p[2] = <uint8_t>(n >> 16)
+    p[3] = <uint8_t>(n >> 8)
+    p[4] = <uint8_t>n
+
+
+cdef object _encode(object response, object request, bint stream, object error):
+    cdef InferResponseView view
+    cdef vector[Py_buffer] bufs
+    cdef list keep = []
+    cdef size_t size, infer_size = 0, total, head
+    cdef string_view err
+    cdef uint8_t* p
+    cdef bint has_infer = True
+    try:
+        if response is not None:
+            _fill_response(response, request, &view, keep, &bufs)
+        elif request is not None and request.id:
+            view.id = _sv(request.id, keep)  # an in-stream error names its request
+        else:
+            has_infer = False
+        if error is not None:
+            err = _sv(error, keep)
+        infer_size = ModelInferResponseSize(view)
+        head = StreamResponsePrefixSize(err, infer_size, has_infer) if stream else 0
+        size = head + infer_size
+        if size > 0xFFFFFFFF:
+            raise ServerError(Code.INTERNAL, f"response of {size} bytes exceeds gRPC's limit")
+        total = 5 + size
+        out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>total)
+        p = <uint8_t*>PyBytes_AS_STRING(out)
+        _put_prefix(p, size)
+        if stream:
+            WriteStreamResponsePrefix(err, infer_size, has_infer, p + 5)
+        if total >= NOGIL_BYTES:
+            # Safe without the GIL: the views point into objects held by
+            # keep/bufs, and out is not shared yet.
+            with nogil:
+                WriteModelInferResponse(view, p + 5 + head)
+        else:
+            WriteModelInferResponse(view, p + 5 + head)
+        return out
+    finally:
+        for i in range(bufs.size()):
+            PyBuffer_Release(&bufs[i])
+
+
+def encode_infer_response(response, request=None):
+    """A gRPC message (5-byte prefix included) holding the ModelInferResponse
+    for ``response`` (an InferResponse); raw_output_contents in output order."""
+    return _encode(response, request, False, None)
+
+
+def encode_stream_response(response, request=None, error=None):
+    """A gRPC message holding a ModelStreamInferResponse: ``response``'s
+    ModelInferResponse, or (response None) ``error`` as error_message with
+    the request's id."""
+    return _encode(response, request, True, error)
+
+
+# ---------------------------------------------------------------- ModelInfer calls
+
+
+cdef class InferHandler:
+    """ModelInfer's route handler for ``pyserver.engine.http2`` (a UNARY
+    route): ``handler(stream, message)`` decodes the request, submits it and
+    answers the stream from the future's done-callback, with no Python frame
+    on the way.
+
+    ``submit(InferRequest) -> Future`` (``Server.submit``); ``loop`` for
+    deadlines; ``contents_decoder`` for typed contents; ``shm_resolver(request)
+    -> use or None`` when the request names shared-memory regions (``use``
+    has ``write(response)`` and ``release()``); ``on_error(stream, exc)``
+    ends a call with an exception's status; ``on_deadline(stream, future)``
+    when grpc-timeout passes first.
+    """
+
+    cdef object submit
+    cdef object loop
+    cdef object contents_decoder
+    cdef object shm_resolver
+    cdef object on_error
+    cdef object on_deadline
+
+    def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
+                 on_error, on_deadline):
+        self.submit = submit
+        self.loop = loop
+        self.contents_decoder = contents_decoder
+        self.shm_resolver = shm_resolver
+        self.on_error = on_error
+        self.on_deadline = on_deadline
+
+    def __call__(self, stream, bytes msg):
+        cdef object use = None
+        cdef tuple decoded
+        cdef _InferDone done
+        try:
+            decoded = _decode(msg, self.contents_decoder)
+            request = decoded[0]
+            flags = decoded[1]
+            if flags is not None and "shared_memory" in flags:
+                if self.shm_resolver is None:
+                    raise ServerError(Code.UNSUPPORTED, "shared memory is not supported here")
+                use = self.shm_resolver(request)
+            fut = self.submit(request)
+        except Exception as e:
+            if use is not None:
+                use.release()
+            self.on_error(stream, e)
+            return
+        timeout = stream.timeout
+        done = _InferDone.__new__(_InferDone)
+        done.stream = stream
+        done.request = request
+        done.use = use
+        done.on_error = self.on_error
+        if timeout is not None:
+            done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
+        stream.cancel_callback = fut.cancel
+        fut.add_done_callback(done)
+
+
+cdef class _InferDone:
+    """A ModelInfer call's done-callback: encode the response, answer."""
+
+    cdef object stream
+    cdef object request
+    cdef object use
+    cdef object handle
+    cdef object on_error
+
+    def __call__(self, fut):
+        stream = self.stream
+        use = self.use
+        if self.handle is not None:
+            self.handle.cancel()
+        try:
+            if stream.closed or stream.finished:
+                return
+            try:
+                response = fut.result()
+                if use is not None:
+                    use.write(response)
+                payload = _encode(response, self.request, False, None)
+            except BaseException as e:
+                self.on_error(stream, e)
+                return
+            stream.respond(payload, True)
+        finally:
+            if use is not None:
+                use.release()
+            self.stream = self.request = self.use = self.handle = None

@@ -1,0 +1,19 @@
+from typing import Any, Callable
+
+from pyserver.core.types import InferRequest, InferResponse
+
+def decode_infer_request(
+    msg: bytes,
+    contents_decoder: Callable[[str, str, list[int], bytes, str, str], Any] | None = ...,
+) -> tuple[InferRequest, dict[str, Any] | None]: ...
+def encode_infer_response(response: InferResponse, request: InferRequest | None = ...) -> bytes: ...
+def encode_stream_response(response: InferResponse | None, request: Any = ...,
+                           error: str | None = ...) -> bytes: ...
+
+class InferHandler:
+    def __init__(self, submit: Callable[[InferRequest], Any], loop: Any, *,
+                 contents_decoder: Callable[..., Any] | None = ...,
+                 shm_resolver: Callable[[InferRequest], Any] | None = ...,
+                 on_error: Callable[[Any, BaseException], Any],
+                 on_deadline: Callable[[Any, Any], Any]) -> None: ...
+    def __call__(self, stream: Any, msg: bytes) -> None: ...
