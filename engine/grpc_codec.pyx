@@ -9,6 +9,8 @@ a ``ModelStreamInferResponse``) straight from the output arrays' buffers into
 one bytes object, gRPC's 5-byte message prefix included. Error texts follow
 Triton's gRPC frontend (grpc/infer_handler.cc) and core.
 """
+import functools
+
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
@@ -599,9 +601,11 @@ cdef class InferHandler:
     cdef object shm_resolver
     cdef object on_error
     cdef object on_deadline
+    cdef object canceller
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
-                 on_error, on_deadline):
+                 on_error, on_deadline, canceller=None):
+        self.canceller = canceller
         self.submit = submit
         self.loop = loop
         self.contents_decoder = contents_decoder
@@ -635,7 +639,10 @@ cdef class InferHandler:
         done.on_error = self.on_error
         if timeout is not None:
             done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
-        stream.cancel_callback = fut.cancel
+        # RST_STREAM: with a canceller (Server.cancel) the request also
+        # leaves the model's queue if it has not started yet.
+        stream.cancel_callback = fut.cancel if self.canceller is None \
+            else functools.partial(self.canceller, fut)
         fut.add_done_callback(done)
 
 

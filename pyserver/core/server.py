@@ -65,6 +65,7 @@ class Server:
         self._stopping = False
         self._inflight = 0
         self._spin_scheduled = False
+        self._handles: dict = {}  # future -> (scheduler, request id), for cancel()
         self._drained: asyncio.Event | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -126,10 +127,12 @@ class Server:
 
     def _on_completions(self):
         for obj, code, message in self._completions.drain():
+            handles = self._handles
             if code == 0:
                 self._inflight -= len(obj.requests)
                 for p in obj.requests:
                     future = p.future
+                    del handles[future]
                     if not future.done():
                         response = p.response
                         # A backend that answers per request may fail one
@@ -144,6 +147,7 @@ class Server:
             self._inflight -= len(requests)
             for p in requests:
                 future = p.future
+                handles.pop(future, None)
                 if not future.done():
                     future.set_exception(error)
         if self._drained is not None and self._inflight == 0:
@@ -285,12 +289,22 @@ class Server:
                                   f"Triton usage and should not be specified: '{key}'")
         mv = self._resolve(request.model_name, request.model_version)
         future = self._loop.create_future()
-        mv.submit(request, future)
+        pending = mv.submit(request, future)
+        self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
         if self._inflight == 1 and not self._spin_scheduled:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
         return future
+
+    def cancel(self, future) -> None:
+        """Cancels a submitted request: if it is still queued it leaves the
+        queue and its future fails with CANCELLED; if it already runs, the
+        future is cancelled and its result dropped."""
+        handle = self._handles.get(future)
+        if handle is not None and handle[0].cancel(handle[1]):
+            return  # the completion path fails the future as CANCELLED
+        future.cancel()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.submit(request)

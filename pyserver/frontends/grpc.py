@@ -303,9 +303,9 @@ class _StreamCall:
         self.closing = False
         self.futures = set()
 
-    def cancel_all(self):
+    def cancel_all(self, server):
         for fut in list(self.futures):
-            fut.cancel()
+            server.cancel(fut)  # queued work leaves the queue too
 
 
 # ---------------------------------------------------------------- frontend
@@ -350,7 +350,8 @@ class GrpcFrontend:
         infer = InferHandler(
             server.submit, self._loop, contents_decoder=decode_contents,
             shm_resolver=lambda request: _resolve_shared_memory(server.shared_memory, request),
-            on_error=_finish_error, on_deadline=_deadline_expired)
+            on_error=_finish_error, on_deadline=self._deadline_expired,
+            canceller=server.cancel)
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes
@@ -504,7 +505,7 @@ class GrpcFrontend:
         call = stream.data
         if call is None:
             call = stream.data = _StreamCall()
-            stream.cancel_callback = call.cancel_all
+            stream.cancel_callback = functools.partial(call.cancel_all, self._server)
         if msg is None:  # the client half-closed: end once every response is out
             call.closing = True
             if call.pending == 0:
@@ -531,6 +532,10 @@ class GrpcFrontend:
         call.futures.add(fut)
         final = bool(flags and flags.get("triton_enable_empty_final_response"))
         fut.add_done_callback(functools.partial(_stream_done, stream, call, request, final, use))
+
+    def _deadline_expired(self, stream, fut):
+        stream.finish(DEADLINE_EXCEEDED, "Deadline Exceeded")
+        self._server.cancel(fut)  # removes the request if still queued
 
     # -- the other RPCs ---------------------------------------------------------------
 
@@ -732,9 +737,6 @@ def _request_id_only(msg):
     return types.SimpleNamespace(id=rid)
 
 
-def _deadline_expired(stream, fut):
-    stream.finish(DEADLINE_EXCEEDED, "Deadline Exceeded")
-    fut.cancel()
 
 
 def _stream_done(stream, call, request, final, use, fut):

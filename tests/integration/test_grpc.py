@@ -627,3 +627,46 @@ def test_stop_lets_calls_in_flight_finish(tmp_path, start_grpc):
         fresh.is_server_live(client_timeout=2)
     client.close()
     fresh.close()
+
+
+def test_deadline_removes_queued_work(tmp_path, start_server):
+    """A request whose deadline passes while it waits in the queue never
+    runs: it leaves the queue and counts as CANCELED."""
+    import tritonclient.grpc as grpcclient
+
+    from pyserver.backends import register_backend
+    from pyserver.frontends.grpc import GrpcFrontend
+    from tests.integration.test_scheduling import RecordingBackend, write_model
+
+    register_backend("recording", RecordingBackend)
+    RecordingBackend.batches = []
+    RecordingBackend.release = threading.Event()
+    write_model(tmp_path, "q", "", max_batch_size=0)
+    s = start_server(tmp_path)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    try:
+        url = f"127.0.0.1:{frontend.port}"
+
+        def call(v, timeout=None):
+            client = grpcclient.InferenceServerClient(url)
+            inp = grpcclient.InferInput("IN", [1], "FP32")
+            inp.set_data_from_numpy(np.array([v], np.float32))
+            return client.infer("q", [inp], client_timeout=timeout)
+
+        busy = threading.Thread(target=call, args=(999.0,))
+        busy.start()
+        time.sleep(0.3)  # 999 holds the only instance
+        with pytest.raises(Exception) as err:
+            call(5.0, timeout=0.3)
+        assert "Deadline" in str(err.value) or "DEADLINE" in str(err.value)
+        time.sleep(0.2)
+        RecordingBackend.release.set()
+        busy.join(10)
+        time.sleep(0.2)
+        assert RecordingBackend.batches == [[999.0]]  # 5.0 never ran
+        stats = s.run(s.server.model_statistics, "q")
+        assert stats["failure_reasons"]["CANCELED"] == 1
+    finally:
+        RecordingBackend.release.set()
+        s.call(frontend.stop())
