@@ -4,16 +4,16 @@ the protobuf library's own encoding of the same messages, plus the typed
 
 import numpy as np
 import pytest
+
+from pyserver._proto import message_class
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.types import InferRequest, InferResponse, InferTensor
 from pyserver.engine.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
     encode_stream_response,
 )
 from pyserver.engine.http2 import percent_encode
-
-from pyserver._proto import message_class
-from pyserver.core.errors import Code, ServerError
-from pyserver.core.types import InferRequest, InferResponse, InferTensor
 from pyserver.frontends.grpc import decode_contents, parse_restricted_protocols
 
 Request = message_class("inference.ModelInferRequest")
