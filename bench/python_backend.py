@@ -30,31 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_PY = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
-CONFIG = """name: "add_sub"
-backend: "python"
-max_batch_size: {mbs}
-input [
-  {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {size} ] }},
-  {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ {size} ] }}
-]
-output [
-  {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {size} ] }},
-  {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {size} ] }}
-]
-instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
-{extra}
-"""
+from wrk import free_port, lua_string, run_wrk  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def lua_string(data: bytes) -> str:
-    return '"' + "".join(f"\\{b}" for b in data) + '"'
+from pyserver.testing import ADD_SUB_CONFIG  # noqa: E402
 
 
 def write_script(folder: Path, size: int, batching: bool) -> Path:
@@ -69,28 +50,8 @@ def write_script(folder: Path, size: int, batching: bool) -> Path:
     return path
 
 
-def parse_wrk(out: str) -> dict:
-    def dur(text):
-        m = re.match(r"([\d.]+)(us|ms|s)", text)
-        v = float(m.group(1))
-        return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
-
-    result = {"infer_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
-    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
-        m = re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M)
-        result[key] = round(dur(m.group(1)), 3) if m else None
-    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    result["non_2xx"] = int(bad.group(1)) if bad else 0
-    result["socket_errors"] = sum(int(x) for x in errors.groups()) if errors else 0
-    return result
 
 
-def run_wrk(url: str, script: Path, conns: int, seconds: float, threads: int) -> dict:
-    cmd = ["wrk", f"-t{min(threads, conns)}", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency",
-           "-s", str(script), url]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
-    return parse_wrk(out)
 
 
 def wait_ready(port: int, server: subprocess.Popen, log_path: Path, timeout: float = 120) -> float:
@@ -115,8 +76,9 @@ def bench_instances(args, tmp: Path, script: Path, instances: int) -> dict:
     (model / "1").mkdir(parents=True)
     shutil.copy(MODEL_PY, model / "1" / "model.py")
     extra = "dynamic_batching { }" if args.batching else ""
-    (model / "config.pbtxt").write_text(CONFIG.format(
-        mbs=64 if args.batching else 0, size=args.size, instances=instances, extra=extra))
+    (model / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
+        name="add_sub", backend='backend: "python"', max_batch_size=64 if args.batching else 0,
+        size=args.size, instances=instances, extra=extra))
     port = free_port()
     log_path = tmp / f"server-{instances}.log"
     with open(log_path, "w") as log_file:

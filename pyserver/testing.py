@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ADD_SUB_CONFIG = """name: "{name}"
-platform: "onnxruntime_onnx"
+{backend}
 max_batch_size: {max_batch_size}
 input [
   {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {size} ] }},
@@ -44,7 +44,8 @@ def write_add_sub(repo: Path, name: str = "add_sub", size: int = 16, max_batch_s
     model_dir = Path(repo) / name
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
-        name=name, size=size, max_batch_size=max_batch_size, instances=instances, extra=extra))
+        name=name, backend='platform: "onnxruntime_onnx"', size=size,
+        max_batch_size=max_batch_size, instances=instances, extra=extra))
     blob = add_sub_onnx(size, batching=max_batch_size > 0)
     for v in versions:
         (model_dir / str(v)).mkdir(exist_ok=True)

@@ -318,11 +318,7 @@ class ModelVersion:
             self._scatter_outputs(requests, outputs, batch.batch_size)
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
-            t_end = now_ns()
-            message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
-            code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
-            log.debug("model '%s' failed a batch: %s", self.name, message)
-            return (t_start, t_end, t_end, t_end, code, message)
+            return self._failed_batch(t_start, err)
         return (t_start, t_input, t_output, t_end)
 
     def execute_requests(self, instance: ModelInstance, batch: Batch) -> tuple:
@@ -350,11 +346,7 @@ class ModelVersion:
                     p.response = self._request_response(p, result, None)
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
-            t_end = now_ns()
-            message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
-            code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
-            log.debug("model '%s' failed a batch: %s", self.name, message)
-            return (t_start, t_end, t_end, t_end, code, message)
+            return self._failed_batch(t_start, err)
         return (t_start, t_start, t_output, t_end)
 
     def _request_response(self, p: PendingRequest, outputs: dict, parameters) -> InferResponse:
@@ -376,6 +368,13 @@ class ModelVersion:
             datatype = "BYTES" if value.dtype.hasobject else dtypes.numpy_to_wire(value.dtype)
             tensors.append(InferTensor(name, datatype, value.shape, value))
         return InferResponse(self.name, self.version_str, req.id, tensors, parameters)
+
+    def _failed_batch(self, t_start: int, err: Exception) -> tuple:
+        t_end = now_ns()
+        message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
+        code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
+        log.debug("model '%s' failed a batch: %s", self.name, message)
+        return (t_start, t_end, t_end, t_end, code, message)
 
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if len(requests) == 1:
