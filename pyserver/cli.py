@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -122,6 +123,12 @@ async def serve(args) -> int:
     for row in server.repository_index():
         log.info("model %s version %s: %s %s", row["name"], row.get("version") or "-",
                  row.get("state", "UNLOADED"), row.get("reason", ""))
+    # Everything allocated so far (models, modules) lives for the whole run:
+    # keep it out of the cyclic GC's scans, and collect the young generation
+    # less often (per-request objects are freed by reference counting; a
+    # collection every 700 allocations cost ~8% of HTTP throughput).
+    gc.freeze()
+    gc.set_threshold(50000, 50, 100)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
