@@ -72,7 +72,7 @@ class PendingRequest:
     """A request in flight: what the engine carries through its queue (as an
     opaque token) and hands back in a Batch."""
 
-    __slots__ = ("request", "future", "arrays", "batch_size", "response", "id")
+    __slots__ = ("request", "future", "arrays", "batch_size", "response", "id", "trace")
 
     def __init__(self, request: InferRequest, future, arrays: dict, batch_size: int):
         self.request = request
@@ -81,6 +81,7 @@ class PendingRequest:
         self.batch_size = batch_size
         self.response = None
         self.id = 0
+        self.trace = None  # a trace record while the request is traced
 
 
 class ModelInstance:
@@ -104,8 +105,11 @@ class ModelInstance:
         else:
             execute = self.model.execute_batch
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
+        model = self.model
         while batch is not None:
             outcome = execute(self, batch)
+            if model.tracing:
+                model.stamp_traces(batch, outcome)
             # Completes this batch and waits for the next, GIL released.
             batch = scheduler.complete_and_next(batch, *outcome)
 
@@ -142,6 +146,7 @@ class ModelVersion:
         self.instances: list[ModelInstance] = []
         self.labels = load_labels(str(Path(version_dir).parent), config)
         self.load_duration_s = 0.0
+        self.tracing = False  # set by the server while tracing may be on
         self._config_json = None
 
     # -- setup ---------------------------------------------------------------
@@ -223,9 +228,10 @@ class ModelVersion:
 
     # -- request path (event loop thread) ------------------------------------
 
-    def submit(self, request: InferRequest, future) -> PendingRequest:
+    def submit(self, request: InferRequest, future, trace=None) -> PendingRequest:
         arrays, batch_size, shape_key = self.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
+        pending.trace = trace  # before it is queued: an instance may take it at once
         pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
                                             request.timeout_us, shape_key)
         return pending
@@ -368,6 +374,16 @@ class ModelVersion:
             datatype = "BYTES" if value.dtype.hasobject else dtypes.numpy_to_wire(value.dtype)
             tensors.append(InferTensor(name, datatype, value.shape, value))
         return InferResponse(self.name, self.version_str, req.id, tensors, parameters)
+
+    @staticmethod
+    def stamp_traces(batch: Batch, times: tuple) -> None:
+        """Adds the queue and compute timestamps to the traced requests."""
+        names = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
+        for p, enqueued in zip(batch.requests, batch.enqueue_ns()):
+            if p.trace is not None:
+                stamps = p.trace["timestamps"]
+                stamps.append({"name": "QUEUE_START", "ns": enqueued})
+                stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
 
     def _failed_batch(self, t_start: int, err: Exception) -> tuple:
         t_end = now_ns()

@@ -18,16 +18,18 @@ from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.model import ModelVersion
 from pyserver.core.model_manager import ModelManager
 from pyserver.core.settings import LogSettings, TraceSettings
+from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
-from pyserver.engine import Batch, CompletionQueue
+from pyserver.engine import Batch, CompletionQueue, now_ns
 
 log = logging.getLogger("pyserver")
 
 # What this build serves; the list grows as features land (Triton's full list
-# adds sequence and trace).
+# adds sequence).
 EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)",
               "schedule_policy", "model_configuration", "system_shared_memory",
-              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "logging"]
+              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
+              "logging"]
 
 
 class Server:
@@ -56,6 +58,7 @@ class Server:
                                                    summary_latencies)
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
+        self.tracer = Tracer(self.trace_settings_store)
         from pyserver.core.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
         self.models: ModelManager | None = None
@@ -119,6 +122,7 @@ class Server:
             self._on_completions()  # resolve what the schedulers failed on stop
             self._loop.remove_reader(self._completions.fd)
             self._completions = None
+        self.tracer.flush()
         close = getattr(self.shared_memory, "close", None)
         if close is not None:
             close()  # unmaps every registered region
@@ -133,6 +137,8 @@ class Server:
                 for p in obj.requests:
                     future = p.future
                     del handles[future]
+                    if p.trace is not None:
+                        self.tracer.finish(p.trace, now_ns())
                     if not future.done():
                         response = p.response
                         # A backend that answers per request may fail one
@@ -148,6 +154,8 @@ class Server:
             for p in requests:
                 future = p.future
                 handles.pop(future, None)
+                if p.trace is not None:
+                    self.tracer.finish(p.trace, now_ns())
                 if not future.done():
                     future.set_exception(error)
         if self._drained is not None and self._inflight == 0:
@@ -255,6 +263,7 @@ class Server:
                          files: dict[str, bytes] | None = None) -> None:
         self._check_explicit()
         await self.models.load(name, config=config, files=files)
+        self._apply_tracing()
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         # unload_dependents matters once ensembles exist; nothing depends on
@@ -274,7 +283,15 @@ class Server:
             self._resolve(model_name, "")
         if update:
             self.trace_settings_store.update(model_name, update)
+            self.tracer.flush()  # traces taken under the old settings
+            self._apply_tracing()
         return self.trace_settings_store.as_dict(model_name)
+
+    def _apply_tracing(self):
+        versions = self.loaded_versions()
+        self.tracer.refresh({mv.name for mv in versions})
+        for mv in versions:
+            mv.tracing = self.tracer.active
 
     # -- inference -------------------------------------------------------------
 
@@ -289,7 +306,10 @@ class Server:
                                   f"Triton usage and should not be specified: '{key}'")
         mv = self._resolve(request.model_name, request.model_version)
         future = self._loop.create_future()
-        pending = mv.submit(request, future)
+        if self.tracer.active:
+            pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()))
+        else:
+            pending = mv.submit(request, future)
         self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
         if self._inflight == 1 and not self._spin_scheduled:

@@ -103,6 +103,14 @@ class TraceSettings:
     def effective(self, model_name: str) -> dict:
         return self.as_dict(model_name)
 
+    def consume_count(self, model_name: str) -> None:
+        """One trace taken: trace_count goes down by one where it is set."""
+        where = self.model_values.get(model_name, {})
+        values = where if "trace_count" in where else self.global_values
+        count = int(values["trace_count"])
+        if count > 0:
+            values["trace_count"] = str(count - 1)
+
     def update(self, model_name: str | None, update: dict) -> None:
         target = dict(self.model_values.get(model_name, {})) if model_name else dict(self.global_values)
         for key, value in update.items():
@@ -119,11 +127,11 @@ class TraceSettings:
                     if level not in _TRACE_LEVELS:
                         raise invalid_arg(f"unsupported trace level '{level}', expected one of "
                                           f"{', '.join(_TRACE_LEVELS)}")
-                    if level != "OFF":
+                    if level == "TENSORS":
                         # Said plainly rather than accepted and ignored.
                         raise ServerError(Code.UNSUPPORTED,
-                                          f"trace level '{level}' is not supported by this server "
-                                          "yet: request tracing is not implemented")
+                                          "trace level 'TENSORS' is not supported by this server "
+                                          "yet (TIMESTAMPS is)")
                 target[key] = list(levels)
             elif key in _TRACE_COUNTERS:
                 try:

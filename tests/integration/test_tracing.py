@@ -1,0 +1,62 @@
+"""Request tracing through the trace extension: sampled requests carry the
+engine's timestamps into Triton's JSON trace file."""
+
+import json
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from pyserver.testing import write_add_sub
+
+ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+         "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+
+
+def infer(client, n):
+    a = np.ones((1, 16), np.float32)
+    for _ in range(n):
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        client.infer("add_sub", inputs)
+
+
+def test_timestamps_traces_written_as_triton(tmp_path, start_server):
+    write_add_sub(tmp_path / "models", extra="dynamic_batching { }")
+    s = start_server(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "trace.json"
+    infer(client, 2)  # tracing is off by default: nothing is written
+    settings = client.update_trace_settings(settings={
+        "trace_file": str(trace_file), "trace_level": ["TIMESTAMPS"], "trace_rate": "2",
+        "trace_count": "2", "log_frequency": "0"})
+    assert settings["trace_level"] == ["TIMESTAMPS"]
+    infer(client, 6)  # every 2nd request, at most 2 of them
+    assert client.get_trace_settings()["trace_count"] == "0"
+    client.update_trace_settings(settings={"trace_level": ["OFF"]})  # flushes the file
+    traces = json.loads(trace_file.read_text())
+    assert len(traces) == 2
+    assert traces[0]["id"] != traces[1]["id"]
+    for t in traces:
+        assert t["model_name"] == "add_sub" and t["model_version"] == 1
+        names = [x["name"] for x in t["timestamps"]]
+        assert names == ORDER
+        times = [x["ns"] for x in t["timestamps"]]
+        assert times == sorted(times) and times[-1] > times[0]
+
+
+def test_log_frequency_writes_groups(tmp_path, start_server):
+    write_add_sub(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "t.json"
+    client.update_trace_settings(model_name="add_sub", settings={
+        "trace_file": str(trace_file), "trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+        "log_frequency": "2"})
+    infer(client, 5)
+    assert len(json.loads((tmp_path / "t.json.0").read_text())) == 2
+    assert len(json.loads((tmp_path / "t.json.1").read_text())) == 2
+    assert not (tmp_path / "t.json.2").exists()
+    s.call(s.server.stop())  # the rest is written at shutdown
+    assert len(json.loads((tmp_path / "t.json.2").read_text())) == 1
