@@ -12,7 +12,8 @@ import sys
 log = logging.getLogger("pyserver")
 
 
-def _bool(value: str) -> bool:
+def parse_bool(value: str) -> bool:
+    """A boolean flag value as tritonserver accepts them."""
     v = value.strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
@@ -33,24 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model to load at startup in explicit mode (repeatable; '*' = all)")
     p.add_argument("--disable-auto-complete-config", action="store_true",
                    help="use config.pbtxt as written: backends fill nothing in")
-    p.add_argument("--strict-model-config", type=_bool, default=None,
+    p.add_argument("--strict-model-config", type=parse_bool, default=None,
                    help="deprecated: true is --disable-auto-complete-config")
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE",
                    help="backend setting; supported: default-max-batch-size=N")
-    p.add_argument("--exit-on-error", type=_bool, default=True)
-    p.add_argument("--strict-readiness", type=_bool, default=True)
+    p.add_argument("--exit-on-error", type=parse_bool, default=True)
+    p.add_argument("--strict-readiness", type=parse_bool, default=True)
     p.add_argument("--model-load-thread-count", type=int, default=4)
     p.add_argument("--exit-timeout-secs", type=int, default=30,
                    help="on SIGINT/SIGTERM, how long in-flight requests may take to finish")
-    p.add_argument("--allow-client-shm", type=_bool, default=False,
+    p.add_argument("--allow-client-shm", type=parse_bool, default=False,
                    help="let clients register system shared memory regions")
-    p.add_argument("--allow-http", type=_bool, default=True)
+    p.add_argument("--allow-http", type=parse_bool, default=True)
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024)
     p.add_argument("--http-restricted-api", action="append", default=[],
                    metavar="API[,API...]:KEY=VALUE")
-    p.add_argument("--allow-grpc", type=_bool, default=True)
+    p.add_argument("--allow-grpc", type=parse_bool, default=True)
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--grpc-address", default="0.0.0.0")
     p.add_argument("--grpc-restricted-protocol", action="append", default=[],

@@ -186,14 +186,7 @@ def add_cli_arguments(parser) -> None:
     """Adds tritonserver's metrics flags to an ``argparse`` parser; read them
     back with :meth:`MetricsConfig.from_args`."""
 
-    def boolean(value: str) -> bool:
-        v = value.strip().lower()
-        if v in ("1", "true", "yes", "on"):
-            return True
-        if v in ("0", "false", "no", "off"):
-            return False
-        import argparse
-        raise argparse.ArgumentTypeError(f"expected a boolean, got '{value}'")
+    from pyserver.cli import parse_bool as boolean
 
     group = parser.add_argument_group("metrics")
     group.add_argument("--allow-metrics", type=boolean, default=True,

@@ -366,13 +366,8 @@ class ModelVersion:
             value = outputs.get(name)
             if value is None:
                 continue
-            k = out.parameters.get("classification") if out.parameters else None
-            if k is not None:
-                value = classify(name, value, k, self.labels.get(name), batching)
-                tensors.append(InferTensor(name, "BYTES", value.shape, value))
-                continue
             datatype = "BYTES" if value.dtype.hasobject else dtypes.numpy_to_wire(value.dtype)
-            tensors.append(InferTensor(name, datatype, value.shape, value))
+            tensors.append(self._output_tensor(out, value, datatype, batching))
         return InferResponse(self.name, self.version_str, req.id, tensors, parameters)
 
     @staticmethod
@@ -408,6 +403,15 @@ class ModelVersion:
             batched[name] = out
         return batched
 
+    def _output_tensor(self, out, value, datatype: str, batching: bool) -> InferTensor:
+        """One requested output as sent back: as is, or its top-k entries when
+        the client asked for classification."""
+        k = out.parameters.get("classification") if out.parameters else None
+        if k is not None:
+            value = classify(out.name, value, k, self.labels.get(out.name), batching)
+            return InferTensor(out.name, "BYTES", value.shape, value)
+        return InferTensor(out.name, datatype, value.shape, value)
+
     def _scatter_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
         single = len(requests) == 1
         batching = self.max_batch_size > 0
@@ -426,12 +430,7 @@ class ModelVersion:
                 value = outputs[name]
                 if batching and not single:
                     value = value[offset:offset + p.batch_size]  # a view, no copy
-                k = out.parameters.get("classification") if out.parameters else None
-                if k is not None:
-                    value = classify(name, value, k, self.labels.get(name), batching)
-                    tensors.append(InferTensor(name, "BYTES", value.shape, value))
-                    continue
-                spec = self.outputs[name]
-                tensors.append(InferTensor(name, spec.datatype, value.shape, value))
+                tensors.append(self._output_tensor(out, value, self.outputs[name].datatype,
+                                                   batching))
             offset += p.batch_size
             p.response = InferResponse(self.name, self.version_str, req.id, tensors)

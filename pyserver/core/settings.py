@@ -100,9 +100,6 @@ class TraceSettings:
         out["trace_level"] = list(out["trace_level"])
         return out
 
-    def effective(self, model_name: str) -> dict:
-        return self.as_dict(model_name)
-
     def consume_count(self, model_name: str) -> None:
         """One trace taken: trace_count goes down by one where it is set."""
         where = self.model_values.get(model_name, {})

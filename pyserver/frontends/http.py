@@ -781,6 +781,15 @@ class _HttpConnection(asyncio.Protocol):
         except Exception as e:
             return self._respond_exception(e, keep_alive)
 
+    def _settings_update(self, body) -> dict:
+        """The JSON object a settings POST carries ({} for an empty body)."""
+        update = _json_body(body, self._frontend.max_input_size)
+        if update is None:
+            return {}
+        if type(update) is not dict:
+            raise _bad("attempt to get members for non-object")
+        return update
+
     def _trace(self, method, model, headers, body, keep_alive):
         if self._frontend._restrictions and self._restricted("trace", headers, keep_alive):
             return
@@ -789,11 +798,7 @@ class _HttpConnection(asyncio.Protocol):
         update = None
         if method == _POST:
             try:
-                update = _json_body(body, self._frontend.max_input_size)
-                if update is None:
-                    update = {}
-                elif type(update) is not dict:
-                    raise _bad("attempt to get members for non-object")
+                update = self._settings_update(body)
             except Exception as e:
                 return self._respond_exception(e, keep_alive)
         return self._call(self._server.trace_settings, (model, update), keep_alive)
@@ -806,11 +811,7 @@ class _HttpConnection(asyncio.Protocol):
         update = None
         if method == _POST:
             try:
-                update = _json_body(body, self._frontend.max_input_size)
-                if update is None:
-                    update = {}
-                elif type(update) is not dict:
-                    raise _bad("attempt to get members for non-object")
+                update = self._settings_update(body)
             except Exception as e:
                 return self._respond_exception(e, keep_alive)
         return self._call(self._server.log_settings, (update,), keep_alive)
