@@ -212,6 +212,8 @@ cdef class Stream:
     cdef readonly bytes path
     cdef readonly list headers          # [(name, value)] beyond the gRPC ones, when captured
     cdef readonly bytes encoding        # grpc-encoding, or None
+    cdef bint accepts_gzip              # grpc-accept-encoding lists gzip
+    cdef bint gzip_out                  # responses go out gzip-compressed
     cdef readonly bint half_closed      # the client sent END_STREAM
     cdef readonly bint closed           # the HTTP/2 stream is gone (done or reset)
     cdef readonly bint finished         # our final status was submitted
@@ -244,6 +246,7 @@ cdef class Stream:
     cdef int _submit_headers(self, bint with_data) except -1
     cdef int _submit_trailers(self) except -1
     cdef int _append(self, object payload) except -1
+    cdef int _append_message(self, bytes payload, bint framed) except -1
     cdef size_t _copy_out(self, string* out, size_t n) except? 0
     cdef int _release(self) except -1
     cdef int _wake(self) except -1
@@ -256,6 +259,7 @@ cdef class Connection:
     cdef readonly bint capture_headers
     cdef readonly size_t max_message_size
     cdef readonly size_t max_header_list_size
+    cdef readonly int response_compression  # zlib level for gzip responses; 0: none
     cdef readonly int open_streams
     cdef readonly size_t pending_bytes  # response bytes not yet handed to the transport
     cdef set streams

@@ -124,16 +124,20 @@ cdef class Stream:
     # -- sending ----------------------------------------------------------------
 
     cdef int _submit_headers(self, bint with_data) except -1:
-        cdef nghttp2_nv nva[3]
+        cdef nghttp2_nv nva[4]
         cdef nghttp2_data_provider prd
+        cdef size_t n = 3
         cdef int rv
         nva[0] = _nv(":status", 7, "200", 3)
         nva[1] = _nv("content-type", 12, "application/grpc", 16)
         nva[2] = _nv("grpc-accept-encoding", 20, PyBytes_AS_STRING(_ACCEPT_ENCODING),
                      PyBytes_GET_SIZE(_ACCEPT_ENCODING))
+        if self.gzip_out:
+            nva[3] = _nv("grpc-encoding", 13, "gzip", 4)
+            n = 4
         prd.source.ptr = <void*>self
         prd.read_callback = _read_cb
-        rv = nghttp2_submit_response(self.connection.session, self.id, nva, 3, &prd)
+        rv = nghttp2_submit_response(self.connection.session, self.id, nva, n, &prd)
         if rv != 0:
             raise RuntimeError(f"nghttp2_submit_response: {nghttp2_strerror(rv).decode()}")
         self.headers_sent = True
@@ -177,6 +181,25 @@ cdef class Stream:
         self.connection.pending_bytes += n
         return 0
 
+    cdef int _append_message(self, bytes payload, bint framed) except -1:
+        """Queues one gRPC message: the 5-byte prefix (unless framed, when
+        payload carries it) and the payload, gzip-compressed when this
+        stream's responses are."""
+        cdef size_t n
+        cdef int flag = 0
+        if self.gzip_out:
+            import zlib
+            if framed:
+                payload = payload[5:]
+            payload = zlib.compress(payload, self.connection.response_compression, 31)
+            flag = 1
+        elif framed:
+            return self._append(payload)
+        n = <size_t>PyBytes_GET_SIZE(payload)
+        self._append(bytes((flag, (n >> 24) & 0xFF, (n >> 16) & 0xFF, (n >> 8) & 0xFF,
+                            n & 0xFF)))
+        return self._append(payload)
+
     cdef size_t _copy_out(self, string* out, size_t n) except? 0:
         """Moves n queued bytes to out (nghttp2 asked for exactly that many)."""
         cdef size_t done = 0, k, avail
@@ -216,12 +239,7 @@ cdef class Stream:
         if self.finished or self.closed:
             return False
         cdef Connection conn = self.connection
-        cdef size_t n
-        if not framed:
-            n = <size_t>PyBytes_GET_SIZE(payload)
-            self._append(bytes((0, (n >> 24) & 0xFF, (n >> 16) & 0xFF, (n >> 8) & 0xFF,
-                                n & 0xFF)))
-        self._append(payload)
+        self._append_message(payload, framed)
         if not self.headers_sent:
             self._submit_headers(True)
         else:
@@ -233,12 +251,7 @@ cdef class Stream:
         """A unary call's answer: the message, then status OK."""
         if self.finished or self.closed:
             return False
-        cdef size_t n
-        if not framed:
-            n = <size_t>PyBytes_GET_SIZE(payload)
-            self._append(bytes((0, (n >> 24) & 0xFF, (n >> 16) & 0xFF, (n >> 8) & 0xFF,
-                                n & 0xFF)))
-        self._append(payload)
+        self._append_message(payload, framed)
         self.finishing = True
         self.status = 0
         if not self.headers_sent:
@@ -383,6 +396,9 @@ cdef int _on_header(nghttp2_session* session, const nghttp2_frame* frame, const 
         stream.timeout_us = ParseGrpcTimeoutUs(string_view(<const char*>value, valuelen))
     elif _eq(name, namelen, "grpc-encoding", 13):
         stream.encoding = PyBytes_FromStringAndSize(<const char*>value, <Py_ssize_t>valuelen)
+    elif conn.response_compression and _eq(name, namelen, "grpc-accept-encoding", 20):
+        stream.accepts_gzip = b"gzip" in PyBytes_FromStringAndSize(<const char*>value,
+                                                                   <Py_ssize_t>valuelen)
     elif stream.headers is not None and not _eq(name, namelen, "te", 2):
         stream.headers.append(
             (PyBytes_FromStringAndSize(<const char*>name, <Py_ssize_t>namelen),
@@ -476,6 +492,8 @@ cdef class Connection:
     ``on_open(conn)`` / ``on_close(conn)`` are called when the transport
     connects and goes away. ``capture_headers``: keep the request headers
     beyond gRPC's own in ``stream.headers`` (costs a little per request).
+    ``response_compression``: a zlib level; when not 0, responses to clients
+    whose grpc-accept-encoding lists gzip go out gzip-compressed.
     """
 
     def __cinit__(self, dict routes, *, size_t max_message_size=(1 << 31) - 1,
@@ -484,6 +502,7 @@ cdef class Connection:
                   int32_t connection_window_size=(16 << 20),
                   uint32_t max_frame_size=(1 << 20),
                   uint32_t max_header_list_size=(16 << 10),
+                  int response_compression=0,
                   on_open=None, on_close=None):
         cdef nghttp2_option* option
         cdef nghttp2_settings_entry iv[5]
@@ -491,6 +510,9 @@ cdef class Connection:
         self.max_message_size = max_message_size
         self.capture_headers = capture_headers
         self.max_header_list_size = max_header_list_size
+        if not 0 <= response_compression <= 9:
+            raise ValueError(f"response_compression is a zlib level 0-9, not {response_compression}")
+        self.response_compression = response_compression
         self.streams = set()
         self.on_open = on_open
         self.on_close = on_close
@@ -707,6 +729,7 @@ cdef class Connection:
                 stream, UNIMPLEMENTED,
                 f"Compression algorithm '{enc.decode('latin-1')}' is not supported")
         stream.route = route
+        stream.gzip_out = stream.accepts_gzip  # only ever set when compression is on
         return 0
 
     cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-restricted-protocol", action="append", default=[],
                    metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE")
     p.add_argument("--log-verbose", type=int, default=0)
+    from pyserver.frontends import grpc_options
+    grpc_options.add_cli_arguments(p)  # --grpc-use-ssl, ..., response compression
     from pyserver.metrics import add_cli_arguments
     add_cli_arguments(p)  # --allow-metrics, --metrics-port, --metrics-config, ...
     return p
@@ -102,8 +104,10 @@ async def serve(args) -> int:
         log.info("Started HTTPService at %s:%d", args.http_address, http.port)
     if args.allow_grpc:
         from pyserver.frontends.grpc import GrpcFrontend, parse_restricted_protocols
+        from pyserver.frontends.grpc_options import frontend_options
         try:
             restricted = parse_restricted_protocols(args.grpc_restricted_protocol)
+            options = frontend_options(args)  # TLS, response compression
         except ValueError as err:
             log.error("%s", err)
             for f in frontends:
@@ -111,7 +115,7 @@ async def serve(args) -> int:
             await server.stop()
             return 1
         grpc = GrpcFrontend(server, args.grpc_address, args.grpc_port,
-                            restricted_protocols=restricted)
+                            restricted_protocols=restricted, **options)
         await grpc.start()
         frontends.append(grpc)
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, grpc.port)

@@ -42,13 +42,15 @@ class Connection:
     capture_headers: bool
     max_message_size: int
     max_header_list_size: int
+    response_compression: int
     open_streams: int
     pending_bytes: int
     def __init__(self, routes: dict[bytes, tuple[int, Callable[[Stream, bytes | None], Any]]], *,
                  max_message_size: int = ..., capture_headers: bool = ...,
                  max_concurrent_streams: int = ..., initial_window_size: int = ...,
                  connection_window_size: int = ..., max_frame_size: int = ...,
-                 max_header_list_size: int = ..., on_open: Callable[[Connection], Any] | None = ...,
+                 max_header_list_size: int = ..., response_compression: int = ...,
+                 on_open: Callable[[Connection], Any] | None = ...,
                  on_close: Callable[[Connection], Any] | None = ...) -> None: ...
     def connection_made(self, transport: Any) -> None: ...
     def data_received(self, data: bytes) -> None: ...

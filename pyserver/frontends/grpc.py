@@ -322,7 +322,7 @@ class GrpcFrontend:
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8001, *,
                  restricted_protocols=None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_concurrent_streams: int = 1000, backlog: int = 1024,
-                 reuse_port: bool = False):
+                 reuse_port: bool = False, ssl_context=None, response_compression: int = 0):
         if http2 is None:
             raise RuntimeError(
                 "pyserver was built without nghttp2, so gRPC is unavailable: install "
@@ -335,6 +335,8 @@ class GrpcFrontend:
         self._restricted = parse_restricted_protocols(restricted_protocols or {})
         self._backlog = backlog
         self._reuse_port = reuse_port
+        self._ssl = ssl_context  # an ssl.SSLContext offering ALPN h2, or None for h2c
+        self._response_compression = int(response_compression)
         self._listener = None
         self._closing_listener = None
         self._loop = None
@@ -361,15 +363,16 @@ class GrpcFrontend:
         Connection = http2.Connection
         on_open = self._connections.add
         on_close = self._connection_closed
+        compression = self._response_compression
 
         def factory():
             return Connection(routes, max_message_size=max_message, capture_headers=capture,
                               max_concurrent_streams=max_streams, on_open=on_open,
-                              on_close=on_close)
+                              on_close=on_close, response_compression=compression)
 
         self._listener = await self._loop.create_server(
             factory, self.host, self.port, backlog=self._backlog, reuse_address=True,
-            reuse_port=self._reuse_port or None)
+            reuse_port=self._reuse_port or None, ssl=self._ssl)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

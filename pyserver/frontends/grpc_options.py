@@ -1,0 +1,73 @@
+"""The gRPC endpoint's transport options, as Triton's command line names them:
+TLS (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
+``--grpc-server-key``, ``--grpc-root-cert``) and response compression
+(``--grpc-infer-response-compression-level``).
+
+TLS is asyncio's own (the event loop wraps the HTTP/2 protocol in its SSL
+transport); gRPC clients insist on ALPN selecting ``h2``, so the context
+offers it.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+__all__ = ["COMPRESSION_LEVELS", "add_cli_arguments", "frontend_options", "tls_context"]
+
+# Triton's level names; gRPC leaves the mapping to the implementation, and
+# here each is a zlib level for gzip-compressed responses.
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 6, "high": 9}
+
+
+class GrpcOptionError(ValueError):
+    """A gRPC transport option that cannot be used; the message says why."""
+
+
+def tls_context(server_cert: str, server_key: str, root_cert: str | None = None,
+                mutual: bool = False) -> ssl.SSLContext:
+    """A server TLS context for gRPC; with ``mutual`` the client must present
+    a certificate signed by ``root_cert``."""
+    if not server_cert or not server_key:
+        raise GrpcOptionError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if mutual and not root_cert:
+        raise GrpcOptionError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(server_cert, server_key)
+        if root_cert:
+            ctx.load_verify_locations(root_cert)
+    except (OSError, ssl.SSLError) as err:
+        raise GrpcOptionError(f"cannot load the gRPC TLS certificates: {err}") from err
+    if mutual:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def add_cli_arguments(parser) -> None:
+    from pyserver.cli import parse_bool
+
+    group = parser.add_argument_group("gRPC transport")
+    group.add_argument("--grpc-use-ssl", type=parse_bool, default=False,
+                       help="serve gRPC over TLS")
+    group.add_argument("--grpc-use-ssl-mutual", type=parse_bool, default=False,
+                       help="serve gRPC over TLS and require client certificates")
+    group.add_argument("--grpc-server-cert", default="", help="PEM certificate chain file")
+    group.add_argument("--grpc-server-key", default="", help="PEM private key file")
+    group.add_argument("--grpc-root-cert", default="",
+                       help="PEM CA certificates that sign client certificates")
+    group.add_argument("--grpc-infer-response-compression-level", default="none",
+                       choices=sorted(COMPRESSION_LEVELS),
+                       help="gzip responses for clients that accept it")
+
+
+def frontend_options(args) -> dict:
+    """GrpcFrontend keyword arguments from the parsed command line."""
+    options = {"response_compression":
+               COMPRESSION_LEVELS[args.grpc_infer_response_compression_level]}
+    if args.grpc_use_ssl or args.grpc_use_ssl_mutual:
+        options["ssl_context"] = tls_context(
+            args.grpc_server_cert, args.grpc_server_key, args.grpc_root_cert or None,
+            mutual=args.grpc_use_ssl_mutual)
+    return options
