@@ -28,8 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
                    action="append", required=True, metavar="DIR",
                    help="model repository folder (repeatable)")
     p.add_argument("--id", dest="server_id", default="triton", help="server identifier")
-    p.add_argument("--model-control-mode", default="none", choices=["none", "explicit"],
-                   help="none: load every model at startup; explicit: load/unload through the API")
+    p.add_argument("--model-control-mode", default="none", choices=["none", "poll", "explicit"],
+                   help="none: load every model at startup; poll: and follow changes in the "
+                   "repository; explicit: load/unload through the API")
+    p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS",
+                   help="poll mode: how often the repository is checked for changes (0: never)")
+    p.add_argument("--model-config-name", default="", metavar="NAME",
+                   help="load <model>/configs/NAME.pbtxt where it exists instead of config.pbtxt")
     p.add_argument("--load-model", action="append", default=[], metavar="NAME",
                    help="model to load at startup in explicit mode (repeatable; '*' = all)")
     p.add_argument("--disable-auto-complete-config", action="store_true",
@@ -38,9 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="deprecated: true is --disable-auto-complete-config")
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE",
                    help="backend setting; supported: default-max-batch-size=N")
-    p.add_argument("--exit-on-error", type=parse_bool, default=True)
-    p.add_argument("--strict-readiness", type=parse_bool, default=True)
-    p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument("--exit-on-error", type=parse_bool, default=True,
+                   help="exit when a model fails to load at startup")
+    p.add_argument("--strict-readiness", type=parse_bool, default=True,
+                   help="ready only while every model is READY (false: ready while live)")
+    p.add_argument("--model-load-thread-count", type=int, default=4,
+                   help="how many models load in parallel")
     p.add_argument("--exit-timeout-secs", type=int, default=30,
                    help="on SIGINT/SIGTERM, how long in-flight requests may take to finish")
     p.add_argument("--allow-client-shm", type=parse_bool, default=False,
@@ -90,8 +98,11 @@ async def serve(args) -> int:
                     exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
                     model_load_thread_count=args.model_load_thread_count,
                     model_control_mode=args.model_control_mode, load_models=args.load_model,
-                    allow_client_shm=args.allow_client_shm)
+                    allow_client_shm=args.allow_client_shm,
+                    repository_poll_secs=args.repository_poll_secs,
+                    model_config_name=args.model_config_name)
     await server.start()
+    log.info("\n%s", model_table(server.repository_index()))
     frontends = []
     if args.allow_http:
         kwargs = {"max_input_size": args.http_max_input_size}
@@ -125,9 +136,6 @@ async def serve(args) -> int:
         await metrics.start()
         frontends.append(metrics)
         log.info("Started Metrics Service at %s:%d", metrics_config.metrics_address, metrics.port)
-    for row in server.repository_index():
-        log.info("model %s version %s: %s %s", row["name"], row.get("version") or "-",
-                 row.get("state", "UNLOADED"), row.get("reason", ""))
     # Everything allocated so far (models, modules) lives for the whole run:
     # keep it out of the cyclic GC's scans, and collect the young generation
     # less often (per-request objects are freed by reference counting; a
@@ -154,7 +162,27 @@ async def serve(args) -> int:
     return 0
 
 
+def model_table(rows: list[dict]) -> str:
+    """The model status table Triton logs at startup: the models that have a
+    state (loaded, loading or failed), one row per version."""
+    body = [(r["name"], r.get("version") or "-",
+             r["state"] + (f": {' '.join(r['reason'].split())}" if r.get("reason") else ""))
+            for r in rows if r.get("state")]
+    header = ("Model", "Version", "Status")
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([rule, line(header), rule, *map(line, body), rule])
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "check-repo":
+        from pyserver.check_repo import main as check_repo
+        return check_repo(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
                         format="%(asctime)s %(levelname).1s %(name)s] %(message)s")

@@ -3,7 +3,16 @@
 and resolving a (name, version) of a request to a loaded version.
 
 A reload builds the new versions first and swaps them in only when they are
-ready, so the old ones keep serving until then.
+ready, so the old ones keep serving until then; a failed reload leaves the
+old versions serving and READY.
+
+Control modes, as Triton's: "none" loads every model at startup, "explicit"
+loads what --load-model names and then what the repository API asks for,
+"poll" loads every model at startup and then polls the repositories every
+--repository-poll-secs: a new model folder loads, a removed one unloads, a
+model whose files changed (config, version folders, labels, ...) reloads.
+Unlike Triton, a model whose load failed is retried only once its files
+change again, not on every poll.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +36,7 @@ from pyserver.engine import CompletionQueue
 
 log = logging.getLogger("pyserver")
 
-CONTROL_MODES = ("none", "explicit")
+CONTROL_MODES = ("none", "explicit", "poll")
 
 
 class ModelManager:
@@ -47,6 +57,10 @@ class ModelManager:
         self.states: dict[str, tuple[str, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._override_dirs: dict[str, str] = {}
+        # name -> what the model folder looked like when it was last loaded
+        # (poll mode compares it with the folder now).
+        self._stamps: dict[str, tuple] = {}
+        self._poll_task: asyncio.Task | None = None
 
     # -- queries ---------------------------------------------------------------
 
@@ -99,6 +113,26 @@ class ModelManager:
 
     # -- loading ---------------------------------------------------------------
 
+    async def start(self, load_models: list[str]) -> dict[str, str]:
+        """The startup loads of the control mode; returns {name: error}."""
+        if load_models and self.control_mode != "explicit":
+            raise invalid_arg("Error: Use of '--load-model' requires setting "
+                              "'--model-control-mode=explicit' as well.")
+        if self.control_mode != "explicit":
+            return await self.load_all(None)
+        if "*" in load_models:
+            if len(load_models) > 1:
+                raise invalid_arg("Wildcard model name '*' must be the ONLY startup model "
+                                  "if specified at all.")
+            return await self.load_all(None)
+        return await self.load_all(list(load_models)) if load_models else {}
+
+    async def load_requested(self, name: str, config: str | None = None,
+                             files: dict[str, bytes] | None = None) -> None:
+        """A load through the repository API: a model that fails to load
+        answers as Triton's does (INVALID_ARG, "load failed for model ...")."""
+        await self.load(name, config=config, files=files, requested=True)
+
     async def load_all(self, names: list[str] | None = None) -> dict[str, str]:
         """Loads the named models (all in the repositories when None), in
         parallel. Returns {name: error} for those that failed."""
@@ -107,6 +141,10 @@ class ModelManager:
             self.states[name] = ("UNAVAILABLE", reason)
         if names is None:
             names = sorted(found)
+        if self.control_mode == "poll":
+            stamps = await asyncio.get_running_loop().run_in_executor(
+                self._pool, _stamps_of, [found[n] for n in names if n in found])
+            self._stamps.update(stamps)
         results = await asyncio.gather(*(self.load(n, found=found) for n in names),
                                        return_exceptions=True)
         errors = dict(dup_errors)
@@ -118,15 +156,17 @@ class ModelManager:
         return errors
 
     async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
-                   found: dict | None = None) -> None:
+                   found: dict | None = None, requested: bool = False) -> None:
         """Loads (or reloads) a model; raises ServerError with the reason."""
         _check_name(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
+            serving = bool(self.versions.get(name))
             try:
                 entry, override = self._model_source(name, config, files, found)
             except ServerError as err:
-                self.states[name] = ("UNAVAILABLE", err.message)
+                if not serving:
+                    self.states[name] = ("UNAVAILABLE", err.message)
                 raise
             self.states[name] = ("LOADING", "")
             loop = asyncio.get_running_loop()
@@ -134,14 +174,23 @@ class ModelManager:
                 new = await loop.run_in_executor(
                     self._pool, repository.load_model, entry, self.completions, override,
                     self.load_options)
-            except ServerError as err:
-                self.states[name] = ("UNAVAILABLE", err.message)
-                log.error("failed to load '%s': %s", name, err.message)
-                raise
             except Exception as err:  # a broken model never takes the server down
-                log.exception("failed to load '%s'", name)
-                self.states[name] = ("UNAVAILABLE", f"{type(err).__name__}: {err}")
-                raise ServerError(Code.INTERNAL, f"failed to load '{name}': {err}") from None
+                if isinstance(err, ServerError):
+                    reason = err.message
+                    log.error("failed to load '%s': %s", name, reason)
+                else:
+                    reason = f"{type(err).__name__}: {err}"
+                    log.exception("failed to load '%s'", name)
+                    err = ServerError(Code.INTERNAL, reason)
+                if serving:  # the old versions keep serving, and stay READY
+                    self.states.pop(name, None)
+                    log.error("'%s' keeps serving its loaded version(s) %s", name,
+                              ", ".join(map(str, sorted(self.versions[name]))))
+                else:
+                    self.states[name] = ("UNAVAILABLE", reason)
+                if requested:
+                    err = ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {reason}")
+                raise err from None
             old = self.versions.get(name, {})
             self.versions[name] = {mv.version: mv for mv in new}
             self.states.pop(name, None)
@@ -203,6 +252,65 @@ class ModelManager:
             self.states[name] = ("UNAVAILABLE", "unloaded")
             log.info("successfully unloaded '%s'", name)
 
+    # -- polling ---------------------------------------------------------------
+
+    def start_polling(self, interval_s: float) -> None:
+        """Polls the repositories every interval_s seconds (poll mode)."""
+        if self._poll_task is None and interval_s > 0:
+            self._poll_task = asyncio.get_running_loop().create_task(self._poll_forever(interval_s))
+
+    async def stop_polling(self) -> None:
+        task, self._poll_task = self._poll_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _poll_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bad poll never stops polling
+                log.exception("failed to poll the model repository")
+
+    async def poll(self) -> dict[str, str]:
+        """One poll: loads new models, reloads changed ones, unloads removed
+        ones. Returns {name: error} for loads that failed."""
+        loop = asyncio.get_running_loop()
+        try:
+            found, dup_errors = await loop.run_in_executor(self._pool, repository.scan,
+                                                           self.repositories)
+        except ServerError as err:
+            log.error("failed to poll model repository: %s", err.message)
+            return {}
+        stamps = await loop.run_in_executor(self._pool, _stamps_of, list(found.values()))
+        known = set(self._stamps) | set(self.versions)
+        removed = sorted(n for n in known if n not in found)
+        for name in removed:
+            await self.unload(name)
+            self._stamps.pop(name, None)
+            if name not in dup_errors:
+                self.states.pop(name, None)  # gone from the repository, gone from the index
+                log.info("'%s' was removed from the model repository", name)
+        for name, reason in dup_errors.items():
+            self.states[name] = ("UNAVAILABLE", reason)
+        changed = sorted(n for n in found if self._stamps.get(n) != stamps[n])
+        if not changed and not removed:
+            return {}
+        for name in changed:
+            log.info("'%s' %s in the model repository", name,
+                     "changed" if name in self._stamps else "appeared")
+            self._stamps[name] = stamps[name]
+        results = await asyncio.gather(*(self.load(n, found=found) for n in changed),
+                                       return_exceptions=True)
+        return {n: (r.message if isinstance(r, ServerError) else str(r))
+                for n, r in zip(changed, results) if isinstance(r, BaseException)}
+
     def stop_all(self) -> None:
         """Stops every loaded version (blocking: call off the loop)."""
         for versions in self.versions.values():
@@ -215,7 +323,36 @@ class ModelManager:
 
 
 def _check_name(name: str) -> None:
-    if not name or not name.strip():
-        raise invalid_arg("failed to load '', model name must not be empty")
-    if "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
-        raise invalid_arg(f"failed to load '{name}', invalid model name '{name}'")
+    """Triton's checks and texts (ValidateModelName)."""
+    if not name:
+        raise invalid_arg("model name must not be empty")
+    if not name.strip(" \t\n\v\f\r"):
+        raise invalid_arg("model name must not contain only whitespace characters")
+    if ".." in name or "/" in name or "\\" in name or "\0" in name or name == ".":
+        raise invalid_arg(f"invalid model name '{name}', model name must not contain path "
+                          "traversal characters")
+
+
+def _stamp(path: Path) -> tuple:
+    """What a model folder looks like: every entry below it with its
+    modification time and size (a changed, added or removed file changes it)."""
+    entries = []
+    try:
+        st = path.stat()
+        entries.append(("", st.st_mtime_ns, 0))
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            rel = os.path.relpath(root, path)
+            for name in dirs + sorted(files):
+                try:
+                    st = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue  # removed while we looked: the next poll sees it
+                entries.append((os.path.join(rel, name), st.st_mtime_ns, st.st_size))
+    except OSError:
+        pass
+    return tuple(entries)
+
+
+def _stamps_of(models: list) -> dict[str, tuple]:
+    return {m.name: _stamp(m.path) for m in models}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class
+from pyserver.core import warmup
 from pyserver.core.config import (
     CONFIG_FILENAME,
     DEFAULT_MODEL_FILENAMES,
@@ -81,6 +82,20 @@ class LoadOptions:
     auto_complete: bool = True
     default_max_batch_size: int = 4
     summary_latencies: bool = False  # keep samples for Prometheus summaries
+    config_name: str = ""  # --model-config-name: <model>/configs/<name>.pbtxt when present
+
+
+CONFIGS_FOLDER = "configs"
+
+
+def config_path(model_path: Path, config_name: str = "") -> Path:
+    """The config file a model loads from: ``configs/<config_name>.pbtxt``
+    when --model-config-name is set and that file exists, else config.pbtxt."""
+    if config_name:
+        custom = model_path / CONFIGS_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_path / CONFIG_FILENAME
 
 
 def _guess_backend(model: ModelDir) -> str:
@@ -101,41 +116,14 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     ModelConfig, instead of config.pbtxt when given). Raises ServerError
     with a message that says what is wrong and where."""
     options = options or LoadOptions()
-    config_path = model.path / CONFIG_FILENAME
-    if config_override is not None:
-        config = ModelConfig()
-        config.CopyFrom(config_override)
-    elif config_path.exists():
-        config = load_config_file(config_path)
-    elif options.auto_complete and _guess_backend(model):
-        config = ModelConfig(name=model.name, backend=_guess_backend(model))
-    else:
-        raise ConfigError(
-            f"model '{model.name}': no {CONFIG_FILENAME} in {model.path} (writing one with "
-            "platform/backend, inputs and outputs makes it loadable"
-            + ("" if options.auto_complete else
-               "; auto-complete is disabled, so the file is required") + ")")
-    backend = backend_name(config)
-    if not backend:
-        raise ConfigError(
-            f"model '{model.name}': {config_path} names no platform or backend "
-            "(e.g. platform: \"onnxruntime_onnx\")")
+    config, backend, available, filename = prepare_config(model, config_override, options)
     cls = backend_class(backend)
-    available = version_folders(model.path)
-    filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
-    complete = getattr(cls, "auto_complete_config", None)
-    if options.auto_complete and complete is not None and available:
-        # As Triton: the backend fills what the config leaves out, from the
-        # model file of the highest version.
-        latest = available[max(available)] / filename
-        if latest.exists():
-            complete(config, str(latest), options.default_max_batch_size)
-    config = normalize(config, model.name)
     versions = select_versions(config, available)
     if not versions:
         raise ServerError(Code.UNAVAILABLE,
                           f"model '{model.name}': no version folder to load in {model.path} "
                           "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
+    samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group)
     threads = max(1, (os.cpu_count() or 1) // max(1, instance_total))
@@ -155,6 +143,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                 for i in range(group.count):
                     name = f"{group.name}_{i}"
                     mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads))
+            warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:
             mv.stop()
@@ -163,3 +152,41 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     for mv in loaded:
         mv.load_duration_s = duration
     return loaded
+
+
+def prepare_config(model: ModelDir, config_override=None, options: LoadOptions | None = None):
+    """The model's complete config (read, auto-completed, normalized), its
+    backend name, version folders and model file name. Runs no model; the
+    backend class is imported only when auto-complete needs it."""
+    options = options or LoadOptions()
+    config_file = config_path(model.path, options.config_name)
+    if config_override is not None:
+        config = ModelConfig()
+        config.CopyFrom(config_override)
+    elif config_file.exists():
+        config = load_config_file(config_file)
+    elif options.auto_complete and _guess_backend(model):
+        config = ModelConfig(name=model.name, backend=_guess_backend(model))
+    else:
+        raise ConfigError(
+            f"model '{model.name}': no {CONFIG_FILENAME} in {model.path} (writing one with "
+            "platform/backend, inputs and outputs makes it loadable"
+            + ("" if options.auto_complete else
+               "; auto-complete is disabled, so the file is required") + ")")
+    backend = backend_name(config)
+    if not backend:
+        raise ConfigError(
+            f"model '{model.name}': {config_file} names no platform or backend "
+            "(e.g. platform: \"onnxruntime_onnx\")")
+    available = version_folders(model.path)
+    filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
+    complete = getattr(backend_class(backend), "auto_complete_config", None) \
+        if options.auto_complete else None
+    if options.auto_complete and complete is not None and available:
+        # As Triton: the backend fills what the config leaves out, from the
+        # model file of the highest version.
+        latest = available[max(available)] / filename
+        if latest.exists():
+            complete(config, str(latest), options.default_max_batch_size)
+    config = normalize(config, model.name)
+    return config, backend, available, filename

@@ -44,7 +44,8 @@ class Server:
                  model_load_thread_count: int = 4, model_control_mode: str = "none",
                  load_models: list[str] | None = None, allow_client_shm: bool = False,
                  auto_complete_config: bool = True, default_max_batch_size: int = 4,
-                 summary_latencies: bool = False):
+                 summary_latencies: bool = False, repository_poll_secs: float = 15,
+                 model_config_name: str = ""):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -54,8 +55,9 @@ class Server:
         self.model_load_thread_count = model_load_thread_count
         self.model_control_mode = model_control_mode
         self.load_models = load_models or []
+        self.repository_poll_secs = repository_poll_secs
         self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size,
-                                                   summary_latencies)
+                                                   summary_latencies, model_config_name)
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)
@@ -81,18 +83,13 @@ class Server:
                                    self.model_load_thread_count, self.model_control_mode,
                                    self.load_options)
         self._live = True
-        if self.model_control_mode == "explicit":
-            names = None if "*" in self.load_models else list(self.load_models)
-            errors = await self.models.load_all(names) if names != [] else {}
-        else:
-            if self.load_models:
-                raise ServerError(Code.INVALID_ARG,
-                                  "--load-model requires --model-control-mode=explicit")
-            errors = await self.models.load_all(None)
+        errors = await self.models.start(self.load_models)
         if errors and self.exit_on_error:
             await self.stop()
             details = "; ".join(f"{n}: {e}" for n, e in sorted(errors.items()))
             raise ServerError(Code.INTERNAL, f"failed to load all models ({details})")
+        if self.model_control_mode == "poll":
+            self.models.start_polling(self.repository_poll_secs)
 
     def begin_shutdown(self):
         """Stops accepting requests (readiness goes false at once); requests
@@ -117,6 +114,7 @@ class Server:
         self._live = False
         if self.models is not None:
             models, self.models = self.models, None
+            await models.stop_polling()
             await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
         if self._completions is not None:
             self._on_completions()  # resolve what the schedulers failed on stop
@@ -262,12 +260,13 @@ class Server:
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
         self._check_explicit()
-        await self.models.load(name, config=config, files=files)
+        await self.models.load_requested(name, config=config, files=files)
         self._apply_tracing()
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        # unload_dependents matters once ensembles exist; nothing depends on
-        # a model yet.
+        # unload_dependents (also unload the models an ensemble composes)
+        # is accepted as Triton does; with no ensembles, nothing depends on
+        # a model, so it changes nothing.
         self._check_explicit()
         await self.models.unload(name)
 

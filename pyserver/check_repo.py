@@ -1,0 +1,202 @@
+"""`python -m pyserver check-repo DIR [DIR ...]`: validates a model repository
+offline, without starting a server or running a model, and prints every
+problem as ``file:line: model 'name': message``. Exit status 1 when there is
+any problem, 0 when every model would load as far as the files tell.
+
+Checked per model: the config parses (file:line:col of the error), is
+complete and valid as the server normalizes it (auto-complete as the
+server does it: ONNX files are read, a Python model's auto_complete_config
+runs; --disable-auto-complete-config checks the files as written), the
+backend exists, the version policy selects at least one version folder and
+each selected one holds the model file, label files exist, and warmup
+samples can be built (data files present and large enough). For ONNX
+models the declared inputs and outputs are compared with the model file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyserver._proto import ModelConfig
+from pyserver.core import repository, warmup
+from pyserver.core.config import CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES
+from pyserver.core.errors import ServerError
+
+_FIELD_NAMES = {f.name for f in ModelConfig.DESCRIPTOR.fields}
+for _desc in ModelConfig.DESCRIPTOR.nested_types:
+    _FIELD_NAMES.update(f.name for f in _desc.fields)
+
+
+@dataclass
+class Problem:
+    model: str
+    path: Path
+    line: int  # 0: the file as a whole
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        return f"{where}: model '{self.model}': {self.message}"
+
+
+def locate(text: str, message: str, model_name: str = "") -> int:
+    """The config line a message is about: the line naming a quoted name
+    from the message (an input, output or group), else the first line that
+    sets a field the message names; 0 when neither is found."""
+    lines = text.splitlines()
+    for quoted in re.findall(r"'([^']+)'", message):
+        if quoted == model_name:
+            continue
+        pattern = re.compile(r'"' + re.escape(quoted) + r'"')
+        for i, line in enumerate(lines, 1):
+            if pattern.search(line):
+                return i
+    for word in re.findall(r"[a-z_]+", message):
+        if word in _FIELD_NAMES and "_" in word:
+            pattern = re.compile(r"\b" + re.escape(word) + r"\s*[:{\[]")
+            for i, line in enumerate(lines, 1):
+                if pattern.search(line):
+                    return i
+    return 0
+
+
+def _parse_location(message: str) -> tuple[Path, int] | None:
+    """file:line from a parse error message ("... <file>:<line>:<col>: ...")."""
+    m = re.search(r"model config (\S+?):(\d+):(\d+)", message)
+    if m:
+        return Path(m.group(1)), int(m.group(2))
+    return None
+
+
+def check_model(model: repository.ModelDir, options: repository.LoadOptions) -> list[Problem]:
+    problems: list[Problem] = []
+    config_file = repository.config_path(model.path, options.config_name)
+    text = config_file.read_text(errors="replace") if config_file.is_file() else ""
+
+    def add(message: str, path: Path | None = None, line: int | None = None):
+        # The location is printed in front: drop the model prefix of core messages.
+        message = re.sub(r"^model '" + re.escape(model.name) + r"'(:| version)\s*", "", message)
+        if line is None:
+            line = locate(text, message, model.name) if text else 0
+        problems.append(Problem(model.name, path or config_file, line, message))
+
+    try:
+        config, backend, available, filename = repository.prepare_config(model, None, options)
+    except ServerError as err:
+        where = _parse_location(err.message)
+        if where:
+            add(err.message.split(": ", 1)[1] if ": " in err.message else err.message,
+                where[0], where[1])
+        else:
+            add(err.message)
+        return problems
+
+    versions = repository.select_versions(config, available)
+    if not versions:
+        which = config.version_policy.WhichOneof("policy_choice")
+        if which == "specific" and available:
+            add(f"version_policy selects versions {list(config.version_policy.specific.versions)}"
+                f" but the model folder has {sorted(available)}")
+        else:
+            add(f"no version folder to load in {model.path} (expected e.g. "
+                f"1/{DEFAULT_MODEL_FILENAMES.get(backend, 'model')})", model.path, 0)
+    for number in versions:
+        model_file = available[number] / filename
+        if not model_file.exists():
+            add(f"version {number}: {model_file} not found", model_file, 0)
+        elif backend == "onnxruntime":
+            for message in _check_onnx_io(config, model_file):
+                add(message)
+    for out in config.output:
+        if out.label_filename and not (model.path / out.label_filename).is_file():
+            add(f"output '{out.name}' label_filename {model.path / out.label_filename} not found")
+    try:
+        warmup.build_samples(config, model.path)
+    except ServerError as err:
+        add(f"model_warmup: {err.message}")
+    names = {t.name for t in config.input}
+    for setting in config.model_warmup:
+        for name in setting.inputs:
+            if name not in names:
+                add(f"model_warmup sample '{setting.name}' feeds input '{name}', which the model "
+                    "does not declare")
+    return problems
+
+
+def _check_onnx_io(config, model_file: Path) -> list[str]:
+    """Declared inputs/outputs against the ONNX graph (read, not run)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    try:
+        session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
+    except Exception as err:
+        return [f"onnxruntime cannot load {model_file}: {err}"]
+    have_in = {i.name for i in session.get_inputs()}
+    have_out = {o.name for o in session.get_outputs()}
+    out = []
+    for t in config.input:
+        if t.name not in have_in:
+            out.append(f"input '{t.name}' is not an input of {model_file.name} "
+                       f"(it has {sorted(have_in)})")
+    for t in config.output:
+        if t.name not in have_out:
+            out.append(f"output '{t.name}' is not an output of {model_file.name} "
+                       f"(it has {sorted(have_out)})")
+    return out
+
+
+def check(repositories: list[str], options: repository.LoadOptions) -> tuple[list[Problem], int]:
+    """Every problem in the repositories, and how many models were checked."""
+    problems = []
+    for repo in repositories:
+        if (Path(repo) / CONFIG_FILENAME).is_file():
+            return [Problem(Path(repo).name, Path(repo) / CONFIG_FILENAME, 0,
+                            f"{repo} is a model folder, not a repository: pass the folder "
+                            "that contains it")], 0
+    try:
+        found, duplicates = repository.scan(repositories)
+    except ServerError as err:
+        return [Problem("", Path(repositories[0]), 0, err.message)], 0
+    for name, reason in sorted(duplicates.items()):
+        problems.append(Problem(name, Path(name), 0, reason + " (" + ", ".join(
+            str(Path(r) / name) for r in repositories if (Path(r) / name).is_dir()) + ")"))
+    for name in sorted(found):
+        problems.extend(check_model(found[name], options))
+    return problems, len(found) + len(duplicates)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="pyserver check-repo",
+                                description="validate a model repository without serving it")
+    p.add_argument("repository", nargs="+", help="model repository folder(s)")
+    p.add_argument("--disable-auto-complete-config", action="store_true",
+                   help="check config.pbtxt as written (as the server flag)")
+    p.add_argument("--model-config-name", default="",
+                   help="check <model>/configs/NAME.pbtxt where present (as the server flag)")
+    p.add_argument("--backend-config", action="append", default=[],
+                   metavar="[BACKEND,]KEY=VALUE", help="as the server flag")
+    args = p.parse_args(argv)
+    default_mbs = 4
+    for item in args.backend_config:
+        key, _, value = item.split(",", 1)[-1].partition("=")
+        if key == "default-max-batch-size":
+            default_mbs = int(value)
+    options = repository.LoadOptions(auto_complete=not args.disable_auto_complete_config,
+                                     default_max_batch_size=default_mbs,
+                                     config_name=args.model_config_name)
+    problems, count = check(args.repository, options)
+    for problem in problems:
+        print(problem)
+    bad = len({p.model for p in problems})
+    if problems:
+        print(f"{len(problems)} problem(s) in {bad} of {count} model(s)", file=sys.stderr)
+        return 1
+    print(f"{count} model(s) checked, no problems found ({CONFIG_FILENAME} files, version "
+          "folders, model files, labels, warmup data)", file=sys.stderr)
+    return 0

@@ -1,0 +1,377 @@
+"""Model lifecycle through the repository API (tritonclient HTTP and gRPC)
+and through files: model_warmup, poll mode, --model-config-name,
+--exit-on-error / --strict-readiness, parallel loads, unload_dependents,
+Triton's texts for bad names and startup flags."""
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver.core.errors import Code, ServerError
+from pyserver.testing import add_sub_onnx, write_add_sub
+
+ZERO_AND_RANDOM = """model_warmup [ {{
+  name: "{name}" batch_size: {batch} count: {count}
+  inputs {{ key: "INPUT0" value {{ data_type: TYPE_FP32 dims: [ 16 ] zero_data: true }} }}
+  inputs {{ key: "INPUT1" value {{ data_type: TYPE_FP32 dims: [ 16 ] random_data: true }} }}
+}} ]"""
+
+
+def infer(url, model, value=1.0, version=""):
+    client = httpclient.InferenceServerClient(url)
+    a = np.full((1, 16), value, np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+              httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    return client.infer(model, inputs, model_version=version).as_numpy("OUTPUT0")
+
+
+def index(url):
+    return {(r["name"], r.get("version", "")): r for r in
+            httpclient.InferenceServerClient(url).get_model_repository_index()}
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+# A Python model that records every execution (instance name, batch of
+# requests) in a file, and fails when FAIL is in its config parameters.
+RECORDING_MODEL = '''
+import json, os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.instance = args["model_instance_name"]
+        config = json.loads(args["model_config"])
+        self.fail = "FAIL" in config.get("parameters", {})
+        self.log = os.path.join(os.path.dirname(__file__), "..", "executions.jsonl")
+
+    def execute(self, requests):
+        with open(self.log, "a") as f:
+            shapes = [list(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().shape)
+                      for r in requests]
+            f.write(json.dumps({"instance": self.instance, "shapes": shapes}) + "\\n")
+        if self.fail:
+            raise RuntimeError("this model refuses warmup data")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
+                for r in requests]
+'''
+
+
+def write_recording_model(repo: Path, name: str, instances: int, warmup: str, fail=False):
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(RECORDING_MODEL)
+    params = 'parameters { key: "FAIL" value { string_value: "1" } }' if fail else ""
+    (d / "config.pbtxt").write_text(f"""
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+{params}
+{warmup}
+""")
+    return d
+
+
+# -- model_warmup ---------------------------------------------------------------------
+
+
+def test_warmup_runs_on_every_instance_before_ready(tmp_path, start_server):
+    warm = """model_warmup [ {
+      name: "w" batch_size: 3 count: 2
+      inputs { key: "IN" value { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } } ]"""
+    d = write_recording_model(tmp_path, "rec", instances=2, warmup=warm)
+    s = start_server(tmp_path, model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(s.url)
+    client.load_model("rec")
+    assert client.is_model_ready("rec")
+    runs = [json.loads(line) for line in (d / "executions.jsonl").read_text().splitlines()]
+    # each instance: 2 executions (count) of 3 requests (batch_size) of batch 1
+    assert sorted(r["instance"] for r in runs) == ["rec_0_0", "rec_0_0", "rec_0_1", "rec_0_1"]
+    assert all(r["shapes"] == [[1, 4]] * 3 for r in runs)
+    # warmup requests are not inference requests: no statistics count them
+    stats = client.get_inference_statistics("rec")["model_stats"][0]
+    assert stats["inference_count"] == 0 and stats["execution_count"] == 0
+
+
+def test_warmup_zero_random_and_file_data(tmp_path, start_server):
+    write_add_sub(tmp_path, name="zr", instances=2,
+                  extra=ZERO_AND_RANDOM.format(name="zr", batch=4, count=3))
+    d = write_add_sub(tmp_path, name="fromfile", extra="""model_warmup [ {
+      name: "f" batch_size: 2
+      inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 16 ] input_data_file: "in0" } }
+      inputs { key: "INPUT1" value { data_type: TYPE_FP32 dims: [ 16 ] input_data_file: "in1" } }
+    } ]""")
+    (d / "warmup").mkdir()
+    (d / "warmup" / "in0").write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    (d / "warmup" / "in1").write_bytes(np.ones(20, dtype=np.float32).tobytes())  # longer is fine
+    s = start_server(tmp_path)
+    rows = index(s.url)
+    assert rows[("zr", "1")]["state"] == "READY"
+    assert rows[("fromfile", "1")]["state"] == "READY"
+    np.testing.assert_array_equal(infer(s.url, "zr", 2.0), np.full((1, 16), 4.0))
+    cfg = httpclient.InferenceServerClient(s.url).get_model_config("zr")
+    assert cfg["model_warmup"][0]["name"] == "zr" and cfg["model_warmup"][0]["count"] == 3
+
+
+def test_failing_warmup_is_a_load_failure(tmp_path, start_server, caplog):
+    warm = """model_warmup [ { name: "boom" batch_size: 1
+      inputs { key: "IN" value { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]"""
+    write_recording_model(tmp_path, "failing", instances=1, warmup=warm, fail=True)
+    s = start_server(tmp_path, model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(s.url)
+    with caplog.at_level(logging.ERROR, logger="pyserver"):
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("failing")
+    assert err.value.status() == "400"
+    assert "load failed for model 'failing'" in err.value.message()
+    assert "failed to run warmup sample 'boom'" in err.value.message()
+    assert "this model refuses warmup data" in err.value.message()
+    row = index(s.url)[("failing", "")]
+    assert row["state"] == "UNAVAILABLE"
+    assert row["reason"].startswith("failed to run warmup sample 'boom': ")
+    assert "this model refuses warmup data" in caplog.text
+    assert not client.is_model_ready("failing")
+
+
+@pytest.mark.parametrize("inputs, expected", [
+    ('inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ -1 ] zero_data: true } }',
+     "warmup setting expects all variable-size dimensions are specified for input 'INPUT0'"),
+    ('inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 16 ] input_data_file: "s" } }',
+     "warmup setting expects 64 bytes, but the data provided from s only has 3 bytes"),
+    ('inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 16 ] } }',
+     "warmup setting expects input 'INPUT0' to have input_data_type set"),
+    ('inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 16 ] input_data_file: "x" } }',
+     "failed to open text file for read"),
+])
+def test_warmup_setting_errors(tmp_path, start_server, inputs, expected):
+    d = write_add_sub(tmp_path, name="m",
+                      extra=f'model_warmup [ {{ name: "bad" batch_size: 1 {inputs} }} ]')
+    (d / "warmup").mkdir()
+    (d / "warmup" / "s").write_bytes(b"abc")
+    s = start_server(tmp_path, model_control_mode="explicit")
+    with pytest.raises(InferenceServerException) as err:
+        httpclient.InferenceServerClient(s.url).load_model("m")
+    assert expected in err.value.message()
+    assert expected in index(s.url)[("m", "")]["reason"]
+
+
+def test_warmup_with_config_override_over_grpc(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit")
+    from pyserver.frontends.grpc import GrpcFrontend
+    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(grpc.start())
+    try:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
+        config = {
+            "name": "m", "platform": "onnxruntime_onnx", "max_batch_size": 8,
+            "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]}
+                      for n in ("INPUT0", "INPUT1")],
+            "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]}
+                       for n in ("OUTPUT0", "OUTPUT1")],
+            "model_warmup": [{"name": "g", "batch_size": 2, "inputs": {
+                n: {"data_type": "TYPE_FP32", "dims": [16], "zero_data": True}
+                for n in ("INPUT0", "INPUT1")}}]}
+        client.load_model("m", config=json.dumps(config))
+        assert client.is_model_ready("m")
+        got = client.get_model_config("m", as_json=True)["config"]
+        assert got["model_warmup"][0]["name"] == "g"
+        config["model_warmup"][0]["inputs"]["INPUT0"]["dims"] = [-1]
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("m", config=json.dumps(config))
+        assert "variable-size dimensions" in err.value.message()
+        assert client.is_model_ready("m")  # the failed reload left the old one serving
+        client.unload_model("m", unload_dependents=True)
+        assert not client.is_model_ready("m")
+    finally:
+        s.call(grpc.stop())
+
+
+# -- poll mode --------------------------------------------------------------------------
+
+
+def test_poll_picks_up_new_and_removed_versions(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="m", versions=(1,),
+                      extra="version_policy { all { } }")
+    s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1)
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.get_model_metadata("m")["versions"] == ["1"]
+    (d / "2").mkdir()
+    (d / "2" / "model.onnx").write_bytes(add_sub_onnx())
+    wait_for(lambda: client.is_model_ready("m", "2"), what="version 2")
+    assert client.get_model_metadata("m")["versions"] == ["1", "2"]
+    np.testing.assert_array_equal(infer(s.url, "m", 1.0, "2"), np.full((1, 16), 2.0))
+    import shutil
+    shutil.rmtree(d / "1")
+    wait_for(lambda: not client.is_model_ready("m", "1"), what="version 1 to go")
+    assert client.get_model_metadata("m")["versions"] == ["2"]
+    assert client.is_server_ready()
+
+
+def test_poll_new_model_changed_config_and_removed_model(tmp_path, start_server):
+    write_add_sub(tmp_path, name="a")
+    s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1)
+    client = httpclient.InferenceServerClient(s.url)
+    # a new model folder loads
+    write_add_sub(tmp_path, name="b")
+    wait_for(lambda: client.is_model_ready("b"), what="model b")
+    np.testing.assert_array_equal(infer(s.url, "b", 3.0), np.full((1, 16), 6.0))
+    # a changed config reloads
+    cfg = tmp_path / "a" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 2"))
+    wait_for(lambda: client.get_model_config("a")["max_batch_size"] == 2, what="new config")
+    # a broken config keeps the old version serving (and the server ready)
+    good = cfg.read_text()
+    cfg.write_text(good + "\nnot_a_field: 1\n")
+    time.sleep(0.6)
+    assert client.is_model_ready("a") and client.is_server_ready()
+    np.testing.assert_array_equal(infer(s.url, "a"), np.full((1, 16), 2.0))
+    # a removed model unloads and leaves the index
+    import shutil
+    shutil.rmtree(tmp_path / "b")
+    wait_for(lambda: not client.is_model_ready("b"), what="b to unload")
+    assert ("b", "") not in index(s.url) and ("b", "1") not in index(s.url)
+    # load/unload requests are refused while polling
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("a")
+    assert "explicit model load / unload is not allowed if polling is enabled" in \
+        err.value.message()
+
+
+def test_poll_retries_a_failed_model_once_its_files_change(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="m")
+    good = (d / "config.pbtxt").read_text()
+    (d / "config.pbtxt").write_text("max_batch_size: [\n")
+    s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1,
+                     exit_on_error=False)
+    client = httpclient.InferenceServerClient(s.url)
+    assert index(s.url)[("m", "")]["state"] == "UNAVAILABLE"
+    assert not client.is_server_ready()  # strict readiness: a model failed
+    (d / "config.pbtxt").write_text(good)
+    wait_for(lambda: client.is_model_ready("m"), what="the fixed model")
+    assert client.is_server_ready()
+
+
+# -- --model-config-name ------------------------------------------------------------------
+
+
+def test_model_config_name_selects_configs_folder(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="alt")
+    write_add_sub(tmp_path, name="plain")
+    (d / "configs").mkdir()
+    (d / "configs" / "small.pbtxt").write_text(
+        (d / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 3"))
+    s = start_server(tmp_path, model_config_name="small")
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.get_model_config("alt")["max_batch_size"] == 3
+    assert client.get_model_config("plain")["max_batch_size"] == 8  # no configs/small.pbtxt
+    s2 = start_server(tmp_path)
+    assert httpclient.InferenceServerClient(s2.url).get_model_config("alt")["max_batch_size"] == 8
+
+
+# -- startup flags ------------------------------------------------------------------------
+
+
+def test_exit_on_error_and_strict_readiness(tmp_path, start_server):
+    write_add_sub(tmp_path, name="good")
+    bad = write_add_sub(tmp_path, name="bad")
+    (bad / "1" / "model.onnx").write_bytes(b"not onnx")
+    with pytest.raises(ServerError) as err:
+        start_server(tmp_path)  # --exit-on-error defaults to true
+    assert err.value.code == Code.INTERNAL and "failed to load all models" in err.value.message
+    s = start_server(tmp_path, exit_on_error=False)
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.is_server_live() and client.is_model_ready("good")
+    assert not client.is_server_ready()  # strict: one model is not READY
+    row = index(s.url)[("bad", "")]
+    assert row["state"] == "UNAVAILABLE" and "onnxruntime could not load" in row["reason"]
+    lenient = start_server(tmp_path, exit_on_error=False, strict_readiness=False)
+    assert httpclient.InferenceServerClient(lenient.url).is_server_ready()
+
+
+def test_startup_load_model_flag_errors(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m")
+    with pytest.raises(ServerError) as err:
+        start_server(tmp_path, load_models=["m"])
+    assert err.value.message == ("Error: Use of '--load-model' requires setting "
+                                 "'--model-control-mode=explicit' as well.")
+    with pytest.raises(ServerError) as err:
+        start_server(tmp_path, model_control_mode="explicit", load_models=["*", "m"])
+    assert err.value.message == ("Wildcard model name '*' must be the ONLY startup model "
+                                 "if specified at all.")
+
+
+SLOW_INIT_MODEL = '''
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(1.0)
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+'''
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_models_load_in_parallel(tmp_path, start_server, threads):
+    for i in range(4):
+        d = tmp_path / f"slow{i}"
+        (d / "1").mkdir(parents=True)
+        (d / "1" / "model.py").write_text(SLOW_INIT_MODEL)
+        (d / "config.pbtxt").write_text(f'''name: "slow{i}" backend: "python" max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]''')
+    started = time.monotonic()
+    s = start_server(tmp_path, model_load_thread_count=threads)
+    took = time.monotonic() - started
+    assert all(r["state"] == "READY" for r in index(s.url).values())
+    if threads == 1:
+        assert took >= 4.0  # one at a time: four 1 s initializations in a row
+    else:
+        assert took < 3.5, f"4 loads on 4 threads took {took:.1f} s"
+
+
+# -- names and unload_dependents over the API ---------------------------------------------
+
+
+def test_bad_model_names_get_tritons_texts(tmp_path, start_server):
+    write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(s.url)
+    for name, text in [("..", "invalid model name '..', model name must not contain path "
+                               "traversal characters"),
+                       ("a..b", "model name must not contain path traversal characters"),
+                       ("   ", "model name must not contain only whitespace characters")]:
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model(name)
+        assert text in err.value.message()
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model(""))
+    assert err.value.message == "model name must not be empty"
+    client.load_model("m")
+    client.unload_model("m", unload_dependents=True)
+    assert index(s.url)[("m", "")]["reason"] == "unloaded"
