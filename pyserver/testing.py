@@ -51,3 +51,65 @@ def write_add_sub(repo: Path, name: str = "add_sub", size: int = 16, max_batch_s
         (model_dir / str(v)).mkdir(exist_ok=True)
         (model_dir / str(v) / "model.onnx").write_bytes(blob)
     return model_dir
+
+
+MLP_CONFIG = """name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {inputs} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {outputs} ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+def mlp_weights(inputs: int = 64, hidden: int = 256, outputs: int = 16, seed: int = 0) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {"w1": (rng.standard_normal((inputs, hidden)) / np.sqrt(inputs)).astype(np.float32),
+            "b1": (rng.standard_normal(hidden) * 0.1).astype(np.float32),
+            "w2": (rng.standard_normal((hidden, outputs)) / np.sqrt(hidden)).astype(np.float32),
+            "b2": (rng.standard_normal(outputs) * 0.1).astype(np.float32)}
+
+
+def mlp_reference(x, weights: dict):
+    """What the MLP computes, in numpy: relu(x W1 + b1) W2 + b2."""
+    import numpy as np
+
+    hidden = np.maximum(x @ weights["w1"] + weights["b1"], 0)
+    return hidden @ weights["w2"] + weights["b2"]
+
+
+def mlp_onnx(weights: dict) -> bytes:
+    """A two-layer perceptron INPUT0 [batch, in] -> OUTPUT0 [batch, out]
+    (Gemm, Relu, Gemm), FP32, weights as initializers."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n_in, n_out = weights["w1"].shape[0], weights["w2"].shape[1]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["INPUT0", "w1", "b1"], ["h"]),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Gemm", ["r", "w2", "b2"], ["OUTPUT0"])],
+        "mlp",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", n_in])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", n_out])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def write_mlp(repo: Path, name: str = "mlp", max_batch_size: int = 64, instances: int = 1,
+              extra: str = "", weights: dict | None = None) -> dict:
+    """A Triton model folder <repo>/<name> serving the MLP; returns its weights."""
+    weights = weights or mlp_weights()
+    model_dir = Path(repo) / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(MLP_CONFIG.format(
+        name=name, max_batch_size=max_batch_size, inputs=weights["w1"].shape[0],
+        outputs=weights["w2"].shape[1], instances=instances, extra=extra))
+    (model_dir / "1" / "model.onnx").write_bytes(mlp_onnx(weights))
+    return weights

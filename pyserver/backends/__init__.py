@@ -18,6 +18,8 @@ from pyserver.core.errors import Code, ServerError
 _BACKENDS = {
     "onnxruntime": ("pyserver.backends.onnxruntime", "OnnxRuntimeBackend"),
     "python": ("pyserver.backends.python", "PythonBackend"),
+    "pytorch": ("pyserver.backends.pytorch", "PyTorchBackend"),
+    "tensorrt": ("pyserver.backends.tensorrt", "TensorRTBackend"),
 }
 
 
@@ -45,5 +47,5 @@ def backend_class(name: str):
     except ImportError as err:
         raise ServerError(
             Code.UNAVAILABLE,
-            f"backend '{name}' needs a package that is not installed: {err}") from None
+            f"unable to load backend '{name}': {err}") from None
     return getattr(module, class_name)

@@ -1,0 +1,85 @@
+"""What the framework backends share: reading config `parameters` the way
+Triton's backends parse them, where an instance runs (its group's kind and
+GPU), and the config data type names."""
+
+from __future__ import annotations
+
+import os
+
+from pyserver._proto import ModelConfig
+from pyserver.core.errors import Code, ServerError
+
+_DATA_TYPES = ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
+_KINDS = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
+    .enum_types_by_name["Kind"]
+
+
+def data_type_name(number: int) -> str:
+    """Config enum number -> 'TYPE_FP32'."""
+    return _DATA_TYPES.values_by_number[number].name
+
+
+def string_param(config, key: str) -> str | None:
+    """A model config `parameters` entry, or None when absent."""
+    if key in config.parameters:
+        return config.parameters[key].string_value
+    return None
+
+
+def parse_bool(value: str) -> bool:
+    """Triton's ParseBoolValue: true/on/1 and false/off/0, any case."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "on", "1"):
+        return True
+    if lowered in ("false", "off", "0"):
+        return False
+    raise ServerError(Code.INVALID_ARG, f"failed to convert '{value}' to boolean")
+
+
+def parse_int(value: str) -> int:
+    """Triton's ParseIntValue (std::stoi: leading integer, rest ignored)."""
+    text = value.strip()
+    end = 1 if text[:1] in ("+", "-") else 0
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    try:
+        return int(text[:end])
+    except ValueError:
+        raise ServerError(Code.INVALID_ARG,
+                          f"failed to convert '{value}' to integral number") from None
+
+
+def bool_param(config, key: str, default: bool) -> bool:
+    value = string_param(config, key)
+    return default if value is None else parse_bool(value)
+
+
+def int_param(config, key: str, default: int) -> int:
+    value = string_param(config, key)
+    return default if value is None else parse_int(value)
+
+
+def instance_placement(config, instance_name: str) -> tuple[str, int]:
+    """(kind, device id) of the instance named ``<group name>_<index>``:
+    kind is 'KIND_GPU', 'KIND_CPU' or 'KIND_MODEL'; a GPU instance runs on
+    its group's GPUs in turn (GPU 0 when the group lists none)."""
+    for group in config.instance_group:
+        prefix = group.name + "_"
+        if not instance_name.startswith(prefix):
+            continue
+        suffix = instance_name[len(prefix):]
+        if not suffix.isdigit() or int(suffix) >= max(1, group.count):
+            continue
+        kind = _KINDS.values_by_number[group.kind].name
+        index = int(suffix)
+        gpus = list(group.gpus)
+        device = gpus[index % len(gpus)] if gpus else 0
+        return kind, (device if kind == "KIND_GPU" else 0)
+    return "KIND_CPU", 0
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
