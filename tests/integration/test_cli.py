@@ -80,3 +80,117 @@ def test_config_error_exits_with_file_and_line(tmp_path):
     assert proc.returncode != 0
     assert f"{model / 'config.pbtxt'}:3:" in proc.stderr
     assert "max_batch_sise" in proc.stderr and "max_batch_size" in proc.stderr
+
+
+def start_cli(args):
+    ports = [free_port() for _ in range(3)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyserver", *args,
+         "--http-port", str(ports[0]), "--http-address", "127.0.0.1",
+         "--grpc-port", str(ports[1]), "--grpc-address", "127.0.0.1",
+         "--metrics-port", str(ports[2]), "--metrics-address", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if client.is_server_live():
+                return proc, client, ports
+        except Exception:
+            pass
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.1)
+
+
+def test_startup_log_poll_mode_and_exit_on_error_false(tmp_path):
+    from pyserver.testing import write_add_sub
+    write_add_sub(tmp_path, name="good")
+    bad = write_add_sub(tmp_path, name="broken")
+    (bad / "1" / "model.onnx").write_bytes(b"junk")
+    proc, client, ports = start_cli(
+        ["--model-repository", str(tmp_path), "--exit-on-error=false",
+         "--model-control-mode=poll", "--repository-poll-secs=1", "--strict-readiness=false"])
+    try:
+        assert client.is_server_ready()  # not strict: live is ready
+        assert client.is_model_ready("good") and not client.is_model_ready("broken")
+        write_add_sub(tmp_path, name="later")
+        deadline = time.monotonic() + 30
+        while not client.is_model_ready("later"):
+            assert time.monotonic() < deadline, "poll did not load the new model"
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    table = [line for line in out.splitlines() if line.startswith(("|", "+"))]
+    assert [c.strip() for c in table[1].split("|")[1:4]] == ["Model", "Version", "Status"]
+    rows = {cells[1].strip(): (cells[2].strip(), cells[3].strip())
+            for cells in (line.split("|") for line in table[3:-1])}
+    assert rows["good"] == ("1", "READY")
+    assert rows["broken"][0] == "-" and rows["broken"][1].startswith("UNAVAILABLE: ")
+    assert f"Started HTTPService at 127.0.0.1:{ports[0]}" in out
+    assert f"Started GRPCInferenceService at 127.0.0.1:{ports[1]}" in out
+    assert f"Started Metrics Service at 127.0.0.1:{ports[2]}" in out
+    assert "'later' appeared in the model repository" in out
+
+
+def test_model_config_name_flag(tmp_path):
+    from pyserver.testing import write_add_sub
+    d = write_add_sub(tmp_path, name="m")
+    (d / "configs").mkdir()
+    (d / "configs" / "tiny.pbtxt").write_text(
+        (d / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 1"))
+    proc, client, _ = start_cli(["--model-repository", str(tmp_path), "--model-config-name=tiny"])
+    try:
+        deadline = time.monotonic() + 30
+        while not client.is_server_ready():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert client.get_model_config("m")["max_batch_size"] == 1
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_check_repo_reports_every_problem_with_file_and_line(tmp_path):
+    from pyserver.testing import write_add_sub
+    write_add_sub(tmp_path, name="fine")
+    typo = write_add_sub(tmp_path, name="typo")
+    (typo / "config.pbtxt").write_text(
+        'name: "typo"\nplatform: "onnxruntime_onnx"\nmax_batch_sise: 4\n')
+    nodt = write_add_sub(tmp_path, name="nodt")
+    text = (nodt / "config.pbtxt").read_text()
+    (nodt / "config.pbtxt").write_text(
+        text.replace('{ name: "INPUT1" data_type: TYPE_FP32', '{ name: "INPUT1"'))
+    missing = write_add_sub(tmp_path, name="missing")
+    (missing / "1" / "model.onnx").unlink()
+    wrong_io = write_add_sub(tmp_path, name="wrong_io")
+    (wrong_io / "config.pbtxt").write_text(
+        (wrong_io / "config.pbtxt").read_text().replace('"OUTPUT1"', '"OUTPUTX"'))
+    write_add_sub(tmp_path, name="warm", extra='model_warmup [ { name: "s" batch_size: 1 inputs '
+                  '{ key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 16 ] '
+                  'input_data_file: "absent" } } } ]')
+    proc = subprocess.run([sys.executable, "-m", "pyserver", "check-repo", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith(f"{typo / 'config.pbtxt'}:3: model 'typo': ") for line in lines)
+    assert any("Did you mean 'max_batch_size'?" in line for line in lines)
+    # the line of INPUT1's declaration in the add_sub config is 6
+    assert any(line.startswith(f"{nodt / 'config.pbtxt'}:6: model 'nodt': input 'INPUT1' "
+                               "has no data_type") for line in lines)
+    assert any(line.startswith(f"{missing / '1' / 'model.onnx'}: model 'missing': ")
+               for line in lines)
+    assert any(line.startswith(f"{wrong_io / 'config.pbtxt'}:10: model 'wrong_io': output "
+                               "'OUTPUTX' is not an output of model.onnx") for line in lines)
+    assert any("model 'warm': model_warmup: failed to open text file for read" in line
+               for line in lines)
+    assert not any("'fine'" in line for line in lines)
+    assert "5 problem(s) in 5 of 6 model(s)" in proc.stderr
+
+    ok = subprocess.run([sys.executable, "-m", "pyserver", "check-repo",
+                         str(ROOT / "examples/model_repository")],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout == ""
