@@ -135,6 +135,10 @@ class ModelVersion:
         self.has_optional = any(s.optional for s in self.inputs.values())
         self._enforced = [n for n, s in self.inputs.items() if s.variable and not s.ragged]
         self.enforce_shapes = bool(self._enforced) or self.has_optional
+        # Decoupled models answer 0..N times per request, through a
+        # ResponseStream in place of the request's future (Server.submit_stream).
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
+        self.completions = completions
         self.stats = ModelStats()
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
@@ -193,6 +197,9 @@ class ModelVersion:
 
     def add_instance(self, name: str, backend):
         self.instances.append(ModelInstance(self, name, backend))
+        attach = getattr(backend, "attach", None)
+        if attach is not None:  # backends that answer on their own (decoupled, BLS)
+            attach(self)
 
     def start(self):
         for instance in self.instances:
@@ -348,6 +355,8 @@ class ModelVersion:
                     p.response = result
                 elif type(result) is tuple:
                     p.response = self._request_response(p, result[0], result[1])
+                elif result is None:  # decoupled: its responses go through its stream
+                    p.response = None
                 else:
                     p.response = self._request_response(p, result, None)
             t_end = now_ns()

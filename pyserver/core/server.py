@@ -32,6 +32,94 @@ EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dep
               "logging"]
 
 
+DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
+DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+# Started servers, for backends that call back into theirs (BLS, model
+# control from a Python model): see server_for().
+_RUNNING: list = []
+
+
+class DecoupledModelError(ServerError):
+    """``submit`` on a decoupled model: one response per call cannot carry
+    its 0..N responses. The message is the HTTP endpoint's text; gRPC
+    ModelInfer answers ``grpc_message`` (Triton's two texts)."""
+
+    grpc_message = DECOUPLED_GRPC
+
+    def __init__(self):
+        super().__init__(Code.UNSUPPORTED, DECOUPLED_HTTP)
+
+
+class ResponseStream:
+    """The responses of one request submitted with ``Server.submit_stream``.
+
+    To the engine it stands where a request's future stands (``done``,
+    ``cancelled``, ``cancel``, ``set_result``, ``set_exception``): the
+    batch completing (``set_result``) only releases the request; a backend
+    that answers through the batch (a non-decoupled model) gives its one
+    response there. A decoupled backend calls ``push`` from any thread, as
+    many times as the model sends. Every response, error and the final flag
+    reach ``on_response(response, error, final)`` on the event loop, in the
+    order sent; nothing is delivered after the final one or a cancel.
+    """
+
+    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "released")
+
+    def __init__(self, loop, on_response):
+        self._loop = loop
+        self._on_response = on_response
+        self._final = False
+        self._cancelled = False
+        self.released = False
+
+    # -- the engine's side (event loop) ----------------------------------------
+
+    def done(self) -> bool:
+        return self._final or self._cancelled
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> bool:
+        if self._final or self._cancelled:
+            return False
+        self._cancelled = True
+        return True
+
+    def set_result(self, response) -> None:
+        self.released = True
+        if response is not None:
+            self._deliver(response, None, True)
+
+    def set_exception(self, error) -> None:
+        self.released = True
+        self._deliver(None, error, True)
+
+    # -- the backend's side (any thread) ---------------------------------------
+
+    def push(self, response, error=None, final=False) -> None:
+        self._loop.call_soon_threadsafe(self._deliver, response, error, final)
+
+    def _deliver(self, response, error, final) -> None:
+        if self._final or self._cancelled:
+            return
+        if final:
+            self._final = True
+        try:
+            self._on_response(response, error, final)
+        except Exception:
+            log.exception("a response stream's consumer failed")
+
+
+def server_for(completions):
+    """The running Server whose models complete on ``completions``."""
+    for server in _RUNNING:
+        if server._completions is completions:
+            return server
+    return None
+
+
 class Server:
     """An inference server over one or more Triton model repositories.
 
@@ -79,6 +167,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._completions = CompletionQueue()
         self._loop.add_reader(self._completions.fd, self._on_completions)
+        _RUNNING.append(self)
         self.models = ModelManager(self.repositories, self._completions,
                                    self.model_load_thread_count, self.model_control_mode,
                                    self.load_options)
@@ -116,6 +205,8 @@ class Server:
             models, self.models = self.models, None
             await models.stop_polling()
             await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
+        if self in _RUNNING:
+            _RUNNING.remove(self)
         if self._completions is not None:
             self._on_completions()  # resolve what the schedulers failed on stop
             self._loop.remove_reader(self._completions.fd)
@@ -304,6 +395,8 @@ class Server:
                 raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
                                   f"Triton usage and should not be specified: '{key}'")
         mv = self._resolve(request.model_name, request.model_version)
+        if mv.decoupled:
+            raise DecoupledModelError()
         future = self._loop.create_future()
         if self.tracer.active:
             pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()))
@@ -315,6 +408,28 @@ class Server:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
         return future
+
+    def submit_stream(self, request: InferRequest, on_response) -> ResponseStream:
+        """Queues a request whose responses arrive as ``on_response(response,
+        error, final)`` calls on the event loop: 0..N responses then a final
+        call (whose response may be None) for a decoupled model, one final
+        response (or error) for any other. Validation errors raise here.
+        The returned stream cancels with ``Server.cancel``."""
+        if self._stopping:
+            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
+        for key in request.parameters:
+            if key.startswith("triton_"):
+                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
+                                  f"Triton usage and should not be specified: '{key}'")
+        mv = self._resolve(request.model_name, request.model_version)
+        stream = ResponseStream(self._loop, on_response)
+        pending = mv.submit(request, stream)
+        self._handles[stream] = (mv.scheduler, pending.id)
+        self._inflight += 1
+        return stream
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return self._resolve(name, version).decoupled
 
     def cancel(self, future) -> None:
         """Cancels a submitted request: if it is still queued it leaves the

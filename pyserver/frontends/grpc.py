@@ -31,6 +31,8 @@ from google.protobuf.message import DecodeError
 from pyserver._proto import message_class
 from pyserver.core.dtypes import WIRE_TO_NUMPY
 from pyserver.core.errors import Code, ServerError
+from pyserver.core.server import DecoupledModelError
+from pyserver.core.types import InferResponse
 
 try:
     from pyserver.engine import http2
@@ -520,7 +522,17 @@ class GrpcFrontend:
             request, flags = decode_infer_request(msg, decode_contents)
             if flags is not None and "shared_memory" in flags:
                 use = _resolve_shared_memory(self._server.shared_memory, request)
-            fut = self._server.submit(request)
+            try:
+                fut = self._server.submit(request)
+            except DecoupledModelError:
+                fut = None
+            if fut is None:  # a decoupled model: 0..N responses, then final
+                final = bool(flags and flags.get("triton_enable_empty_final_response"))
+                reply = _DecoupledReply(stream, call, request, final, use)
+                reply.handle = self._server.submit_stream(request, reply)
+                call.pending += 1
+                call.futures.add(reply.handle)
+                return
         except Exception as e:
             if use is not None:
                 use.release()
@@ -708,7 +720,9 @@ class GrpcFrontend:
 
 
 def _finish_error(stream, exc: BaseException):
-    if isinstance(exc, ServerError):
+    if isinstance(exc, DecoupledModelError):
+        stream.finish(exc.grpc_status, exc.grpc_message)
+    elif isinstance(exc, ServerError):
         stream.finish(exc.grpc_status, exc.message)
     elif isinstance(exc, asyncio.CancelledError):
         stream.finish(CANCELLED, "the call was cancelled")
@@ -752,8 +766,9 @@ def _stream_done(stream, call, request, final, use, fut):
             response = fut.result()
             if use is not None:
                 _write_shared_memory(use, response)
-            if final:
-                response.parameters = {**response.parameters, "triton_final_response": True}
+            # Triton marks every streamed response with whether it is the
+            # request's last (here always: one response per request).
+            response.parameters = {**response.parameters, "triton_final_response": True}
             payload = encode_stream_response(response, request)
         except asyncio.CancelledError:
             return
@@ -768,3 +783,53 @@ def _stream_done(stream, call, request, final, use, fut):
     finally:
         if use is not None:
             use.release()
+
+
+class _DecoupledReply:
+    """Streams the responses of one request to a decoupled model: each one
+    as it comes, marked ``triton_final_response`` false, the last true; the
+    final flag alone (no response) goes out as an empty response only when
+    the request set ``triton_enable_empty_final_response``. Errors go
+    in-stream; the stream stays open."""
+
+    __slots__ = ("stream", "call", "request", "empty_final", "use", "handle")
+
+    def __init__(self, stream, call, request, empty_final, use):
+        self.stream = stream
+        self.call = call
+        self.request = request
+        self.empty_final = empty_final
+        self.use = use
+        self.handle = None
+
+    def __call__(self, response, error, final):
+        stream = self.stream
+        call = self.call
+        if final:
+            call.pending -= 1
+            call.futures.discard(self.handle)
+        try:
+            if stream.closed or stream.finished:
+                return
+            request = self.request
+            payload = None
+            if error is not None:
+                message = error.message if isinstance(error, ServerError) \
+                    else f"{type(error).__name__}: {error}"
+                payload = encode_stream_response(None, request, message)
+            elif response is not None:
+                if self.use is not None:
+                    _write_shared_memory(self.use, response)
+                response.parameters = {**response.parameters, "triton_final_response": final}
+                payload = encode_stream_response(response, request)
+            elif final and self.empty_final:
+                empty = InferResponse(request.model_name, request.model_version, request.id, [],
+                                      {"triton_final_response": True})
+                payload = encode_stream_response(empty, request)
+            if payload is not None:
+                stream.send_message(payload, True)
+            if final and call.closing and call.pending == 0:
+                stream.finish(OK)
+        finally:
+            if final and self.use is not None:
+                self.use.release()

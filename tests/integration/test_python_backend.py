@@ -419,16 +419,6 @@ def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_s
     assert result.as_numpy("OUT").tolist() == [4]
 
 
-def test_decoupled_models_are_refused_clearly(tmp_path, start_server):
-    repo = repo_with(tmp_path, "add_sub")
-    config = repo / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text() + "model_transaction_policy { decoupled: true }\n")
-    server = start_server(repo, exit_on_error=False)
-    index = {row["name"]: row for row in server.run(server.server.repository_index)}
-    assert index["add_sub"]["state"] == "UNAVAILABLE"
-    assert "decoupled models" in index["add_sub"]["reason"]
-
-
 def test_model_is_ready(tmp_path, start_server):
     server = start_server(repo_with(tmp_path, "readiness"))
     backend = backends(server, "readiness")[0]

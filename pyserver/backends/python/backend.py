@@ -45,6 +45,7 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 FINALIZE_TIMEOUT_S = 30.0
 RESTART_WAIT_S = 30.0  # how long a request waits for a restarting worker
+ASYNC_REGION_SIZE = 64 << 10  # each of the two asynchronous regions, to start with
 IS_READY_TIMEOUT_S = 5.0
 _RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -92,14 +93,20 @@ class _Worker:
         main_parent, main_child = socket.socketpair()
         ctrl_parent, ctrl_child = socket.socketpair()
         fds = [channel.create_fd(kind, f"{label}-in"), channel.create_fd(kind, f"{label}-out"),
-               channel.create_fd(kind, f"{label}-crash")]
+               channel.create_fd(kind, f"{label}-crash"), channel.create_fd(kind, f"{label}-up"),
+               channel.create_fd(kind, f"{label}-down")]
         size = channel.DEFAULT_REGION_SIZE
         try:
             self.inp = channel.Region(fds[0], size, reserve=True)
             self.out = channel.Region(fds[1], size, reserve=True)
             self.crash_fd = fds[2]
+            # The asynchronous traffic (decoupled responses, BLS): "up" is
+            # written by the worker, "down" by us, block by block.
+            self.up = channel.Region(fds[3], ASYNC_REGION_SIZE, reserve=True)
+            self.down = channel.Arena(channel.Region(fds[4], ASYNC_REGION_SIZE, reserve=True))
             args = [sys.executable, STUB_PATH, mode, str(main_child.fileno()),
-                    str(ctrl_child.fileno()), str(fds[0]), str(fds[1]), str(fds[2]), str(size)]
+                    str(ctrl_child.fileno()), str(fds[0]), str(fds[1]), str(fds[2]), str(size),
+                    str(fds[3]), str(fds[4]), str(ASYNC_REGION_SIZE)]
             self.started = time.monotonic()
             self.proc = subprocess.Popen(
                 args, env=env, stdin=subprocess.DEVNULL, close_fds=True,
@@ -128,6 +135,7 @@ class _Worker:
         self.on_exit = on_exit
         self.exit_handled = False
         self.on_log = None
+        self.on_message = None  # the backend's handler of the worker's other requests
         self._ready_lock = threading.Lock()
         self._ready_cv = threading.Condition()
         self._ready_replies: dict[int, tuple] = {}
@@ -173,6 +181,22 @@ class _Worker:
                 with self._ready_cv:
                     self._ready_replies[msg[1]] = msg[2:]
                     self._ready_cv.notify_all()
+            elif kind == "free":
+                self.down.free(msg[1])
+            elif self.on_message is not None:
+                try:
+                    self.on_message(self, msg)
+                except Exception as err:  # a bad message must not end the reader
+                    log.exception("python worker %s: failed to handle %r", self.label, kind)
+                    if len(msg) > 1 and type(msg[1]) is int:
+                        self.reply(msg[1], ("error", "INTERNAL", f"{type(err).__name__}: {err}"))
+
+    def reply(self, seq: int, payload, final: bool = True) -> None:
+        """Answers the worker's request ``seq`` (on the control channel)."""
+        try:
+            self.ctrl.send(("reply", seq, payload, final))
+        except OSError:
+            pass  # it is gone; its waiters went with it
 
     def exit_text(self) -> str:
         return describe_exit(self.returncode)
@@ -243,6 +267,8 @@ class _Worker:
         self.ctrl.close()
         self.inp.close()
         self.out.close()
+        self.up.close()
+        self.down.region.close()
         try:
             os.close(self.crash_fd)
         except OSError:
@@ -257,11 +283,6 @@ class PythonBackend:
     takes_requests = True
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
-        if config.HasField("model_transaction_policy") and config.model_transaction_policy.decoupled:
-            raise ServerError(
-                Code.UNSUPPORTED,
-                f"python model '{config.name}': decoupled models (model_transaction_policy "
-                "{ decoupled: true }) are not supported by this pyserver version yet")
         if "EXECUTION_ENV_PATH" in config.parameters and instance_name.endswith("_0"):
             log.warning("python model '%s': parameter EXECUTION_ENV_PATH is not supported yet; "
                         "the model runs with the server's Python (%s)", config.name, sys.executable)
@@ -277,6 +298,11 @@ class PythonBackend:
             wire = "BYTES" if name == "TYPE_STRING" else name[5:]
             self.input_codes[spec.name] = _WIRE_TO_CODE.get(wire, 0)
         self.threads = max(1, int(threads))
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
+        self._mv = None  # the ModelVersion (attach)
+        self._open: dict[int, object] = {}  # decoupled requests not answered in full, by id
+        self._open_lock = threading.Lock()
+        self._services = None
         self.shm_kind = channel.shm_kind()
         self._env = _worker_env(self.threads)
         self._lock = threading.Lock()  # held while a batch is in the worker
@@ -339,8 +365,10 @@ class PythonBackend:
         """Starts a worker and sends it its initialize request (no waiting)."""
         worker = _Worker("instance", instance_name, self._env)
         worker.on_log = functools.partial(_log_from_model, instance_name)
+        worker.on_message = self._on_worker_message
         info = {"model_path": self.model_path, "model_name": self.model_name,
-                "instance_name": instance_name, "args": self._init_args(instance_name)}
+                "instance_name": instance_name, "args": self._init_args(instance_name),
+                "decoupled": self.decoupled}
         try:
             worker.main.send(("init", info))
         except OSError:
@@ -385,6 +413,11 @@ class PythonBackend:
             self._restarting = True
             self._state.notify_all()
         report = worker.report()
+        self._fail_open(ServerError(
+            Code.INTERNAL,
+            f"python model '{self.model_name}' instance '{self.instance_name}': the worker "
+            f"process (pid {worker.pid}) {worker.exit_text()} before sending the final response"
+            + (f"\n{report}" if report else "")))
         log.error("python model '%s' instance '%s': worker process (pid %d) %s; restarting it%s",
                   self.model_name, self.instance_name, worker.pid, worker.exit_text(),
                   "\n" + report if report else "")
@@ -575,7 +608,13 @@ class PythonBackend:
                         array = np.ascontiguousarray(array)
                     mm[start:start + size] = array.reshape(-1).view(np.uint8)
                 inputs.append((name, code, array.shape, start, array.size, None))
-            items.append(_request_item(req, all_outputs, inputs))
+            items.append(_request_item(req, all_outputs, inputs, p.id))
+        if self.decoupled:
+            # Open until their final response: the worker may answer after
+            # this batch is done, from any of its threads.
+            with self._open_lock:
+                for p in pending:
+                    self._open[p.id] = p
         try:
             worker.main.send(("exec", region.size, items, self.model_name, self.version))
             while True:
@@ -584,6 +623,8 @@ class PythonBackend:
                 if kind == "result":
                     return self._decode(worker, reply[1], reply[2])
                 if kind == "fail":
+                    if self.decoupled:
+                        self._close_open(pending)  # the batch's error is their final response
                     raise ServerError(Code.INTERNAL, reply[1])
                 if kind == "query":
                     worker.main.send(("answer", self._answer(reply, pending)))
@@ -608,6 +649,9 @@ class PythonBackend:
         mm = region.mm
         results = []
         for entry in encoded:
+            if entry is None:  # decoupled: answered through its stream
+                results.append(None)
+                continue
             if entry[0] == "err":
                 code = Code.__members__.get(entry[1], Code.INTERNAL)
                 results.append(ServerError(code, entry[2]))
@@ -621,6 +665,71 @@ class PythonBackend:
             params = entry[2]
             results.append((outputs, params) if params else outputs)
         return results
+
+    # -- what the worker asks of the server (its control reader thread) ------------------
+
+    def attach(self, mv) -> None:
+        """Called by the ModelVersion this instance serves."""
+        self._mv = mv
+
+    def _server(self):
+        from pyserver.core.server import server_for
+
+        server = server_for(self._mv.completions) if self._mv is not None else None
+        if server is None:
+            raise ServerError(Code.UNAVAILABLE,
+                              f"python model '{self.model_name}' is not served by a running server")
+        return server
+
+    def _on_worker_message(self, worker: _Worker, msg) -> None:
+        kind = msg[0]
+        if kind == "resp":
+            self._on_response(worker, msg)
+        elif kind == "cancelled":
+            p = self._open.get(msg[2])
+            worker.reply(msg[1], bool(p is not None and p.future.cancelled()))
+        elif kind in ("bls", "metric", "model"):
+            if self._services is None:
+                from pyserver.backends.python.services import Services
+
+                self._services = Services(self)
+            self._services.handle(worker, msg)
+        else:
+            log.warning("python model '%s': unexpected message %r from its worker",
+                        self.model_name, kind)
+
+    def _on_response(self, worker: _Worker, msg) -> None:
+        """A response (or the final flag) sent by the model through a
+        request's response sender: into the request's stream, then the
+        sender is told it went (it waits, as Triton's does)."""
+        _, seq, key, size, encoded, params, error, final = msg
+        with self._open_lock:
+            p = self._open.pop(key, None) if final else self._open.get(key)
+        if p is None:
+            worker.reply(seq, "Unable to send response. Response sender has been closed.")
+            return
+        response = None
+        if encoded is not None:
+            outputs = channel.read_tensors(worker.up, size, encoded, _NUMPY, copy=True)
+            response = self._mv._request_response(p, outputs, params or None)
+        err = None
+        if error is not None:
+            err = ServerError(Code.__members__.get(error[0], Code.INTERNAL), error[1])
+        # Queued on the loop before the sender hears back, so it is ahead of
+        # whatever the model does next (another response, a failed batch).
+        p.future.push(response, err, final)
+        worker.reply(seq, None)  # the data is copied out: its blocks may be reused
+
+    def _close_open(self, pending) -> None:
+        with self._open_lock:
+            for p in pending:
+                self._open.pop(p.id, None)
+
+    def _fail_open(self, error: ServerError) -> None:
+        with self._open_lock:
+            open_requests, self._open = list(self._open.values()), {}
+        for p in open_requests:
+            p.future.push(None, error, True)
 
     # -- auto-complete (load time) ----------------------------------------------------
 
@@ -726,6 +835,7 @@ class _Prestarted:
 
 
 _prestarted = _Prestarted()
+_AST_LOCK = threading.Lock()
 
 
 def _crash_summary(text: str) -> str:
@@ -748,7 +858,7 @@ def _crash_summary(text: str) -> str:
     return "\n".join(keep)
 
 
-def _request_item(req, all_outputs, inputs):
+def _request_item(req, all_outputs, inputs, key):
     params = req.parameters
     correlation_id = 0
     flags = 0
@@ -763,7 +873,7 @@ def _request_item(req, all_outputs, inputs):
     else:
         params_json = "{}"
     wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
-    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs)
+    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key)
 
 
 def _data_type_name(number: int) -> str:
@@ -792,7 +902,10 @@ def _may_define_auto_complete(model_path: str) -> bool:
     if "auto_complete_config" in source:
         return True
     try:
-        tree = ast.parse(source)
+        # CPython 3.11's parser is not safe in two threads at once ("AST
+        # constructor recursion depth mismatch"); models load in parallel.
+        with _AST_LOCK:
+            tree = ast.parse(source)
     except SyntaxError:
         return True
     for node in tree.body:

@@ -250,3 +250,114 @@ class Region:
             os.close(self.fd)
         except OSError:
             pass
+
+
+# -- arenas: blocks of a region for messages that overlap in time ------------------------
+
+
+class Arena:
+    """Hands out aligned blocks of a Region and takes them back by offset.
+
+    The two main regions carry one batch at a time; the asynchronous
+    traffic (decoupled responses, BLS requests and their results) has many
+    messages in flight at once, from several threads. Its writer allocates
+    a block per tensor here and frees it when the reader says it is done
+    with it. A request that does not fit grows the file (doubling), and
+    the message says the new size so the reader remaps.
+    """
+
+    def __init__(self, region: Region):
+        self.region = region
+        self._lock = threading.Lock()
+        self._free = [[0, region.size]]  # [start, size], sorted, coalesced
+        self._used: dict[int, int] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        need = _round_up(max(nbytes, 1), ALIGN)
+        with self._lock:
+            while True:
+                for i, block in enumerate(self._free):
+                    start, size = block
+                    if size >= need:
+                        if size == need:
+                            del self._free[i]
+                        else:
+                            block[0] = start + need
+                            block[1] = size - need
+                        self._used[start] = need
+                        return start
+                old = self.region.size
+                self.region.ensure(old + need)
+                added = self.region.size - old
+                if self._free and self._free[-1][0] + self._free[-1][1] == old:
+                    self._free[-1][1] += added
+                else:
+                    self._free.append([old, added])
+
+    def free(self, offsets) -> None:
+        with self._lock:
+            for start in offsets:
+                size = self._used.pop(start, None)
+                if size is None:
+                    continue
+                self._insert(start, size)
+
+    def _insert(self, start: int, size: int) -> None:
+        free = self._free
+        lo, hi = 0, len(free)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if free[mid][0] < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        free.insert(lo, [start, size])
+        # Merge with the next block, then with the previous one.
+        if lo + 1 < len(free) and start + size == free[lo + 1][0]:
+            free[lo][1] += free[lo + 1][1]
+            del free[lo + 1]
+        if lo > 0 and free[lo - 1][0] + free[lo - 1][1] == start:
+            free[lo - 1][1] += free[lo][1]
+            del free[lo]
+
+    def in_use(self) -> int:
+        with self._lock:
+            return sum(self._used.values())
+
+    def write(self, tensors) -> tuple[list, list]:
+        """Copies ``[(name, code, array), ...]`` in; returns the encoded list
+        ``[(name, code, shape, offset, nbytes, None)]`` (BYTES tensors travel
+        inline as object arrays, offset -1) and the offsets to free later."""
+        encoded = []
+        offsets = []
+        for name, code, array in tensors:
+            if array.dtype.hasobject:
+                encoded.append((name, code, array.shape, -1, 0, array))
+                continue
+            size = array.nbytes
+            start = self.alloc(size)
+            offsets.append(start)
+            if size:
+                flat = array.reshape(-1) if array.flags.c_contiguous else array.ravel()
+                self.region.mm[start:start + size] = flat.view("u1")
+            encoded.append((name, code, array.shape, start, size, None))
+        return encoded, offsets
+
+
+def read_tensors(region: Region, size: int, encoded, dtypes, copy: bool) -> dict:
+    """The arrays of an encoded tensor list written by the peer's Arena:
+    copies (``copy``) or views over the region (valid until the peer frees
+    the blocks)."""
+    import numpy as np
+
+    region.follow(size)
+    mm = region.mm
+    out = {}
+    for name, code, shape, start, nbytes, data in encoded:
+        if data is None:
+            dtype = np.dtype(dtypes[code])
+            data = np.frombuffer(mm, dtype, nbytes // dtype.itemsize, start).reshape(shape)
+            if copy:
+                data = data.copy()
+        out[name] = data
+    return out

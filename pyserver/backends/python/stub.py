@@ -86,7 +86,7 @@ class _AsyncRunner:
         self.loop = None
         self._lock = threading.Lock()
 
-    def run(self, awaitable, timeout=None):
+    def _ensure_loop(self):
         import asyncio
 
         with self._lock:
@@ -96,30 +96,234 @@ class _AsyncRunner:
                                  daemon=True).start()
                 asyncio.set_event_loop(loop)
                 self.loop = loop
+
+    def run(self, awaitable, timeout=None):
+        import asyncio
+
+        self._ensure_loop()
         if not asyncio.iscoroutine(awaitable):
             awaitable = _await(awaitable)
         return asyncio.run_coroutine_threadsafe(awaitable, self.loop).result(timeout)
+
+    def spawn(self, awaitable, name):
+        """Runs a coroutine on the loop without waiting; its failure is
+        logged (a decoupled model's async execute)."""
+        import asyncio
+
+        self._ensure_loop()
+        if not asyncio.iscoroutine(awaitable):
+            awaitable = _await(awaitable)
+        future = asyncio.run_coroutine_threadsafe(awaitable, self.loop)
+
+        def done(f):
+            err = f.exception()
+            if err is not None:
+                sys.stderr.write(f"model '{name}': async execute failed: {describe(err)}\n")
+
+        future.add_done_callback(done)
 
 
 class _Runtime:
     """What pb_utils reaches the server through (pb_utils._runtime)."""
 
-    def __init__(self, main, ctrl, model_dir):
+    def __init__(self, main, ctrl, model_dir, up, down, pb):
         self.main = main
         self.ctrl = ctrl
         self.model_dir = model_dir
+        self.up = up  # Arena over the region we write for the server
+        self.down = down  # the region the server writes for us
+        self.pb = pb
+        self.decoupled = False
         # Questions to the server go over the main channel, which only works
         # while the server waits for this batch: `executing` says so.
         self.lock = threading.Lock()
         self.executing = False
+        # Requests to the server over the control channel, answered by
+        # ("reply", seq, payload, final) messages the control thread routes.
+        self._calls = {}
+        self._calls_lock = threading.Lock()
+        self._seq = 0
 
-    def is_cancelled(self, index):
+    # -- control-channel calls -----------------------------------------------
+
+    def call(self, msg, on_reply):
+        """Sends ``(kind, seq, *rest)`` for ``msg = (kind, *rest)``;
+        ``on_reply(payload, final)`` runs on the control thread."""
+        with self._calls_lock:
+            self._seq += 1
+            seq = self._seq
+            self._calls[seq] = on_reply
+        try:
+            self.ctrl.send((msg[0], seq) + tuple(msg[1:]))
+        except OSError:
+            with self._calls_lock:
+                self._calls.pop(seq, None)
+            raise self.pb.TritonModelException("the server is not reachable") from None
+        return seq
+
+    def ask(self, msg):
+        """A call answered once; waits for the answer."""
+        box = []
+        done = threading.Event()
+
+        def on_reply(payload, final):
+            box.append(payload)
+            done.set()
+
+        self.call(msg, on_reply)
+        done.wait()
+        return box[0]
+
+    def dispatch(self, seq, payload, final):
+        with self._calls_lock:
+            handler = self._calls.pop(seq, None) if final else self._calls.get(seq)
+        if handler is not None:
+            handler(payload, final)
+
+    # -- requests and responses ----------------------------------------------------
+
+    def is_cancelled(self, index, key=None):
+        if self.decoupled and key is not None:
+            return bool(self.ask(("cancelled", key)))
         with self.lock:
             if not self.executing:
                 return False  # its batch is answered: nobody waits for it
             self.main.send(("query", "cancelled", index))
             reply = self.main.recv()
         return bool(reply[1])
+
+    def send_response(self, request, response, flags):
+        """A decoupled model's response: tensors into the shared region, a
+        message to the server, and (as Triton's sender) wait until the
+        server has taken it."""
+        pb = self.pb
+        encoded = None
+        offsets = ()
+        params = None
+        error = None
+        if response is not None:
+            if response._error is not None:
+                error = (response._error.code().name, response._error.message())
+            else:
+                tensors = _response_tensors(pb, response, request._requested_output_names)
+                encoded, offsets = self.up.write(tensors)
+                params = response._parameters_dict
+        final = flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            problem = self.ask(("resp", request._key, self.up.region.size, encoded, params,
+                                error, final))
+        finally:
+            if offsets:
+                self.up.free(offsets)
+        if problem:
+            raise pb.TritonModelException(problem)
+
+    # -- BLS ------------------------------------------------------------------------
+
+    def _bls_send(self, request, decoupled, on_reply):
+        """Sends a BLS request; ``on_reply(response or None, final)`` runs on
+        the control thread with the decoded pb_utils.InferenceResponse."""
+        pb = self.pb
+        for t in request._inputs:
+            if not isinstance(t, pb.Tensor):
+                raise pb.TritonModelException(
+                    f"BLS request inputs must be pb_utils.Tensor objects, got {type(t)}")
+        tensors = [(t._name, t._dtype, _bytes_array(pb, t._array) if t._dtype == _BYTES
+                    else t._array) for t in request._inputs]
+        encoded, offsets = self.up.write(tensors)
+        corr = request._correlation_id
+        desc = {
+            "model_name": request._model_name,
+            "model_version": request._model_version,
+            "request_id": request._request_id,
+            "correlation_id": corr,
+            "flags": request._flags,
+            "timeout": request._timeout,
+            "parameters": request._parameters,
+            "outputs": request._requested_output_names,
+        }
+
+        def handler(payload, final):
+            response = self._bls_response(payload)
+            if final and offsets:
+                self.up.free(offsets)
+            on_reply(response, final)
+
+        try:
+            self.call(("bls", self.up.region.size, desc, encoded, decoupled), handler)
+        except BaseException:
+            self.up.free(offsets)
+            raise
+
+    def _bls_response(self, payload):
+        """A reply's pb_utils.InferenceResponse (None: the final flag alone)."""
+        pb = self.pb
+        if payload[0] == "error":
+            return pb.InferenceResponse(error=_triton_error(pb, payload[1], payload[2]))
+        _, size, encoded, params, error = payload
+        if error is not None:
+            return pb.InferenceResponse(error=_triton_error(pb, error[0], error[1]))
+        if encoded is None:
+            return None
+        arrays = channel.read_tensors(self.down, size, encoded, _NUMPY_OF, copy=True)
+        freed = [e[3] for e in encoded if e[5] is None]
+        if freed:
+            try:
+                self.ctrl.send(("free", freed))
+            except OSError:
+                pass
+        tensors = [pb.Tensor._wrap(e[0], arrays[e[0]], e[1]) for e in encoded]
+        response = pb.InferenceResponse(output_tensors=tensors, parameters=params)
+        return response
+
+    def bls_exec(self, request, decoupled):
+        if decoupled:
+            call = _StreamedCall(self.pb)
+            self._bls_send(request, True, call.put)
+            return self.pb.ResponseIterator(call)
+        box = []
+        done = threading.Event()
+
+        def on_reply(response, final):
+            box.append(response)
+            done.set()
+
+        self._bls_send(request, False, on_reply)
+        done.wait()
+        return box[0] if box[0] is not None else self.pb.InferenceResponse()
+
+    def bls_async_exec(self, request, decoupled):
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def settle(value):
+            if not future.done():
+                future.set_result(value)
+
+        if decoupled:
+            call = _StreamedCall(self.pb)
+            iterator = self.pb.ResponseIterator(call)
+            first = []
+
+            def on_first(response, final):
+                call.put(response, final)
+                if not first:
+                    first.append(True)
+                    loop.call_soon_threadsafe(settle, iterator)
+
+            self._bls_send(request, True, on_first)
+            return future
+
+        def on_reply(response, final):
+            loop.call_soon_threadsafe(
+                settle, response if response is not None else self.pb.InferenceResponse())
+
+        self._bls_send(request, False, on_reply)
+        return future
+
+    # -- logs ---------------------------------------------------------------------------
 
     def log(self, level, message, filename, line):
         try:
@@ -128,12 +332,69 @@ class _Runtime:
             sys.stderr.write(f"{filename}:{line}] {message}\n")
 
 
+class _StreamedCall:
+    """The responses of one decoupled BLS call, queued for its iterator."""
+
+    def __init__(self, pb):
+        import queue
+
+        self.pb = pb
+        self.queue = queue.SimpleQueue()
+        self.finished = False
+
+    def put(self, response, final):
+        if response is None:
+            response = self.pb.InferenceResponse()  # the final flag alone
+        self.queue.put(response)
+        if final:
+            self.queue.put(None)
+
+    def next(self):
+        if self.finished:
+            return None
+        item = self.queue.get()
+        if item is None:
+            self.finished = True
+        return item
+
+    def cancel(self):
+        pass  # the server runs the request to its end; its responses are dropped
+
+
+def _triton_error(pb, code_name, message):
+    code = getattr(pb.TritonError, code_name, pb.TritonError.INTERNAL)
+    return pb.TritonError(message, code)
+
+
+def _bytes_array(pb, array):
+    items = pb._bytes_items(array)
+    data = np.empty(len(items), dtype=np.object_)
+    data[:] = items
+    return data.reshape(array.shape)
+
+
+def _response_tensors(pb, response, wanted):
+    """(name, code, array) of the outputs the request asked for (Triton
+    prunes the others), BYTES as object arrays of bytes."""
+    out = []
+    for t in response._output_tensors:
+        if wanted is not None and t._name not in wanted:
+            continue
+        array = t._array
+        if t._dtype == _BYTES:
+            array = _bytes_array(pb, array)
+        out.append((t._name, t._dtype, array))
+    return out
+
+
 class Worker:
-    def __init__(self, mode, main, ctrl, regions, crash_fd):
+    def __init__(self, mode, main, ctrl, regions, crash_fd, async_regions):
         self.mode = mode
         self.main = main
         self.ctrl = ctrl
         self.inp, self.out = regions
+        self.up, self.down = async_regions
+        self.decoupled = False
         self.crash_fd = crash_fd
         self.runner = _AsyncRunner()
         self.model = None
@@ -154,14 +415,16 @@ class Worker:
         sys.path.append(model_dir)
         sys.path.append(_HERE)
         self.pb = importlib.import_module("triton_python_backend_utils")
-        self.pb._runtime = _Runtime(self.main, self.ctrl, version_dir)
+        self.pb._runtime = _Runtime(self.main, self.ctrl, version_dir, self.up, self.down, self.pb)
         stem = os.path.basename(model_path)[:-3]
         module = importlib.import_module(f"{os.path.basename(version_dir)}.{stem}")
         return module.TritonPythonModel
 
     def start(self, info):
         self.instance_name = info.get("instance_name", "")
+        self.decoupled = bool(info.get("decoupled", False))
         cls = self.import_model(info)
+        self.pb._runtime.decoupled = self.decoupled
         if self.mode == "autocomplete":
             pb = self.pb
             config = pb.ModelConfig(info["config_json"])
@@ -204,7 +467,14 @@ class Worker:
                 # The server process is gone (its end closes when it exits,
                 # however it exits): nothing left to serve.
                 os._exit(1)
-            if msg[0] == "is_ready":
+            kind = msg[0]
+            if kind == "reply":
+                try:
+                    self.pb._runtime.dispatch(msg[1], msg[2], msg[3])
+                except Exception:
+                    sys.stderr.write("pyserver worker: a reply handler failed\n"
+                                     + traceback.format_exc())
+            elif kind == "is_ready":
                 reply = self._is_ready() if self.model is not None else (False, "not initialized")
                 self.ctrl.send(("is_ready", msg[1]) + reply)
 
@@ -240,29 +510,55 @@ class Worker:
         mm = self.inp.mm
         requests = []
         numpy_of = _NUMPY_OF
-        for index, (rid, corr, flags, timeout, params, wanted, inputs) in enumerate(items):
+        decoupled = self.decoupled
+        for index, (rid, corr, flags, timeout, params, wanted, inputs, key) in enumerate(items):
             tensors = []
             for name, code, shape, offset, count, data in inputs:
                 if data is None:
                     data = np.frombuffer(mm, numpy_of[code], count, offset).reshape(shape)
+                    if decoupled:
+                        # The region is reused by the next batch while this
+                        # request may still be answered from other threads.
+                        data = data.copy()
                 tensors.append(Tensor._wrap(name, data, code))
             requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
-                                              tensors, model_name, model_version))
+                                              tensors, model_name, model_version, key))
         runtime = self.pb._runtime
         with runtime.lock:
             runtime.executing = True
         try:
             result = self.model.execute(requests)
+            if decoupled:
+                return self._decoupled_result(result, requests)
             if type(result) is not list and _awaitable(result):
                 result = self.runner.run(result)
+            self._current = requests
             self._check(result, len(requests))
             return ("result",) + self._encode(result, requests)
         except Exception as err:
+            if decoupled:
+                # The server ends each open request with this error; nothing
+                # more may be sent for them.
+                for request in requests:
+                    request.get_response_sender()._close()
             return ("fail", f"Failed to process the request(s) for model '{self.instance_name}', "
                             f"message: {describe(err) if not isinstance(err, _Reported) else err}")
         finally:
             with runtime.lock:
                 runtime.executing = False
+            if not decoupled:
+                for request in requests:
+                    if request._sender is not None:
+                        request._sender._close()
+
+    def _decoupled_result(self, result, requests):
+        if result is not None and type(result) is not list and _awaitable(result):
+            # As Triton: an async decoupled execute runs on in the background.
+            self.runner.spawn(result, self.instance_name)
+        elif result is not None:
+            raise _Reported(f"Python model '{self.instance_name}' is using the decoupled mode "
+                            "and the execute function must return None.")
+        return ("result", 0, [None] * len(requests))
 
     def _check(self, responses, count):
         Response = self.pb.InferenceResponse
@@ -278,6 +574,11 @@ class Worker:
             if r is not None and not isinstance(r, Response):
                 raise _Reported("Expected an 'InferenceResponse' object in the execute function "
                                 f"return list, found type '{type(r)}'.")
+        for r, request in zip(responses, self._current):
+            sender = request._sender
+            if r is not None and sender is not None and sender._count:
+                raise _Reported("Unable to send response. Non-decoupled model cannot send more "
+                                "than one response.")
 
     def _encode(self, responses, requests):
         region = self.out
@@ -285,6 +586,8 @@ class Worker:
         encoded = []
         bytes_code = _BYTES
         for response, request in zip(responses, requests):
+            if response is None and request._sender is not None:
+                response = request._sender._response  # sent through the sender instead
             if response is None:
                 encoded.append(("err", "INTERNAL",
                                 "Expected an 'InferenceResponse' object in the execute function "
@@ -334,6 +637,7 @@ def main(argv):
     mode = argv[1]
     main_fd, ctrl_fd, in_fd, out_fd, crash_fd = (int(a) for a in argv[2:7])
     region_size = int(argv[7])
+    up_fd, down_fd, async_size = (int(a) for a in argv[8:11])
     # Ctrl-C in a terminal reaches the whole process group: the server
     # finalizes its workers itself (as Triton's stub ignores these too).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -343,7 +647,9 @@ def main(argv):
     ctrl_ch = channel.Channel(socket.socket(fileno=ctrl_fd))
     regions = (channel.Region(in_fd, region_size, reserve=False),
                channel.Region(out_fd, region_size, reserve=False))
-    worker = Worker(mode, main_ch, ctrl_ch, regions, crash_fd)
+    async_regions = (channel.Arena(channel.Region(up_fd, async_size, reserve=False)),
+                     channel.Region(down_fd, async_size, reserve=False))
+    worker = Worker(mode, main_ch, ctrl_ch, regions, crash_fd, async_regions)
     # From here on the worker ends with the server, even in a long initialize.
     threading.Thread(target=worker._control_loop, name="control", daemon=True).start()
     try:

@@ -9,9 +9,9 @@ worker installs a runtime hook (``_runtime``) that connects the few calls that
 need the server (request cancellation, logging); outside a worker the module
 still imports and works for building and inspecting objects (unit tests).
 
-Not yet available in this version: BLS (``InferenceRequest.exec`` /
-``async_exec``), decoupled response senders, custom metrics and model
-control from a model; calling them raises TritonModelException saying so.
+Calls that need the server (response senders of decoupled models, BLS
+``exec``/``async_exec``, custom metrics, model control) go through the
+runtime; outside a worker they raise TritonModelException.
 """
 
 from __future__ import annotations
@@ -414,7 +414,7 @@ class InferenceRequest:
 
     __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested_output_names",
                  "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
-                 "_trace", "_parameters", "_release_flags", "_index")
+                 "_trace", "_parameters", "_release_flags", "_index", "_key", "_sender")
 
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
                  model_name=None, model_version=-1, flags=0, timeout=0,
@@ -437,10 +437,12 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._index = -1
+        self._key = None
+        self._sender = None
 
     @classmethod
     def _incoming(cls, index, request_id, correlation_id, flags, timeout, parameters_json,
-                  requested_output_names, inputs, model_name, model_version):
+                  requested_output_names, inputs, model_name, model_version, key=None):
         # A request handed to execute(): built by the worker, no checks.
         r = cls.__new__(cls)
         r._request_id = request_id
@@ -456,6 +458,8 @@ class InferenceRequest:
         r._parameters = parameters_json
         r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         r._index = index
+        r._key = key
+        r._sender = None
         return r
 
     def inputs(self):
@@ -492,7 +496,7 @@ class InferenceRequest:
         runtime = _runtime
         if runtime is None or self._index < 0:
             return False
-        return runtime.is_cancelled(self._index)
+        return runtime.is_cancelled(self._index, self._key)
 
     def set_release_flags(self, flags):
         self._release_flags = flags
@@ -501,17 +505,29 @@ class InferenceRequest:
         return self._release_flags
 
     def get_response_sender(self):
-        raise TritonModelException(
-            "InferenceRequest.get_response_sender(): response senders (decoupled models) are "
-            "not supported by this pyserver version yet")
+        """The sender of this request's responses (one per request)."""
+        if self._index < 0:
+            raise TritonModelException(
+                "Unable to get the response sender: only the requests execute() receives "
+                "have one.")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self)
+        return self._sender
 
     def exec(self, decoupled=False):
-        raise TritonModelException(
-            "InferenceRequest.exec(): BLS is not supported by this pyserver version yet")
+        """Runs this request on ``model_name`` (BLS) and waits: the
+        InferenceResponse (errors inside it, not raised), or with
+        ``decoupled=True`` an iterator over the model's responses."""
+        if decoupled is None:
+            raise TypeError("exec(): 'decoupled' must be a bool")
+        return _need_runtime("InferenceRequest.exec").bls_exec(self, bool(decoupled))
 
     def async_exec(self, decoupled=False):
-        raise TritonModelException(
-            "InferenceRequest.async_exec(): BLS is not supported by this pyserver version yet")
+        """``exec`` as an awaitable, for ``async def execute``: several may be
+        in flight at once (``asyncio.gather``)."""
+        if decoupled is None:
+            raise TypeError("async_exec(): 'decoupled' must be a bool")
+        return _need_runtime("InferenceRequest.async_exec").bls_async_exec(self, bool(decoupled))
 
     def __repr__(self):
         return (f"InferenceRequest(id={self._request_id!r}, "
@@ -551,6 +567,92 @@ class InferenceResponse:
 
     def parameters(self):
         return self._parameters
+
+
+def _need_runtime(what):
+    runtime = _runtime
+    if runtime is None:
+        raise TritonModelException(f"{what}: only available inside a model served by pyserver")
+    return runtime
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request: ``sender.send(response, flags)``,
+    ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` with (or instead of) the
+    last one. Decoupled models may send any number, from any thread, during
+    or after ``execute``; other models exactly one, with the final flag,
+    during ``execute`` (which then returns None for that request)."""
+
+    def __init__(self, request):
+        import threading
+
+        self._request = request
+        self._lock = threading.Lock()
+        self._closed = False
+        self._count = 0
+        self._response = None  # a non-decoupled model's one response
+
+    def send(self, response=None, flags=0):
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(f"send(): response must be a pb_utils.InferenceResponse or None, "
+                            f"got {type(response)}")
+        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set "
+                "to zero.")
+        runtime = _need_runtime("InferenceResponseSender.send")
+        decoupled = runtime.decoupled
+        with self._lock:
+            if not decoupled:
+                if response is not None and self._count > 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response.")
+                if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL \
+                        and self._count == 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response.")
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed.")
+            if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+            self._count += 1
+            if not decoupled:
+                if response is not None:
+                    self._response = response
+                return
+        runtime.send_response(self._request, response, flags)
+
+    def is_cancelled(self):
+        return self._request.is_cancelled()
+
+    def _close(self):
+        with self._lock:
+            self._closed = True
+
+
+class ResponseIterator:
+    """The responses of a BLS request with ``decoupled=True``, in order; the
+    final flag sent alone arrives as a last empty response."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._call.next()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def cancel(self):
+        self._call.cancel()
 
 
 # -- logging ------------------------------------------------------------------------------

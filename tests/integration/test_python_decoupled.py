@@ -1,0 +1,254 @@
+"""Decoupled Python models (model_transaction_policy { decoupled: true })
+streamed over gRPC ModelStreamInfer with tritonclient.grpc: 0, 1 and N
+responses, responses sent from other threads after execute returned, errors
+mid-stream, several requests in flight on one stream, the empty final
+response on and off, and the unary endpoints' refusals."""
+
+import queue
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver.frontends.grpc import GrpcFrontend
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
+
+
+@pytest.fixture
+def repeat(tmp_path, start_server):
+    repo = tmp_path / "models"
+    repo.mkdir()
+    shutil.copytree(MODELS / "repeat", repo / "repeat")
+    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    s = start_server(repo)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    s.grpc = frontend
+    s.grpc_url = f"127.0.0.1:{frontend.port}"
+    yield s
+    s.call(frontend.stop(5))
+
+
+class Stream:
+    """A tritonclient stream whose results land in a queue."""
+
+    def __init__(self, url):
+        self.client = grpcclient.InferenceServerClient(url)
+        self.results = queue.Queue()
+        self.client.start_stream(lambda result, error: self.results.put((result, error)))
+
+    def send(self, n, request_id="", mode="", **kwargs):
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([n], np.int32))
+        params = {"mode": mode} if mode else None
+        self.client.async_stream_infer("repeat", [inp], request_id=request_id,
+                                       parameters=params, **kwargs)
+
+    def get(self, timeout=30):
+        return self.results.get(timeout=timeout)
+
+    def take(self, count):
+        return [self.get() for _ in range(count)]
+
+    def quiet(self, wait=0.3):
+        """True when nothing more arrives within ``wait`` seconds."""
+        try:
+            self.results.get(timeout=wait)
+        except queue.Empty:
+            return True
+        return False
+
+    def close(self):
+        self.client.stop_stream()
+        self.client.close()
+
+
+def final_flag(result):
+    return result.get_response().parameters["triton_final_response"].bool_param
+
+
+def idx(result):
+    return int(result.as_numpy("IDX")[0])
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_n_responses_then_final(repeat, n):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(n, request_id="r")
+        got = stream.take(n)
+        for i, (result, error) in enumerate(got):
+            assert error is None
+            assert idx(result) == i
+            assert result.as_numpy("OUT").tolist() == [n]
+            assert result.get_response().id == "r"
+            assert final_flag(result) is False
+        # the final flag alone sends nothing unless the client asks for it
+        assert stream.quiet()
+    finally:
+        stream.close()
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_empty_final_response_on_request(repeat, n):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(n, request_id="e", enable_empty_final_response=True)
+        got = stream.take(n + 1)
+        assert [final_flag(r) for r, _ in got] == [False] * n + [True]
+        last = got[-1][0].get_response()
+        assert last.outputs == [] and last.id == "e" and last.model_name == "repeat"
+        assert stream.quiet()
+    finally:
+        stream.close()
+
+
+def test_final_flag_on_the_last_response(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(3, mode="last_final", enable_empty_final_response=True)
+        got = stream.take(3)
+        assert [final_flag(r) for r, _ in got] == [False, False, True]
+        assert [idx(r) for r, _ in got] == [0, 1, 2]
+        assert stream.quiet()
+    finally:
+        stream.close()
+
+
+def test_responses_sent_from_a_thread_after_execute_returned(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(4, mode="thread", enable_empty_final_response=True)
+        got = stream.take(5)
+        assert [idx(r) for r, _ in got[:4]] == [0, 1, 2, 3]
+        assert final_flag(got[4][0]) is True
+    finally:
+        stream.close()
+
+
+def test_error_mid_stream_keeps_the_stream_open(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(3, mode="error_mid", request_id="m")
+        first, second, third = stream.take(3)
+        assert first[1] is None and idx(first[0]) == 0
+        assert second[0] is None and "second one failed" in str(second[1])
+        assert third[1] is None and idx(third[0]) == 2
+        stream.send(1, request_id="after")
+        result, error = stream.get()
+        assert error is None and result.get_response().id == "after"
+    finally:
+        stream.close()
+
+
+def test_execute_raising_ends_the_request_with_its_error(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(3, mode="raise")
+        (ok, err1), (bad, err2) = stream.take(2)
+        assert err1 is None and idx(ok) == 0
+        assert bad is None
+        assert "Failed to process the request(s) for model 'repeat_0_0'" in str(err2)
+        assert "gave up after one response" in str(err2)
+        assert stream.quiet()
+    finally:
+        stream.close()
+
+
+def test_execute_must_return_none(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(1, mode="return_list")
+        result, error = stream.get()
+        assert result is None
+        assert ("Python model 'repeat_0_0' is using the decoupled mode and the execute "
+                "function must return None.") in str(error)
+    finally:
+        stream.close()
+
+
+def test_send_after_final_raises_in_the_model(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(1, mode="after_final")
+        result, error = stream.get()
+        assert error is None and final_flag(result) is True
+        stream.send(1, mode="report")
+        result, error = stream.get()
+        assert error is None
+        assert result.as_numpy("NOTE")[0] == \
+            b"Unable to send response. Response sender has been closed."
+    finally:
+        stream.close()
+
+
+def test_concurrent_requests_on_one_stream(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        counts = {f"c{i}": i + 1 for i in range(6)}
+        for rid, n in counts.items():
+            stream.send(n, request_id=rid, mode="thread" if n % 2 else "",
+                        enable_empty_final_response=True)
+        got = stream.take(sum(counts.values()) + len(counts))
+        by_id = {}
+        for result, error in got:
+            assert error is None
+            by_id.setdefault(result.get_response().id, []).append(result)
+        assert set(by_id) == set(counts)
+        for rid, results in by_id.items():
+            n = counts[rid]
+            assert [idx(r) for r in results[:-1]] == list(range(n))
+            assert [final_flag(r) for r in results] == [False] * n + [True]
+        # a non-decoupled model on the same stream: one final response
+        inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"),
+                  grpcclient.InferInput("INPUT1", [4], "FP32")]
+        for i in inputs:
+            i.set_data_from_numpy(np.ones(4, np.float32))
+        stream.client.async_stream_infer("add_sub", inputs, request_id="plain")
+        result, error = stream.get()
+        assert error is None and final_flag(result) is True
+        assert result.as_numpy("OUTPUT0").tolist() == [2, 2, 2, 2]
+    finally:
+        stream.close()
+
+
+def test_unary_calls_are_refused(repeat):
+    inp = grpcclient.InferInput("IN", [1], "INT32")
+    inp.set_data_from_numpy(np.array([1], np.int32))
+    client = grpcclient.InferenceServerClient(repeat.grpc_url)
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("repeat", [inp])
+    assert err.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert err.value.message() == \
+        "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    hinp = httpclient.InferInput("IN", [1], "INT32")
+    hinp.set_data_from_numpy(np.array([1], np.int32))
+    with pytest.raises(InferenceServerException) as err:
+        httpclient.InferenceServerClient(repeat.url).infer("repeat", [hinp])
+    assert err.value.status() == "501"
+    assert err.value.message() == \
+        "HTTP end point doesn't support models with decoupled transaction policy"
+
+
+def test_cancelled_stream_is_seen_by_the_model(repeat):
+    stream = Stream(repeat.grpc_url)
+    stream.send(6, mode="slow")
+    result, error = stream.get()
+    assert error is None
+    stream.client.stop_stream(cancel_requests=True)
+    stream.client.close()
+    # the model notices at its last response; then the worker is free again
+    time.sleep(0.5)
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(2, mode="slow")
+        got = stream.take(2)
+        assert got[1][0].as_numpy("NOTE")[0] == b"not cancelled"
+    finally:
+        stream.close()

@@ -1,0 +1,86 @@
+"""A decoupled model: for IN = n it sends n responses (OUT = n, IDX = 0..n-1)
+through the request's response sender, then the final flag alone. The
+request parameter "mode" picks other behaviours:
+
+- "thread": the responses are sent from a thread after execute() returned
+- "last_final": the last response carries the final flag itself
+- "error_mid": the second response is an error response (the stream goes on)
+- "raise": one response, then execute raises
+- "return_list": execute returns a list (decoupled models must return None)
+- "after_final": sends after the final flag; NOTE of a later "report"
+  request is the error that send raised
+- "slow": n responses 50 ms apart from a thread (NOTE says whether the
+  request was cancelled when the last one was due)
+"""
+
+import json
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def response(n, i, note=""):
+    return pb_utils.InferenceResponse(output_tensors=[
+        pb_utils.Tensor("OUT", np.array([n], np.int32)),
+        pb_utils.Tensor("IDX", np.array([i], np.int32)),
+        pb_utils.Tensor("NOTE", np.array([note.encode()], np.object_)),
+    ])
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.last_error = ""
+        self.threads = []
+
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            mode = json.loads(request.parameters()).get("mode", "")
+            sender = request.get_response_sender()
+            if mode == "return_list":
+                return [response(n, 0)]
+            if mode == "thread" or mode == "slow":
+                t = threading.Thread(target=self.send_later, args=(sender, n, mode == "slow"))
+                t.start()
+                self.threads.append(t)
+                continue
+            if mode == "after_final":
+                sender.send(response(n, 0), flags=FINAL)
+                try:
+                    sender.send(response(n, 1))
+                except pb_utils.TritonModelException as e:
+                    self.last_error = str(e)
+                continue
+            if mode == "report":
+                sender.send(response(n, 0, self.last_error), flags=FINAL)
+                continue
+            for i in range(n):
+                if mode == "error_mid" and i == 1:
+                    sender.send(pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError("second one failed",
+                                                   pb_utils.TritonError.INVALID_ARG)))
+                    continue
+                last = mode == "last_final" and i == n - 1
+                sender.send(response(n, i), flags=FINAL if last else 0)
+                if mode == "raise":
+                    raise pb_utils.TritonModelException("gave up after one response")
+            if mode != "last_final" or n == 0:
+                sender.send(flags=FINAL)
+        return None
+
+    def send_later(self, sender, n, slow):
+        for i in range(n):
+            time.sleep(0.05 if slow else 0.01)
+            note = ""
+            if slow and i == n - 1:
+                note = "cancelled" if sender.is_cancelled() else "not cancelled"
+            sender.send(response(n, i, note))
+        sender.send(flags=FINAL)
+
+    def finalize(self):
+        for t in self.threads:
+            t.join(5)
