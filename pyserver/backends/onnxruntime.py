@@ -202,6 +202,7 @@ def session_options(config, threads: int):
     instance's share of the cores (the default intra-op count, so that N
     instances do not oversubscribe them)."""
     options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors; load failures are reported by us
     run_options = ort.RunOptions()
     level = config.optimization.graph.level if config.HasField("optimization") else 0
     options.graph_optimization_level = {
@@ -265,7 +266,8 @@ class OnnxRuntimeBackend:
                               f"onnxruntime could not load '{model_path}': {err}") from None
         self.providers = self.session.get_providers()
         outputs = self.session.get_outputs()
-        inputs = self.session.get_inputs()
+        # Graph inputs with an initializer may be fed or left out (optional).
+        inputs = self.session.get_inputs() + self.session.get_overridable_initializers()
         self.output_names = [o.name for o in outputs]
         self.input_names = {i.name for i in inputs}
         declared = {t.name for t in config.output}
@@ -297,6 +299,11 @@ class OnnxRuntimeBackend:
         self.bf16_inputs = {i.name for i in inputs if i.type == _BF16}
         self.bf16_outputs = {o.name for o in outputs if o.type == _BF16}
         self.string_outputs = {o.name for o in outputs if o.type == "tensor(string)"}
+        if self.string_inputs and self.bf16_outputs:
+            raise ServerError(
+                Code.UNSUPPORTED,
+                f"unable to load model '{config.name}': onnxruntime's Python API cannot take "
+                "string inputs and return bfloat16 outputs in one run")
         batching = config.max_batch_size > 0
         self.output_reshape = {t.name: tuple(t.dims) for t in config.output
                                if t.HasField("reshape")}
@@ -357,9 +364,11 @@ class OnnxRuntimeBackend:
                                   for v in value.reshape(-1)], dtype=object).reshape(value.shape)
             feed[name] = value
         # InferenceSession.run releases the GIL while the graph executes.
-        if self.bf16_inputs or self.bf16_outputs:
+        if self.bf16_outputs:
             results = self._run_bf16(feed)
         else:
+            for name in self.bf16_inputs:
+                feed[name] = self._bf16_value(feed[name])
             results = self.session.run(self.output_names, feed, self.run_options)
         outputs = dict(zip(self.output_names, results))
         for name in self.string_outputs:
@@ -373,19 +382,22 @@ class OnnxRuntimeBackend:
             outputs[name] = value.reshape(((value.shape[0],) if self.batching else ()) + dims)
         return outputs
 
+    @staticmethod
+    def _bf16_value(value: np.ndarray):
+        """bfloat16 has no numpy dtype: such an input goes in as an OrtValue
+        over its uint16 words (no copy when already contiguous)."""
+        value = np.ascontiguousarray(value, dtype=np.uint16)
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(value, _ONNX_BFLOAT16)
+
     def _run_bf16(self, feed: dict) -> list:
-        """bfloat16 has no numpy dtype: such inputs go in as OrtValues over
-        their uint16 words, and such outputs come back as uint16 copies."""
+        """A model with bfloat16 outputs runs on OrtValues throughout; those
+        outputs come back as uint16 copies."""
         values = {}
         for name, value in feed.items():
             if name in self.bf16_inputs:
-                value = np.ascontiguousarray(value, dtype=np.uint16)
-                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(value,
-                                                                               _ONNX_BFLOAT16)
+                values[name] = self._bf16_value(value)
             else:
-                if value.dtype != np.object_:
-                    value = np.ascontiguousarray(value)
-                values[name] = ort.OrtValue.ortvalue_from_numpy(value)
+                values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
         results = self.session.run_with_ort_values(self.output_names, values, self.run_options)
         return [_ortvalue_to_uint16(r) if name in self.bf16_outputs else r.numpy()
                 for name, r in zip(self.output_names, results)]
