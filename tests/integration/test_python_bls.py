@@ -1,0 +1,118 @@
+"""BLS (business logic scripting): Python models that call other models
+through pb_utils.InferenceRequest(...).exec() / async_exec(), served over
+HTTP and talked to with tritonclient. The calls go through the server's own
+schedulers, tensors through the workers' shared memory."""
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver.testing import write_add_sub
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
+
+
+@pytest.fixture(scope="module")
+def bls_server(tmp_path_factory):
+    from tests.integration.conftest import RunningServer
+
+    repo = tmp_path_factory.mktemp("bls") / "models"
+    repo.mkdir()
+    for name in ("bls", "bls_async", "add_sub", "repeat"):
+        shutil.copytree(MODELS / name, repo / name)
+    write_add_sub(repo, name="onnx_add_sub", size=4, max_batch_size=0)
+    write_add_sub(repo, name="onnx_big", size=1 << 20, max_batch_size=0)
+    server = RunningServer(repo)
+    yield server
+    server.close()
+
+
+def call(server, model, a, b, **params):
+    client = httpclient.InferenceServerClient(server.url)
+    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "FP32"),
+              httpclient.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return client.infer(model, inputs, parameters=params or None)
+
+
+A = np.array([1, 2, 3, 4], np.float32)
+B = np.array([10, 20, 30, 40], np.float32)
+
+
+@pytest.mark.parametrize("target", ["add_sub", "onnx_add_sub"])
+def test_sync_bls(bls_server, target):
+    result = call(bls_server, "bls", A, B, target=target)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
+
+
+@pytest.mark.parametrize("target", ["add_sub", "onnx_add_sub"])
+def test_async_bls_several_in_flight(bls_server, target):
+    result = call(bls_server, "bls_async", A, B, target=target, count=5)
+    scale = sum(range(1, 6))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A * scale + 5 * B)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A * scale - 5 * B)
+
+
+def test_bls_from_concurrent_clients(bls_server):
+    def one(i):
+        a = A * i
+        result = call(bls_server, "bls_async", a, B, target="onnx_add_sub", count=3)
+        return np.array_equal(result.as_numpy("OUTPUT0"), a * 6 + 3 * B)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(one, range(24)))
+
+
+def test_bls_megabytes_go_through_shared_memory(bls_server):
+    a = np.random.default_rng(0).random(1 << 20, dtype=np.float32)
+    b = np.ones(1 << 20, np.float32)
+    result = call(bls_server, "bls", a, b, target="onnx_big")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    mv = bls_server.run(bls_server.server.models.resolve, "bls", "")
+    worker = mv.instances[0].backend._worker
+    # 2 x 4 MiB each way: the regions grew to hold them ...
+    assert worker.up.size >= 8 << 20 and worker.down.region.size >= 8 << 20
+    # ... and every block was given back
+    deadline = time.monotonic() + 5
+    while worker.down.in_use() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.down.in_use() == 0
+
+
+def test_bls_errors_come_back_in_the_response(bls_server):
+    with pytest.raises(InferenceServerException) as err:
+        call(bls_server, "bls", A, B, target="nope")
+    assert "Failed for execute the inference request. Model 'nope' is not ready." \
+        in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        call(bls_server, "bls", A, B, mode="wrong_input")
+    assert err.value.status() == "400"
+    assert "inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'" \
+        in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        call(bls_server, "bls", A, B, mode="unary_to_decoupled")
+    assert "Model repeat is using the decoupled. The current BLS request call doesn't support " \
+        "models using the decoupled transaction policy." in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        call(bls_server, "bls_async", A, B, target="nope", count=2)
+    assert "Model 'nope' is not ready" in err.value.message()
+    # the model still answers
+    result = call(bls_server, "bls", A, B)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+
+
+def test_bls_to_a_decoupled_model(bls_server):
+    result = call(bls_server, "bls", A, B, mode="decoupled")
+    assert result.as_numpy("OUTPUT0").tolist() == [0, 1, 2, 3]
+    assert result.as_numpy("OUTPUT1").tolist() == [1]  # the final flag, as an empty response
+    result = call(bls_server, "bls_async", A[:3], B[:3], decoupled=True)
+    assert result.as_numpy("OUTPUT0").tolist() == [0, 1, 2]
