@@ -510,3 +510,18 @@ def test_onnx_dynamic_dims_reshape_and_optional_inputs(tmp_path, serve):
         assert sorted(pool.map(one, range(24))) == list(range(24))
     meta = httpclient.InferenceServerClient(s.url).get_model_metadata("reshaped")
     assert meta["outputs"][0]["shape"] == [-1, 4]
+
+
+def test_onnx_gpu_instance_without_onnxruntime_gpu_fails_alone(tmp_path, serve):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA execution provider")
+    gpu = write_add_sub(tmp_path, name="on_gpu")
+    (gpu / "config.pbtxt").write_text((gpu / "config.pbtxt").read_text().replace("KIND_CPU", "KIND_GPU"))
+    write_add_sub(tmp_path, name="fine")
+    s = serve(tmp_path, exit_on_error=False)
+    state, reason = index_reasons(s)["on_gpu"]
+    assert state == "UNAVAILABLE"
+    assert "needs CUDAExecutionProvider, which this onnxruntime does not offer" in reason
+    assert index_reasons(s)["fine"][0] == "READY"
