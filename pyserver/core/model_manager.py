@@ -61,6 +61,8 @@ class ModelManager:
         # (poll mode compares it with the folder now).
         self._stamps: dict[str, tuple] = {}
         self._poll_task: asyncio.Task | None = None
+        self._loading = 0  # loads in progress
+        self._reserved = 0  # models of the parallel loads in progress
 
     # -- queries ---------------------------------------------------------------
 
@@ -145,8 +147,7 @@ class ModelManager:
             stamps = await asyncio.get_running_loop().run_in_executor(
                 self._pool, _stamps_of, [found[n] for n in names if n in found])
             self._stamps.update(stamps)
-        results = await asyncio.gather(*(self.load(n, found=found) for n in names),
-                                       return_exceptions=True)
+        results = await self._load_many(names, found)
         errors = dict(dup_errors)
         for name, result in zip(names, results):
             if isinstance(result, ServerError):
@@ -154,6 +155,16 @@ class ModelManager:
             elif isinstance(result, BaseException):
                 errors[name] = f"{type(result).__name__}: {result}"
         return errors
+
+    async def _load_many(self, names: list[str], found: dict) -> list:
+        """Loads models in parallel (on the load thread pool); the results
+        or exceptions, in order."""
+        self._reserved += len(names)  # they all share the cores from the start
+        try:
+            return await asyncio.gather(*(self.load(n, found=found) for n in names),
+                                        return_exceptions=True)
+        finally:
+            self._reserved -= len(names)
 
     async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
                    found: dict | None = None, requested: bool = False) -> None:
@@ -170,10 +181,13 @@ class ModelManager:
                 raise
             self.states[name] = ("LOADING", "")
             loop = asyncio.get_running_loop()
+            self._loading += 1
+            # The models that will share the cores: those loaded and those loading.
+            sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
             try:
                 new = await loop.run_in_executor(
                     self._pool, repository.load_model, entry, self.completions, override,
-                    self.load_options)
+                    self.load_options, sharing)
             except Exception as err:  # a broken model never takes the server down
                 if isinstance(err, ServerError):
                     reason = err.message
@@ -191,6 +205,8 @@ class ModelManager:
                 if requested:
                     err = ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {reason}")
                 raise err from None
+            finally:
+                self._loading -= 1
             old = self.versions.get(name, {})
             self.versions[name] = {mv.version: mv for mv in new}
             self.states.pop(name, None)
@@ -306,8 +322,7 @@ class ModelManager:
             log.info("'%s' %s in the model repository", name,
                      "changed" if name in self._stamps else "appeared")
             self._stamps[name] = stamps[name]
-        results = await asyncio.gather(*(self.load(n, found=found) for n in changed),
-                                       return_exceptions=True)
+        results = await self._load_many(changed, found)
         return {n: (r.message if isinstance(r, ServerError) else str(r))
                 for n, r in zip(changed, results) if isinstance(r, BaseException)}
 

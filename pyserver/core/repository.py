@@ -111,10 +111,15 @@ def _guess_backend(model: ModelDir) -> str:
 
 
 def load_model(model: ModelDir, completions: CompletionQueue, config_override=None,
-               options: LoadOptions | None = None) -> list[ModelVersion]:
+               options: LoadOptions | None = None, sharing: int = 1) -> list[ModelVersion]:
     """Loads every version the policy selects (from ``config_override``, a
     ModelConfig, instead of config.pbtxt when given). Raises ServerError
-    with a message that says what is wrong and where."""
+    with a message that says what is wrong and where.
+
+    ``sharing`` is how many models share the cores: a backend's default
+    thread count per instance (e.g. ONNX Runtime's intra-op threads) is the
+    instance's share of the cores, so that many models and instances do not
+    oversubscribe them (a config's own thread settings win)."""
     options = options or LoadOptions()
     config, backend, available, filename = prepare_config(model, config_override, options)
     cls = backend_class(backend)
@@ -126,7 +131,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group)
-    threads = max(1, (os.cpu_count() or 1) // max(1, instance_total))
+    threads = max(1, (os.cpu_count() or 1) // max(1, instance_total * max(1, sharing)))
     loaded = []
     try:
         for number in versions:

@@ -375,3 +375,53 @@ def test_bad_model_names_get_tritons_texts(tmp_path, start_server):
     client.load_model("m")
     client.unload_model("m", unload_dependents=True)
     assert index(s.url)[("m", "")]["reason"] == "unloaded"
+
+
+# -- the cores are shared among the models loaded -----------------------------------------
+
+
+class ThreadsRecorder:
+    """A backend that records the thread count it was given."""
+    seen: list = []
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        ThreadsRecorder.seen.append((config.name, threads))
+
+    def execute(self, inputs):
+        return {"OUT": inputs["IN"]}
+
+
+def write_recorder_model(repo: Path, name: str, instances: int = 1):
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model").write_text("")
+    (d / "config.pbtxt").write_text(f'''name: "{name}" backend: "threads_recorder"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]''')
+
+
+def test_backend_threads_are_a_share_of_the_cores(tmp_path, start_server):
+    import os
+
+    from pyserver.backends import register_backend
+    register_backend("threads_recorder", ThreadsRecorder)
+    cores = os.cpu_count() or 1
+    alone = tmp_path / "alone"
+    write_recorder_model(alone, "solo", instances=2)
+    ThreadsRecorder.seen = []
+    start_server(alone)
+    assert ThreadsRecorder.seen == [("solo", max(1, cores // 2))] * 2
+    many = tmp_path / "many"
+    for i in range(3 * cores):  # more models than cores: one thread each
+        write_recorder_model(many, f"m{i}")
+    ThreadsRecorder.seen = []
+    s = start_server(many, model_control_mode="explicit", load_models=["*"])
+    assert len(ThreadsRecorder.seen) == 3 * cores
+    assert {threads for _, threads in ThreadsRecorder.seen} == {1}
+    # a model loaded later shares the cores with those already loaded
+    write_recorder_model(many, "late")
+    ThreadsRecorder.seen = []
+    httpclient.InferenceServerClient(s.url).load_model("late")
+    assert ThreadsRecorder.seen == [("late", 1)]
