@@ -1,0 +1,343 @@
+"""pyserver against real Triton and MLServer, one command, one machine:
+
+  python -m bench                  # everything (what `make bench` runs)
+  python -m bench --quick          # add_sub rows only, short windows (< 3 min)
+  python -m bench --systems pyserver triton --workloads add_sub --protocols grpc
+                  --concurrency 1 16 --duration 1 --warmup 0.5
+
+Installs the peers into their own venvs under bench/.venvs/ (first run
+only), writes the models of bench/workloads.py for each system, then runs the
+systems one after another on 127.0.0.1: start, wait for every model to be
+ready, check each model's answer over gRPC and HTTP, drive it with h2load
+(gRPC, prepared body) and wrk (HTTP JSON and binary) at each concurrency
+(warm-up, then a fixed window), tritonclient's aio clients at low
+concurrency, stop it. Errors are counted in every row. Writes
+bench/results/<UTC time>.json and .md (tables, ratios, targets) and PNG plots
+(throughput and p50/p99 vs concurrency, drawn in the plot venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench import aio, loadgen, report, systems
+from bench.workloads import (
+    GRPC,
+    HTTP_BINARY,
+    HTTP_JSON,
+    MLSERVER,
+    PYSERVER,
+    TRITON,
+    all_workloads,
+    mlp_onnx,
+    supports,
+)
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+QUICK = dict(workloads=["add_sub", "add_sub_dyn"], protocols=[GRPC, HTTP_JSON],
+             concurrency=[1, 16, 128], duration=1.0, warmup=0.5, aio_concurrency=[1])
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_grpc(port: int, workload) -> str | None:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        inputs = []
+        for t in workload.inputs:
+            tensor = grpcclient.InferInput(t.name, list(t.value.shape), t.datatype)
+            tensor.set_data_from_numpy(t.value)
+            inputs.append(tensor)
+        result = client.infer(workload.name, inputs,
+                              outputs=[grpcclient.InferRequestedOutput(n) for n in workload.outputs])
+        return workload.check({n: np.asarray(result.as_numpy(n)) for n in workload.outputs})
+    except Exception as err:
+        return f"gRPC: {err}"[:300]
+    finally:
+        client.close()
+
+
+def check_http_json(port: int, workload) -> str | None:
+    import numpy as np
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{workload.name}/infer",
+                                 data=workload.json_body(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            answer = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return f"HTTP {err.code}: {err.read()[:200]!r}"
+    except Exception as err:
+        return f"HTTP: {err}"[:300]
+    outputs = {o["name"]: np.asarray(o["data"], dtype=object if o["datatype"] == "BYTES" else None)
+               for o in answer.get("outputs", [])}
+    return workload.check(outputs)
+
+
+# ---------------------------------------------------------------- one system
+
+
+def write_repo(system: str, folder: Path, workloads, onnx_blob) -> list[str]:
+    folder.mkdir(parents=True)
+    names = []
+    for w in workloads:
+        if system not in w.systems:
+            continue
+        names.append(w.name)
+        if system == MLSERVER:
+            w.write_mlserver(folder, onnx_blob)
+        else:
+            w.write_triton(folder, system, onnx_blob)
+    if system == MLSERVER:
+        shutil.copy(HERE / "models" / "mlserver_models.py", folder / "mlserver_models.py")
+    return names
+
+
+def prepare_bodies(workloads, folder: Path) -> dict:
+    bodies = {}
+    for w in workloads:
+        grpc = folder / f"{w.name}.grpc.bin"
+        grpc.write_bytes(w.grpc_body())
+        binary, header_len = w.binary_body()
+        bodies[w.name] = {
+            GRPC: grpc,
+            HTTP_JSON: loadgen.wrk_script(folder / f"{w.name}.json.lua", w.json_body(),
+                                          {"Content-Type": "application/json"}),
+            HTTP_BINARY: loadgen.wrk_script(folder / f"{w.name}.binary.lua", binary, {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": header_len}),
+        }
+    return bodies
+
+
+def bench_system(system: str, args, workloads, bodies, work: Path, onnx_blob, results) -> None:
+    repo = work / f"repo-{system}"
+    models = write_repo(system, repo, workloads, onnx_blob)
+    if not models:
+        return
+    info = results["systems"].setdefault(system, {})
+    server = systems.STARTERS[system](repo, work / f"{system}.log", models)
+    try:
+        try:
+            info["seconds_to_ready"] = round(server.wait_ready(), 2)
+        except RuntimeError as err:
+            info["error"] = str(err)
+            log(f"{system}: did not start\n{err}")
+            return
+        log(f"{system}: ready in {info['seconds_to_ready']} s (http {server.http_port}, "
+            f"grpc {server.grpc_port})")
+        for w in workloads:
+            if system not in w.systems:
+                continue
+            checks = {GRPC: check_grpc(server.grpc_port, w),
+                      HTTP_JSON: check_http_json(server.http_port, w)}
+            info.setdefault("checks", {})[w.name] = {k: v or "ok" for k, v in checks.items()}
+            for k, v in checks.items():
+                if v:
+                    log(f"{system} {w.name} {k} check FAILED: {v}")
+            for protocol in w.protocols:
+                if protocol not in args.protocols or not supports(system, w, protocol):
+                    continue
+                answer = None
+                if protocol == GRPC:
+                    answer = loadgen.h2load_answer_bytes(server.grpc_port, bodies[w.name][GRPC])
+                for conc in (c for c in w.concurrency if c in args.concurrency):
+                    row = measure(server, w, protocol, conc, args, bodies, work, answer)
+                    results["rows"].append(row)
+                    log(f"{system:>8} {w.name:<13} {protocol:<11} c{conc:<3} "
+                        f"{row.get('infer_per_s') or 0:>8.0f}/s  p50 {row.get('p50_ms')}  "
+                        f"p99 {row.get('p99_ms')} ms  err {row.get('errors')}  "
+                        f"cpu {row.get('server_cpu_us_per_req')} us/req")
+        if args.aio_concurrency:
+            aio_rows(server, system, workloads, args, results)
+    finally:
+        server.stop()
+        leftover = server.pids()
+        if leftover:
+            log(f"{system}: processes left after stop: {leftover}")
+            info["left_behind"] = leftover
+
+
+def measure(server, w, protocol, conc, args, bodies, work, answer) -> dict:
+    row = {"system": server.name, "workload": w.name, "protocol": protocol, "concurrency": conc}
+    cpu0, t0 = server.cpu_seconds(), time.monotonic()
+    try:
+        if protocol == GRPC:
+            result = loadgen.h2load(server.grpc_port, bodies[w.name][GRPC], conc, args.duration,
+                                    args.warmup, work / "h2load.log")
+            result["errors"] = loadgen.grpc_errors(result, answer)
+        else:
+            url = f"http://127.0.0.1:{server.http_port}/v2/models/{w.name}/infer"
+            result = loadgen.wrk(url, bodies[w.name][protocol], conc, args.duration, args.warmup)
+    except Exception as err:  # a failed run is a result too
+        row.update(infer_per_s=None, errors=None, error=str(err)[:500])
+        return row
+    cpu = server.cpu_seconds() - cpu0
+    # CPU over warm-up + window; rate over the window: per request, roughly
+    wall = time.monotonic() - t0
+    served = result["infer_per_s"] * wall
+    row.update(result)
+    row["server_cpu_us_per_req"] = round(cpu * 1e6 / served, 1) if served else None
+    return row
+
+
+def aio_rows(server, system, workloads, args, results) -> None:
+    w = next((w for w in workloads if w.name == "add_sub"), None)
+    if w is None:
+        return
+    for protocol, port in (("grpc", server.grpc_port), ("http", server.http_port)):
+        for conc in args.aio_concurrency:
+            row = {"system": system, "workload": "add_sub", "protocol": f"aio-{protocol}",
+                   "concurrency": conc}
+            try:
+                row.update(aio.run(protocol, port, w, conc, args.duration, min(args.warmup, 0.5)))
+            except Exception as err:
+                row.update(infer_per_s=None, errors=None, error=str(err)[:300])
+            results["rows"].append(row)
+            log(f"{system:>8} add_sub       aio-{protocol:<7} c{conc:<3} "
+                f"{row.get('infer_per_s') or 0:>8.0f}/s  p50 {row.get('p50_ms')}  "
+                f"p99 {row.get('p99_ms')} ms  err {row.get('errors')}")
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    titles = results["titles"]
+    results["ratios"] = report.ratios(results["rows"])
+    results["targets"] = report.targets(results["rows"])
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(json.dumps(results, indent=2))
+    md = [f"# pyserver vs Triton vs MLServer — {results['meta']['started']}\n",
+          f"`{results['meta']['command']}` on {results['meta']['machine']}; "
+          f"window {results['meta']['duration_s']} s after {results['meta']['warmup_s']} s warm-up. "
+          "Cells: infer/s (p50/p99 ms); ratios are infer/s.\n"]
+    for name, info in results["systems"].items():
+        if info.get("error"):
+            md.append(f"- **{name} did not run**: {info['error'][:300]}")
+        bad = {w: c for w, c in info.get("checks", {}).items() if any(v != "ok" for v in c.values())}
+        if bad:
+            md.append(f"- {name}: answer checks failed: {bad}")
+    md.append(report.markdown(results["rows"], titles))
+    md.append("### Targets (reported, not asserted)\n")
+    md.append(report.targets_markdown(results["targets"]))
+    md_path = stem.with_suffix(".md")
+    md_path.write_text("\n".join(md))
+    if plot:
+        py = systems.venv_python("plot")
+        if py.exists():
+            proc = subprocess.run([str(py), str(HERE / "plot.py"), str(json_path)],
+                                  capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                log("plots failed: " + proc.stderr[-1000:])
+            else:
+                results["plots"] = proc.stdout.split()
+                json_path.write_text(json.dumps(results, indent=2))
+        else:
+            log("no plot venv: plots skipped")
+    return md_path
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="add_sub rows only, 1 s windows")
+    p.add_argument("--systems", nargs="+", default=[PYSERVER, TRITON, MLSERVER],
+                   choices=[PYSERVER, TRITON, MLSERVER])
+    p.add_argument("--workloads", nargs="+")
+    p.add_argument("--protocols", nargs="+", choices=[GRPC, HTTP_JSON, HTTP_BINARY])
+    p.add_argument("--concurrency", nargs="+", type=int)
+    p.add_argument("--duration", type=float, help="measured window per row, s (default 2)")
+    p.add_argument("--warmup", type=float, help="warm-up before each row, s (default 1)")
+    p.add_argument("--aio-concurrency", nargs="*", type=int,
+                   help="tritonclient aio rows (default 1 4; none to skip)")
+    p.add_argument("--no-install", action="store_true", help="use the venvs as they are")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--out", type=Path, help="result file stem (default bench/results/<time>)")
+    args = p.parse_args(argv)
+    defaults = dict(workloads=[w.name for w in all_workloads()], protocols=[GRPC, HTTP_JSON, HTTP_BINARY],
+                    concurrency=[1, 4, 16, 64, 128], duration=2.0, warmup=1.0, aio_concurrency=[1, 4])
+    if args.quick:
+        defaults.update(QUICK)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    missing = [t for t in ("h2load", "wrk") if shutil.which(t) is None]
+    if missing:
+        sys.exit(f"missing load generators {missing}: apt-get install nghttp2-client wrk "
+                 "(`make bench` does it)")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    workloads = [w for w in all_workloads() if w.name in args.workloads]
+    results = {"meta": {"started": started.strftime("%Y-%m-%d %H:%M UTC"),
+                        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+                        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                                   f"{platform.platform(terse=True)}",
+                        "duration_s": args.duration, "warmup_s": args.warmup},
+               "titles": {w.name: w.title for w in workloads}, "systems": {}, "rows": []}
+    need = [s for s in args.systems if s in (TRITON, MLSERVER)] + ([] if args.no_plots else ["plot"])
+    if not args.no_install:
+        t0 = time.monotonic()
+        for name, err in systems.ensure_venvs(need, log).items():
+            log(f"venv {name} failed: {err}")
+            results["systems"][name] = {"error": f"install failed: {err}"}
+        results["meta"]["install_s"] = round(time.monotonic() - t0, 1)
+    work = Path(tempfile.mkdtemp(prefix="pyserver-bench-suite-"))
+    try:
+        onnx_blob = mlp_onnx() if any(w.onnx_on_pyserver for w in workloads) else None
+        bodies = prepare_bodies(workloads, work)
+        for system in args.systems:
+            if results["systems"].get(system, {}).get("error"):
+                continue
+            t0 = time.monotonic()
+            bench_system(system, args, workloads, bodies, work, onnx_blob, results)
+            results["systems"].setdefault(system, {})["bench_s"] = round(time.monotonic() - t0, 1)
+    finally:
+        keep = work / "logs"
+        for f in work.glob("*.log"):
+            keep.mkdir(exist_ok=True)
+            shutil.move(str(f), keep / f.name)
+        stem = args.out or RESULTS / started.strftime("%Y-%m-%dT%H%M%SZ")
+        if keep.exists():
+            logs = stem.parent / (stem.name + "-logs")
+            shutil.rmtree(logs, ignore_errors=True)
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(keep, logs)
+        shutil.rmtree(work, ignore_errors=True)
+    results["meta"]["total_s"] = round((datetime.datetime.now(datetime.timezone.utc) - started)
+                                       .total_seconds(), 1)
+    md_path = write_outputs(results, stem, not args.no_plots)
+    print(md_path.read_text())
+    log(f"wrote {md_path.with_suffix('.json')}, {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
