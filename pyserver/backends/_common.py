@@ -83,3 +83,37 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def profile_distance(ranges: dict, shapes: dict) -> int | None:
+    """How far input shapes are from an optimization profile's opt shapes
+    (Manhattan distance, as Triton's tensorrt backend measures it), or None
+    when a shape is outside the profile's [min, max]. ``ranges`` maps each
+    input to its (min, opt, max) shapes."""
+    total = 0
+    for name, shape in shapes.items():
+        low, opt, high = ranges[name]
+        if len(shape) != len(low):
+            return None
+        for s, lo, o, hi in zip(shape, low, opt, high):
+            if s < lo or s > hi:
+                return None
+            total += abs(o - s)
+    return total
+
+
+def pick_profile(profiles: list, shapes: dict) -> int:
+    """Position in ``profiles`` ((label, index, ranges) each) of the nearest
+    profile that holds the shapes; Triton's error when none does."""
+    best, best_distance = None, None
+    for position, (_, _, ranges) in enumerate(profiles):
+        distance = profile_distance(ranges, shapes)
+        if distance is not None and (best_distance is None or distance < best_distance):
+            best, best_distance = position, distance
+    if best is None:
+        listed = "".join(f" {label}[{index}]" for label, index, _ in profiles)
+        raise ServerError(
+            Code.INVALID_ARG,
+            f"failed to find any Optimization Profile among [{listed}] to support the "
+            "requested dimensions (or shape values), proceeding with first profile.")
+    return best

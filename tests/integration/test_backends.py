@@ -525,3 +525,35 @@ def test_onnx_gpu_instance_without_onnxruntime_gpu_fails_alone(tmp_path, serve):
     assert state == "UNAVAILABLE"
     assert "needs CUDAExecutionProvider, which this onnxruntime does not offer" in reason
     assert index_reasons(s)["fine"][0] == "READY"
+
+
+# ---------------------------------------------------------------- TensorRT without a GPU
+
+
+def test_tensorrt_plan_without_gpu_fails_alone_with_its_reason(tmp_path, serve):
+    try:
+        from pyserver.backends import _cuda
+        has_gpu = _cuda.device_count() > 0
+    except Exception:
+        has_gpu = False
+    if has_gpu:
+        pytest.skip("a GPU is visible: tests/gpu/test_tensorrt.py serves real plans")
+    d = tmp_path / "plan"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.plan").write_bytes(b"not a plan: this machine cannot build one")
+    (d / "config.pbtxt").write_text(
+        'platform: "tensorrt_plan"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    write_add_sub(tmp_path, name="fine")
+    s = serve(tmp_path, exit_on_error=False)
+    state, reason = index_reasons(s)["plan"]
+    assert state == "UNAVAILABLE"
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        assert "unable to load backend 'tensorrt': the TensorRT backend needs the tensorrt " \
+               "package, which is not installed" in reason
+    else:
+        assert "the TensorRT backend needs" in reason or "GPU(s) are visible" in reason
+    assert index_reasons(s)["fine"][0] == "READY"

@@ -150,3 +150,19 @@ def test_triton_value_parsing():
         True, True, True, False, False, False]
     assert parse_int("42") == 42 and parse_int("-3") == -3 and parse_int("7abc") == 7
     assert error_of(lambda: parse_int("abc")).message == "failed to convert 'abc' to integral number"
+
+
+def test_tensorrt_profile_choice_is_the_nearest_that_fits():
+    from pyserver.backends._common import pick_profile
+
+    small = ("0", 0, {"X": ((1, 16), (2, 16), (4, 16))})
+    large = ("1", 1, {"X": ((1, 16), (32, 16), (64, 16))})
+    assert pick_profile([small, large], {"X": (1, 16)}) == 0
+    assert pick_profile([small, large], {"X": (4, 16)}) == 0  # |2-4| < |32-4|
+    assert pick_profile([small, large], {"X": (20, 16)}) == 1  # beyond the small one's max
+    assert pick_profile([large, small], {"X": (3, 16)}) == 1
+    err = error_of(lambda: pick_profile([small], {"X": (8, 16)}))
+    assert err.code == Code.INVALID_ARG
+    assert err.message == ("failed to find any Optimization Profile among [ 0[0]] to support the "
+                           "requested dimensions (or shape values), proceeding with first profile.")
+    assert error_of(lambda: pick_profile([small, large], {"X": (2, 17)})).code == Code.INVALID_ARG

@@ -1,0 +1,256 @@
+"""TensorRT backend (`platform: "tensorrt_plan"`, `model.plan`) on the real
+TensorRT runtime (Python bindings, TensorRT 10 tensor API), as Triton's
+tensorrt backend runs a plan:
+
+- the plan is deserialized once per GPU and shared by that GPU's
+  instances; each instance has its own CUDA stream and one execution
+  context per optimization profile it may use (`instance_group.profile`,
+  all of them by default);
+- I/O tensors are bound by name; for each batch the profile whose
+  [min, max] range holds every input shape and whose opt shape is nearest
+  (Manhattan distance) is chosen, as Triton does;
+- inputs are staged through pinned host memory and copied to the GPU
+  asynchronously on the instance's stream; outputs come back the same way.
+
+Without the tensorrt package, a CUDA runtime or a GPU, a model fails to
+load and says which is missing; a KIND_CPU instance is refused with
+Triton's text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+try:
+    import tensorrt as trt
+except ImportError as err:
+    raise ImportError(
+        f"the TensorRT backend needs the tensorrt package, which is not installed ({err}); "
+        "install it on a machine with an NVIDIA GPU: pip install 'pyserver[tensorrt]'") from err
+
+from pyserver.backends import _cuda
+from pyserver.backends._common import data_type_name, instance_placement, pick_profile
+from pyserver.core.errors import Code, ServerError
+
+log = logging.getLogger("pyserver")
+
+_TRT_TO_CONFIG = {
+    trt.DataType.FLOAT: "TYPE_FP32", trt.DataType.HALF: "TYPE_FP16",
+    trt.DataType.INT8: "TYPE_INT8", trt.DataType.INT32: "TYPE_INT32",
+    trt.DataType.BOOL: "TYPE_BOOL", trt.DataType.UINT8: "TYPE_UINT8",
+}
+for _name, _config in (("INT64", "TYPE_INT64"), ("BF16", "TYPE_BF16")):
+    if hasattr(trt.DataType, _name):  # TensorRT >= 9 / 10
+        _TRT_TO_CONFIG[getattr(trt.DataType, _name)] = _config
+_CONFIG_TO_NUMPY = {
+    "TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT8": np.int8,
+    "TYPE_INT32": np.int32, "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8,
+    "TYPE_INT64": np.int64, "TYPE_BF16": np.uint16,  # bfloat16 travels as uint16 words
+}
+
+_logger = trt.Logger(trt.Logger.WARNING)
+_engines_lock = threading.Lock()
+_engines: dict = {}  # (plan path, device) -> [runtime, engine, users]
+
+
+def _acquire_engine(model_path: str, device: int, name: str):
+    key = (model_path, device)
+    with _engines_lock:
+        entry = _engines.get(key)
+        if entry is None:
+            with open(model_path, "rb") as f:
+                plan = f.read()
+            runtime = trt.Runtime(_logger)
+            engine = runtime.deserialize_cuda_engine(plan)
+            if engine is None:
+                raise ServerError(Code.INVALID_ARG,
+                                  f"unable to load model '{name}': unable to create TensorRT "
+                                  f"engine from {model_path} (built for another TensorRT "
+                                  "version or GPU?)")
+            entry = _engines[key] = [runtime, engine, 0]
+        entry[2] += 1
+        return entry[1]
+
+
+def _release_engine(model_path: str, device: int) -> None:
+    with _engines_lock:
+        entry = _engines.get((model_path, device))
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _engines[(model_path, device)]
+
+
+class _Profile:
+    """An execution context bound to one optimization profile, with that
+    profile's [min, opt, max] shape per input."""
+
+    def __init__(self, engine, index: int, label: str, inputs: list, stream):
+        self.index = index
+        self.label = label
+        self.context = engine.create_execution_context()
+        if self.context is None:
+            raise ServerError(Code.INTERNAL, "unable to create TensorRT execution context")
+        if index != 0 and not self.context.set_optimization_profile_async(index, stream.handle):
+            raise ServerError(Code.INVALID_ARG, f"unable to set optimization profile {label}"
+                                                f"[{index}]")
+        self.ranges = {name: tuple(tuple(d) for d in engine.get_tensor_profile_shape(name, index))
+                       for name in inputs}
+
+
+class TensorRTBackend:
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+        self.name = config.name
+        kind, self.device = instance_placement(config, instance_name)
+        if kind != "KIND_GPU":
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{self.name}', TensorRT "
+                                                "backend supports only GPU device")
+        try:
+            count = _cuda.device_count()
+        except _cuda.CudaError as err:
+            raise ServerError(Code.UNAVAILABLE, f"unable to load model '{self.name}': the "
+                                                f"TensorRT backend needs a GPU: {err}") from None
+        if self.device >= count:
+            raise ServerError(
+                Code.UNAVAILABLE,
+                f"unable to load model '{self.name}': instance '{instance_name}' is on GPU "
+                f"{self.device}, but {count} GPU(s) are visible" +
+                (" (none: the TensorRT backend needs an NVIDIA GPU)" if count == 0 else ""))
+        _cuda.set_device(self.device)
+        self.model_path = model_path
+        self.engine = _acquire_engine(model_path, self.device, self.name)
+        self._thread_device = threading.local()
+        try:
+            self._setup(config, instance_name)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, config, instance_name: str) -> None:
+        engine = self.engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self.inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self.outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self.types = {}
+        for kind, tensors, available in (("input", config.input, self.inputs),
+                                         ("output", config.output, self.outputs)):
+            for t in tensors:
+                if t.name not in available:
+                    raise ServerError(
+                        Code.INVALID_ARG,
+                        f"unable to load model '{self.name}', configuration {kind} '{t.name}' "
+                        f"is not an {kind} of the engine (it has {available})")
+                model_type = _TRT_TO_CONFIG.get(engine.get_tensor_dtype(t.name))
+                expected = data_type_name(t.data_type)
+                if model_type != expected:
+                    raise ServerError(
+                        Code.INVALID_ARG,
+                        f"unable to load model '{self.name}', {kind} '{t.name}' datatype is "
+                        f"{expected} in model configuration, but the engine has "
+                        f"{model_type or engine.get_tensor_dtype(t.name)}")
+                self.types[t.name] = expected
+        missing = [n for n in self.inputs if n not in self.types]
+        if missing:
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{self.name}', the engine "
+                                                f"needs input(s) {missing} that the "
+                                                "configuration does not declare")
+        self.requested_outputs = [t.name for t in config.output]
+        self.stream = _cuda.Stream()
+        group = next((g for g in config.instance_group
+                      if instance_name.startswith(g.name + "_")), None)
+        chosen = [int(p) for p in group.profile] if group is not None and group.profile else \
+            list(range(engine.num_optimization_profiles))
+        for index in chosen:
+            if not 0 <= index < engine.num_optimization_profiles:
+                raise ServerError(
+                    Code.INVALID_ARG,
+                    f"can not set the specified optimization profile {index}[{index}] for "
+                    f"{self.name}. Expected optimization profile index range 0-"
+                    f"{engine.num_optimization_profiles - 1}")
+        labels = {i: str(i) for i in chosen} if group is not None and group.profile else \
+            {i: "default" if engine.num_optimization_profiles == 1 else str(i) for i in chosen}
+        self.profiles = [_Profile(engine, i, labels[i], self.inputs, self.stream) for i in chosen]
+        self.stream.synchronize()
+        self.device_buffers = {n: _cuda.DeviceBuffer() for n in self.inputs + self.outputs}
+        self.pinned = {n: _cuda.PinnedBuffer() for n in self.inputs + self.outputs}
+        self.output_reshape = {t.name: tuple(t.dims) for t in config.output if t.HasField("reshape")}
+        self.batching = config.max_batch_size > 0
+
+    def _pick_profile(self, shapes: dict) -> _Profile:
+        return self.profiles[pick_profile([(p.label, p.index, p.ranges) for p in self.profiles],
+                                          shapes)]
+
+    def execute(self, inputs: dict) -> dict:
+        if getattr(self._thread_device, "device", None) != self.device:
+            _cuda.set_device(self.device)  # the current device is per host thread
+            self._thread_device.device = self.device
+        shapes = {name: tuple(int(d) for d in value.shape) for name, value in inputs.items()}
+        profile = self._pick_profile(shapes)
+        context = profile.context
+        stream = self.stream
+        for name, value in inputs.items():
+            dtype = _CONFIG_TO_NUMPY[self.types[name]]
+            staged = self.pinned[name].view(value.size * np.dtype(dtype).itemsize, dtype, value.shape)
+            np.copyto(staged, value, casting="no" if value.dtype == dtype else "unsafe")
+            ptr = self.device_buffers[name].reserve(staged.nbytes)
+            _cuda.copy_to_device(ptr, staged, stream)
+            if not context.set_input_shape(name, shapes[name]):
+                raise ServerError(Code.INVALID_ARG, f"TensorRT rejected shape {list(shapes[name])} "
+                                                    f"for input '{name}' of model '{self.name}'")
+            context.set_tensor_address(name, ptr)
+        staged_outputs = {}
+        for name in self.outputs:
+            shape = tuple(context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise ServerError(Code.UNSUPPORTED,
+                                  f"output '{name}' of model '{self.name}' has a data-dependent "
+                                  f"shape {list(shape)}, which this backend does not support")
+            dtype = _CONFIG_TO_NUMPY.get(self.types.get(name), None) or \
+                np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            ptr = self.device_buffers[name].reserve(nbytes)
+            context.set_tensor_address(name, ptr)
+            if name in self.types:
+                staged_outputs[name] = (self.pinned[name].view(nbytes, dtype, shape), ptr)
+        if not context.execute_async_v3(stream.handle):
+            raise ServerError(Code.INTERNAL,
+                              f"unable to enqueue for inference of model '{self.name}'")
+        for staged, ptr in staged_outputs.values():
+            _cuda.copy_to_host(staged, ptr, stream)
+        stream.synchronize()  # waits with the GIL released (a ctypes call)
+        results = {}
+        for name, (staged, _) in staged_outputs.items():
+            value = staged.copy()  # the pinned buffer is reused by the next batch
+            dims = self.output_reshape.get(name)
+            if dims is not None:
+                value = value.reshape(((value.shape[0],) if self.batching else ()) + dims)
+            results[name] = value
+        return results
+
+    def close(self) -> None:
+        stream = getattr(self, "stream", None)
+        if stream is not None:
+            stream.synchronize()
+        self.profiles = []
+        for buffers in (getattr(self, "device_buffers", {}), getattr(self, "pinned", {})):
+            for buffer in buffers.values():
+                buffer.close()
+        if stream is not None:
+            stream.close()
+            self.stream = None
+        if getattr(self, "engine", None) is not None:
+            self.engine = None
+            _release_engine(self.model_path, self.device)
+
+    @staticmethod
+    def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+        """TensorRT runs on GPUs only: instance groups left to KIND_AUTO
+        become KIND_GPU (as Triton's core decides on a GPU machine)."""
+        if not config.instance_group:
+            config.instance_group.add()
+        for group in config.instance_group:
+            if group.kind == 0:  # KIND_AUTO
+                group.kind = 1  # KIND_GPU
