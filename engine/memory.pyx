@@ -1,11 +1,20 @@
 # cython: language_level=3
-"""Batch gathering: many request tensors into one contiguous batch tensor."""
-from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+"""Host memory for batches: gathering many request tensors into one
+contiguous batch tensor, a pool of (CUDA-pinned when possible) host buffers,
+and CUDA stream handles; all in csrc, loaded without CUDA at build time."""
+from cpython.buffer cimport (
+    PyBUF_ANY_CONTIGUOUS,
+    PyBUF_FORMAT,
+    PyBUF_ND,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+from libcpp.memory cimport unique_ptr
+from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-
-cdef extern from "pyserver/gather.h" namespace "pyserver" nogil:
-    size_t GatherCopy(const void* const* sources, const size_t* sizes, size_t n, void* dst)
+from pyserver.engine.status cimport Status, check_status
 
 
 def gather(list sources, out):
@@ -38,3 +47,147 @@ def gather(list sources, out):
         for i in range(<Py_ssize_t>bufs.size()):
             PyBuffer_Release(&bufs[i])
         PyBuffer_Release(&dst)
+
+
+# ---------------------------------------------------------------- CUDA runtime
+
+
+def cuda_runtime_info(library=None):
+    """What the CUDA runtime offers this process: ``{"available": bool,
+    "reason": str, "library": str, "device_count": int}``. ``library``: a
+    libcudart path to try instead of the default names (e.g. the one inside
+    an nvidia-cuda-runtime wheel)."""
+    cdef CudaRuntime* rt
+    cdef unique_ptr[CudaRuntime] own
+    cdef vector[string] names
+    if library is None:
+        rt = &CudaRuntime.Get()
+    else:
+        names.push_back(str(library).encode())
+        own.reset(new CudaRuntime(names))
+        rt = own.get()
+    return {"available": rt.available(), "reason": rt.reason().decode(),
+            "library": rt.library().decode(), "device_count": rt.device_count()}
+
+
+# ---------------------------------------------------------------- pinned pool
+
+cdef char* _BYTE_FORMAT = b"B"
+
+
+cdef class PinnedMemoryPool:
+    """Host buffers from csrc's pool: page-locked through CUDA when a device
+    is usable (``use_cuda``), plain page-aligned memory otherwise; cached per
+    size class up to ``capacity`` bytes, served unpooled beyond it."""
+
+    def __cinit__(self, size_t capacity, bint use_cuda=True, cuda_library=None):
+        cdef const CudaRuntime* rt = NULL
+        cdef vector[string] names
+        if use_cuda:
+            if cuda_library is None:
+                rt = &CudaRuntime.Get()
+            else:
+                names.push_back(str(cuda_library).encode())
+                self.own_runtime.reset(new CudaRuntime(names))
+                rt = self.own_runtime.get()
+        self.c.reset(new CPinnedMemoryPool(capacity, rt))
+
+    @property
+    def pinned(self):
+        """True when the pool's blocks are page-locked by CUDA."""
+        return self.c.get().pinned()
+
+    def allocate(self, size_t nbytes):
+        """A writable ``HostBuffer`` of ``nbytes`` (numpy: ``np.frombuffer``).
+        The block returns to the pool when the buffer and every view of it
+        are gone."""
+        cdef HostBuffer buf = HostBuffer.__new__(HostBuffer)
+        cdef Status st
+        with nogil:  # may call cudaHostAlloc or the allocator: no Python objects touched
+            st = self.c.get().Allocate(nbytes, &buf.block)
+        check_status(st)
+        buf.pool = self
+        buf.shape[0] = <Py_ssize_t>nbytes
+        return buf
+
+    def trim(self):
+        """Frees the cached (unused) blocks."""
+        with nogil:
+            self.c.get().Trim()
+
+    def stats(self):
+        cdef PinnedMemoryPoolStats s = self.c.get().stats()
+        return {"capacity": s.capacity, "in_use_bytes": s.in_use_bytes,
+                "cached_bytes": s.cached_bytes, "reuses": s.reuses,
+                "allocations": s.allocations, "unpooled": s.unpooled, "pinned": s.pinned}
+
+
+cdef class HostBuffer:
+    """One block from a PinnedMemoryPool, exposed through the buffer protocol."""
+
+    @property
+    def nbytes(self):
+        return self.shape[0]
+
+    @property
+    def pinned(self):
+        return self.block.pinned
+
+    @property
+    def address(self):
+        return <size_t>self.block.data
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        view.buf = self.block.data
+        view.obj = self
+        view.len = self.shape[0]
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = _BYTE_FORMAT if (flags & PyBUF_FORMAT) else NULL
+        view.ndim = 1
+        view.shape = <Py_ssize_t*>self.shape if (flags & PyBUF_ND) else <Py_ssize_t*>NULL
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
+
+    def __dealloc__(self):
+        # Views hold a reference to this object, so no export outlives it.
+        if self.pool is not None and self.block.data != NULL:
+            self.pool.c.get().Release(self.block)
+            self.block.data = NULL
+
+
+# ---------------------------------------------------------------- CUDA streams
+
+
+cdef class CudaStreamPool:
+    """``count`` non-blocking CUDA streams on ``device``, handed out
+    round-robin as integer handles (``cudaStream_t``), for backends that take
+    a raw stream (TensorRT's execute_async_v3, CuPy's ExternalStream)."""
+    cdef unique_ptr[CCudaStreamPool] c
+
+    def __cinit__(self, int device, int count=2):
+        check_status(CCudaStreamPool.Create(CudaRuntime.Get(), device, count, &self.c))
+
+    def next(self):
+        return <size_t>self.c.get().Next()
+
+    @property
+    def device(self):
+        return self.c.get().device()
+
+    def __len__(self):
+        return self.c.get().size()
+
+    def synchronize(self):
+        cdef Status st
+        with nogil:  # blocks until the GPU drains the streams
+            st = self.c.get().Synchronize()
+        check_status(st)

@@ -1,0 +1,66 @@
+// CudaRuntime: the CUDA runtime library (libcudart), opened with dlopen at
+// run time so that a CPU-only install builds and runs without CUDA. Only the
+// few entry points the engine needs are resolved; the declarations below
+// mirror the runtime API's C signatures, with handles as void*.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pyserver/status.h"
+
+namespace pyserver {
+
+class CudaRuntime {
+ public:
+  // cudaHostAllocPortable: pinned memory usable from every CUDA context.
+  static constexpr unsigned kHostAllocPortable = 1;
+  // cudaStreamNonBlocking: no implicit sync with the legacy default stream.
+  static constexpr unsigned kStreamNonBlocking = 1;
+
+  // The process-wide runtime, loaded on first use from the default library
+  // names (libcudart.so, then versioned names); never unloaded.
+  static CudaRuntime& Get();
+
+  // A runtime loaded from the first of `candidates` that dlopen accepts
+  // (for tests, and for a libcudart found inside a Python wheel).
+  explicit CudaRuntime(const std::vector<std::string>& candidates);
+  ~CudaRuntime();
+  CudaRuntime(const CudaRuntime&) = delete;
+  CudaRuntime& operator=(const CudaRuntime&) = delete;
+
+  // True when the library loaded, every symbol resolved and at least one
+  // device is visible; otherwise reason() says why not.
+  bool available() const { return available_; }
+  const std::string& reason() const { return reason_; }
+  const std::string& library() const { return library_; }
+  int device_count() const { return device_count_; }
+
+  Status HostAlloc(void** ptr, size_t bytes) const;
+  Status FreeHost(void* ptr) const;
+  Status SetDevice(int device) const;
+  Status StreamCreate(void** stream) const;
+  Status StreamDestroy(void* stream) const;
+  Status StreamSynchronize(void* stream) const;
+
+ private:
+  Status Check(int err, const char* what) const;
+
+  void* handle_ = nullptr;
+  bool available_ = false;
+  int device_count_ = 0;
+  std::string reason_;
+  std::string library_;
+
+  int (*get_device_count_)(int*) = nullptr;
+  int (*set_device_)(int) = nullptr;
+  int (*host_alloc_)(void**, size_t, unsigned) = nullptr;
+  int (*free_host_)(void*) = nullptr;
+  int (*stream_create_)(void**, unsigned) = nullptr;
+  int (*stream_destroy_)(void*) = nullptr;
+  int (*stream_synchronize_)(void*) = nullptr;
+  const char* (*error_string_)(int) = nullptr;
+};
+
+}  // namespace pyserver

@@ -1,0 +1,71 @@
+// A stand-in for libcudart with the entry points CudaRuntime resolves: host
+// memory instead of page-locked memory, integer handles for streams, and
+// counters the tests read to check that every block and stream is freed.
+// FAKE_CUDART_DEVICES=<n> sets the device count (default 1); -1 makes
+// cudaGetDeviceCount fail as it does on a machine without a driver.
+#include <atomic>
+#include <cstdlib>
+
+namespace {
+std::atomic<long> g_host_blocks{0};
+std::atomic<long> g_streams{0};
+std::atomic<long> g_next_stream{1};
+thread_local int g_device = 0;
+constexpr int kErrorInvalidValue = 1;
+constexpr int kErrorNoDevice = 100;
+}  // namespace
+
+extern "C" {
+
+int cudaGetDeviceCount(int* count) {
+  const char* env = std::getenv("FAKE_CUDART_DEVICES");
+  int n = env != nullptr ? std::atoi(env) : 1;
+  if (n < 0) return kErrorNoDevice;
+  *count = n;
+  return 0;
+}
+
+int cudaSetDevice(int device) {
+  g_device = device;
+  return 0;
+}
+
+int cudaHostAlloc(void** ptr, size_t bytes, unsigned /*flags*/) {
+  if (bytes == 0) return kErrorInvalidValue;
+  *ptr = std::malloc(bytes);
+  if (*ptr == nullptr) return 2;  // cudaErrorMemoryAllocation
+  ++g_host_blocks;
+  return 0;
+}
+
+int cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  --g_host_blocks;
+  return 0;
+}
+
+int cudaStreamCreateWithFlags(void** stream, unsigned /*flags*/) {
+  *stream = reinterpret_cast<void*>(g_next_stream.fetch_add(1));
+  ++g_streams;
+  return 0;
+}
+
+int cudaStreamDestroy(void* /*stream*/) {
+  --g_streams;
+  return 0;
+}
+
+int cudaStreamSynchronize(void* stream) { return stream == nullptr ? kErrorInvalidValue : 0; }
+
+const char* cudaGetErrorString(int err) {
+  switch (err) {
+    case kErrorNoDevice: return "no CUDA-capable device is detected";
+    case kErrorInvalidValue: return "invalid argument";
+    default: return "unknown error";
+  }
+}
+
+long fake_cudart_host_blocks() { return g_host_blocks.load(); }
+long fake_cudart_streams() { return g_streams.load(); }
+
+}  // extern "C"

@@ -1,0 +1,216 @@
+// CudaRuntime (the dlopen loader), PinnedMemoryPool and CudaStreamPool, run
+// against a stand-in libcudart (fake_cudart.cc) and without CUDA at all.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "pyserver/cuda_runtime.h"
+#include "pyserver/cuda_stream_pool.h"
+#include "pyserver/pinned_memory_pool.h"
+
+namespace pyserver {
+namespace {
+
+long FakeCounter(const char* name) {
+  void* handle = dlopen(FAKE_CUDART_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return -1000;
+  auto fn = reinterpret_cast<long (*)()>(dlsym(handle, name));
+  long value = fn != nullptr ? fn() : -1000;
+  dlclose(handle);
+  return value;
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(CudaRuntime, MissingLibraryIsUnavailableWithTheReason) {
+  CudaRuntime runtime({"/nonexistent/libcudart.so"});
+  EXPECT_FALSE(runtime.available());
+  EXPECT_NE(runtime.reason().find("could not be loaded"), std::string::npos) << runtime.reason();
+  EXPECT_NE(runtime.reason().find("/nonexistent/libcudart.so"), std::string::npos);
+  void* p = nullptr;
+  Status s = runtime.HostAlloc(&p, 64);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), runtime.reason());
+}
+
+TEST(CudaRuntime, LibraryWithoutTheSymbolsIsUnavailable) {
+  CudaRuntime runtime({"libm.so.6"});
+  EXPECT_FALSE(runtime.available());
+  EXPECT_NE(runtime.reason().find("lacks cudaGetDeviceCount"), std::string::npos)
+      << runtime.reason();
+}
+
+TEST(CudaRuntime, NoDeviceIsUnavailableWithCudasText) {
+  ScopedEnv env("FAKE_CUDART_DEVICES", "-1");
+  CudaRuntime runtime({"/nonexistent.so", FAKE_CUDART_PATH});
+  EXPECT_EQ(runtime.library(), FAKE_CUDART_PATH);
+  EXPECT_FALSE(runtime.available());
+  EXPECT_EQ(runtime.reason(), "no usable CUDA device: no CUDA-capable device is detected");
+  ScopedEnv none("FAKE_CUDART_DEVICES", "0");
+  CudaRuntime zero({FAKE_CUDART_PATH});
+  EXPECT_EQ(zero.reason(), "no CUDA device is visible");
+}
+
+TEST(CudaRuntime, LoadsAndChecksDevices) {
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available()) << runtime.reason();
+  EXPECT_EQ(runtime.device_count(), 1);
+  EXPECT_TRUE(runtime.SetDevice(0).ok());
+  Status bad = runtime.SetDevice(3);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArg);
+  EXPECT_EQ(bad.message(), "CUDA device 3 does not exist (1 visible)");
+  Status err = runtime.StreamSynchronize(nullptr);
+  EXPECT_EQ(err.message(), "cudaStreamSynchronize failed: invalid argument");
+}
+
+TEST(PinnedMemoryPool, SizeClasses) {
+  EXPECT_EQ(PinnedMemoryPool::ClassSize(0), 4096u);
+  EXPECT_EQ(PinnedMemoryPool::ClassSize(1), 4096u);
+  EXPECT_EQ(PinnedMemoryPool::ClassSize(4096), 4096u);
+  EXPECT_EQ(PinnedMemoryPool::ClassSize(4097), 8192u);
+  EXPECT_EQ(PinnedMemoryPool::ClassSize((1u << 20) + 1), 2u << 20);
+}
+
+TEST(PinnedMemoryPool, PlainMemoryIsReusedAndAligned) {
+  PinnedMemoryPool pool(1 << 20, nullptr);
+  EXPECT_FALSE(pool.pinned());
+  MemoryBlock a;
+  ASSERT_TRUE(pool.Allocate(5000, &a).ok());
+  EXPECT_EQ(a.size, 5000u);
+  EXPECT_EQ(a.capacity, 8192u);
+  EXPECT_TRUE(a.pooled);
+  EXPECT_FALSE(a.pinned);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data) % 4096, 0u);
+  std::memset(a.data, 0xAB, a.capacity);  // all of it is ours (ASan checks)
+  EXPECT_EQ(pool.stats().in_use_bytes, 8192u);
+  pool.Release(a);
+  EXPECT_EQ(pool.stats().in_use_bytes, 0u);
+  EXPECT_EQ(pool.stats().cached_bytes, 8192u);
+  MemoryBlock b;
+  ASSERT_TRUE(pool.Allocate(8000, &b).ok());
+  EXPECT_EQ(b.data, a.data);  // same class: the cached block
+  PinnedMemoryPoolStats s = pool.stats();
+  EXPECT_EQ(s.reuses, 1u);
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_EQ(s.cached_bytes, 0u);
+  pool.Release(b);
+}
+
+TEST(PinnedMemoryPool, PastCapacityIsServedUnpooled) {
+  PinnedMemoryPool pool(16384, nullptr);
+  MemoryBlock a, b, big;
+  ASSERT_TRUE(pool.Allocate(16384, &a).ok());
+  EXPECT_TRUE(a.pooled);
+  ASSERT_TRUE(pool.Allocate(100, &b).ok());  // the pool is full
+  EXPECT_FALSE(b.pooled);
+  ASSERT_TRUE(pool.Allocate(1 << 20, &big).ok());  // larger than the whole pool
+  EXPECT_FALSE(big.pooled);
+  std::memset(big.data, 1, 1 << 20);
+  EXPECT_EQ(pool.stats().unpooled, 2u);
+  pool.Release(b);
+  pool.Release(big);
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);  // unpooled blocks are freed at once
+  pool.Release(a);
+  EXPECT_EQ(pool.stats().cached_bytes, 16384u);
+}
+
+TEST(PinnedMemoryPool, EvictsCachedBlocksToMakeRoom) {
+  PinnedMemoryPool pool(16384, nullptr);
+  MemoryBlock small;
+  ASSERT_TRUE(pool.Allocate(4096, &small).ok());
+  pool.Release(small);  // 4 KiB cached
+  MemoryBlock whole;
+  ASSERT_TRUE(pool.Allocate(16384, &whole).ok());
+  EXPECT_TRUE(whole.pooled);  // the cached 4 KiB was freed to fit it
+  PinnedMemoryPoolStats s = pool.stats();
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.in_use_bytes, 16384u);
+  pool.Release(whole);
+  pool.Trim();
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+}
+
+TEST(PinnedMemoryPool, PinsWithCudaAndFreesEveryBlock) {
+  {
+    CudaRuntime runtime({FAKE_CUDART_PATH});
+    ASSERT_TRUE(runtime.available());
+    long before = FakeCounter("fake_cudart_host_blocks");
+    {
+      PinnedMemoryPool pool(1 << 20, &runtime);
+      EXPECT_TRUE(pool.pinned());
+      MemoryBlock a, b, over;
+      ASSERT_TRUE(pool.Allocate(100, &a).ok());
+      ASSERT_TRUE(pool.Allocate(70000, &b).ok());
+      EXPECT_TRUE(a.pinned && b.pinned);
+      EXPECT_EQ(FakeCounter("fake_cudart_host_blocks"), before + 2);
+      ASSERT_TRUE(pool.Allocate(2 << 20, &over).ok());
+      EXPECT_FALSE(over.pinned);  // past capacity: plain memory, not cudaHostAlloc
+      EXPECT_EQ(FakeCounter("fake_cudart_host_blocks"), before + 2);
+      pool.Release(a);
+      pool.Release(b);
+      pool.Release(over);
+      EXPECT_TRUE(pool.stats().pinned);
+    }
+    EXPECT_EQ(FakeCounter("fake_cudart_host_blocks"), before);  // cached ones freed
+  }
+}
+
+TEST(PinnedMemoryPool, ConcurrentAllocateAndRelease) {
+  PinnedMemoryPool pool(1 << 20, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&pool, t] {
+      for (int i = 0; i < 2000; ++i) {
+        MemoryBlock block;
+        size_t bytes = 512u << ((i + t) % 6);
+        ASSERT_TRUE(pool.Allocate(bytes, &block).ok());
+        static_cast<char*>(block.data)[bytes - 1] = static_cast<char>(i);
+        pool.Release(block);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  PinnedMemoryPoolStats s = pool.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.reuses + s.allocations + s.unpooled, 8000u);
+  EXPECT_LE(s.cached_bytes, s.capacity);
+}
+
+TEST(CudaStreamPool, RoundRobinAndDestroysItsStreams) {
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  long before = FakeCounter("fake_cudart_streams");
+  {
+    std::unique_ptr<CudaStreamPool> pool;
+    ASSERT_TRUE(CudaStreamPool::Create(runtime, 0, 3, &pool).ok());
+    EXPECT_EQ(pool->size(), 3u);
+    EXPECT_EQ(FakeCounter("fake_cudart_streams"), before + 3);
+    std::set<void*> seen;
+    for (int i = 0; i < 6; ++i) seen.insert(pool->Next());
+    EXPECT_EQ(seen.size(), 3u);
+    EXPECT_TRUE(pool->Synchronize().ok());
+  }
+  EXPECT_EQ(FakeCounter("fake_cudart_streams"), before);
+  std::unique_ptr<CudaStreamPool> pool;
+  EXPECT_EQ(CudaStreamPool::Create(runtime, 5, 2, &pool).code(), StatusCode::kInvalidArg);
+  EXPECT_EQ(CudaStreamPool::Create(runtime, 0, 0, &pool).code(), StatusCode::kInvalidArg);
+  CudaRuntime missing({"/nonexistent.so"});
+  EXPECT_EQ(CudaStreamPool::Create(missing, 0, 2, &pool).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(pool, nullptr);
+}
+
+}  // namespace
+}  // namespace pyserver

@@ -1,0 +1,73 @@
+# csrc's host-memory and CUDA helpers: pyserver/gather.h, cuda_runtime.h,
+# pinned_memory_pool.h, cuda_stream_pool.h.
+from libc.stdint cimport uint64_t
+from libcpp cimport bool as cbool
+from libcpp.memory cimport unique_ptr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from pyserver.engine.status cimport Status
+
+
+cdef extern from "pyserver/gather.h" namespace "pyserver" nogil:
+    size_t GatherCopy(const void* const* sources, const size_t* sizes, size_t n, void* dst)
+
+
+cdef extern from "pyserver/cuda_runtime.h" namespace "pyserver" nogil:
+    cdef cppclass CudaRuntime:
+        CudaRuntime(const vector[string]& candidates)
+        @staticmethod
+        CudaRuntime& Get()
+        cbool available()
+        const string& reason()
+        const string& library()
+        int device_count()
+
+
+cdef extern from "pyserver/pinned_memory_pool.h" namespace "pyserver" nogil:
+    cdef cppclass MemoryBlock:
+        void* data
+        size_t size
+        size_t capacity
+        cbool pinned
+        cbool pooled
+
+    cdef cppclass PinnedMemoryPoolStats:
+        size_t capacity
+        size_t in_use_bytes
+        size_t cached_bytes
+        uint64_t reuses
+        uint64_t allocations
+        uint64_t unpooled
+        cbool pinned
+
+    cdef cppclass CPinnedMemoryPool "pyserver::PinnedMemoryPool":
+        CPinnedMemoryPool(size_t capacity, const CudaRuntime* runtime)
+        Status Allocate(size_t bytes, MemoryBlock* block)
+        void Release(const MemoryBlock& block)
+        void Trim()
+        PinnedMemoryPoolStats stats()
+        cbool pinned()
+
+
+cdef extern from "pyserver/cuda_stream_pool.h" namespace "pyserver" nogil:
+    cdef cppclass CCudaStreamPool "pyserver::CudaStreamPool":
+        @staticmethod
+        Status Create(const CudaRuntime& runtime, int device, int count,
+                      unique_ptr[CCudaStreamPool]* pool)
+        void* Next()
+        int device()
+        size_t size()
+        Status Synchronize()
+
+
+cdef class PinnedMemoryPool:
+    cdef unique_ptr[CPinnedMemoryPool] c
+    cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
+
+
+cdef class HostBuffer:
+    cdef PinnedMemoryPool pool  # keeps the pool alive while the block is out
+    cdef MemoryBlock block
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t exports

@@ -1,0 +1,96 @@
+"""csrc's pinned memory pool and CUDA loader through pyserver.engine.memory
+and pyserver.core.host_memory: plain memory without CUDA, page-locked
+accounting with a CUDA runtime (a stand-in libcudart compiled here from
+csrc/tests/fake_cudart.cc), blocks returned when the last view goes."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.host_memory import HostMemory
+from pyserver.engine import memory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fake_cudart(tmp_path_factory):
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the stand-in libcudart")
+    out = tmp_path_factory.mktemp("cudart") / "libcudart_fake.so"
+    subprocess.run([cxx, "-std=c++17", "-shared", "-fPIC", "-O1", "-o", str(out),
+                    str(ROOT / "csrc/tests/fake_cudart.cc")], check=True)
+    return str(out)
+
+
+def test_cuda_runtime_info_says_why_not():
+    info = memory.cuda_runtime_info("/nonexistent/libcudart.so.99")
+    assert info["available"] is False and info["device_count"] == 0
+    assert "could not be loaded" in info["reason"] and "libcudart.so.99" in info["reason"]
+
+
+def test_cuda_runtime_info_from_a_runtime(fake_cudart):
+    info = memory.cuda_runtime_info(fake_cudart)
+    assert info == {"available": True, "reason": "", "library": fake_cudart, "device_count": 1}
+
+
+def test_plain_memory_without_cuda():
+    host = HostMemory(1 << 20, use_cuda=False)
+    assert host.pinned is False
+    assert host.gauges() == (0, 0)  # Triton reports no pinned pool without a GPU
+    a = host.empty((4, 16), np.float32)
+    assert a.shape == (4, 16) and a.dtype == np.float32 and a.flags.writeable
+    assert a.ctypes.data % 4096 == 0
+    a[:] = 7
+    assert host.stats()["in_use_bytes"] == 4096
+    view = a[1:]
+    del a
+    assert host.stats()["in_use_bytes"] == 4096  # the view keeps the block
+    assert float(view.sum()) == 7 * 48
+    del view
+    stats = host.stats()
+    assert stats["in_use_bytes"] == 0 and stats["cached_bytes"] == 4096
+    b = host.empty((1000,), np.int64)  # 8000 bytes: an 8 KiB block, newly allocated
+    c = host.empty((10,), np.uint8)  # 4 KiB class: the cached block
+    assert host.stats()["reuses"] == 1
+    del b, c
+    host.trim()
+    assert host.stats()["cached_bytes"] == 0
+
+
+def test_past_capacity_is_plain_unpooled_memory():
+    host = HostMemory(8192, use_cuda=False)
+    big = host.empty((1 << 16,), np.float32)  # 256 KiB > the pool
+    big[:] = 1
+    assert host.stats()["unpooled"] == 1 and host.stats()["in_use_bytes"] == 0
+    del big
+    assert host.stats()["cached_bytes"] == 0
+    with pytest.raises(ValueError, match=">= 0"):
+        HostMemory(-1)
+
+
+def test_pinned_with_a_cuda_runtime(fake_cudart):
+    pool = memory.PinnedMemoryPool(1 << 20, True, fake_cudart)
+    assert pool.pinned is True
+    buf = pool.allocate(10000)
+    assert buf.pinned and buf.nbytes == 10000 and len(buf) == 10000
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    arr[:] = 5
+    assert pool.stats()["in_use_bytes"] == 16384
+    del buf, arr
+    assert pool.stats()["in_use_bytes"] == 0
+
+
+def test_stream_pool_needs_a_device():
+    info = memory.cuda_runtime_info()
+    if info["available"]:
+        pytest.skip("a CUDA device is present: tests/gpu covers the stream pool")
+    with pytest.raises(ServerError) as exc:
+        memory.CudaStreamPool(0, 2)
+    assert exc.value.code == Code.UNAVAILABLE
+    assert str(exc.value) == info["reason"] or info["reason"] in str(exc.value)
