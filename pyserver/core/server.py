@@ -151,6 +151,8 @@ class Server:
         self.tracer = Tracer(self.trace_settings_store)
         from pyserver.core.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
+        from pyserver.metrics import CustomMetrics
+        self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily, shown on /metrics
         self.models: ModelManager | None = None
         self._completions: CompletionQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

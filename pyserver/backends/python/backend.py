@@ -532,6 +532,8 @@ class PythonBackend:
         with self._state:
             self._closing = True
             self._state.notify_all()
+        if self._services is not None:
+            self._services.release()
         restart = self._restart_thread
         if restart is not None and restart is not threading.current_thread():
             restart.join(FINALIZE_TIMEOUT_S)  # it stops the worker it was starting
@@ -673,9 +675,19 @@ class PythonBackend:
         self._mv = mv
 
     def _server(self):
-        from pyserver.core.server import server_for
+        from pyserver.core import server as core
 
-        server = server_for(self._mv.completions) if self._mv is not None else None
+        if self._mv is not None:
+            server = core.server_for(self._mv.completions)
+        else:
+            # Still loading (initialize may create metrics or call other
+            # models): the server whose repository holds this model, or the
+            # only one running.
+            repo = str(Path(self.model_path).resolve().parents[2])
+            running = list(core._RUNNING)
+            found = [s for s in running
+                     if any(str(Path(r).resolve()) == repo for r in s.repositories)]
+            server = found[0] if len(found) == 1 else (running[0] if len(running) == 1 else None)
         if server is None:
             raise ServerError(Code.UNAVAILABLE,
                               f"python model '{self.model_name}' is not served by a running server")

@@ -14,6 +14,7 @@ which the worker frees after copying them out.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -125,13 +126,71 @@ class Services:
         encoded, _offsets = worker.down.write(tensors)
         return ("bls", worker.down.region.size, encoded, response.parameters or None, None)
 
-    # -- metrics and model control (filled in below) -------------------------------------
+    # -- custom metrics ------------------------------------------------------------------
 
     def _metric(self, worker, msg) -> None:
-        worker.reply(msg[1], _error_payload(ServerError(Code.UNSUPPORTED, "not yet")))
+        from pyserver.metrics import CustomMetricError
+
+        _, seq, op, args = msg
+        try:
+            metrics = self.backend._server().custom_metrics
+            owner = id(self.backend)
+            if op == "family":
+                result = metrics.new_family(args[0], args[1], args[2], owner)
+            elif op == "metric":
+                result = metrics.new_metric(args[0], args[1], args[2], owner)
+            else:
+                result = metrics.operate(args[0], op, *args[1:])
+            payload = ("ok", result)
+        except CustomMetricError as err:
+            payload = ("error", err.code, err.message)
+        except Exception as err:
+            payload = _error_payload(err)
+        worker.reply(seq, payload)
+
+    def release(self) -> None:
+        """The instance is closing: the metrics it made go (unless shared)."""
+        try:
+            server = self.backend._server()
+        except ServerError:
+            return
+        server.custom_metrics.drop_owner(id(self.backend))
+
+    # -- model control --------------------------------------------------------------------
 
     def _model_control(self, worker, msg) -> None:
-        worker.reply(msg[1], _error_payload(ServerError(Code.UNSUPPORTED, "not yet")))
+        """load_model / unload_model / is_model_ready, through the server's
+        model manager on the event loop (load and unload need explicit
+        model control, as over HTTP and gRPC)."""
+        _, seq, op, args = msg
+        try:
+            server = self.backend._server()
+        except ServerError as err:
+            worker.reply(seq, _error_payload(err))
+            return
+
+        async def run():
+            if op == "load":
+                name, config, files = args
+                await server.load_model(name, config=config or None, files=files or None)
+                return None
+            if op == "unload":
+                name, unload_dependents = args
+                await server.unload_model(name, unload_dependents=unload_dependents)
+                return None
+            if op == "ready":
+                name, version = args
+                return server.model_ready(name, version)
+            raise ServerError(Code.INTERNAL, f"unknown model control operation '{op}'")
+
+        def done(future):
+            try:
+                payload = ("ok", future.result())
+            except Exception as err:
+                payload = _error_payload(err)
+            worker.reply(seq, payload)
+
+        asyncio.run_coroutine_threadsafe(run(), server._loop).add_done_callback(done)
 
 
 def _bls_request(desc: dict, inputs: list) -> InferRequest:

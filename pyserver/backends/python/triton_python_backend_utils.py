@@ -712,34 +712,129 @@ def _stderr_log(level, message, filename, line):
     sys.stderr.flush()
 
 
-# -- not yet supported (raise with a clear message) ---------------------------------------------
+# -- custom metrics ---------------------------------------------------------------------------
 
 class MetricFamily:
+    """A family of custom metrics shown on the server's /metrics endpoint:
+    ``MetricFamily(name, description, kind=MetricFamily.COUNTER)``; its
+    ``Metric(labels={...})`` (histograms also take ``buckets=[...]``) are the
+    labelled series that ``increment``/``set``/``observe``."""
+
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
     def __init__(self, name, description, kind):
-        raise TritonModelException(
-            "pb_utils.MetricFamily: custom metrics are not supported by this pyserver version yet")
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException("Error when creating MetricFamily: Unknown metric kind")
+        self._name = name
+        self._kind = kind
+        self._id = _metric_call("family", (name, description, int(kind)),
+                                "Error when creating MetricFamily: ")
 
+    def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's name
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if self._kind != MetricFamily.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        elif self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        return Metric(self, labels or {}, buckets)
+
+
+class Metric:
+    """One labelled series of a MetricFamily (make it with ``family.Metric``)."""
+
+    def __init__(self, family, labels, buckets):
+        if not isinstance(family, MetricFamily):
+            raise TritonModelException("Error when creating Metric: use MetricFamily.Metric()")
+        self._family = family  # the family lives as long as its metrics
+        self._id = _metric_call("metric", (family._id, dict(labels), buckets),
+                                "Error when creating Metric: ")
+
+    def increment(self, value):
+        _metric_call("increment", (self._id, float(value)), "Failed to increment metric value: ")
+
+    def set(self, value):
+        _metric_call("set", (self._id, float(value)), "Failed to set metric value: ")
+
+    def observe(self, value):
+        _metric_call("observe", (self._id, float(value)), "Failed to observe metric value: ")
+
+    def value(self):
+        return _metric_call("value", (self._id,), "Failed to get metric value: ")
+
+
+def _metric_call(op, args, prefix):
+    runtime = _need_runtime("pb_utils.MetricFamily")
+    reply = runtime.ask(("metric", op, args))
+    if reply[0] == "error":
+        raise TritonModelException(prefix + reply[2])
+    return reply[1]
+
+
+# -- model control ------------------------------------------------------------------------------
 
 def load_model(model_name, config="", files=None):
-    raise TritonModelException(
-        "pb_utils.load_model: model control from a model is not supported by this pyserver "
-        "version yet")
+    """Loads (or reloads) ``model_name`` on the server, optionally with a
+    config (JSON text) and files ``{"file:<version>/<name>": bytes}``, as
+    the repository API's load does. The server must run with
+    ``--model-control-mode=explicit``."""
+    if model_name is None or config is None:
+        raise TypeError("load_model(): model_name and config must not be None")
+    if files is not None:
+        if not isinstance(files, dict):
+            raise TritonModelException(
+                f"Failed to load model: failed to load model '{model_name}', files should be "
+                "a dictionary of file paths and file contents")
+        stripped = {}
+        for key, content in files.items():
+            if not isinstance(key, str) or not isinstance(content, (bytes, bytearray)):
+                raise TritonModelException(
+                    f"Failed to load model: failed to load model '{model_name}', files should "
+                    "be a dictionary of file paths and file contents")
+            stripped[key[5:] if key.startswith("file:") else key] = bytes(content)
+        files = stripped
+    _model_call("load", (model_name, config, files), "Failed to load model: ")
 
 
 def unload_model(model_name, unload_dependents=False):
-    raise TritonModelException(
-        "pb_utils.unload_model: model control from a model is not supported by this pyserver "
-        "version yet")
+    """Unloads ``model_name`` (explicit model control)."""
+    if model_name is None or unload_dependents is None:
+        raise TypeError("unload_model(): arguments must not be None")
+    _model_call("unload", (model_name, bool(unload_dependents)), "Failed to unload model: ")
 
 
 def is_model_ready(model_name, model_version=""):
-    raise TritonModelException(
-        "pb_utils.is_model_ready: model control from a model is not supported by this pyserver "
-        "version yet")
+    """Whether ``model_name`` (a given version, or the one the version
+    policy picks) is loaded and ready."""
+    if model_name is None or model_version is None:
+        raise TypeError("is_model_ready(): arguments must not be None")
+    version = str(model_version)
+    if version:
+        try:
+            number = int(version)
+        except ValueError as err:
+            raise TritonModelException(
+                f"Failed to check model readiness: failed to get model version from specified "
+                f"version string '{version}' (details: {err}), version should be an integral "
+                "value > 0") from None
+        if number <= 0:
+            raise TritonModelException(
+                f"Failed to check model readiness: failed to get model version from specified "
+                f"version string '{version}', version should be an integral value > 0")
+    return bool(_model_call("ready", (model_name, version), "Failed to check model readiness: "))
+
+
+def _model_call(op, args, prefix):
+    runtime = _need_runtime("pb_utils model control")
+    reply = runtime.ask(("model", op, args))
+    if reply[0] == "error":
+        raise TritonModelException(prefix + reply[2])
+    return reply[1]
 
 
 # -- auto-complete ----------------------------------------------------------------------------
