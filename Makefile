@@ -7,7 +7,7 @@ CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 
-.PHONY: install serve test test-csrc test-python lint sanitize bench clean system-deps
+.PHONY: install serve test test-csrc test-python test-gpu lint sanitize bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
 # frontend's HTTP/2 (each installed when missing).
@@ -44,6 +44,13 @@ test-csrc: system-deps $(VENV)/.deps
 
 test-python: install
 	$(VPY) -m pytest -q tests
+
+# GPU tests (TensorRT plans, ONNX Runtime CUDA/TensorRT EPs, torch on CUDA);
+# each module skips with its reason where its runtime or a GPU is missing.
+# On a GPU machine: .venv/bin/pip install tensorrt, and onnxruntime-gpu in
+# place of onnxruntime, and a CUDA build of torch, for every test to run.
+test-gpu: install
+	$(VPY) -m pytest -q -rs tests/gpu
 
 lint: $(VENV)/.deps
 	$(VENV)/bin/ruff check pyserver tests bench

@@ -1,0 +1,66 @@
+"""GPU tests: run with `make test-gpu` on a machine with an NVIDIA GPU.
+Each module skips, saying why, where its runtime (TensorRT, onnxruntime-gpu,
+CUDA-enabled torch) or a GPU is missing, so the suite passes on a CPU box."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pyserver.frontends.grpc import GrpcFrontend
+from tests.integration.conftest import RunningServer
+
+
+def visible_gpus() -> int:
+    try:
+        from pyserver.backends import _cuda
+        return _cuda.device_count()
+    except Exception:
+        return 0
+
+
+@pytest.fixture
+def serve():
+    """serve(repo, **server_kwargs): a server with HTTP and gRPC frontends."""
+    started = []
+
+    def start(repo, **kwargs):
+        s = RunningServer(repo, **kwargs)
+        started.append(s)
+        s.grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
+        s.call(s.grpc.start())
+        s.grpc_url = f"127.0.0.1:{s.grpc.port}"
+        return s
+
+    yield start
+    for s in started:
+        s.call(s.grpc.stop(5))
+        s.close()
+
+
+def check_mlp(s, model, weights, requests=48, input_name="INPUT0", output_name="OUTPUT0",
+              rtol=1e-3, atol=1e-3):
+    """Concurrent requests of 1-4 rows over HTTP and gRPC; each answer
+    compared with the numpy reference of the MLP."""
+    from pyserver.testing import mlp_reference
+
+    def one(i):
+        module = grpcclient if i % 2 else httpclient
+        client = module.InferenceServerClient(s.grpc_url if i % 2 else s.url)
+        try:
+            x = np.random.default_rng(i).standard_normal((1 + i % 4, 64)).astype(np.float32)
+            t = module.InferInput(input_name, list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            got = client.infer(model, [t]).as_numpy(output_name)
+            np.testing.assert_allclose(got, mlp_reference(x, weights), rtol=rtol, atol=atol)
+            return i
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(one, range(requests))) == list(range(requests))
+    stats = s.run(s.server.model_statistics, model)
+    assert stats["inference_stats"]["success"]["count"] == requests
+    return stats
