@@ -156,19 +156,25 @@ class ModelManager:
                 errors[name] = f"{type(result).__name__}: {result}"
         return errors
 
-    async def _load_many(self, names: list[str], found: dict) -> list:
+    async def _load_many(self, names: list[str], found: dict,
+                         unchanged: dict[str, set[int]] | None = None) -> list:
         """Loads models in parallel (on the load thread pool); the results
         or exceptions, in order."""
+        unchanged = unchanged or {}
         self._reserved += len(names)  # they all share the cores from the start
         try:
-            return await asyncio.gather(*(self.load(n, found=found) for n in names),
-                                        return_exceptions=True)
+            return await asyncio.gather(
+                *(self.load(n, found=found, unchanged=unchanged.get(n)) for n in names),
+                return_exceptions=True)
         finally:
             self._reserved -= len(names)
 
     async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
-                   found: dict | None = None, requested: bool = False) -> None:
-        """Loads (or reloads) a model; raises ServerError with the reason."""
+                   found: dict | None = None, requested: bool = False,
+                   unchanged: set[int] | None = None) -> None:
+        """Loads (or reloads) a model; raises ServerError with the reason.
+        ``unchanged``: serving versions whose files did not change; they
+        keep serving as they are when the config did not change either."""
         _check_name(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
@@ -184,10 +190,12 @@ class ModelManager:
             self._loading += 1
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
+            keep = {v: mv for v, mv in self.versions.get(name, {}).items()
+                    if unchanged and v in unchanged}
             try:
                 new = await loop.run_in_executor(
                     self._pool, repository.load_model, entry, self.completions, override,
-                    self.load_options, sharing)
+                    self.load_options, sharing, keep)
             except Exception as err:  # a broken model never takes the server down
                 if isinstance(err, ServerError):
                     reason = err.message
@@ -207,10 +215,13 @@ class ModelManager:
                 raise err from None
             finally:
                 self._loading -= 1
-            old = self.versions.get(name, {})
+            old = {v: mv for v, mv in self.versions.get(name, {}).items()
+                   if all(mv is not kept for kept in new)}
             self.versions[name] = {mv.version: mv for mv in new}
             self.states.pop(name, None)
             for mv in new:
+                if keep.get(mv.version) is mv:
+                    continue  # kept serving, untouched
                 mv.start()
                 log.info("successfully loaded '%s' version %d", name, mv.version)
             if old:
@@ -318,11 +329,13 @@ class ModelManager:
         changed = sorted(n for n in found if self._stamps.get(n) != stamps[n])
         if not changed and not removed:
             return {}
+        unchanged = {}
         for name in changed:
             log.info("'%s' %s in the model repository", name,
                      "changed" if name in self._stamps else "appeared")
+            unchanged[name] = _unchanged_versions(self._stamps.get(name, ()), stamps[name])
             self._stamps[name] = stamps[name]
-        results = await self._load_many(changed, found)
+        results = await self._load_many(changed, found, unchanged)
         return {n: (r.message if isinstance(r, ServerError) else str(r))
                 for n, r in zip(changed, results) if isinstance(r, BaseException)}
 
@@ -349,8 +362,9 @@ def _check_name(name: str) -> None:
 
 
 def _stamp(path: Path) -> tuple:
-    """What a model folder looks like: every entry below it with its
-    modification time and size (a changed, added or removed file changes it)."""
+    """What a model folder looks like: every entry below it (a path relative
+    to it) with its modification time and size; a changed, added or removed
+    file changes it."""
     entries = []
     try:
         st = path.stat()
@@ -358,6 +372,7 @@ def _stamp(path: Path) -> tuple:
         for root, dirs, files in os.walk(path):
             dirs.sort()
             rel = os.path.relpath(root, path)
+            rel = "" if rel == "." else rel
             for name in dirs + sorted(files):
                 try:
                     st = os.stat(os.path.join(root, name))
@@ -367,6 +382,30 @@ def _stamp(path: Path) -> tuple:
     except OSError:
         pass
     return tuple(entries)
+
+
+def _unchanged_versions(old: tuple, new: tuple) -> set[int]:
+    """The version folders whose files are the same in both stamps, when
+    nothing else but the config changed (a label file or warmup data
+    changes every version, as in Triton); the config is compared by the
+    loader itself."""
+    def split(stamp):
+        versions: dict[str, list] = {}
+        other = []
+        for entry in stamp:
+            top = entry[0].split(os.sep, 1)[0]
+            if top.isdigit():
+                versions.setdefault(top, []).append(entry)
+            elif top not in ("", repository.CONFIG_FILENAME, repository.CONFIGS_FOLDER):
+                other.append(entry)
+        return versions, other
+
+    old_versions, old_other = split(old)
+    new_versions, new_other = split(new)
+    if old_other != new_other:
+        return set()
+    return {int(v) for v, entries in new_versions.items()
+            if old_versions.get(v) == entries and not v.startswith("0")}
 
 
 def _stamps_of(models: list) -> dict[str, tuple]:

@@ -111,7 +111,8 @@ def _guess_backend(model: ModelDir) -> str:
 
 
 def load_model(model: ModelDir, completions: CompletionQueue, config_override=None,
-               options: LoadOptions | None = None, sharing: int = 1) -> list[ModelVersion]:
+               options: LoadOptions | None = None, sharing: int = 1,
+               keep: dict[int, ModelVersion] | None = None) -> list[ModelVersion]:
     """Loads every version the policy selects (from ``config_override``, a
     ModelConfig, instead of config.pbtxt when given). Raises ServerError
     with a message that says what is wrong and where.
@@ -119,7 +120,11 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     ``sharing`` is how many models share the cores: a backend's default
     thread count per instance (e.g. ONNX Runtime's intra-op threads) is the
     instance's share of the cores, so that many models and instances do not
-    oversubscribe them (a config's own thread settings win)."""
+    oversubscribe them (a config's own thread settings win).
+
+    ``keep``: loaded versions whose files did not change; each is returned
+    as it is (not rebuilt) when the new config equals its config, as Triton
+    leaves an unmodified version serving when a model is polled again."""
     options = options or LoadOptions()
     config, backend, available, filename = prepare_config(model, config_override, options)
     cls = backend_class(backend)
@@ -135,6 +140,10 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     loaded = []
     try:
         for number in versions:
+            kept = (keep or {}).get(number)
+            if kept is not None and kept.config == config:
+                loaded.append(kept)
+                continue
             version_dir = available[number]
             model_path = version_dir / filename
             if not model_path.exists():
@@ -151,11 +160,13 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:
-            mv.stop()
+            if (keep or {}).get(mv.version) is not mv:
+                mv.stop()
         raise
     duration = time.monotonic() - started
     for mv in loaded:
-        mv.load_duration_s = duration
+        if (keep or {}).get(mv.version) is not mv:
+            mv.load_duration_s = duration
     return loaded
 
 

@@ -218,16 +218,29 @@ def test_poll_picks_up_new_and_removed_versions(tmp_path, start_server):
     s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1)
     client = httpclient.InferenceServerClient(s.url)
     assert client.get_model_metadata("m")["versions"] == ["1"]
+    infer(s.url, "m", 1.0, "1")
+
+    def count(version):
+        stats = client.get_inference_statistics("m", version)["model_stats"]
+        return stats[0]["inference_count"]
+
     (d / "2").mkdir()
     (d / "2" / "model.onnx").write_bytes(add_sub_onnx())
     wait_for(lambda: client.is_model_ready("m", "2"), what="version 2")
     assert client.get_model_metadata("m")["versions"] == ["1", "2"]
+    assert count("1") == 1  # version 1 was not touched: it kept serving as it was
     np.testing.assert_array_equal(infer(s.url, "m", 1.0, "2"), np.full((1, 16), 2.0))
     import shutil
     shutil.rmtree(d / "1")
     wait_for(lambda: not client.is_model_ready("m", "1"), what="version 1 to go")
     assert client.get_model_metadata("m")["versions"] == ["2"]
+    assert count("2") == 1
     assert client.is_server_ready()
+    # a config change rebuilds every version
+    cfg = d / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+    wait_for(lambda: client.get_model_config("m")["max_batch_size"] == 4, what="new config")
+    assert count("2") == 0
 
 
 def test_poll_new_model_changed_config_and_removed_model(tmp_path, start_server):
