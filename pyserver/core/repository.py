@@ -98,6 +98,16 @@ def config_path(model_path: Path, config_name: str = "") -> Path:
     return model_path / CONFIG_FILENAME
 
 
+def _auto_complete_is_noop(backend: str, config) -> bool:
+    """ONNX Runtime's auto-complete fills inputs, outputs and batching only
+    when the config declares neither inputs nor outputs (and a missing
+    backend name, already known here): with both declared it would only
+    open the model file once more (a session per model, ~2 ms), which the
+    instances do anyway."""
+    return backend == "onnxruntime" and bool(config.input) and bool(config.output) \
+        and bool(config.platform or config.backend)
+
+
 def _guess_backend(model: ModelDir) -> str:
     """For a model folder without config.pbtxt: the backend whose default
     model file is in the highest version folder."""
@@ -197,7 +207,7 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
     available = version_folders(model.path)
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
     complete = getattr(backend_class(backend), "auto_complete_config", None) \
-        if options.auto_complete else None
+        if options.auto_complete and not _auto_complete_is_noop(backend, config) else None
     if options.auto_complete and complete is not None and available:
         # As Triton: the backend fills what the config leaves out, from the
         # model file of the highest version.
