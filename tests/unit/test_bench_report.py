@@ -1,0 +1,46 @@
+"""bench/report.py: ratios, the Markdown table and the targets (pure)."""
+
+from bench.report import markdown, ratios, targets
+
+
+def row(system, workload, protocol, conc, rate, p50=1.0, p99=2.0, errors=0):
+    return {"system": system, "workload": workload, "protocol": protocol, "concurrency": conc,
+            "infer_per_s": rate, "p50_ms": p50, "p99_ms": p99, "errors": errors}
+
+
+ROWS = [
+    row("pyserver", "add_sub", "grpc", 1, 4000, 0.25, 0.5),
+    row("pyserver", "add_sub", "grpc", 16, 9000, 1.7, 3.0),
+    row("pyserver", "add_sub", "grpc", 128, 8000, 15.0, 20.0, errors=5),
+    row("triton", "add_sub", "grpc", 16, 3000, 5.0, 7.5),
+    row("mlserver", "add_sub", "grpc", 16, 450, 34.0, 54.0),
+    row("pyserver", "add_sub_dyn", "grpc", 1, 3000, 0.36, 0.6),
+]
+
+
+def test_ratios_per_cell():
+    by_key = {(r["workload"], r["protocol"], r["concurrency"]): r for r in ratios(ROWS)}
+    c16 = by_key[("add_sub", "grpc", 16)]
+    assert c16["pyserver_over_triton"] == 3.0
+    assert c16["pyserver_over_mlserver"] == 20.0
+    assert by_key[("add_sub", "grpc", 1)]["pyserver_over_triton"] is None
+
+
+def test_markdown_table_has_cells_ratios_and_errors():
+    text = markdown(ROWS, {"add_sub": "add_sub FP32[16]"})
+    assert "### add_sub FP32[16]" in text
+    assert "| pyserver/triton | pyserver/mlserver |" in text
+    assert "| grpc | 16 | 9,000 (1.70/3.00) | 3,000 (5.00/7.50) | 450 (34.00/54.00) | 3.00× | 20.00× |" in text
+    assert "**5 err**" in text
+    assert "| grpc | 1 | 4,000 (0.25/0.50) | — | — | — | — |" in text
+
+
+def test_targets():
+    found = {t["target"]: t for t in targets(ROWS)}
+    t = found["add_sub grpc c16 pyserver/triton ≥ 1.5×"]
+    assert t["value"] == 3.0 and t["met"] is True
+    assert found["add_sub grpc c16 pyserver/mlserver ≥ 10.0×"]["met"] is True
+    collapse = found["add_sub grpc pyserver c128/peak ≥ 0.95"]
+    assert collapse["value"] == 0.89 and collapse["met"] is False
+    dyn = found["add_sub_dyn grpc c1 p50 added beyond the 100 µs delay < 20 µs"]
+    assert dyn["value"] == 10 and dyn["met"] is True  # 0.36 - 0.25 - 0.1 ms
