@@ -66,14 +66,15 @@ sanitize: system-deps $(VENV)/.deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build build/tsan -j $(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build/tsan/csrc_tests --gtest_brief=1
 
-# Load generators in C (wrk for HTTP, h2load for gRPC) come from Debian.
+# The side-by-side suite (pyserver, Triton from nvidia-pytriton, MLServer):
+# load generators in C (wrk for HTTP, h2load for gRPC) come from Debian, the
+# peers and matplotlib go into bench/.venvs/ on the first run; results in
+# bench/results/. `make bench BENCH_ARGS=--quick` for the short subset. The
+# single-part scripts (bench/*.py) run on their own.
 bench: install
 	@command -v wrk >/dev/null && command -v h2load >/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk nghttp2-client >/dev/null; }
-	$(VPY) bench/engine_overhead.py
-	$(VPY) bench/protocol.py
-	$(VPY) bench/grpc_protocol.py
-	$(VPY) bench/python_backend.py
+	$(VPY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf build pyserver/engine/*.so pyserver/_proto/*.desc
