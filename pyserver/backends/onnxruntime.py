@@ -3,8 +3,10 @@ model config:
 
 - session options from `parameters` (intra_op_thread_count,
   inter_op_thread_count, execution_mode, enable_mem_arena,
-  enable_mem_pattern, session.use_device_allocator_for_initializers,
-  memory.enable_memory_arena_shrinkage) and `optimization.graph.level`;
+  enable_mem_pattern, session.use_device_allocator_for_initializers and
+  any other "session.*" config entry, memory.enable_memory_arena_shrinkage)
+  and `optimization.graph.level`; intra-op threads default to the
+  instance's share of the cores, and do not spin between ops;
 - execution providers: CPU everywhere; on a KIND_GPU instance, or when
   `optimization.execution_accelerators.gpu_execution_accelerator` asks,
   CUDA (with "cuda" accelerator parameters and the deprecated top-level
@@ -226,10 +228,16 @@ def session_options(config, threads: int):
     inter = parse_int(inter) if inter is not None else (1 if mode == 0 else 0)
     if inter > 0:
         options.inter_op_num_threads = inter
-    for key in ("session.use_device_allocator_for_initializers",):
-        value = string_param(config, key)
-        if value is not None:
-            options.add_session_config_entry(key, value)
+    # Session config entries ("session.*" keys, as ONNX Runtime names them;
+    # Triton passes session.use_device_allocator_for_initializers). Ours by
+    # default: intra-op workers sleep instead of spinning between ops, so a
+    # multi-threaded session leaves the cores to the event loop and the
+    # other instances between batches (bench/backend_overhead.py).
+    entries = {"session.intra_op.allow_spinning": "0"}
+    entries.update({k: v.string_value for k, v in config.parameters.items()
+                    if k.startswith("session.")})
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
     arena = string_param(config, "enable_mem_arena")
     if arena is not None:
         options.enable_cpu_mem_arena = parse_bool(arena)

@@ -120,6 +120,12 @@ def test_session_options_as_triton_reads_them():
     options, _ = session_options(config(), 3)
     assert options.intra_op_num_threads == 3  # the instance's share of the cores
     assert options.inter_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    options, _ = session_options(config("""
+parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }
+parameters { key: "session.use_device_allocator_for_initializers" value: { string_value: "1" } }"""), 1)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.use_device_allocator_for_initializers") == "1"
     options, _ = session_options(config("""
 parameters { key: "intra_op_thread_count" value: { string_value: "5" } }
 parameters { key: "inter_op_thread_count" value: { string_value: "2" } }

@@ -1,0 +1,201 @@
+"""What pyserver costs on top of the runtime it drives: the ONNX MLP
+(FP32 [1024] -> [4096] -> [16] by default, two Gemm layers) served with dynamic batching over
+gRPC at concurrency 16, against calling onnxruntime directly with the
+same session options at the batch sizes pyserver formed.
+
+  python bench/backend_overhead.py [--duration 10] [--concurrency 16]
+                                   [--inputs 1024] [--hidden 4096]
+
+1. A pyserver process (Server + GrpcFrontend, as bench/grpc_protocol.py
+   starts it) serves the MLP (max_batch_size 64, `dynamic_batching { }`,
+   one instance). h2load (C) sends prepared one-row ModelInfer bodies,
+   one stream per connection, for a fixed window after a warm-up.
+2. The model's statistics (batch_stats) before and after the window give
+   how many batches of each size pyserver executed.
+3. With the server stopped (the cores to itself), the same model runs in
+   this process through onnxruntime.InferenceSession.run at each of those
+   batch sizes; its throughput is the rows/s those batches would take:
+   sum(count_b * b) / sum(count_b * time_b).
+4. ratio = pyserver infer/s / direct infer/s (target >= 0.9). The server's
+   own compute_infer time per batch is printed beside it.
+
+Prints JSON. Needs h2load (Debian package nghttp2-client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from grpc_protocol import free_port, run_h2load, serve_main  # noqa: E402
+
+MODEL = "mlp"
+
+
+def request_body(features: int) -> bytes:
+    """A gRPC-framed one-row ModelInferRequest for the MLP."""
+    import numpy as np
+
+    from pyserver._proto import message_class
+
+    req = message_class("inference.ModelInferRequest")(model_name=MODEL)
+    t = req.inputs.add(name="INPUT0", datatype="FP32")
+    t.shape.extend([1, features])
+    req.raw_input_contents.append(np.linspace(-1, 1, features, dtype=np.float32).tobytes())
+    req.outputs.add(name="OUTPUT0")
+    msg = req.SerializeToString()
+    return struct.pack(">BI", 0, len(msg)) + msg
+
+
+def batch_counts(port: int) -> tuple[dict, dict, int, int]:
+    """({batch size: executions}, {batch size: compute_infer ns}, successes,
+    failures) from the model's statistics."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        stats = client.get_inference_statistics(MODEL, as_json=True)["model_stats"][0]
+    finally:
+        client.close()
+    counts, infer_ns = {}, {}
+    for row in stats.get("batch_stats", []):
+        size = int(row["batch_size"])
+        counts[size] = int(row["compute_infer"].get("count", 0))
+        infer_ns[size] = int(row["compute_infer"].get("ns", 0))
+    inf = stats["inference_stats"]
+    return (counts, infer_ns, int(inf.get("success", {}).get("count", 0)),
+            int(inf.get("fail", {}).get("count", 0)))
+
+
+def direct_seconds_per_batch(model_path: Path, config, sizes, features: int,
+                             budget_s: float) -> dict:
+    """Seconds one InferenceSession.run takes at each batch size, with the
+    session options pyserver gives a single instance."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from pyserver.backends._common import cpu_count
+    from pyserver.backends.onnxruntime import session_options
+
+    options, run_options = session_options(config, cpu_count())
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    per_size = max(0.2, budget_s / max(1, len(sizes)))
+    result = {}
+    for size in sizes:
+        x = rng.standard_normal((size, features)).astype(np.float32)
+        for _ in range(20):  # warm-up
+            session.run(["OUTPUT0"], {"INPUT0": x}, run_options)
+        best = None
+        deadline = time.perf_counter() + per_size
+        while time.perf_counter() < deadline:  # best of several timed rounds
+            n = 50
+            start = time.perf_counter()
+            for _ in range(n):
+                session.run(["OUTPUT0"], {"INPUT0": x}, run_options)
+            each = (time.perf_counter() - start) / n
+            best = each if best is None else min(best, each)
+        result[size] = best
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--inputs", type=int, default=1024, help="MLP input features")
+    p.add_argument("--hidden", type=int, default=4096, help="MLP hidden units")
+    p.add_argument("--serve", nargs=2, metavar=("REPO", "PORT"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve:
+        return serve_main(args.serve[0], int(args.serve[1]))
+    if shutil.which("h2load") is None:
+        sys.exit("h2load is not installed (apt-get install nghttp2-client)")
+
+    from pyserver.core.config import load_config_file, normalize
+    from pyserver.testing import mlp_weights, write_mlp
+
+    tmp = Path(tempfile.mkdtemp(prefix="pyserver-backend-bench-"))
+    weights = write_mlp(tmp / "models", name=MODEL, max_batch_size=64, extra="dynamic_batching { }",
+                        weights=mlp_weights(args.inputs, args.hidden, 16))
+    features = weights["w1"].shape[0]
+    body = tmp / "request.bin"
+    body.write_bytes(request_body(features))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(tmp / "models"), str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
+    try:
+        line = server.stdout.readline()
+        if line.strip() != "READY":
+            server.kill()
+            sys.exit("server did not start: " + server.stderr.read()[-3000:])
+        run_h2load(port, body, args.concurrency, args.warmup, None)
+        counts0, ns0, ok0, fail0 = batch_counts(port)
+        served = run_h2load(port, body, args.concurrency, args.duration, tmp / "h2load.log")
+        counts1, ns1, ok1, fail1 = batch_counts(port)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+    batches = {b: counts1[b] - counts0.get(b, 0) for b in counts1 if counts1[b] > counts0.get(b, 0)}
+    server_ns = {b: ns1[b] - ns0.get(b, 0) for b in batches}
+    rows = sum(b * n for b, n in batches.items())
+    failed = served["h2_failed"] + (fail1 - fail0)
+    if not batches or rows == 0:
+        sys.exit("pyserver executed no batches: " + json.dumps(served))
+
+    model_dir = tmp / "models" / MODEL
+    config = normalize(load_config_file(model_dir / "config.pbtxt"), MODEL)
+    seconds = direct_seconds_per_batch(model_dir / "1" / "model.onnx", config, sorted(batches),
+                                       features, budget_s=max(3.0, args.duration / 2))
+    direct_busy = sum(n * seconds[b] for b, n in batches.items())
+    direct_rate = rows / direct_busy
+    ratio = served["infer_per_s"] / direct_rate
+    mean_batch = rows / sum(batches.values())
+    result = {
+        "model": f"mlp onnx FP32 [{features}]->[{args.hidden}]->[16]",
+        "protocol": f"grpc (h2load -c {args.concurrency} -m 1), dynamic_batching {{ }}",
+        "cores": os.cpu_count(),
+        "pyserver_infer_per_s": round(served["infer_per_s"], 1),
+        "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
+        "failed": failed,
+        "requests_in_window": ok1 - ok0,
+        "mean_batch": round(mean_batch, 2),
+        "batches": {str(b): n for b, n in sorted(batches.items())},
+        "direct_onnxruntime_infer_per_s": round(direct_rate, 1),
+        "direct_us_per_batch": {str(b): round(seconds[b] * 1e6, 1) for b in sorted(batches)},
+        "server_compute_infer_us_per_batch": {
+            str(b): round(server_ns[b] / batches[b] / 1e3, 1) for b in sorted(batches)},
+        "ratio": round(ratio, 3),
+        # The backend's share alone: direct run time / the server's own
+        # compute_infer time for the same batches (1.0: no cost added there).
+        "execution_ratio": round(direct_busy * 1e9 / max(1, sum(server_ns.values())), 3),
+        "target": 0.9,
+    }
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"backend overhead: pyserver {result['pyserver_infer_per_s']:.0f} infer/s (mean batch "
+          f"{mean_batch:.1f}) vs onnxruntime direct {direct_rate:.0f} infer/s at the same batches: "
+          f"ratio {ratio:.3f} (target >= 0.9), failed {failed}", file=sys.stderr)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
