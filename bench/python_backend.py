@@ -1,18 +1,24 @@
 """Throughput and latency of a Triton Python model (add_sub, `backend: "python"`)
-served by pyserver, driven by wrk (a C load generator) over HTTP JSON.
+on pyserver and on real Triton, driven by C load generators: wrk (HTTP JSON)
+and h2load (gRPC, a prepared ModelInfer body).
 
   python bench/python_backend.py [--duration 5] [--concurrency 1 16 64 128]
                                  [--instances 1 2] [--size 16] [--batching]
+                                 [--systems pyserver triton] [--protocols http grpc]
 
-For each instance count it starts `python -m pyserver` on 127.0.0.1 with
-tests/models/python/add_sub/1/model.py (Triton's add_sub example in our
-words: one response per request, output types from the config) and a config
-of FP32[size] inputs (no batching, as the example; --batching adds
-max_batch_size 64 + dynamic_batching), measures the time from process start
-to READY and each worker's own start time (from the server log), then runs
-wrk at each concurrency for a fixed window after a warm-up and prints
-infer/s, p50, p99 and the c_max / peak ratio as JSON. Non-2xx answers and
-socket errors are counted, never hidden. Needs `wrk`.
+Both systems load the same files: tests/models/python/add_sub/1/model.py
+(Triton's add_sub example in our words: one response per request, output
+types from the config) and a config of FP32[size] inputs (no batching, as the
+example; --batching adds max_batch_size 64 + dynamic_batching). Triton is the
+tritonserver 2.51 bundled in the nvidia-pytriton wheel, installed into
+bench/.venvs/triton on first use (bench/systems.py says how its stub is
+started). For each system and instance count it measures the time from
+process start to READY (and, on pyserver, each worker's own start time from
+the server log), then runs each load generator at each concurrency for a
+fixed window after a warm-up. Prints infer/s, p50, p99, errors, c_max/peak
+and, at c16, pyserver/Triton per protocol; the JSON document at the end.
+Non-2xx answers, socket errors and gRPC calls without an answer are counted,
+never hidden. Needs `wrk` and `h2load` (`make bench` installs them).
 """
 
 from __future__ import annotations
@@ -21,57 +27,33 @@ import argparse
 import json
 import re
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_PY = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
-sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from wrk import free_port, lua_string, run_wrk  # noqa: E402
-
+from bench import loadgen, systems  # noqa: E402
 from pyserver.testing import ADD_SUB_CONFIG  # noqa: E402
 
 
-def write_script(folder: Path, size: int, batching: bool) -> Path:
-    shape = [1, size] if batching else [size]
-    values = list(range(size))
-    body = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": values},
-        {"name": "INPUT1", "shape": shape, "datatype": "FP32", "data": values}]}).encode()
-    path = folder / "json.lua"
-    path.write_text(f'wrk.method = "POST"\nwrk.body = {lua_string(body)}\n'
-                    'wrk.headers["Content-Type"] = "application/json"\n')
-    return path
+def add_sub_request(size: int, batching: bool):
+    """The workload of bench/workloads.py at this size and shape."""
+    import numpy as np
+
+    from bench.workloads import ADD_SUB_PY, Tensor, Workload
+
+    shape = (1, size) if batching else (size,)
+    a = np.arange(size, dtype=np.float32).reshape(shape)
+    b = np.full(shape, 2.5, dtype=np.float32)
+    return Workload("add_sub", "add_sub", ADD_SUB_PY,
+                    inputs=[Tensor("INPUT0", "FP32", a), Tensor("INPUT1", "FP32", b)],
+                    outputs={"OUTPUT0": a + b, "OUTPUT1": a - b}, dims={}, mlserver_class="AddSub")
 
 
-
-
-
-
-def wait_ready(port: int, server: subprocess.Popen, log_path: Path, timeout: float = 120) -> float:
-    started = time.monotonic()
-    deadline = started + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
-                if b" 200 " in s.recv(1024):
-                    return time.monotonic() - started
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            sys.exit("server did not start: " + log_path.read_text()[-3000:])
-        time.sleep(0.02)
-
-
-def bench_instances(args, tmp: Path, script: Path, instances: int) -> dict:
-    repo = tmp / f"models-{instances}"
+def write_repo(repo: Path, args, instances: int) -> None:
     model = repo / "add_sub"
     (model / "1").mkdir(parents=True)
     shutil.copy(MODEL_PY, model / "1" / "model.py")
@@ -79,40 +61,71 @@ def bench_instances(args, tmp: Path, script: Path, instances: int) -> dict:
     (model / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
         name="add_sub", backend='backend: "python"', max_batch_size=64 if args.batching else 0,
         size=args.size, instances=instances, extra=extra))
-    port = free_port()
-    log_path = tmp / f"server-{instances}.log"
-    with open(log_path, "w") as log_file:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "pyserver", "--model-repository", str(repo),
-             "--http-address", "127.0.0.1", "--http-port", str(port),
-             "--allow-metrics", "false", "--allow-grpc", "false"],
-            stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def bench_one(args, tmp: Path, system: str, instances: int, bodies: dict) -> dict:
+    repo = tmp / f"models-{system}-{instances}"
+    write_repo(repo, args, instances)
+    log_path = tmp / f"{system}-{instances}.log"
+    server = systems.STARTERS[system](repo, log_path, ["add_sub"])
+    rows = []
     try:
-        to_ready = wait_ready(port, server, log_path)
-        worker_ms = [float(m) for m in re.findall(r"ready in (\d+) ms", log_path.read_text())]
-        shm = re.search(r"tensors through (\w+) shared memory", log_path.read_text())
-        url = f"http://127.0.0.1:{port}/v2/models/add_sub/infer"
-        rows = []
-        for conns in args.concurrency:
-            run_wrk(url, script, conns, args.warmup, args.wrk_threads)
-            row = {"instances": instances, "concurrency": conns,
-                   **run_wrk(url, script, conns, args.duration, args.wrk_threads)}
-            rows.append(row)
-            print(f"instances {instances} c{conns:<4} {row['infer_per_s']:>9.0f} infer/s  "
-                  f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
-                  f"errors {row['non_2xx'] + row['socket_errors']}", file=sys.stderr)
+        to_ready = server.wait_ready(120)
+        text = log_path.read_text(errors="replace")
+        worker_ms = [float(m) for m in re.findall(r"ready in (\d+) ms", text)]
+        shm = re.search(r"tensors through (\w+) shared memory", text)
+        for protocol in args.protocols:
+            answer = None
+            if protocol == "grpc":
+                answer = loadgen.h2load_answer_bytes(server.grpc_port, bodies["grpc"])
+            for conns in args.concurrency:
+                if protocol == "grpc":
+                    r = loadgen.h2load(server.grpc_port, bodies["grpc"], conns, args.duration,
+                                       args.warmup, tmp / "h2load.log")
+                    r["errors"] = loadgen.grpc_errors(r, answer)
+                else:
+                    r = loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer",
+                                    bodies["http"], conns, args.duration, args.warmup)
+                row = {"system": system, "instances": instances, "protocol": protocol,
+                       "concurrency": conns, "infer_per_s": r["infer_per_s"], "p50_ms": r["p50_ms"],
+                       "p99_ms": r["p99_ms"], "errors": r["errors"]}
+                rows.append(row)
+                print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
+                      f"{row['infer_per_s']:>9.0f} infer/s  p50 {row['p50_ms']} ms  "
+                      f"p99 {row['p99_ms']} ms  errors {row['errors']}", file=sys.stderr)
+    except RuntimeError as err:
+        print(f"{system} instances {instances}: {err}", file=sys.stderr)
+        return {"system": system, "instances": instances, "error": str(err)[-1500:], "rows": rows}
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    peak = max(r["infer_per_s"] for r in rows)
+        server.stop()
+    out = {"system": system, "instances": instances, "seconds_to_ready": round(to_ready, 3),
+           "rows": rows}
+    if system == "pyserver":
+        out.update(worker_start_ms=worker_ms, shm=shm.group(1) if shm else None)
     top = max(args.concurrency)
-    at_top = next(r["infer_per_s"] for r in rows if r["concurrency"] == top)
-    return {"instances": instances, "seconds_to_ready": round(to_ready, 3),
-            "worker_start_ms": worker_ms, "shm": shm.group(1) if shm else None,
-            "peak_infer_per_s": peak, f"c{top}_over_peak": round(at_top / peak, 3), "rows": rows}
+    for protocol in args.protocols:
+        series = {r["concurrency"]: r["infer_per_s"] for r in rows if r["protocol"] == protocol}
+        if series:
+            out[f"{protocol}_peak_infer_per_s"] = max(series.values())
+            out[f"{protocol}_c{top}_over_peak"] = round(series[top] / max(series.values()), 3)
+    return out
+
+
+def ratios_at(runs: list[dict], conc: int) -> list[dict]:
+    """pyserver/Triton (infer/s) at one concurrency, per instance count and protocol."""
+    found = {}
+    for run in runs:
+        for r in run.get("rows", []):
+            if r["concurrency"] == conc:
+                found[(run["system"], run["instances"], r["protocol"])] = r
+    out = []
+    for (system, instances, protocol), py in found.items():
+        tri = found.get(("triton", instances, protocol))
+        if system == "pyserver" and tri and tri["infer_per_s"]:
+            out.append({"instances": instances, "protocol": protocol, "concurrency": conc,
+                        "pyserver_over_triton": round(py["infer_per_s"] / tri["infer_per_s"], 2),
+                        "p99_ms": {"pyserver": py["p99_ms"], "triton": tri["p99_ms"]}})
+    return out
 
 
 def main():
@@ -124,18 +137,34 @@ def main():
     p.add_argument("--size", type=int, default=16, help="elements per input (FP32)")
     p.add_argument("--batching", action="store_true",
                    help="max_batch_size 64 + dynamic_batching (the model then gets lists of requests)")
-    p.add_argument("--wrk-threads", type=int, default=1)
+    p.add_argument("--systems", nargs="+", default=["pyserver", "triton"], choices=["pyserver", "triton"])
+    p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
     args = p.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is not installed (apt-get install wrk; `make bench` does it)")
+    for tool in ("wrk", "h2load"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install wrk nghttp2-client; `make bench` does it)")
+    if "triton" in args.systems:
+        failed = systems.ensure_venvs(["triton"], lambda m: print(m, file=sys.stderr))
+        if failed:
+            print(f"Triton unavailable, pyserver only: {failed['triton'][-500:]}", file=sys.stderr)
+            args.systems = [s for s in args.systems if s != "triton"]
     tmp = Path(tempfile.mkdtemp(prefix="pyserver-bench-python-"))
     try:
-        script = write_script(tmp, args.size, args.batching)
-        results = {"system": "pyserver", "model": f"python add_sub FP32[{args.size}]",
-                   "encoding": "http-json", "batching": "dynamic" if args.batching else "none",
-                   "runs": [bench_instances(args, tmp, script, n) for n in args.instances]}
+        w = add_sub_request(args.size, args.batching)
+        bodies = {"grpc": tmp / "add_sub.grpc.bin",
+                  "http": loadgen.wrk_script(tmp / "json.lua", w.json_body(),
+                                             {"Content-Type": "application/json"})}
+        bodies["grpc"].write_bytes(w.grpc_body())
+        runs = [bench_one(args, tmp, system, n, bodies) for system in args.systems for n in args.instances]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    results = {"model": f"python add_sub FP32[{args.size}] ({MODEL_PY.relative_to(ROOT)})",
+               "batching": "dynamic" if args.batching else "none", "runs": runs,
+               "pyserver_over_triton_c16": ratios_at(runs, 16)}
+    for r in results["pyserver_over_triton_c16"]:
+        print(f"pyserver/Triton c16 instances {r['instances']} {r['protocol']:<4} "
+              f"{r['pyserver_over_triton']:.2f}x  (p99 {r['p99_ms']['pyserver']} vs "
+              f"{r['p99_ms']['triton']} ms; target >= 1.5x)", file=sys.stderr)
     print(json.dumps(results, indent=2))
 
 
