@@ -143,11 +143,11 @@ class ModelManager:
             self.states[name] = ("UNAVAILABLE", reason)
         if names is None:
             names = sorted(found)
-        if self.control_mode == "poll":
+        stamps = {}
+        if self.control_mode == "poll":  # failed loads are retried when their files change
             stamps = await asyncio.get_running_loop().run_in_executor(
                 self._pool, _stamps_of, [found[n] for n in names if n in found])
-            self._stamps.update(stamps)
-        results = await self._load_many(names, found)
+        results = await self._load_many(names, found, stamps)
         errors = dict(dup_errors)
         for name, result in zip(names, results):
             if isinstance(result, ServerError):
@@ -157,24 +157,29 @@ class ModelManager:
         return errors
 
     async def _load_many(self, names: list[str], found: dict,
-                         unchanged: dict[str, set[int]] | None = None) -> list:
+                         stamps: dict[str, tuple] | None = None) -> list:
         """Loads models in parallel (on the load thread pool); the results
-        or exceptions, in order."""
-        unchanged = unchanged or {}
+        or exceptions, in order. ``stamps``: what poll saw of each folder."""
+        stamps = stamps or {}
         self._reserved += len(names)  # they all share the cores from the start
         try:
             return await asyncio.gather(
-                *(self.load(n, found=found, unchanged=unchanged.get(n)) for n in names),
+                *(self.load(n, found=found, stamp=stamps.get(n)) for n in names),
                 return_exceptions=True)
         finally:
             self._reserved -= len(names)
 
     async def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None,
                    found: dict | None = None, requested: bool = False,
-                   unchanged: set[int] | None = None) -> None:
+                   stamp: tuple | None = None) -> None:
         """Loads (or reloads) a model; raises ServerError with the reason.
-        ``unchanged``: serving versions whose files did not change; they
-        keep serving as they are when the config did not change either."""
+
+        As Triton's: reloading a model whose folder did not change since it
+        loaded is a no-op (a config or file override always reloads), and
+        on a reload the versions whose files did not change keep serving
+        untouched when the config did not change either. ``stamp``: what a
+        poll saw of the folder; it is kept even when the load fails, so a
+        poll retries only once the files change again."""
         _check_name(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
@@ -185,18 +190,28 @@ class ModelManager:
                 if not serving:
                     self.states[name] = ("UNAVAILABLE", err.message)
                 raise
-            self.states[name] = ("LOADING", "")
             loop = asyncio.get_running_loop()
+            from_folder = override is None
+            if from_folder and stamp is None and serving:  # else taken as it loads
+                stamp = await loop.run_in_executor(self._pool, _stamp, entry.path)
+            old_stamp = self._stamps.get(name) if serving else None
+            if from_folder and old_stamp is not None and old_stamp == stamp:
+                log.info("'%s' is unchanged since it loaded: not reloaded", name)
+                return
+            unchanged = _unchanged_versions(old_stamp, stamp) \
+                if from_folder and old_stamp is not None else set()
+            self.states[name] = ("LOADING", "")
             self._loading += 1
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
-            keep = {v: mv for v, mv in self.versions.get(name, {}).items()
-                    if unchanged and v in unchanged}
+            keep = {v: mv for v, mv in self.versions.get(name, {}).items() if v in unchanged}
             try:
-                new = await loop.run_in_executor(
-                    self._pool, repository.load_model, entry, self.completions, override,
-                    self.load_options, sharing, keep)
+                stamp, new = await loop.run_in_executor(
+                    self._pool, _stamp_and_load, stamp if from_folder else (), entry,
+                    self.completions, override, self.load_options, sharing, keep)
             except Exception as err:  # a broken model never takes the server down
+                if self.control_mode == "poll" and stamp is not None:
+                    self._stamps[name] = stamp
                 if isinstance(err, ServerError):
                     reason = err.message
                     log.error("failed to load '%s': %s", name, reason)
@@ -215,6 +230,10 @@ class ModelManager:
                 raise err from None
             finally:
                 self._loading -= 1
+            if from_folder:
+                self._stamps[name] = stamp
+            else:  # the next load from the folder undoes the override
+                self._stamps.pop(name, None)
             old = {v: mv for v, mv in self.versions.get(name, {}).items()
                    if all(mv is not kept for kept in new)}
             self.versions[name] = {mv.version: mv for mv in new}
@@ -329,13 +348,10 @@ class ModelManager:
         changed = sorted(n for n in found if self._stamps.get(n) != stamps[n])
         if not changed and not removed:
             return {}
-        unchanged = {}
         for name in changed:
             log.info("'%s' %s in the model repository", name,
                      "changed" if name in self._stamps else "appeared")
-            unchanged[name] = _unchanged_versions(self._stamps.get(name, ()), stamps[name])
-            self._stamps[name] = stamps[name]
-        results = await self._load_many(changed, found, unchanged)
+        results = await self._load_many(changed, found, {n: stamps[n] for n in changed})
         return {n: (r.message if isinstance(r, ServerError) else str(r))
                 for n, r in zip(changed, results) if isinstance(r, BaseException)}
 
@@ -406,6 +422,14 @@ def _unchanged_versions(old: tuple, new: tuple) -> set[int]:
         return set()
     return {int(v) for v, entries in new_versions.items()
             if old_versions.get(v) == entries and not v.startswith("0")}
+
+
+def _stamp_and_load(stamp: tuple | None, model, *args) -> tuple[tuple | None, list]:
+    """(the folder's stamp, taken before loading when not given; the loaded
+    versions). One job on the load pool."""
+    if stamp is None:
+        stamp = _stamp(model.path)
+    return stamp, repository.load_model(model, *args)
 
 
 def _stamps_of(models: list) -> dict[str, tuple]:

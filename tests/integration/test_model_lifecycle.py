@@ -438,3 +438,28 @@ def test_backend_threads_are_a_share_of_the_cores(tmp_path, start_server):
     ThreadsRecorder.seen = []
     httpclient.InferenceServerClient(s.url).load_model("late")
     assert ThreadsRecorder.seen == [("late", 1)]
+
+
+def test_explicit_reload_of_an_unchanged_model_is_a_no_op(tmp_path, start_server):
+    d = write_add_sub(tmp_path, name="m", versions=(1, 2), extra="version_policy { all { } }")
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["m"])
+    client = httpclient.InferenceServerClient(s.url)
+
+    def count(version):
+        return client.get_inference_statistics("m", version)["model_stats"][0]["inference_count"]
+
+    infer(s.url, "m", 1.0, "1")
+    infer(s.url, "m", 1.0, "2")
+    client.load_model("m")  # nothing changed: nothing reloads (Triton's behaviour)
+    assert (count("1"), count("2")) == (1, 1)
+    (d / "2" / "model.onnx").write_bytes(add_sub_onnx())  # version 2 changes, 1 does not
+    client.load_model("m")
+    assert (count("1"), count("2")) == (1, 0)
+    infer(s.url, "m", 1.0, "2")
+    config = client.get_model_config("m")
+    config["max_batch_size"] = 4
+    client.load_model("m", config=json.dumps(config))  # an override always reloads
+    assert (count("1"), count("2")) == (0, 0)
+    assert client.get_model_config("m")["max_batch_size"] == 4
+    client.load_model("m")  # from the folder again: undoes the override
+    assert client.get_model_config("m")["max_batch_size"] == 8
