@@ -463,3 +463,50 @@ def test_explicit_reload_of_an_unchanged_model_is_a_no_op(tmp_path, start_server
     assert client.get_model_config("m")["max_batch_size"] == 4
     client.load_model("m")  # from the folder again: undoes the override
     assert client.get_model_config("m")["max_batch_size"] == 8
+
+
+# -- version policies over the API ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy, loaded", [
+    ("", ["3"]),  # the default: latest { num_versions: 1 }
+    ("version_policy { latest { num_versions: 2 } }", ["2", "3"]),
+    ("version_policy { all { } }", ["1", "2", "3"]),
+    ("version_policy { specific { versions: [ 1, 3 ] } }", ["1", "3"]),
+])
+def test_version_policies(tmp_path, start_server, policy, loaded):
+    write_add_sub(tmp_path, name="m", versions=(1, 2, 3), extra=policy)
+    (tmp_path / "m" / "04").mkdir()  # zero-prefixed: ignored, as Triton
+    (tmp_path / "m" / "x").mkdir()  # not a number: ignored
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["m"])
+    from pyserver.frontends.grpc import GrpcFrontend
+    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(grpc.start())
+    try:
+        http = httpclient.InferenceServerClient(s.url)
+        assert http.get_model_metadata("m")["versions"] == loaded
+        assert sorted(r["version"] for r in http.get_model_repository_index()) == loaded
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
+        assert list(g.get_model_metadata("m").versions) == loaded
+        for v in ("1", "2", "3"):
+            assert http.is_model_ready("m", v) == (v in loaded)
+            assert g.is_model_ready("m", v) == (v in loaded)
+        # no version: the highest loaded one answers
+        assert httpclient.InferenceServerClient(s.url).get_model_config("m")["name"] == "m"
+        a = np.ones((1, 16), np.float32)
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        for i in inputs:
+            i.set_data_from_numpy(a)
+        assert http.infer("m", inputs).get_response()["model_version"] == loaded[-1]
+        missing = next((v for v in ("1", "2", "3") if v not in loaded), None)
+        if missing:
+            with pytest.raises(InferenceServerException) as err:
+                http.infer("m", inputs, model_version=missing)
+            assert err.value.message() == \
+                f"Request for unknown model: 'm' version {missing} is not found"
+            with pytest.raises(InferenceServerException) as err:
+                g.get_model_metadata("m", missing)
+            assert "version " + missing + " is not found" in err.value.message()
+    finally:
+        s.call(grpc.stop())
