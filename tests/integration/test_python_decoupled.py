@@ -89,6 +89,11 @@ def test_n_responses_then_final(repeat, n):
             assert result.as_numpy("OUT").tolist() == [n]
             assert result.get_response().id == "r"
             assert final_flag(result) is False
+            # the model's response parameters travel with each response
+            params = result.get_response().parameters
+            assert params["idx"].int64_param == i
+            assert params["last"].bool_param is (i == n - 1)
+            assert params["note"].string_param == ""
         # the final flag alone sends nothing unless the client asks for it
         assert stream.quiet()
     finally:
@@ -243,12 +248,57 @@ def test_cancelled_stream_is_seen_by_the_model(repeat):
     assert error is None
     stream.client.stop_stream(cancel_requests=True)
     stream.client.close()
-    # the model notices at its last response; then the worker is free again
-    time.sleep(0.5)
+    time.sleep(0.6)  # the model's thread reaches its last response
     stream = Stream(repeat.grpc_url)
     try:
+        stream.send(1, mode="report")
+        result, error = stream.get()
+        assert result.as_numpy("NOTE")[0] == b"cancelled"
         stream.send(2, mode="slow")
         got = stream.take(2)
         assert got[1][0].as_numpy("NOTE")[0] == b"not cancelled"
     finally:
         stream.close()
+
+
+def test_cancelled_unary_request_is_seen_during_execute(tmp_path, start_server):
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "cancellable", repo / "cancellable")
+    s = start_server(repo)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    try:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{frontend.port}")
+
+        def infer(wait, **kwargs):
+            inp = grpcclient.InferInput("IN", [1], "INT32")
+            inp.set_data_from_numpy(np.array([wait], np.int32))
+            return client.infer("cancellable", [inp], **kwargs)
+
+        with pytest.raises(InferenceServerException) as err:
+            infer(1, client_timeout=0.3)  # the deadline cancels the running request
+        assert err.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        time.sleep(0.2)
+        cancelled, waited = infer(0).as_numpy("OUT").tolist()
+        assert cancelled == 1.0 and waited < 2.0
+    finally:
+        s.call(frontend.stop(5))
+
+
+def test_non_decoupled_model_answers_through_its_sender(tmp_path, start_server):
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "sender_plain", repo / "sender_plain")
+    s = start_server(repo)
+    client = httpclient.InferenceServerClient(s.url)
+
+    def infer(n):
+        inp = httpclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([n], np.int32))
+        return client.infer("sender_plain", [inp])
+
+    assert infer(4).as_numpy("OUT").tolist() == [40]
+    with pytest.raises(InferenceServerException) as err:
+        infer(2)
+    assert "second send: Unable to send response. Non-decoupled model cannot send more than " \
+        "one response." in err.value.message()
+    assert infer(1).as_numpy("OUT").tolist() == [10]

@@ -9,8 +9,8 @@ request parameter "mode" picks other behaviours:
 - "return_list": execute returns a list (decoupled models must return None)
 - "after_final": sends after the final flag; NOTE of a later "report"
   request is the error that send raised
-- "slow": n responses 50 ms apart from a thread (NOTE says whether the
-  request was cancelled when the last one was due)
+- "slow": n responses 50 ms apart from a thread (NOTE, and that of a later
+  "report", says whether the request was cancelled when the last was due)
 """
 
 import json
@@ -28,7 +28,7 @@ def response(n, i, note=""):
         pb_utils.Tensor("OUT", np.array([n], np.int32)),
         pb_utils.Tensor("IDX", np.array([i], np.int32)),
         pb_utils.Tensor("NOTE", np.array([note.encode()], np.object_)),
-    ])
+    ], parameters={"idx": i, "note": note, "last": i == n - 1})
 
 
 class TritonPythonModel:
@@ -78,6 +78,7 @@ class TritonPythonModel:
             note = ""
             if slow and i == n - 1:
                 note = "cancelled" if sender.is_cancelled() else "not cancelled"
+                self.last_error = note
             sender.send(response(n, i, note))
         sender.send(flags=FINAL)
 
