@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -205,10 +206,15 @@ class ModelManager:
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
             keep = {v: mv for v, mv in self.versions.get(name, {}).items() if v in unchanged}
+            job = self._pool.submit(_stamp_and_load, stamp if from_folder else (), entry,
+                                    self.completions, override, self.load_options, sharing, keep)
             try:
-                stamp, new = await loop.run_in_executor(
-                    self._pool, _stamp_and_load, stamp if from_folder else (), entry,
-                    self.completions, override, self.load_options, sharing, keep)
+                stamp, new = await asyncio.wrap_future(job)
+            except asyncio.CancelledError:
+                # The server is stopping while this loads: whatever the job
+                # builds is stopped as soon as it is built.
+                job.add_done_callback(functools.partial(_stop_new, keep))
+                raise
             except Exception as err:  # a broken model never takes the server down
                 if self.control_mode == "poll" and stamp is not None:
                     self._stamps[name] = stamp
@@ -422,6 +428,14 @@ def _unchanged_versions(old: tuple, new: tuple) -> set[int]:
         return set()
     return {int(v) for v, entries in new_versions.items()
             if old_versions.get(v) == entries and not v.startswith("0")}
+
+
+def _stop_new(keep: dict, job) -> None:
+    if job.cancelled() or job.exception() is not None:
+        return
+    for mv in job.result()[1]:
+        if keep.get(mv.version) is not mv:
+            mv.stop()
 
 
 def _stamp_and_load(stamp: tuple | None, model, *args) -> tuple[tuple | None, list]:

@@ -510,3 +510,37 @@ def test_version_policies(tmp_path, start_server, policy, loaded):
             assert "version " + missing + " is not found" in err.value.message()
     finally:
         s.call(grpc.stop())
+
+
+class SlowClosingBackend:
+    """Takes a while to build, and records that it was closed."""
+    events: list = []
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        SlowClosingBackend.events.append("building")
+        time.sleep(1.0)
+        SlowClosingBackend.events.append("built")
+
+    def execute(self, inputs):
+        return {"OUT": inputs["IN"]}
+
+    def close(self):
+        SlowClosingBackend.events.append("closed")
+
+
+def test_stopping_while_a_polled_model_loads_closes_what_it_built(tmp_path):
+    from pyserver.backends import register_backend
+    from tests.integration.conftest import RunningServer
+    register_backend("slow_closing", SlowClosingBackend)
+    SlowClosingBackend.events = []
+    write_add_sub(tmp_path, name="other")
+    s = RunningServer(tmp_path, model_control_mode="poll", repository_poll_secs=0.1)
+    write_recorder_model(tmp_path, "slow")
+    cfg = tmp_path / "slow" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("threads_recorder", "slow_closing"))
+    wait_for(lambda: "building" in SlowClosingBackend.events, what="the load to start")
+    assert index(s.url)[("slow", "")]["state"] == "LOADING"
+    s.close()  # stops the server while the load runs
+    wait_for(lambda: "closed" in SlowClosingBackend.events, timeout=10,
+             what="the instance built after the stop to be closed")
+    assert SlowClosingBackend.events == ["building", "built", "closed"]
