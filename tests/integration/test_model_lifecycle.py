@@ -544,3 +544,42 @@ def test_stopping_while_a_polled_model_loads_closes_what_it_built(tmp_path):
     wait_for(lambda: "closed" in SlowClosingBackend.events, timeout=10,
              what="the instance built after the stop to be closed")
     assert SlowClosingBackend.events == ["building", "built", "closed"]
+
+
+STRING_RECORDER = '''
+import json, os
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = os.path.join(os.path.dirname(__file__), "..", "seen.jsonl")
+        with open(out, "a") as f:
+            for r in requests:
+                seen = {n: [v.decode() for v in
+                            pb_utils.get_input_tensor_by_name(r, n).as_numpy().reshape(-1)]
+                        for n in ("A", "B")}
+                f.write(json.dumps(seen) + "\\n")
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+'''
+
+
+def test_warmup_string_inputs(tmp_path, start_server):
+    from pyserver.core.dtypes import serialize_bytes_tensor
+    d = tmp_path / "strings"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(STRING_RECORDER)
+    (d / "warmup").mkdir()
+    (d / "warmup" / "words").write_bytes(
+        serialize_bytes_tensor(np.array([b"hello", b"world"], dtype=np.object_)))
+    (d / "config.pbtxt").write_text('''name: "strings" backend: "python" max_batch_size: 0
+input [ { name: "A" data_type: TYPE_STRING dims: [ 2 ] },
+        { name: "B" data_type: TYPE_STRING dims: [ 3 ] } ]
+output [ { name: "O" data_type: TYPE_STRING dims: [ 1 ] } ]
+model_warmup [ { name: "s" batch_size: 1
+  inputs { key: "A" value { data_type: TYPE_STRING dims: [ 2 ] input_data_file: "words" } }
+  inputs { key: "B" value { data_type: TYPE_STRING dims: [ 3 ] random_data: true } } } ]''')
+    s = start_server(tmp_path)
+    assert httpclient.InferenceServerClient(s.url).is_model_ready("strings")
+    seen = [json.loads(line) for line in (d / "seen.jsonl").read_text().splitlines()]
+    # file data as written; random strings are empty ones, as in Triton
+    assert seen == [{"A": ["hello", "world"], "B": ["", "", ""]}]
