@@ -583,3 +583,23 @@ model_warmup [ { name: "s" batch_size: 1
     seen = [json.loads(line) for line in (d / "seen.jsonl").read_text().splitlines()]
     # file data as written; random strings are empty ones, as in Triton
     assert seen == [{"A": ["hello", "world"], "B": ["", "", ""]}]
+
+
+def test_check_repo_duplicates_name_mismatch_and_policy(tmp_path):
+    from pyserver.check_repo import check
+    from pyserver.core.repository import LoadOptions
+    r1, r2 = tmp_path / "r1", tmp_path / "r2"
+    write_add_sub(r1, name="twice")
+    write_add_sub(r2, name="twice")
+    d = write_add_sub(r1, name="named")
+    (d / "config.pbtxt").write_text((d / "config.pbtxt").read_text().replace(
+        'name: "named"', 'name: "other"'))
+    write_add_sub(r2, name="policy", extra="version_policy { specific { versions: [ 7 ] } }")
+    problems, count = check([str(r1), str(r2)], LoadOptions())
+    assert count == 3
+    text = [str(p) for p in problems]
+    assert any("model 'twice': model appears in two or more repositories" in t for t in text)
+    assert any(t.startswith(f"{d / 'config.pbtxt'}:1: model 'named': model configuration name "
+                            "'other' does not match") for t in text)
+    assert any(t.startswith(f"{r2 / 'policy' / 'config.pbtxt'}:13: model 'policy': "
+                            "version_policy selects versions [7]") for t in text)
