@@ -179,25 +179,31 @@ def bench_system(system: str, args, workloads, bodies, work: Path, onnx_blob, re
 
 
 def measure(server, w, protocol, conc, args, bodies, work, answer) -> dict:
+    """Warm-up, then the window; the server's CPU (its whole process group)
+    is read around the window only."""
     row = {"system": server.name, "workload": w.name, "protocol": protocol, "concurrency": conc}
-    cpu0, t0 = server.cpu_seconds(), time.monotonic()
-    try:
+
+    def drive(seconds: float) -> dict:
         if protocol == GRPC:
-            result = loadgen.h2load(server.grpc_port, bodies[w.name][GRPC], conc, args.duration,
-                                    args.warmup, work / "h2load.log")
+            result = loadgen.h2load(server.grpc_port, bodies[w.name][GRPC], conc, seconds, 0,
+                                    work / "h2load.log")
             result["errors"] = loadgen.grpc_errors(result, answer)
-        else:
-            url = f"http://127.0.0.1:{server.http_port}/v2/models/{w.name}/infer"
-            result = loadgen.wrk(url, bodies[w.name][protocol], conc, args.duration, args.warmup)
+            return loadgen.only_successes(result, result["errors"])
+        url = f"http://127.0.0.1:{server.http_port}/v2/models/{w.name}/infer"
+        return loadgen.wrk(url, bodies[w.name][protocol], conc, seconds, 0)
+
+    try:
+        if args.warmup > 0:
+            drive(args.warmup)
+        cpu0 = server.cpu_seconds()
+        result = drive(args.duration)
+        cpu = server.cpu_seconds() - cpu0
     except Exception as err:  # a failed run is a result too
         row.update(infer_per_s=None, errors=None, error=str(err)[:500])
         return row
-    cpu = server.cpu_seconds() - cpu0
-    # CPU over warm-up + window; rate over the window: per request, roughly
-    wall = time.monotonic() - t0
-    served = result["infer_per_s"] * wall
     row.update(result)
-    row["server_cpu_us_per_req"] = round(cpu * 1e6 / served, 1) if served else None
+    if result.get("requests"):
+        row["server_cpu_us_per_req"] = round(cpu * 1e6 / result["requests"], 1)
     return row
 
 

@@ -120,6 +120,19 @@ def wrk(url: str, script: Path, conns: int, seconds: float, warmup: float) -> di
 
     if warmup > 0:
         once(warmup)
-    result = parse_wrk(once(seconds))
+    out = once(seconds)
+    result = parse_wrk(out)
+    done = re.search(r"(\d+) requests in ", out)
+    result["requests"] = int(done.group(1)) if done else None
     result["errors"] = result["non_2xx"] + result["socket_errors"]
+    return only_successes(result, result["non_2xx"])
+
+
+def only_successes(result: dict, failed_answers: int) -> dict:
+    """infer/s counts good answers only; the load generator's own rate
+    (answers of any kind) stays as requests_per_s."""
+    result["requests_per_s"] = result["infer_per_s"]
+    if failed_answers and result.get("requests"):
+        good = max(0, result["requests"] - failed_answers) / result["requests"]
+        result["infer_per_s"] = round(result["infer_per_s"] * good, 1)
     return result

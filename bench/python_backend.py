@@ -83,6 +83,7 @@ def bench_one(args, tmp: Path, system: str, instances: int, bodies: dict) -> dic
                     r = loadgen.h2load(server.grpc_port, bodies["grpc"], conns, args.duration,
                                        args.warmup, tmp / "h2load.log")
                     r["errors"] = loadgen.grpc_errors(r, answer)
+                    loadgen.only_successes(r, r["errors"])
                 else:
                     r = loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer",
                                     bodies["http"], conns, args.duration, args.warmup)

@@ -73,3 +73,11 @@ def test_parse_wrk_units_and_errors():
 
 def test_grpc_frame_prefix():
     assert grpc_frame(b"abc") == b"\x00\x00\x00\x00\x03abc"
+
+
+def test_only_successes_counts_good_answers():
+    from bench.loadgen import only_successes
+
+    r = only_successes({"infer_per_s": 1000.0, "requests": 2000}, 500)
+    assert r["infer_per_s"] == 750.0 and r["requests_per_s"] == 1000.0
+    assert only_successes({"infer_per_s": 10.0, "requests": 20}, 0)["infer_per_s"] == 10.0
