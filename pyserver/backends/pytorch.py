@@ -59,7 +59,7 @@ _DELIMITER = "__"
 _threads_lock = threading.Lock()
 _interop_set = False
 
-# ENABLE_WEIGHT_SHARING: (model file, device) -> loaded module.
+# ENABLE_WEIGHT_SHARING: (model file, device) -> [loaded module, users].
 _shared_modules: dict = {}
 
 
@@ -128,8 +128,12 @@ class PyTorchBackend:
 
     def _load(self, model_path: str, weight_sharing: bool):
         key = (model_path, str(self.device))
-        if weight_sharing and key in _shared_modules:
-            return _shared_modules[key]
+        self._shared_key = key if weight_sharing else None
+        with _threads_lock:
+            if weight_sharing and key in _shared_modules:
+                entry = _shared_modules[key]
+                entry[1] += 1
+                return entry[0]
         try:
             with self._grad_mode():
                 map_location = None if self.kind == "KIND_MODEL" else self.device
@@ -139,7 +143,10 @@ class PyTorchBackend:
             raise ServerError(Code.INTERNAL,
                               f"failed to load model '{self.name}': {err}") from None
         if weight_sharing:
-            _shared_modules[key] = module
+            with _threads_lock:
+                entry = _shared_modules.setdefault(key, [module, 0])
+                entry[1] += 1
+                module = entry[0]
         return module
 
     def _grad_mode(self):
@@ -354,3 +361,11 @@ class PyTorchBackend:
 
     def close(self) -> None:
         self.module = None
+        key, self._shared_key = getattr(self, "_shared_key", None), None
+        if key is not None:
+            with _threads_lock:
+                entry = _shared_modules.get(key)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] <= 0:  # the last instance: a reload reads the file again
+                        del _shared_modules[key]

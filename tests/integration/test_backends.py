@@ -557,3 +557,20 @@ def test_tensorrt_plan_without_gpu_fails_alone_with_its_reason(tmp_path, serve):
     else:
         assert "the TensorRT backend needs" in reason or "GPU(s) are visible" in reason
     assert index_reasons(s)["fine"][0] == "READY"
+
+
+def test_torch_weight_sharing_between_instances(tmp_path, serve):
+    from pyserver.backends import pytorch as backend_module
+
+    write_torch(tmp_path, "shared", TorchAddSub(), ADD_SUB_TORCH_IO, instances=2, extra="""
+parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }""")
+    write_torch(tmp_path, "separate", TorchAddSub(), ADD_SUB_TORCH_IO, instances=2)
+    s = serve(tmp_path)
+    shared = [i.backend.module for i in s.server.models.resolve("shared", "").instances]
+    separate = [i.backend.module for i in s.server.models.resolve("separate", "").instances]
+    assert shared[0] is shared[1] and separate[0] is not separate[1]
+    ab = {"INPUT__0": np.ones((1, 16), np.float32), "INPUT__1": np.ones((1, 16), np.float32)}
+    np.testing.assert_array_equal(infer(s, "grpc", "shared", ab)["OUTPUT__1"], np.zeros((1, 16)))
+    s.call(s.server.models.unload("shared"))
+    # Unloaded: the next load reads the file again.
+    assert not [k for k in backend_module._shared_modules if "shared" in k[0]]
