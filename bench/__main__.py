@@ -94,6 +94,24 @@ def check_http_json(port: int, workload) -> str | None:
     return workload.check(outputs)
 
 
+def server_metadata(port: int) -> str:
+    """name and version from GET /v2 (KServe v2 server metadata)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2", timeout=5) as resp:
+            meta = json.loads(resp.read())
+        return f"{meta.get('name', '?')} {meta.get('version', '?')}"
+    except Exception as err:
+        return f"unknown ({err})"[:100]
+
+
+def git_commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent,
+                          capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE.parent,
+                           capture_output=True, text=True).stdout.strip()
+    return proc.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+
+
 # ---------------------------------------------------------------- one system
 
 
@@ -144,8 +162,10 @@ def bench_system(system: str, args, workloads, bodies, work: Path, onnx_blob, re
             info["error"] = str(err)
             log(f"{system}: did not start\n{err}")
             return
-        log(f"{system}: ready in {info['seconds_to_ready']} s (http {server.http_port}, "
-            f"grpc {server.grpc_port})")
+        info["server"] = server_metadata(server.http_port)
+        info["load_average_before"] = round(os.getloadavg()[0], 2)
+        log(f"{system}: {info['server']} ready in {info['seconds_to_ready']} s "
+            f"(http {server.http_port}, grpc {server.grpc_port})")
         for w in workloads:
             if system not in w.systems:
                 continue
@@ -171,6 +191,7 @@ def bench_system(system: str, args, workloads, bodies, work: Path, onnx_blob, re
         if args.aio_concurrency:
             aio_rows(server, system, workloads, args, results)
     finally:
+        info["load_average_after"] = round(os.getloadavg()[0], 2)
         server.stop()
         leftover = server.pids()
         if leftover:
@@ -236,10 +257,15 @@ def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
     json_path = stem.with_suffix(".json")
     json_path.write_text(json.dumps(results, indent=2))
     md = [f"# pyserver vs Triton vs MLServer — {results['meta']['started']}\n",
-          f"`{results['meta']['command']}` on {results['meta']['machine']}; "
+          f"`{results['meta']['command']}` on {results['meta']['machine']}, pyserver "
+          f"{results['meta']['pyserver_commit']}; "
           f"window {results['meta']['duration_s']} s after {results['meta']['warmup_s']} s warm-up. "
           "Cells: infer/s (p50/p99 ms); ratios are infer/s.\n"]
     for name, info in results["systems"].items():
+        if info.get("server"):
+            md.append(f"- {name} (GET /v2: {info['server']}), ready in {info.get('seconds_to_ready')} s; "
+                      f"1-min load average {info.get('load_average_before')} before, "
+                      f"{info.get('load_average_after')} after its rows")
         if info.get("error"):
             md.append(f"- **{name} did not run**: {info['error'][:300]}")
         bad = {w: c for w, c in info.get("checks", {}).items() if any(v != "ok" for v in c.values())}
@@ -306,6 +332,7 @@ def main(argv=None) -> int:
                         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
                         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                                    f"{platform.platform(terse=True)}",
+                        "pyserver_commit": git_commit(),
                         "duration_s": args.duration, "warmup_s": args.warmup},
                "titles": {w.name: w.title for w in workloads}, "systems": {}, "rows": []}
     need = [s for s in args.systems if s in (TRITON, MLSERVER)] + ([] if args.no_plots else ["plot"])
