@@ -91,6 +91,19 @@ class ModelManager:
         return {n: reason for n, (state, reason) in self.states.items()
                 if state == "UNAVAILABLE" and reason != "unloaded"}
 
+    def all_ready(self) -> bool:
+        """Triton's strict readiness: every model that has a state is READY
+        or was unloaded; a model loading for the first time (a poll found
+        it) or one that failed keeps the server from being ready, a model
+        being reloaded does not (its loaded versions keep serving)."""
+        for name, (state, reason) in self.states.items():
+            if state == "UNAVAILABLE" and reason == "unloaded":
+                continue
+            if state in ("LOADING", "UNLOADING") and self.versions.get(name):
+                continue
+            return False
+        return True
+
     def index(self, ready_only: bool = False) -> list[dict]:
         """Repository index rows as Triton reports them."""
         found, dup_errors = repository.scan(self.repositories)

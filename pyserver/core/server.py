@@ -273,7 +273,7 @@ class Server:
             return False
         if not self.strict_readiness:
             return True
-        return not self.models.failed() and all(mv.healthy() for mv in self.models.loaded())
+        return self.models.all_ready() and all(mv.healthy() for mv in self.models.loaded())
 
     def metadata(self) -> dict:
         return {"name": self.server_id, "version": __version__, "extensions": EXTENSIONS}

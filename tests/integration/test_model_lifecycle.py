@@ -603,3 +603,30 @@ def test_check_repo_duplicates_name_mismatch_and_policy(tmp_path):
                             "'other' does not match") for t in text)
     assert any(t.startswith(f"{r2 / 'policy' / 'config.pbtxt'}:13: model 'policy': "
                             "version_policy selects versions [7]") for t in text)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_model_loading_for_the_first_time_keeps_the_server_unready(tmp_path, start_server,
+                                                                      strict):
+    from pyserver.backends import register_backend
+    register_backend("slow_closing", SlowClosingBackend)
+    SlowClosingBackend.events = []
+    write_add_sub(tmp_path, name="other")
+    s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1,
+                     strict_readiness=strict)
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.is_server_ready()
+    write_recorder_model(tmp_path, "slow")
+    cfg = tmp_path / "slow" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("threads_recorder", "slow_closing"))
+    wait_for(lambda: "building" in SlowClosingBackend.events, what="the load to start")
+    assert client.is_server_ready() is (not strict)
+    wait_for(lambda: client.is_model_ready("slow"), what="the slow model")
+    assert client.is_server_ready()
+    # a reload of a serving model does not: its version keeps serving
+    SlowClosingBackend.events = []
+    (tmp_path / "slow" / "1" / "model").write_text("new weights")
+    wait_for(lambda: "building" in SlowClosingBackend.events, what="the reload to start")
+    assert index(s.url)[("slow", "1")]["state"] == "READY"
+    assert client.is_server_ready()
+    wait_for(lambda: "closed" in SlowClosingBackend.events, what="the old instance to close")
