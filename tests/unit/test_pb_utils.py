@@ -111,8 +111,10 @@ def test_bls_request_object():
     assert json.loads(request.parameters()) == {"k": 1}
     assert request.trace().get_context() is None
     assert not request.is_cancelled()
-    with pytest.raises(pb.TritonModelException, match="BLS is not supported"):
-        request.exec()
+    with pytest.raises(pb.TritonModelException, match="only available inside a model served"):
+        request.exec()  # no worker runtime here
+    with pytest.raises(TypeError):
+        request.exec(decoupled=None)
     with pytest.raises(pb.TritonModelException, match="Correlation ID must be integer or string"):
         pb.InferenceRequest(model_name="m", inputs=[], requested_output_names=[], correlation_id=1.5)
     with pytest.raises(pb.TritonModelException, match="parameters values"):
@@ -157,14 +159,44 @@ def test_logger_without_a_worker_writes_stderr(capsys):
     assert err[2].startswith("E") and err[2].endswith("] bad")
 
 
-def test_unsupported_features_say_so():
-    with pytest.raises(pb.TritonModelException, match="custom metrics"):
+def test_server_calls_outside_a_worker_say_so():
+    with pytest.raises(pb.TritonModelException, match="only available inside a model served"):
         pb.MetricFamily("m", "d", pb.MetricFamily.COUNTER)
-    with pytest.raises(pb.TritonModelException, match="model control"):
+    with pytest.raises(pb.TritonModelException, match="only available inside a model served"):
         pb.load_model("x")
     request = pb.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
-    with pytest.raises(pb.TritonModelException, match="response senders"):
+    with pytest.raises(pb.TritonModelException, match="only the requests execute\\(\\) receives"):
         request.get_response_sender()
+
+
+def test_response_sender_checks_its_arguments():
+    request = pb.InferenceRequest._incoming(0, "r", 0, 0, 0, "{}", [], [], "m", "1", key=7)
+    sender = request.get_response_sender()
+    assert request.get_response_sender() is sender
+    with pytest.raises(pb.TritonModelException,
+                       match="Unable to send response. Unsupported flag provided."):
+        sender.send(pb.InferenceResponse(), flags=4)
+    with pytest.raises(pb.TritonModelException, match="Inference Response object must be "
+                       "provided when the response flags is set to zero."):
+        sender.send()
+    with pytest.raises(TypeError):
+        sender.send("not a response")
+
+
+def test_metric_arguments_are_checked_before_the_server_is_asked():
+    family = pb.MetricFamily.__new__(pb.MetricFamily)
+    family._kind = pb.MetricFamily.HISTOGRAM
+    with pytest.raises(pb.TritonModelException, match="Labels must be a dictionary"):
+        family.Metric(labels=["a"])
+    with pytest.raises(pb.TritonModelException, match="Missing required buckets"):
+        family.Metric(labels={})
+    with pytest.raises(pb.TritonModelException, match="Buckets must be a list"):
+        family.Metric(buckets=(1.0,))
+    family._kind = pb.MetricFamily.COUNTER
+    with pytest.raises(pb.TritonModelException, match="Unexpected buckets found"):
+        family.Metric(buckets=[1.0])
+    with pytest.raises(pb.TritonModelException, match="Unknown metric kind"):
+        pb.MetricFamily("m", "d", 7)
 
 
 # -- auto-complete config --------------------------------------------------------------------------

@@ -83,3 +83,56 @@ def test_shm_kind_choice(monkeypatch):
 
     monkeypatch.setattr(os, "statvfs", lambda path: Tiny())
     assert channel._choose_kind("") == "file"
+
+
+def test_arena_hands_out_blocks_reuses_them_and_grows():
+    fd = channel.create_fd("memfd" if hasattr(os, "memfd_create") else "file", "arena-test")
+    arena = channel.Arena(channel.Region(fd, 4096, reserve=True))
+    try:
+        a, b, c = arena.alloc(100), arena.alloc(1), arena.alloc(64)
+        assert (a, b, c) == (0, 128, 192)  # 64-byte aligned, packed
+        arena.free([b])
+        assert arena.alloc(10) == 128  # the hole is reused
+        arena.free([a, 128, c])
+        assert arena.in_use() == 0
+        assert arena.alloc(4096) == 0  # freed blocks coalesced into the whole region
+        big = arena.alloc(10_000)  # does not fit: the file grows
+        assert big == 4096 and arena.region.size >= 4096 + 10_000
+        arena.free([0, big])
+        # tensors in, read back by a "peer" mapping of the same file
+        data = np.arange(1000, dtype=np.float32)
+        text = np.array([b"x", b"yz"], dtype=np.object_)
+        encoded, offsets = arena.write([("f", 11, data), ("t", 13, text)])
+        peer = channel.Region(fd, 4096, reserve=False)
+        arrays = channel.read_tensors(peer, arena.region.size, encoded,
+                                      {11: np.float32}, copy=True)
+        np.testing.assert_array_equal(arrays["f"], data)
+        assert arrays["t"].tolist() == [b"x", b"yz"]
+        arena.free(offsets)
+        assert arena.in_use() == 0
+    finally:
+        arena.region.close()
+
+
+def test_arena_is_safe_from_many_threads():
+    fd = channel.create_fd("memfd" if hasattr(os, "memfd_create") else "file", "arena-threads")
+    arena = channel.Arena(channel.Region(fd, 4096, reserve=True))
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            size = int(rng.integers(1, 5000))
+            start = arena.alloc(size)
+            arena.region.mm[start:start + 1] = bytes([seed])
+            if arena.region.mm[start] != seed:
+                errors.append(start)
+            arena.free([start])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and arena.in_use() == 0
+    arena.region.close()
