@@ -291,18 +291,20 @@ class OnnxRuntimeBackend:
                 Code.INVALID_ARG,
                 f"model '{config.name}' config declares input(s) {sorted(unknown)} that "
                 f"{model_path} does not take (it has {sorted(self.input_names)})")
-        by_name = {t.name: t for t in config.input}
-        for i in inputs:
-            t = by_name.get(i.name)
-            if t is None:
-                continue
-            expected = _ORT_TO_CONFIG.get(i.type)
-            if expected != data_type_name(t.data_type):
-                raise ServerError(
-                    Code.INVALID_ARG,
-                    f"unable to load model '{config.name}', configuration expects datatype "
-                    f"{data_type_name(t.data_type)} for input '{i.name}', model provides "
-                    f"{expected or i.type}")
+        for kind, declared_io, model_io in (("input", config.input, inputs),
+                                            ("output", config.output, outputs)):
+            by_name = {t.name: t for t in declared_io}
+            for i in model_io:
+                t = by_name.get(i.name)
+                if t is None:
+                    continue
+                provided = _ORT_TO_CONFIG.get(i.type)
+                if provided != data_type_name(t.data_type):
+                    raise ServerError(
+                        Code.INVALID_ARG,
+                        f"unable to load model '{config.name}', configuration expects datatype "
+                        f"{data_type_name(t.data_type)} for {kind} '{i.name}', model provides "
+                        f"{provided or i.type}")
         self.string_inputs = {i.name for i in inputs if i.type == "tensor(string)"}
         self.bf16_inputs = {i.name for i in inputs if i.type == _BF16}
         self.bf16_outputs = {o.name for o in outputs if o.type == _BF16}

@@ -574,3 +574,19 @@ parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }""")
     s.call(s.server.models.unload("shared"))
     # Unloaded: the next load reads the file again.
     assert not [k for k in backend_module._shared_modules if "shared" in k[0]]
+
+
+def test_onnx_config_datatype_must_match_the_model(tmp_path, serve):
+    bad_in = write_add_sub(tmp_path, name="bad_in")
+    text = (bad_in / "config.pbtxt").read_text()
+    (bad_in / "config.pbtxt").write_text(text.replace(
+        '{ name: "INPUT1" data_type: TYPE_FP32', '{ name: "INPUT1" data_type: TYPE_INT32'))
+    bad_out = write_add_sub(tmp_path, name="bad_out")
+    (bad_out / "config.pbtxt").write_text(text.replace('name: "bad_in"', 'name: "bad_out"').replace(
+        '{ name: "OUTPUT0" data_type: TYPE_FP32', '{ name: "OUTPUT0" data_type: TYPE_FP16'))
+    s = serve(tmp_path, exit_on_error=False)
+    reasons = index_reasons(s)
+    assert "unable to load model 'bad_in', configuration expects datatype TYPE_INT32 for input " \
+           "'INPUT1', model provides TYPE_FP32" in reasons["bad_in"][1]
+    assert "unable to load model 'bad_out', configuration expects datatype TYPE_FP16 for output " \
+           "'OUTPUT0', model provides TYPE_FP32" in reasons["bad_out"][1]
