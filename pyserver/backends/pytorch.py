@@ -99,6 +99,9 @@ class PyTorchBackend:
             self.device = torch.device("cuda", device_id)
         else:
             self.device = torch.device("cpu")
+        # Each GPU instance computes on its own stream, as Triton's do, so
+        # instances on one GPU overlap.
+        self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         self.kind = kind
 
         # Parameters Triton's pytorch backend reads.
@@ -269,8 +272,9 @@ class PyTorchBackend:
             tensor = torch.zeros(value.shape, dtype=_CONFIG_TO_TORCH[self.input_kinds[name]])
         else:
             tensor = torch.from_numpy(value)  # shares the request's memory
-        if self.device.type != "cpu":
-            tensor = tensor.to(self.device, non_blocking=False)
+        if self.stream is not None:
+            with torch.cuda.stream(self.stream):
+                tensor = tensor.to(self.device)
         return tensor
 
     def _run(self, inputs: dict):
@@ -287,7 +291,10 @@ class PyTorchBackend:
                                   f"{missing[0]}, and the request has none")
         with self._grad_mode(), torch.jit.optimized_execution(self.optimized_execution):
             # The TorchScript interpreter runs without the GIL.
-            return self.module(*args)
+            if self.stream is None:
+                return self.module(*args)
+            with torch.cuda.stream(self.stream):
+                return self.module(*args)
 
     def execute(self, inputs: dict) -> dict:
         if not getattr(self._thread_ready, "done", False):
@@ -353,7 +360,10 @@ class PyTorchBackend:
         if value.dim() == 0:
             raise ServerError(Code.INVALID_ARG,
                               f"output '{name}' is a scalar which is not supported.")
-        array = value.detach().to("cpu").contiguous().numpy()
+        if value.device.type == "cuda":
+            with torch.cuda.stream(self.stream or torch.cuda.current_stream(value.device)):
+                value = value.to("cpu")  # waits for the stream's work
+        array = value.detach().contiguous().numpy()
         shape = self.output_reshape.get(name)
         if shape is not None:
             array = array.reshape((array.shape[0],) + shape[1:] if shape[:1] == (-1,) else shape)
