@@ -84,6 +84,19 @@ def check_model(model: repository.ModelDir, options: repository.LoadOptions) -> 
             line = locate(text, message, model.name) if text else 0
         problems.append(Problem(model.name, path or config_file, line, message))
 
+    # Python models: a syntax error is reported where it is, without
+    # starting a worker for auto-complete (which would only report it later).
+    for version_dir in sorted(repository.version_folders(model.path).values()):
+        source = version_dir / DEFAULT_MODEL_FILENAMES["python"]
+        if source.is_file():
+            try:
+                compile(source.read_bytes(), str(source), "exec")
+            except SyntaxError as err:
+                add(f"SyntaxError: {err.msg}", source, err.lineno or 0)
+            except ValueError as err:  # e.g. null bytes
+                add(f"cannot compile: {err}", source, 0)
+    if problems:
+        return problems
     try:
         config, backend, available, filename = repository.prepare_config(model, None, options)
     except ServerError as err:

@@ -595,14 +595,19 @@ def test_check_repo_duplicates_name_mismatch_and_policy(tmp_path):
     (d / "config.pbtxt").write_text((d / "config.pbtxt").read_text().replace(
         'name: "named"', 'name: "other"'))
     write_add_sub(r2, name="policy", extra="version_policy { specific { versions: [ 7 ] } }")
+    py = r1 / "py"
+    (py / "1").mkdir(parents=True)
+    (py / "config.pbtxt").write_text('name: "py" backend: "python"')
+    (py / "1" / "model.py").write_text("class TritonPythonModel:\n    def execute(self, r)\n")
     problems, count = check([str(r1), str(r2)], LoadOptions())
-    assert count == 3
+    assert count == 4
     text = [str(p) for p in problems]
     assert any("model 'twice': model appears in two or more repositories" in t for t in text)
     assert any(t.startswith(f"{d / 'config.pbtxt'}:1: model 'named': model configuration name "
                             "'other' does not match") for t in text)
     assert any(t.startswith(f"{r2 / 'policy' / 'config.pbtxt'}:13: model 'policy': "
                             "version_policy selects versions [7]") for t in text)
+    assert f"{py / '1' / 'model.py'}:2: model 'py': SyntaxError: expected ':'" in text
 
 
 @pytest.mark.parametrize("strict", [True, False])
