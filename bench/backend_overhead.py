@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from grpc_protocol import free_port, run_h2load, serve_main  # noqa: E402
+from grpc_protocol import cpu_seconds, free_port, run_h2load, serve_main  # noqa: E402
 
 MODEL = "mlp"
 
@@ -146,7 +146,9 @@ def main():
             sys.exit("server did not start: " + server.stderr.read()[-3000:])
         run_h2load(port, body, args.concurrency, args.warmup, None)
         counts0, ns0, ok0, fail0 = batch_counts(port)
+        loop0, proc0 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
         served = run_h2load(port, body, args.concurrency, args.duration, tmp / "h2load.log")
+        loop1, proc1 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
         counts1, ns1, ok1, fail1 = batch_counts(port)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -178,6 +180,10 @@ def main():
         "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
         "failed": failed,
         "requests_in_window": ok1 - ok0,
+        # Where the server's CPU went, per request: its event-loop thread
+        # (protocol, validation, batching hand-off) and the whole process.
+        "server_loop_cpu_us_per_request": round((loop1 - loop0) * 1e6 / max(1, ok1 - ok0), 1),
+        "server_process_cpu_us_per_request": round((proc1 - proc0) * 1e6 / max(1, ok1 - ok0), 1),
         "mean_batch": round(mean_batch, 2),
         "batches": {str(b): n for b, n in sorted(batches.items())},
         "direct_onnxruntime_infer_per_s": round(direct_rate, 1),
