@@ -243,7 +243,7 @@ def test_poll_picks_up_new_and_removed_versions(tmp_path, start_server):
     assert count("2") == 0
 
 
-def test_poll_new_model_changed_config_and_removed_model(tmp_path, start_server):
+def test_poll_new_model_changed_config_and_removed_model(tmp_path, start_server, caplog):
     write_add_sub(tmp_path, name="a")
     s = start_server(tmp_path, model_control_mode="poll", repository_poll_secs=0.1)
     client = httpclient.InferenceServerClient(s.url)
@@ -257,9 +257,12 @@ def test_poll_new_model_changed_config_and_removed_model(tmp_path, start_server)
     wait_for(lambda: client.get_model_config("a")["max_batch_size"] == 2, what="new config")
     # a broken config keeps the old version serving (and the server ready)
     good = cfg.read_text()
-    cfg.write_text(good + "\nnot_a_field: 1\n")
-    time.sleep(0.6)
+    with caplog.at_level(logging.ERROR, logger="pyserver"):
+        cfg.write_text(good + "\nnot_a_field: 1\n")
+        wait_for(lambda: "failed to load 'a'" in caplog.text, what="the failed reload")
+    assert "not_a_field" in caplog.text and "keeps serving its loaded version(s) 1" in caplog.text
     assert client.is_model_ready("a") and client.is_server_ready()
+    assert index(s.url)[("a", "1")]["state"] == "READY"
     np.testing.assert_array_equal(infer(s.url, "a"), np.full((1, 16), 2.0))
     # a removed model unloads and leaves the index
     import shutil
