@@ -78,6 +78,22 @@ def instance_placement(config, instance_name: str) -> tuple[str, int]:
     return "KIND_CPU", 0
 
 
+def prefer_gpu(config, usable: bool) -> None:
+    """Where a GPU is present and the runtime can use it, instance groups
+    left to KIND_AUTO run on it (Triton's core decides the same before the
+    backend sees the config); elsewhere they stay for normalization to
+    place on the CPU."""
+    if not usable:
+        return
+    if not config.instance_group:
+        config.instance_group.add()
+    gpu = _KINDS.values_by_name["KIND_GPU"].number
+    auto = _KINDS.values_by_name["KIND_AUTO"].number
+    for group in config.instance_group:
+        if group.kind == auto:
+            group.kind = gpu
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))

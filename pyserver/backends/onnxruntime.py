@@ -31,6 +31,7 @@ from pyserver.backends._common import (
     instance_placement,
     parse_bool,
     parse_int,
+    prefer_gpu,
     string_param,
 )
 from pyserver.core.errors import Code, ServerError
@@ -250,6 +251,14 @@ def session_options(config, threads: int):
     return options, run_options
 
 
+def _gpus_visible() -> bool:
+    try:
+        from pyserver.backends import _cuda
+        return _cuda.device_count() > 0
+    except Exception:  # no CUDA runtime: no GPU to use
+        return False
+
+
 def _ortvalue_to_uint16(value) -> np.ndarray:
     """A bfloat16 OrtValue (host memory) as a uint16 array, copied."""
     shape = tuple(value.shape())
@@ -364,6 +373,7 @@ class OnnxRuntimeBackend:
             fill(config.output, outs, "output")
         if not config.platform and not config.backend:
             config.backend = "onnxruntime"
+        prefer_gpu(config, _CUDA_EP in ort.get_available_providers() and _gpus_visible())
 
     def execute(self, inputs: dict) -> dict:
         feed = {}

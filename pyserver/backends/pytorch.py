@@ -35,6 +35,7 @@ from pyserver.backends._common import (
     data_type_name,
     instance_placement,
     int_param,
+    prefer_gpu,
     string_param,
 )
 from pyserver.core.errors import Code, ServerError
@@ -126,6 +127,13 @@ class PyTorchBackend:
         self._validate_inputs(config)
         self._validate_outputs(config)
         self._thread_ready = threading.local()
+
+    @staticmethod
+    def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+        """TorchScript files do not describe their I/O, so only the
+        placement is completed: KIND_AUTO instances use the GPU when torch
+        has CUDA and one is present."""
+        prefer_gpu(config, torch.cuda.is_available())
 
     # -- loading -------------------------------------------------------------
 

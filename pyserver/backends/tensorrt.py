@@ -32,7 +32,12 @@ except ImportError as err:
         "install it on a machine with an NVIDIA GPU: pip install 'pyserver[tensorrt]'") from err
 
 from pyserver.backends import _cuda
-from pyserver.backends._common import data_type_name, instance_placement, pick_profile
+from pyserver.backends._common import (
+    data_type_name,
+    instance_placement,
+    pick_profile,
+    prefer_gpu,
+)
 from pyserver.core.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -249,8 +254,4 @@ class TensorRTBackend:
     def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
         """TensorRT runs on GPUs only: instance groups left to KIND_AUTO
         become KIND_GPU (as Triton's core decides on a GPU machine)."""
-        if not config.instance_group:
-            config.instance_group.add()
-        for group in config.instance_group:
-            if group.kind == 0:  # KIND_AUTO
-                group.kind = 1  # KIND_GPU
+        prefer_gpu(config, True)

@@ -172,3 +172,18 @@ def test_tensorrt_profile_choice_is_the_nearest_that_fits():
     assert err.message == ("failed to find any Optimization Profile among [ 0[0]] to support the "
                            "requested dimensions (or shape values), proceeding with first profile.")
     assert error_of(lambda: pick_profile([small, large], {"X": (2, 17)})).code == Code.INVALID_ARG
+
+
+def test_auto_kind_prefers_a_usable_gpu():
+    from pyserver.backends._common import prefer_gpu
+
+    raw = parse_config_text('name: "m"\ninstance_group [ { count: 2 }, { kind: KIND_CPU } ]')
+    prefer_gpu(raw, False)
+    assert [g.kind for g in raw.instance_group] == [0, 2]  # left to normalization (CPU here)
+    prefer_gpu(raw, True)
+    assert [g.kind for g in raw.instance_group] == [1, 2]  # KIND_GPU; an explicit CPU stays
+    empty = parse_config_text('name: "m"')
+    prefer_gpu(empty, True)
+    assert [g.kind for g in empty.instance_group] == [1]
+    normalized = normalize(empty, "m")
+    assert instance_placement(normalized, "m_0_0") == ("KIND_GPU", 0)
