@@ -29,6 +29,8 @@ def build_plan(onnx_bytes: bytes, profiles) -> bytes:
     if not parser.parse(onnx_bytes):
         raise RuntimeError("; ".join(str(parser.get_error(i)) for i in range(parser.num_errors)))
     config = builder.create_builder_config()
+    if hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)  # full FP32, to compare with numpy
     for low, opt, high in profiles:
         profile = builder.create_optimization_profile()
         profile.set_shape("INPUT0", (low, 64), (opt, 64), (high, 64))
