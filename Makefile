@@ -6,11 +6,13 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
+XXHASH_HEADER := /usr/include/xxhash.h
 
 .PHONY: install serve test test-csrc test-python test-gpu lint sanitize bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
-# frontend's HTTP/2 (each installed when missing).
+# frontend's HTTP/2, xxHash for the response cache (each installed when
+# missing).
 system-deps:
 	@if [ ! -f $(GTEST_HEADER) ]; then \
 	  echo "installing libgtest-dev"; \
@@ -21,6 +23,11 @@ system-deps:
 	  echo "installing libnghttp2-dev"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libnghttp2-dev >/dev/null; \
+	fi
+	@if [ ! -f $(XXHASH_HEADER) ]; then \
+	  echo "installing libxxhash-dev"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libxxhash-dev >/dev/null; \
 	fi
 
 $(VENV)/.deps: pyproject.toml requirements-test.txt

@@ -40,7 +40,7 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         bint summaries_enabled()
         vector[uint64_t] SummaryQuantiles(SummaryKind kind, const vector[double]& quantiles,
                                           uint64_t* count, uint64_t* sum_ns)
-        void RecordCacheHit(uint64_t ns)
+        void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns)
         void RecordCacheMiss(uint64_t ns)
         ModelStatsSnapshot Snapshot()
 

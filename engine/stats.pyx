@@ -15,8 +15,8 @@ cdef class ModelStats:
     def __cinit__(self):
         self.c = make_shared[CModelStats]()
 
-    def record_cache_hit(self, uint64_t ns):
-        self.c.get().RecordCacheHit(ns)
+    def record_cache_hit(self, uint64_t total_ns, uint64_t lookup_ns):
+        self.c.get().RecordCacheHit(total_ns, lookup_ns)
 
     def record_cache_miss(self, uint64_t ns):
         self.c.get().RecordCacheMiss(ns)

@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how many models load in parallel")
     p.add_argument("--exit-timeout-secs", type=int, default=30,
                    help="on SIGINT/SIGTERM, how long in-flight requests may take to finish")
+    p.add_argument("--cache-config", action="append", default=[], metavar="local,size=BYTES",
+                   help="the response cache (models opt in with response_cache { enable: true })")
+    p.add_argument("--response-cache-byte-size", type=int, default=0,
+                   help="deprecated: --cache-config local,size=BYTES")
+    p.add_argument("--pinned-memory-pool-byte-size", type=int, default=268435456,
+                   help="page-locked host memory for GPU staging (0 when no GPU is usable)")
     p.add_argument("--allow-client-shm", type=parse_bool, default=False,
                    help="let clients register system shared memory regions")
     p.add_argument("--allow-http", type=parse_bool, default=True)
@@ -73,13 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args) -> int:
+    from pyserver.core.response_cache import CacheConfigError, parse_cache_config
     from pyserver.core.server import Server
     from pyserver.frontends.http import HttpFrontend
     from pyserver.metrics import MetricsConfig, MetricsConfigError
 
     try:
         metrics_config = MetricsConfig.from_args(args)
-    except MetricsConfigError as err:
+        cache_bytes = parse_cache_config(args.cache_config, args.response_cache_byte_size)
+    except (MetricsConfigError, CacheConfigError) as err:
         log.error("%s", err)
         return 1
 
@@ -100,7 +108,9 @@ async def serve(args) -> int:
                     model_control_mode=args.model_control_mode, load_models=args.load_model,
                     allow_client_shm=args.allow_client_shm,
                     repository_poll_secs=args.repository_poll_secs,
-                    model_config_name=args.model_config_name)
+                    model_config_name=args.model_config_name,
+                    pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
+                    response_cache_byte_size=cache_bytes)
     await server.start()
     log.info("\n%s", model_table(server.repository_index()))
     frontends = []

@@ -18,16 +18,11 @@ same registry the prometheus_client way.
 
 What a Triton build has and this one does not (yet):
 
-* latency summaries (``--metrics-config summary_latencies=true``) and the
-  first-response histogram (``histogram_latencies=true``): quantiles need
-  every observation, and the engine keeps only sums and counts. They need a
-  quantile estimator inside csrc's ModelStats; feeding one from Python would
-  be a per-request Python call. The settings are accepted and a warning says
-  the families are not published.
+* the first-response histogram (``histogram_latencies=true``), which
+  matters for decoupled models: the setting is accepted and a warning says
+  the family is not published.
 * GPU metrics (``nv_gpu_*``, ``nv_energy_consumption``; DCGM in Triton):
   ``--allow-gpu-metrics`` is accepted, nothing is published.
-* the pinned memory pool: it does not exist in this CPU-only build, so its
-  two gauges read 0.
 """
 
 from __future__ import annotations
@@ -522,12 +517,14 @@ class EngineCollector:
         yield load
 
         # Server-wide, but registered between the model gauges and the cache
-        # counters in Triton, so written here. This build has no pinned
-        # memory pool (CPU only): both read 0 until csrc grows one.
+        # counters in Triton, so written here. Both read 0 when no CUDA
+        # device can pin memory, as in Triton on a machine without a GPU.
+        host_memory = getattr(self._server, "host_memory", None)
+        pinned_total, pinned_used = host_memory.gauges() if host_memory is not None else (0, 0)
         total = _family("nv_pinned_memory_pool_total_bytes", "gauge")
-        total.add({}, 0)
+        total.add({}, pinned_total)
         used = _family("nv_pinned_memory_pool_used_bytes", "gauge")
-        used.add({}, 0)
+        used.add({}, pinned_used)
         yield total
         yield used
 

@@ -68,8 +68,9 @@ void ModelStats::RecordExecution(uint32_t batch_size, uint64_t compute_input_ns,
   s.compute_output.ns += compute_output_ns;
 }
 
-void ModelStats::RecordCacheHit(uint64_t ns) {
-  cache_hit_.Add(1, ns);
+void ModelStats::RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns) {
+  success_.Add(1, total_ns);
+  cache_hit_.Add(1, lookup_ns);
   TouchLastInference();
 }
 

@@ -15,8 +15,10 @@ import logging
 from pyserver import __version__
 from pyserver.core import repository
 from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
 from pyserver.core.model_manager import ModelManager
+from pyserver.core.response_cache import ServerResponseCache, cache_usable, submit_cached
 from pyserver.core.settings import LogSettings, TraceSettings
 from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
@@ -133,7 +135,9 @@ class Server:
                  load_models: list[str] | None = None, allow_client_shm: bool = False,
                  auto_complete_config: bool = True, default_max_batch_size: int = 4,
                  summary_latencies: bool = False, repository_poll_secs: float = 15,
-                 model_config_name: str = ""):
+                 model_config_name: str = "",
+                 pinned_memory_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTES,
+                 response_cache_byte_size: int = 0):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -151,6 +155,10 @@ class Server:
         self.tracer = Tracer(self.trace_settings_store)
         from pyserver.core.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
+        self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
+        # --cache-config local,size=N: shared by models with response_cache.enable
+        self.response_cache = ServerResponseCache(response_cache_byte_size) \
+            if response_cache_byte_size > 0 else None
         from pyserver.metrics import CustomMetrics
         self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily, shown on /metrics
         self.models: ModelManager | None = None
@@ -399,6 +407,17 @@ class Server:
         mv = self._resolve(request.model_name, request.model_version)
         if mv.decoupled:
             raise DecoupledModelError()
+        if self.response_cache is not None and self._uses_cache(mv):
+            return submit_cached(self, mv, request, self.response_cache)
+        return self._enqueue(mv, request)
+
+    def _uses_cache(self, mv) -> bool:
+        uses = mv.__dict__.get("_uses_response_cache")
+        if uses is None:  # decided once per loaded version
+            uses = mv._uses_response_cache = cache_usable(mv, self.response_cache)
+        return uses
+
+    def _enqueue(self, mv: ModelVersion, request: InferRequest) -> asyncio.Future:
         future = self._loop.create_future()
         if self.tracer.active:
             pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()))
