@@ -302,3 +302,22 @@ def test_non_decoupled_model_answers_through_its_sender(tmp_path, start_server):
     assert "second send: Unable to send response. Non-decoupled model cannot send more than " \
         "one response." in err.value.message()
     assert infer(1).as_numpy("OUT").tolist() == [10]
+
+
+def test_worker_exit_ends_open_requests_with_an_error(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(3, mode="crash_later", request_id="c")
+        (ok, err1), (bad, err2) = stream.take(2)
+        assert err1 is None and idx(ok) == 0
+        assert bad is None
+        assert "python model 'repeat' instance 'repeat_0_0': the worker process" in str(err2)
+        assert "exited with code 3 before sending the final response" in str(err2)
+        # the worker is restarted and serves again
+        deadline = time.monotonic() + 30
+        while not repeat.server.model_ready("repeat") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stream.send(2, request_id="again")
+        assert [idx(r) for r, _ in stream.take(2)] == [0, 1]
+    finally:
+        stream.close()

@@ -9,11 +9,13 @@ request parameter "mode" picks other behaviours:
 - "return_list": execute returns a list (decoupled models must return None)
 - "after_final": sends after the final flag; NOTE of a later "report"
   request is the error that send raised
+- "crash_later": one response from a thread, then the worker process exits
 - "slow": n responses 50 ms apart from a thread (NOTE, and that of a later
   "report", says whether the request was cancelled when the last was due)
 """
 
 import json
+import os
 import threading
 import time
 
@@ -43,6 +45,9 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             if mode == "return_list":
                 return [response(n, 0)]
+            if mode == "crash_later":
+                threading.Thread(target=self.crash_later, args=(sender, n)).start()
+                continue
             if mode == "thread" or mode == "slow":
                 t = threading.Thread(target=self.send_later, args=(sender, n, mode == "slow"))
                 t.start()
@@ -81,6 +86,11 @@ class TritonPythonModel:
                 self.last_error = note
             sender.send(response(n, i, note))
         sender.send(flags=FINAL)
+
+    def crash_later(self, sender, n):
+        time.sleep(0.05)  # execute has returned: only the open request is left
+        sender.send(response(n, 0))
+        os._exit(3)
 
     def finalize(self):
         for t in self.threads:
