@@ -12,12 +12,15 @@ same session options at the batch sizes pyserver formed.
    one stream per connection, for a fixed window after a warm-up.
 2. The model's statistics (batch_stats) before and after the window give
    how many batches of each size pyserver executed.
-3. With the server stopped (the cores to itself), the same model runs in
+3. With the server idle (the cores to itself), the same model runs in
    this process through onnxruntime.InferenceSession.run at each of those
    batch sizes; its throughput is the rows/s those batches would take:
    sum(count_b * b) / sum(count_b * time_b).
 4. ratio = pyserver infer/s / direct infer/s (target >= 0.9). The server's
-   own compute_infer time per batch is printed beside it.
+   own compute_infer time per batch gives the backend-only "execution
+   ratio" beside it. Steps 2-3 repeat (--rounds) and the median round
+   counts, so that a burst of other work on the machine moves one round
+   and not the answer.
 
 Prints JSON. Needs h2load (Debian package nghttp2-client).
 """
@@ -80,42 +83,92 @@ def batch_counts(port: int) -> tuple[dict, dict, int, int]:
             int(inf.get("fail", {}).get("count", 0)))
 
 
-def direct_seconds_per_batch(model_path: Path, config, sizes, features: int,
-                             budget_s: float) -> dict:
-    """Seconds one InferenceSession.run takes at each batch size, with the
-    session options pyserver gives a single instance."""
-    import numpy as np
-    import onnxruntime as ort
+class DirectRunner:
+    """The model in this process through onnxruntime.InferenceSession.run,
+    with the session options pyserver gives a single instance."""
 
-    from pyserver.backends._common import cpu_count
-    from pyserver.backends.onnxruntime import session_options
+    def __init__(self, model_path: Path, config, features: int):
+        import numpy as np
+        import onnxruntime as ort
 
-    options, run_options = session_options(config, cpu_count())
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    per_size = max(0.2, budget_s / max(1, len(sizes)))
-    result = {}
-    for size in sizes:
-        x = rng.standard_normal((size, features)).astype(np.float32)
-        for _ in range(20):  # warm-up
-            session.run(["OUTPUT0"], {"INPUT0": x}, run_options)
-        best = None
-        deadline = time.perf_counter() + per_size
-        while time.perf_counter() < deadline:  # best of several timed rounds
-            n = 50
-            start = time.perf_counter()
-            for _ in range(n):
-                session.run(["OUTPUT0"], {"INPUT0": x}, run_options)
-            each = (time.perf_counter() - start) / n
-            best = each if best is None else min(best, each)
-        result[size] = best
-    return result
+        from pyserver.backends._common import cpu_count
+        from pyserver.backends.onnxruntime import session_options
+
+        options, self.run_options = session_options(config, cpu_count())
+        self.session = ort.InferenceSession(str(model_path), options,
+                                            providers=["CPUExecutionProvider"])
+        self.features = features
+        self.rng = np.random.default_rng(0)
+
+    def seconds_per_batch(self, sizes, budget_s: float) -> dict:
+        """Best-of-rounds seconds one run takes at each batch size."""
+        import numpy as np
+
+        per_size = max(0.2, budget_s / max(1, len(sizes)))
+        result = {}
+        for size in sizes:
+            x = self.rng.standard_normal((size, self.features)).astype(np.float32)
+            for _ in range(10):  # warm-up
+                self.session.run(["OUTPUT0"], {"INPUT0": x}, self.run_options)
+            best = None
+            deadline = time.perf_counter() + per_size
+            while time.perf_counter() < deadline:
+                n = 20
+                start = time.perf_counter()
+                for _ in range(n):
+                    self.session.run(["OUTPUT0"], {"INPUT0": x}, self.run_options)
+                each = (time.perf_counter() - start) / n
+                best = each if best is None else min(best, each)
+            result[size] = best
+        return result
+
+
+def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log: Path) -> dict:
+    """One window of load through pyserver, then (the server idle) the same
+    batches through onnxruntime directly."""
+    counts0, ns0, ok0, fail0 = batch_counts(port)
+    loop0, proc0 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
+    served = run_h2load(port, body, args.concurrency, args.duration, log)
+    loop1, proc1 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
+    counts1, ns1, ok1, fail1 = batch_counts(port)
+    batches = {b: counts1[b] - counts0.get(b, 0) for b in counts1 if counts1[b] > counts0.get(b, 0)}
+    server_ns = {b: ns1[b] - ns0.get(b, 0) for b in batches}
+    rows = sum(b * n for b, n in batches.items())
+    if not batches or rows == 0:
+        raise RuntimeError("pyserver executed no batches: " + json.dumps(served))
+    seconds = direct.seconds_per_batch(sorted(batches), budget_s=max(2.0, args.duration / 2))
+    direct_busy = sum(n * seconds[b] for b, n in batches.items())
+    direct_rate = rows / direct_busy
+    requests = max(1, ok1 - ok0)
+    return {
+        "pyserver_infer_per_s": round(served["infer_per_s"], 1),
+        "direct_onnxruntime_infer_per_s": round(direct_rate, 1),
+        "ratio": round(served["infer_per_s"] / direct_rate, 3),
+        # The backend's share alone: direct run time / the server's own
+        # compute_infer time for the same batches (1.0: no cost added there).
+        "execution_ratio": round(direct_busy * 1e9 / max(1, sum(server_ns.values())), 3),
+        "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
+        "failed": served["h2_failed"] + (fail1 - fail0),
+        "failed_in_model": fail1 - fail0,
+        "requests": ok1 - ok0,
+        # Where the server's CPU went, per request: its event-loop thread
+        # (protocol, validation, batching hand-off) and the whole process.
+        "server_loop_cpu_us_per_request": round((loop1 - loop0) * 1e6 / requests, 1),
+        "server_process_cpu_us_per_request": round((proc1 - proc0) * 1e6 / requests, 1),
+        "mean_batch": round(rows / sum(batches.values()), 2),
+        "batches": {str(b): n for b, n in sorted(batches.items())},
+        "direct_us_per_batch": {str(b): round(seconds[b] * 1e6, 1) for b in sorted(batches)},
+        "server_compute_infer_us_per_batch": {
+            str(b): round(server_ns[b] / batches[b] / 1e3, 1) for b in sorted(batches)},
+    }
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="load windows, each followed by its direct measurement; the median counts")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--inputs", type=int, default=1024, help="MLP input features")
     p.add_argument("--hidden", type=int, default=4096, help="MLP hidden units")
@@ -135,71 +188,50 @@ def main():
     features = weights["w1"].shape[0]
     body = tmp / "request.bin"
     body.write_bytes(request_body(features))
+    model_dir = tmp / "models" / MODEL
+    direct = DirectRunner(model_dir / "1" / "model.onnx",
+                          normalize(load_config_file(model_dir / "config.pbtxt"), MODEL), features)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(tmp / "models"), str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
+    rounds = []
     try:
         line = server.stdout.readline()
         if line.strip() != "READY":
             server.kill()
             sys.exit("server did not start: " + server.stderr.read()[-3000:])
         run_h2load(port, body, args.concurrency, args.warmup, None)
-        counts0, ns0, ok0, fail0 = batch_counts(port)
-        loop0, proc0 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
-        served = run_h2load(port, body, args.concurrency, args.duration, tmp / "h2load.log")
-        loop1, proc1 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
-        counts1, ns1, ok1, fail1 = batch_counts(port)
+        for number in range(args.rounds):
+            row = measure_round(server, port, body, args, direct, tmp / "h2load.log")
+            rounds.append(row)
+            print(f"round {number + 1}: pyserver {row['pyserver_infer_per_s']:.0f} infer/s (mean "
+                  f"batch {row['mean_batch']:.1f}) vs onnxruntime direct "
+                  f"{row['direct_onnxruntime_infer_per_s']:.0f} infer/s at the same batches: ratio "
+                  f"{row['ratio']:.3f}, execution ratio {row['execution_ratio']:.3f}, "
+                  f"failed {row['failed']}", file=sys.stderr)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
-
-    batches = {b: counts1[b] - counts0.get(b, 0) for b in counts1 if counts1[b] > counts0.get(b, 0)}
-    server_ns = {b: ns1[b] - ns0.get(b, 0) for b in batches}
-    rows = sum(b * n for b, n in batches.items())
-    failed = served["h2_failed"] + (fail1 - fail0)
-    if not batches or rows == 0:
-        sys.exit("pyserver executed no batches: " + json.dumps(served))
-
-    model_dir = tmp / "models" / MODEL
-    config = normalize(load_config_file(model_dir / "config.pbtxt"), MODEL)
-    seconds = direct_seconds_per_batch(model_dir / "1" / "model.onnx", config, sorted(batches),
-                                       features, budget_s=max(3.0, args.duration / 2))
-    direct_busy = sum(n * seconds[b] for b, n in batches.items())
-    direct_rate = rows / direct_busy
-    ratio = served["infer_per_s"] / direct_rate
-    mean_batch = rows / sum(batches.values())
+        shutil.rmtree(tmp, ignore_errors=True)
+    median = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
     result = {
         "model": f"mlp onnx FP32 [{features}]->[{args.hidden}]->[16]",
         "protocol": f"grpc (h2load -c {args.concurrency} -m 1), dynamic_batching {{ }}",
         "cores": os.cpu_count(),
-        "pyserver_infer_per_s": round(served["infer_per_s"], 1),
-        "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
-        "failed": failed,
-        "requests_in_window": ok1 - ok0,
-        # Where the server's CPU went, per request: its event-loop thread
-        # (protocol, validation, batching hand-off) and the whole process.
-        "server_loop_cpu_us_per_request": round((loop1 - loop0) * 1e6 / max(1, ok1 - ok0), 1),
-        "server_process_cpu_us_per_request": round((proc1 - proc0) * 1e6 / max(1, ok1 - ok0), 1),
-        "mean_batch": round(mean_batch, 2),
-        "batches": {str(b): n for b, n in sorted(batches.items())},
-        "direct_onnxruntime_infer_per_s": round(direct_rate, 1),
-        "direct_us_per_batch": {str(b): round(seconds[b] * 1e6, 1) for b in sorted(batches)},
-        "server_compute_infer_us_per_batch": {
-            str(b): round(server_ns[b] / batches[b] / 1e3, 1) for b in sorted(batches)},
-        "ratio": round(ratio, 3),
-        # The backend's share alone: direct run time / the server's own
-        # compute_infer time for the same batches (1.0: no cost added there).
-        "execution_ratio": round(direct_busy * 1e9 / max(1, sum(server_ns.values())), 3),
+        "ratio": median["ratio"],
+        "execution_ratio": median["execution_ratio"],
         "target": 0.9,
+        "median_round": median,
+        "rounds": [{k: r[k] for k in ("pyserver_infer_per_s", "direct_onnxruntime_infer_per_s",
+                                      "ratio", "execution_ratio", "mean_batch", "failed")}
+                   for r in rounds],
     }
-    shutil.rmtree(tmp, ignore_errors=True)
-    print(f"backend overhead: pyserver {result['pyserver_infer_per_s']:.0f} infer/s (mean batch "
-          f"{mean_batch:.1f}) vs onnxruntime direct {direct_rate:.0f} infer/s at the same batches: "
-          f"ratio {ratio:.3f} (target >= 0.9), failed {failed}", file=sys.stderr)
+    print(f"backend overhead (median of {len(rounds)}): ratio {median['ratio']:.3f} (target >= 0.9), "
+          f"execution ratio {median['execution_ratio']:.3f}", file=sys.stderr)
     print(json.dumps(result, indent=2))
 
 
