@@ -9,6 +9,13 @@ traceback. ``execute_requests`` (called on the instance's thread, one batch
 at a time) writes the batch's tensors into the input region, sends one
 message, and reads back one per-request result each.
 
+Decoupled models answer through their requests' response senders: each
+response arrives on the worker's control channel (read by its own thread)
+and goes into the request's ResponseStream (see Server.submit_stream),
+during execute or long after; the batch completing only releases the
+requests. A BLS call, a custom metric or model control from the model is
+handled by services.py.
+
 Supervision: a waiter thread per worker notices its exit however it happens.
 A worker that dies fails the batch it was running with an error that names
 the model, the instance, the exit code or signal and the Python traceback of

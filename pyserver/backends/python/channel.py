@@ -11,6 +11,10 @@ pyserver).
   needs more room grows the file and says the new size in its message; the
   reader remaps.
 
+- ``Arena``: blocks of a region for traffic with many messages in flight
+  at once (decoupled responses, BLS requests and results): allocated by the
+  writer per tensor, freed when the reader is done with them.
+
 Which kind of shared memory backs the regions is decided once per server
 process (``shm_kind``): ``memfd`` (Linux memfd_create: anonymous shared
 memory that does not count against /dev/shm, so a container's small default

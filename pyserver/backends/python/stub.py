@@ -1,8 +1,8 @@
 """The worker process of one Python-model instance (Triton's "stub").
 
 Started by pyserver.backends.python.backend as
-``python stub.py <mode> <main_fd> <ctrl_fd> <in_fd> <out_fd> <crash_fd> <region_size>``
-with the descriptors inherited; it imports nothing from pyserver, so it
+``python stub.py <mode> <main_fd> <ctrl_fd> <in_fd> <out_fd> <crash_fd> <region_size>
+<up_fd> <down_fd> <async_size>`` with the descriptors inherited; it imports nothing from pyserver, so it
 starts as fast as the interpreter and numpy allow.
 
 mode ``instance``: imports the model, builds ``TritonPythonModel``, calls
@@ -14,8 +14,12 @@ on the config it is sent, answers the completed config, and exits.
 Two sockets: ``main`` carries the request/response exchange the server's
 instance thread drives (plus the questions a model asks while it executes,
 such as ``is_cancelled``); ``ctrl`` carries what may happen at any time
-(``is_ready`` checks, log records). Tensor data travels through the two
-shared regions described in channel.py. Fatal signals (SIGSEGV ...) write a
+(``is_ready`` checks, log records, and the model's own requests: decoupled
+responses, BLS calls, custom metrics, model control, each answered by a
+``("reply", seq, payload, final)``). Batch tensors travel through the two
+main shared regions; the asynchronous traffic through two more ("up",
+written here block by block through a channel.Arena, and "down", written
+by the server), see channel.py. Fatal signals (SIGSEGV ...) write a
 Python traceback to the crash descriptor, which the server reads to explain
 the crash.
 """
@@ -475,8 +479,17 @@ class Worker:
                     sys.stderr.write("pyserver worker: a reply handler failed\n"
                                      + traceback.format_exc())
             elif kind == "is_ready":
-                reply = self._is_ready() if self.model is not None else (False, "not initialized")
-                self.ctrl.send(("is_ready", msg[1]) + reply)
+                # On its own thread: a slow is_ready() must not hold up the
+                # replies this thread routes (a BLS call waiting on one).
+                threading.Thread(target=self._answer_is_ready, args=(msg[1],),
+                                 daemon=True).start()
+
+    def _answer_is_ready(self, seq):
+        reply = self._is_ready() if self.model is not None else (False, "not initialized")
+        try:
+            self.ctrl.send(("is_ready", seq) + reply)
+        except OSError:
+            pass
 
     def _is_ready(self):
         try:
