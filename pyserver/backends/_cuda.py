@@ -1,7 +1,9 @@
-"""The CUDA runtime, loaded when first needed (ctypes over libcudart), so a
-CPU install needs no CUDA: device count, streams, device memory, pinned
-host memory and async copies, for backends that drive a GPU themselves
-(TensorRT). ctypes releases the GIL around every call.
+"""The parts of the CUDA runtime the engine's csrc loader does not cover,
+loaded when first needed (ctypes over libcudart) so a CPU install needs no
+CUDA: device memory, async copies, the current device, waiting on a
+stream; for backends that drive a GPU themselves (TensorRT). Streams and
+pinned host memory come from the engine (pyserver.engine.memory). ctypes
+releases the GIL around every call.
 
 libcudart is looked up as the system linker finds it and in the NVIDIA
 wheels' folders (nvidia-cuda-runtime-cu12 and friends, which tensorrt and
@@ -20,8 +22,6 @@ import numpy as np
 
 _MEMCPY_HOST_TO_DEVICE = 1
 _MEMCPY_DEVICE_TO_HOST = 2
-_STREAM_NON_BLOCKING = 1
-_HOST_ALLOC_PORTABLE = 1
 
 _lock = threading.Lock()
 _lib: list = []  # [CDLL] once loaded
@@ -69,13 +69,9 @@ def _declare(lib) -> None:
     signatures = {
         "cudaGetDeviceCount": [ctypes.POINTER(c_int)],
         "cudaSetDevice": [c_int],
-        "cudaStreamCreateWithFlags": [ctypes.POINTER(c_void_p), ctypes.c_uint],
-        "cudaStreamDestroy": [c_void_p],
         "cudaStreamSynchronize": [c_void_p],
         "cudaMalloc": [ctypes.POINTER(c_void_p), c_size],
         "cudaFree": [c_void_p],
-        "cudaHostAlloc": [ctypes.POINTER(c_void_p), c_size, ctypes.c_uint],
-        "cudaFreeHost": [c_void_p],
         "cudaMemcpyAsync": [c_void_p, c_void_p, c_size, c_int, c_void_p],
     }
     for name, args in signatures.items():
@@ -106,22 +102,9 @@ def set_device(device: int) -> None:
     check(runtime().cudaSetDevice(device), f"cudaSetDevice({device})")
 
 
-class Stream:
-    """A non-blocking CUDA stream on the current device."""
-
-    def __init__(self):
-        handle = ctypes.c_void_p()
-        check(runtime().cudaStreamCreateWithFlags(ctypes.byref(handle), _STREAM_NON_BLOCKING),
-              "cudaStreamCreateWithFlags")
-        self.handle = handle.value or 0
-
-    def synchronize(self) -> None:
-        check(runtime().cudaStreamSynchronize(self.handle), "cudaStreamSynchronize")
-
-    def close(self) -> None:
-        if self.handle:
-            runtime().cudaStreamDestroy(self.handle)
-            self.handle = 0
+def synchronize(stream: int) -> None:
+    """Waits for the work queued on a stream (a cudaStream_t handle)."""
+    check(runtime().cudaStreamSynchronize(stream), "cudaStreamSynchronize")
 
 
 class DeviceBuffer:
@@ -145,36 +128,13 @@ class DeviceBuffer:
             self.ptr, self.nbytes = 0, 0
 
 
-class PinnedBuffer:
-    """Page-locked host memory (cudaHostAlloc) that grows on demand; copies
-    from it to the GPU and back run asynchronously on a stream."""
-
-    def __init__(self):
-        self.ptr = 0
-        self.nbytes = 0
-
-    def view(self, nbytes: int, dtype, shape) -> np.ndarray:
-        if nbytes > self.nbytes:
-            self.close()
-            ptr = ctypes.c_void_p()
-            size = max(nbytes, 4096)
-            check(runtime().cudaHostAlloc(ctypes.byref(ptr), size, _HOST_ALLOC_PORTABLE),
-                  f"cudaHostAlloc({size})")
-            self.ptr, self.nbytes = ptr.value or 0, size
-        raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(self.ptr)
-        return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
-
-    def close(self) -> None:
-        if self.ptr:
-            runtime().cudaFreeHost(self.ptr)
-            self.ptr, self.nbytes = 0, 0
-
-
-def copy_to_device(dst: int, src: np.ndarray, stream: Stream) -> None:
+def copy_to_device(dst: int, src: np.ndarray, stream: int) -> None:
+    """Queues a copy of a (pinned, for it to be asynchronous) host array to
+    device memory on the stream."""
     check(runtime().cudaMemcpyAsync(dst, src.ctypes.data, src.nbytes, _MEMCPY_HOST_TO_DEVICE,
-                                    stream.handle), "cudaMemcpyAsync(host to device)")
+                                    stream), "cudaMemcpyAsync(host to device)")
 
 
-def copy_to_host(dst: np.ndarray, src: int, stream: Stream) -> None:
+def copy_to_host(dst: np.ndarray, src: int, stream: int) -> None:
     check(runtime().cudaMemcpyAsync(dst.ctypes.data, src, dst.nbytes, _MEMCPY_DEVICE_TO_HOST,
-                                    stream.handle), "cudaMemcpyAsync(device to host)")
+                                    stream), "cudaMemcpyAsync(device to host)")

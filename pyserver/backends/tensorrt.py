@@ -3,14 +3,16 @@ TensorRT runtime (Python bindings, TensorRT 10 tensor API), as Triton's
 tensorrt backend runs a plan:
 
 - the plan is deserialized once per GPU and shared by that GPU's
-  instances; each instance has its own CUDA stream and one execution
-  context per optimization profile it may use (`instance_group.profile`,
-  all of them by default);
+  instances; each instance has one execution context per optimization
+  profile it may use (`instance_group.profile`, all of them by default);
 - I/O tensors are bound by name; for each batch the profile whose
   [min, max] range holds every input shape and whose opt shape is nearest
   (Manhattan distance) is chosen, as Triton does;
-- inputs are staged through pinned host memory and copied to the GPU
-  asynchronously on the instance's stream; outputs come back the same way.
+- each instance runs on a stream of the engine's CUDA stream pool for its
+  GPU (csrc); inputs are staged in blocks of the server's pinned memory
+  pool (--pinned-memory-pool-byte-size) and copied to the GPU
+  asynchronously on that stream; outputs come back the same way, and are
+  returned in their pinned blocks, which go back to the pool once sent.
 
 Without the tensorrt package, a CUDA runtime or a GPU, a model fails to
 load and says which is missing; a KIND_CPU instance is refused with
@@ -39,6 +41,7 @@ from pyserver.backends._common import (
     prefer_gpu,
 )
 from pyserver.core.errors import Code, ServerError
+from pyserver.engine.memory import CudaStreamPool
 
 log = logging.getLogger("pyserver")
 
@@ -57,6 +60,34 @@ _CONFIG_TO_NUMPY = {
 }
 
 _logger = trt.Logger(trt.Logger.WARNING)
+_STREAMS_PER_GPU = 8
+_stream_pools: dict = {}  # device -> CudaStreamPool
+_fallback_host_memory: list = []
+
+
+def _stream_for(device: int) -> int:
+    """A stream of the device's pool (round-robin: up to _STREAMS_PER_GPU
+    instances on one GPU each get their own)."""
+    with _engines_lock:
+        pool = _stream_pools.get(device)
+        if pool is None:
+            pool = _stream_pools[device] = CudaStreamPool(device, _STREAMS_PER_GPU)
+        return pool.next()
+
+
+def _host_memory():
+    """The running server's pinned pool; a default-sized one when this
+    backend runs without a Server (embedding, tools)."""
+    from pyserver.core import server as core
+
+    for running in list(core._RUNNING):
+        memory = getattr(running, "host_memory", None)
+        if memory is not None:
+            return memory
+    if not _fallback_host_memory:
+        from pyserver.core.host_memory import HostMemory
+        _fallback_host_memory.append(HostMemory())
+    return _fallback_host_memory[0]
 _engines_lock = threading.Lock()
 _engines: dict = {}  # (plan path, device) -> [runtime, engine, users]
 
@@ -93,13 +124,13 @@ class _Profile:
     """An execution context bound to one optimization profile, with that
     profile's [min, opt, max] shape per input."""
 
-    def __init__(self, engine, index: int, label: str, inputs: list, stream):
+    def __init__(self, engine, index: int, label: str, inputs: list, stream: int):
         self.index = index
         self.label = label
         self.context = engine.create_execution_context()
         if self.context is None:
             raise ServerError(Code.INTERNAL, "unable to create TensorRT execution context")
-        if index != 0 and not self.context.set_optimization_profile_async(index, stream.handle):
+        if index != 0 and not self.context.set_optimization_profile_async(index, stream):
             raise ServerError(Code.INVALID_ARG, f"unable to set optimization profile {label}"
                                                 f"[{index}]")
         self.ranges = {name: tuple(tuple(d) for d in engine.get_tensor_profile_shape(name, index))
@@ -163,7 +194,8 @@ class TensorRTBackend:
                                                 f"needs input(s) {missing} that the "
                                                 "configuration does not declare")
         self.requested_outputs = [t.name for t in config.output]
-        self.stream = _cuda.Stream()
+        self.stream = _stream_for(self.device)
+        self.host_memory = _host_memory()
         group = next((g for g in config.instance_group
                       if instance_name.startswith(g.name + "_")), None)
         chosen = [int(p) for p in group.profile] if group is not None and group.profile else \
@@ -178,9 +210,8 @@ class TensorRTBackend:
         labels = {i: str(i) for i in chosen} if group is not None and group.profile else \
             {i: "default" if engine.num_optimization_profiles == 1 else str(i) for i in chosen}
         self.profiles = [_Profile(engine, i, labels[i], self.inputs, self.stream) for i in chosen]
-        self.stream.synchronize()
+        _cuda.synchronize(self.stream)
         self.device_buffers = {n: _cuda.DeviceBuffer() for n in self.inputs + self.outputs}
-        self.pinned = {n: _cuda.PinnedBuffer() for n in self.inputs + self.outputs}
         self.output_reshape = {t.name: tuple(t.dims) for t in config.output if t.HasField("reshape")}
         self.batching = config.max_batch_size > 0
 
@@ -196,10 +227,12 @@ class TensorRTBackend:
         profile = self._pick_profile(shapes)
         context = profile.context
         stream = self.stream
+        staged_inputs = []  # kept alive until the copies are done
         for name, value in inputs.items():
             dtype = _CONFIG_TO_NUMPY[self.types[name]]
-            staged = self.pinned[name].view(value.size * np.dtype(dtype).itemsize, dtype, value.shape)
+            staged = self.host_memory.empty(value.shape, dtype)
             np.copyto(staged, value, casting="no" if value.dtype == dtype else "unsafe")
+            staged_inputs.append(staged)
             ptr = self.device_buffers[name].reserve(staged.nbytes)
             _cuda.copy_to_device(ptr, staged, stream)
             if not context.set_input_shape(name, shapes[name]):
@@ -219,33 +252,31 @@ class TensorRTBackend:
             ptr = self.device_buffers[name].reserve(nbytes)
             context.set_tensor_address(name, ptr)
             if name in self.types:
-                staged_outputs[name] = (self.pinned[name].view(nbytes, dtype, shape), ptr)
-        if not context.execute_async_v3(stream.handle):
+                staged_outputs[name] = (self.host_memory.empty(shape, dtype), ptr)
+        if not context.execute_async_v3(stream):
             raise ServerError(Code.INTERNAL,
                               f"unable to enqueue for inference of model '{self.name}'")
         for staged, ptr in staged_outputs.values():
             _cuda.copy_to_host(staged, ptr, stream)
-        stream.synchronize()  # waits with the GIL released (a ctypes call)
+        _cuda.synchronize(stream)  # waits with the GIL released (a ctypes call)
         results = {}
         for name, (staged, _) in staged_outputs.items():
-            value = staged.copy()  # the pinned buffer is reused by the next batch
+            # Returned in its pinned block: the block goes back to the pool
+            # when the response no longer refers to it.
             dims = self.output_reshape.get(name)
             if dims is not None:
-                value = value.reshape(((value.shape[0],) if self.batching else ()) + dims)
-            results[name] = value
+                staged = staged.reshape(((staged.shape[0],) if self.batching else ()) + dims)
+            results[name] = staged
         return results
 
     def close(self) -> None:
         stream = getattr(self, "stream", None)
         if stream is not None:
-            stream.synchronize()
-        self.profiles = []
-        for buffers in (getattr(self, "device_buffers", {}), getattr(self, "pinned", {})):
-            for buffer in buffers.values():
-                buffer.close()
-        if stream is not None:
-            stream.close()
+            _cuda.synchronize(stream)
             self.stream = None
+        self.profiles = []
+        for buffer in getattr(self, "device_buffers", {}).values():
+            buffer.close()
         if getattr(self, "engine", None) is not None:
             self.engine = None
             _release_engine(self.model_path, self.device)
