@@ -72,6 +72,10 @@ def test_tensorrt_mlp_two_instances(tmp_path, serve, plans, batching):
     stats = check_mlp(s, "mlp_trt", weights)
     if batching:
         assert stats["execution_count"] < 48
+    # Inputs and outputs were staged in the server's page-locked pool.
+    pool = s.server.host_memory.stats()
+    assert pool["pinned"] and pool["allocations"] > 0
+    assert s.server.host_memory.gauges()[0] > 0
 
 
 def test_tensorrt_profiles(tmp_path, serve, plans):
