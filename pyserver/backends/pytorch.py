@@ -124,8 +124,12 @@ class PyTorchBackend:
         _set_threads(self.intra_threads, int_param(config, "INTER_OP_THREAD_COUNT", 0))
 
         self.module = self._load(model_path, weight_sharing)
-        self._validate_inputs(config)
-        self._validate_outputs(config)
+        try:
+            self._validate_inputs(config)
+            self._validate_outputs(config)
+        except BaseException:
+            self.close()  # gives back a shared module
+            raise
         self._thread_ready = threading.local()
 
     @staticmethod
