@@ -66,27 +66,32 @@ class ResponseStream:
     order sent; nothing is delivered after the final one or a cancel.
     """
 
-    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "released")
+    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "released")
 
     def __init__(self, loop, on_response):
         self._loop = loop
         self._on_response = on_response
         self._final = False
         self._cancelled = False
+        self._dropping = False
         self.released = False
 
     # -- the engine's side (event loop) ----------------------------------------
 
     def done(self) -> bool:
-        return self._final or self._cancelled
+        return self._final or self._dropping
 
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def cancel(self) -> bool:
+    def cancel(self, drop: bool = True) -> bool:
+        """Marks the request cancelled (the model sees it); with ``drop``
+        nothing more is delivered, else its responses still come, up to the
+        final one (a BLS caller keeps reading its iterator)."""
         if self._final or self._cancelled:
             return False
         self._cancelled = True
+        self._dropping = drop
         return True
 
     def set_result(self, response) -> None:
@@ -104,7 +109,7 @@ class ResponseStream:
         self._loop.call_soon_threadsafe(self._deliver, response, error, final)
 
     def _deliver(self, response, error, final) -> None:
-        if self._final or self._cancelled:
+        if self._final or self._dropping:
             return
         if final:
             self._final = True
@@ -460,6 +465,16 @@ class Server:
         if handle is not None and handle[0].cancel(handle[1]):
             return  # the completion path fails the future as CANCELLED
         future.cancel()
+
+    def cancel_stream(self, stream: ResponseStream) -> None:
+        """Cancels a submit_stream request but keeps delivering what it
+        still sends, up to its final response (BLS iterators): a queued
+        request ends at once with CANCELLED, a running one sees
+        is_cancelled()."""
+        handle = self._handles.get(stream)
+        if handle is not None and handle[0].cancel(handle[1]):
+            return
+        stream.cancel(drop=False)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.submit(request)

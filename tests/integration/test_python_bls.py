@@ -116,3 +116,11 @@ def test_bls_to_a_decoupled_model(bls_server):
     assert result.as_numpy("OUTPUT1").tolist() == [1]  # the final flag, as an empty response
     result = call(bls_server, "bls_async", A[:3], B[:3], decoupled=True)
     assert result.as_numpy("OUTPUT0").tolist() == [0, 1, 2]
+
+
+def test_cancelling_a_decoupled_bls_call(bls_server):
+    """The called model sees is_cancelled(); what it still sends arrives,
+    up to its final response, so the iterator ends."""
+    result = call(bls_server, "bls", A, B, mode="cancel")
+    assert result.as_numpy("OUTPUT0").tolist() == [0, 1, 2, 3]
+    assert result.as_numpy("OUTPUT1").tolist() == [1]

@@ -707,7 +707,7 @@ class PythonBackend:
         elif kind == "cancelled":
             p = self._open.get(msg[2])
             worker.reply(msg[1], bool(p is not None and p.future.cancelled()))
-        elif kind in ("bls", "metric", "model"):
+        elif kind in ("bls", "bls_cancel", "metric", "model"):
             if self._services is None:
                 from pyserver.backends.python.services import Services
 

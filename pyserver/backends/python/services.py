@@ -37,11 +37,18 @@ class Services:
 
     def __init__(self, backend):
         self.backend = backend
+        self._streams: dict = {}  # (worker, seq) -> ResponseStream of a decoupled BLS call
 
     def handle(self, worker, msg) -> None:
         kind = msg[0]
         if kind == "bls":
             self._bls(worker, msg)
+        elif kind == "bls_cancel":
+            try:
+                server = self.backend._server()
+            except ServerError:
+                return
+            server._loop.call_soon_threadsafe(self._bls_cancel, server, worker, msg[1])
         elif kind == "metric":
             self._metric(worker, msg)
         elif kind == "model":
@@ -90,7 +97,8 @@ class Services:
                     "'decoupled=True' argument to the 'exec' or 'async_exec' calls for "
                     "decoupled models.'")
             if decoupled:
-                server.submit_stream(request, functools.partial(self._bls_stream, worker, seq))
+                self._streams[(worker, seq)] = server.submit_stream(
+                    request, functools.partial(self._bls_stream, worker, seq))
             else:
                 server.submit(request).add_done_callback(
                     functools.partial(self._bls_done, worker, seq))
@@ -106,7 +114,14 @@ class Services:
             payload = ("bls", 0, None, None, _error_payload(err)[1:])
         worker.reply(seq, payload)
 
+    def _bls_cancel(self, server, worker, seq) -> None:
+        stream = self._streams.get((worker, seq))
+        if stream is not None:
+            server.cancel_stream(stream)
+
     def _bls_stream(self, worker, seq, response, error, final) -> None:
+        if final:
+            self._streams.pop((worker, seq), None)
         if error is not None:
             payload = ("bls", 0, None, None, _error_payload(error)[1:])
         elif response is not None:

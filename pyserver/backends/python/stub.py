@@ -254,7 +254,7 @@ class _Runtime:
             on_reply(response, final)
 
         try:
-            self.call(("bls", self.up.region.size, desc, encoded, decoupled), handler)
+            return self.call(("bls", self.up.region.size, desc, encoded, decoupled), handler)
         except BaseException:
             self.up.free(offsets)
             raise
@@ -282,8 +282,8 @@ class _Runtime:
 
     def bls_exec(self, request, decoupled):
         if decoupled:
-            call = _StreamedCall(self.pb)
-            self._bls_send(request, True, call.put)
+            call = _StreamedCall(self.pb, self)
+            call.seq = self._bls_send(request, True, call.put)
             return self.pb.ResponseIterator(call)
         box = []
         done = threading.Event()
@@ -307,7 +307,7 @@ class _Runtime:
                 future.set_result(value)
 
         if decoupled:
-            call = _StreamedCall(self.pb)
+            call = _StreamedCall(self.pb, self)
             iterator = self.pb.ResponseIterator(call)
             first = []
 
@@ -317,7 +317,7 @@ class _Runtime:
                     first.append(True)
                     loop.call_soon_threadsafe(settle, iterator)
 
-            self._bls_send(request, True, on_first)
+            call.seq = self._bls_send(request, True, on_first)
             return future
 
         def on_reply(response, final):
@@ -339,12 +339,15 @@ class _Runtime:
 class _StreamedCall:
     """The responses of one decoupled BLS call, queued for its iterator."""
 
-    def __init__(self, pb):
+    def __init__(self, pb, runtime):
         import queue
 
         self.pb = pb
+        self.runtime = runtime
+        self.seq = None
         self.queue = queue.SimpleQueue()
         self.finished = False
+        self.cancelled = False
 
     def put(self, response, final):
         if response is None:
@@ -362,7 +365,16 @@ class _StreamedCall:
         return item
 
     def cancel(self):
-        pass  # the server runs the request to its end; its responses are dropped
+        """Asks the server to cancel the request: the model it runs on sees
+        is_cancelled() (a queued one ends at once, CANCELLED); responses it
+        still sends arrive, up to the final one."""
+        if self.cancelled or self.finished or self.seq is None:
+            return
+        self.cancelled = True
+        try:
+            self.runtime.ctrl.send(("bls_cancel", self.seq))
+        except OSError:
+            pass
 
 
 def _triton_error(pb, code_name, message):

@@ -7,6 +7,10 @@
 - "mode" "decoupled": exec(decoupled=True) on the decoupled model "repeat"
   with IN = len(INPUT0); OUTPUT0 lists the IDX of every response, OUTPUT1
   says how many responses had no outputs (the final flag alone).
+- "mode" "cancel": exec(decoupled=True) on "repeat" in its "slow" mode,
+  cancel() after the first response, read on to the end; OUTPUT0 lists the
+  IDX received, OUTPUT1 is 1 when the last response says the model saw
+  the cancellation.
 - "mode" "wrong_input": sends INPUT0 only, as INT32.
 - "mode" "unary_to_decoupled": exec() without decoupled=True on "repeat".
 """
@@ -44,6 +48,25 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", np.array(seen, np.float32)),
                 pb_utils.Tensor("OUTPUT1", np.array([empty], np.float32))])
+        if mode == "cancel":
+            bls = pb_utils.InferenceRequest(
+                model_name="repeat", requested_output_names=["IDX", "NOTE"],
+                inputs=[pb_utils.Tensor("IN", np.array([len(a)], np.int32))],
+                parameters={"mode": "slow"})
+            responses = bls.exec(decoupled=True)
+            seen, note = [], b""
+            for response in responses:
+                if response.has_error():
+                    return pb_utils.InferenceResponse(error=response.error())
+                if not response.output_tensors():
+                    continue
+                seen.append(int(pb_utils.get_output_tensor_by_name(response, "IDX").as_numpy()[0]))
+                note = pb_utils.get_output_tensor_by_name(response, "NOTE").as_numpy()[0]
+                if len(seen) == 1:
+                    responses.cancel()
+            return pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", np.array(seen, np.float32)),
+                pb_utils.Tensor("OUTPUT1", np.array([note == b"cancelled"], np.float32))])
         if mode == "wrong_input":
             inputs = [pb_utils.Tensor("INPUT0", a.astype(np.int32))]
         else:
