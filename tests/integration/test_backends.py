@@ -22,7 +22,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 # torch.jit.script/load are deprecated in favour of torch.export, yet they are
 # what builds and loads the TorchScript files Triton's pytorch backend serves.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+# Request tensors reach torch as read-only views (no copy), as the backend
+# intends; torch warns about that once.
+pytestmark = [pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")]
 
 DYNAMIC = "dynamic_batching { max_queue_delay_microseconds: 20000 }"
 
