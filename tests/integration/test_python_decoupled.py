@@ -24,8 +24,8 @@ MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 def repeat(tmp_path, start_server):
     repo = tmp_path / "models"
     repo.mkdir()
-    shutil.copytree(MODELS / "repeat", repo / "repeat")
-    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    for name in ("repeat", "repeat_async", "add_sub"):
+        shutil.copytree(MODELS / name, repo / name)
     s = start_server(repo)
     frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
     s.call(frontend.start())
@@ -43,11 +43,11 @@ class Stream:
         self.results = queue.Queue()
         self.client.start_stream(lambda result, error: self.results.put((result, error)))
 
-    def send(self, n, request_id="", mode="", **kwargs):
+    def send(self, n, request_id="", mode="", model="repeat", **kwargs):
         inp = grpcclient.InferInput("IN", [1], "INT32")
         inp.set_data_from_numpy(np.array([n], np.int32))
         params = {"mode": mode} if mode else None
-        self.client.async_stream_infer("repeat", [inp], request_id=request_id,
+        self.client.async_stream_infer(model, [inp], request_id=request_id,
                                        parameters=params, **kwargs)
 
     def get(self, timeout=30):
@@ -319,5 +319,26 @@ def test_worker_exit_ends_open_requests_with_an_error(repeat):
             time.sleep(0.1)
         stream.send(2, request_id="again")
         assert [idx(r) for r, _ in stream.take(2)] == [0, 1]
+    finally:
+        stream.close()
+
+
+def test_async_decoupled_execute_runs_in_the_background(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        for rid in ("a", "b", "c"):
+            stream.send(5, request_id=rid, model="repeat_async", enable_empty_final_response=True)
+        got = stream.take(3 * 6)
+        by_id = {}
+        for result, error in got:
+            assert error is None
+            by_id.setdefault(result.get_response().id, []).append(result)
+        overlaps = []
+        for rid, results in by_id.items():
+            assert [idx(r) for r in results[:-1]] == [0, 1, 2, 3, 4]
+            assert final_flag(results[-1]) is True
+            overlaps.append(int(results[-2].as_numpy("NOTE")[0]))
+        # executes overlapped on the one instance (a synchronous one could not)
+        assert max(overlaps) >= 2
     finally:
         stream.close()
