@@ -24,7 +24,7 @@ def bls_server(tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("bls") / "models"
     repo.mkdir()
-    for name in ("bls", "bls_async", "add_sub", "repeat"):
+    for name in ("bls", "bls_async", "add_sub", "repeat", "bytes_echo"):
         shutil.copytree(MODELS / name, repo / name)
     write_add_sub(repo, name="onnx_add_sub", size=4, max_batch_size=0)
     write_add_sub(repo, name="onnx_big", size=1 << 20, max_batch_size=0)
@@ -123,4 +123,10 @@ def test_cancelling_a_decoupled_bls_call(bls_server):
     up to its final response, so the iterator ends."""
     result = call(bls_server, "bls", A, B, mode="cancel")
     assert result.as_numpy("OUTPUT0").tolist() == [0, 1, 2, 3]
+    assert result.as_numpy("OUTPUT1").tolist() == [1]
+
+
+def test_bls_with_bytes_tensors(bls_server):
+    result = call(bls_server, "bls", A, B, mode="bytes")
+    assert result.as_numpy("OUTPUT0").tolist() == [2, 0, 4]
     assert result.as_numpy("OUTPUT1").tolist() == [1]

@@ -11,6 +11,9 @@
   cancel() after the first response, read on to the end; OUTPUT0 lists the
   IDX received, OUTPUT1 is 1 when the last response says the model saw
   the cancellation.
+- "mode" "bytes": sends [[b"ab", b"", "cdé"]] (a BYTES tensor, batch of 1)
+  to "bytes_echo"; OUTPUT0 is its LENGTHS, OUTPUT1 is 1 when its UPPER is
+  the upper-cased text.
 - "mode" "wrong_input": sends INPUT0 only, as INT32.
 - "mode" "unary_to_decoupled": exec() without decoupled=True on "repeat".
 """
@@ -67,6 +70,19 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", np.array(seen, np.float32)),
                 pb_utils.Tensor("OUTPUT1", np.array([note == b"cancelled"], np.float32))])
+        if mode == "bytes":
+            text = np.array([[b"ab", b"", "cd\u00e9".encode()]], np.object_)
+            response = pb_utils.InferenceRequest(
+                model_name="bytes_echo", requested_output_names=["UPPER", "LENGTHS"],
+                inputs=[pb_utils.Tensor("TEXT", text)]).exec()
+            if response.has_error():
+                return pb_utils.InferenceResponse(error=response.error())
+            upper = pb_utils.get_output_tensor_by_name(response, "UPPER").as_numpy()
+            lengths = pb_utils.get_output_tensor_by_name(response, "LENGTHS").as_numpy()
+            same = upper.tolist() == [[b"AB", b"", "CD\u00e9".encode()]]
+            return pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", lengths.reshape(-1).astype(np.float32)),
+                pb_utils.Tensor("OUTPUT1", np.array([same], np.float32))])
         if mode == "wrong_input":
             inputs = [pb_utils.Tensor("INPUT0", a.astype(np.int32))]
         else:
