@@ -78,9 +78,13 @@ sanitize: system-deps $(VENV)/.deps
 # peers and matplotlib go into bench/.venvs/ on the first run; results in
 # bench/results/. `make bench BENCH_ARGS=--quick` for the short subset. The
 # single-part scripts (bench/*.py) run on their own.
-bench: install
+# The peers' venvs fill in the background while pyserver builds (python -m
+# bench retries any that failed).
+bench:
 	@command -v wrk >/dev/null && command -v h2load >/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk nghttp2-client >/dev/null; }
+	@$(PYTHON) -m bench.systems & peers=$$!; $(MAKE) --no-print-directory install; rc=$$?; \
+	  wait $$peers; exit $$rc
 	$(VPY) -m bench $(BENCH_ARGS)
 
 clean:

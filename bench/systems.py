@@ -233,3 +233,12 @@ def start_mlserver(repo: Path, log: Path, models: list) -> Server:
 
 
 STARTERS = {"pyserver": start_pyserver, "triton": start_triton, "mlserver": start_mlserver}
+
+
+if __name__ == "__main__":
+    # `python3 -m bench.systems`: fill the venvs only (stdlib only here, so
+    # `make bench` runs it with the system Python while pyserver builds).
+    failed = ensure_venvs(list(REQUIREMENTS))
+    for venv, err in failed.items():
+        print(f"bench/.venvs/{venv}: {err}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
