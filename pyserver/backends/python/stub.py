@@ -147,6 +147,12 @@ class _Runtime:
         self._calls = {}
         self._calls_lock = threading.Lock()
         self._seq = 0
+        # Decoupled responses go out without waiting for the server; acks
+        # come back in the order sent. flush_responses() waits for them.
+        self._resp_lock = threading.Lock()
+        self._resp_sent = 0
+        self._resp_acked = 0
+        self._resp_cv = threading.Condition()
 
     # -- control-channel calls -----------------------------------------------
 
@@ -197,9 +203,13 @@ class _Runtime:
         return bool(reply[1])
 
     def send_response(self, request, response, flags):
-        """A decoupled model's response: tensors into the shared region, a
-        message to the server, and (as Triton's sender) wait until the
-        server has taken it."""
+        """A decoupled model's response: tensors into the shared region and
+        a message to the server. It does not wait for the server (Triton's
+        sender does): the server takes responses in the order sent, frees
+        their blocks with its ack, and execute() returns only once every
+        response sent before it was taken (flush_responses), so a batch's
+        error never overtakes them. The sender's own state (closed after
+        the final flag or a failed execute) raises here, as in Triton."""
         pb = self.pb
         encoded = None
         offsets = ()
@@ -213,14 +223,33 @@ class _Runtime:
                 encoded, offsets = self.up.write(tensors)
                 params = response._parameters_dict
         final = flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        try:
-            problem = self.ask(("resp", request._key, self.up.region.size, encoded, params,
-                                error, final))
-        finally:
+
+        def on_ack(problem, _final):
             if offsets:
                 self.up.free(offsets)
-        if problem:
-            raise pb.TritonModelException(problem)
+            with self._resp_cv:
+                self._resp_acked += 1
+                self._resp_cv.notify_all()
+            if problem:  # its request ended meanwhile (the server gave up on it)
+                sys.stderr.write(f"response for request '{request._request_id}' not "
+                                 f"delivered: {problem}\n")
+
+        try:
+            with self._resp_lock:  # acks come back in this order
+                self.call(("resp", request._key, self.up.region.size, encoded, params, error,
+                           final), on_ack)
+                self._resp_sent += 1
+        except BaseException:
+            if offsets:
+                self.up.free(offsets)
+            raise
+
+    def flush_responses(self):
+        """Waits until the server has taken every response sent so far."""
+        with self._resp_lock:
+            target = self._resp_sent
+        with self._resp_cv:
+            self._resp_cv.wait_for(lambda: self._resp_acked >= target)
 
     # -- BLS ------------------------------------------------------------------------
 
@@ -554,7 +583,9 @@ class Worker:
         try:
             result = self.model.execute(requests)
             if decoupled:
-                return self._decoupled_result(result, requests)
+                reply = self._decoupled_result(result, requests)
+                runtime.flush_responses()
+                return reply
             if type(result) is not list and _awaitable(result):
                 result = self.runner.run(result)
             self._current = requests
@@ -566,6 +597,7 @@ class Worker:
                 # more may be sent for them.
                 for request in requests:
                     request.get_response_sender()._close()
+                runtime.flush_responses()
             return ("fail", f"Failed to process the request(s) for model '{self.instance_name}', "
                             f"message: {describe(err) if not isinstance(err, _Reported) else err}")
         finally:
