@@ -342,3 +342,24 @@ def test_async_decoupled_execute_runs_in_the_background(repeat):
         assert max(overlaps) >= 2
     finally:
         stream.close()
+
+
+def test_unloading_ends_unfinished_requests(tmp_path, start_server):
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "repeat", repo / "repeat")
+    s = start_server(repo, model_control_mode="explicit", load_models=["repeat"])
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    stream = Stream(f"127.0.0.1:{frontend.port}")
+    try:
+        stream.send(1, mode="no_final", request_id="open")
+        result, error = stream.get()
+        assert error is None and idx(result) == 0
+        s.call(s.server.unload_model("repeat"))
+        result, error = stream.get()
+        assert result is None
+        assert "python model 'repeat' instance 'repeat_0_0' was unloaded before sending the " \
+            "final response" in str(error)
+    finally:
+        stream.close()
+        s.call(frontend.stop(5))

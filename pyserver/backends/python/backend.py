@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.backends.python import channel
+from pyserver.core.dtypes import numpy_to_wire
 from pyserver.core.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -559,6 +560,12 @@ class PythonBackend:
                           self.model_name, self.instance_name, error)
         else:
             worker.kill()
+        # Decoupled requests the model never finished (what finalize let it
+        # send has arrived: the worker is gone).
+        self._fail_open(ServerError(
+            Code.UNAVAILABLE,
+            f"python model '{self.model_name}' instance '{self.instance_name}' was unloaded "
+            "before sending the final response"))
 
     # -- execution (the instance thread) ---------------------------------------------
 
@@ -605,7 +612,9 @@ class PythonBackend:
             req = p.request
             inputs = []
             for name, array in p.arrays.items():
-                code = codes.get(name, 0)
+                code = codes.get(name)
+                if code is None:  # a sequence control input: typed by its array
+                    code = _WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
                 if array.dtype.hasobject:
                     inputs.append((name, _BYTES, array.shape, -1, 0, array))
                     continue

@@ -9,6 +9,7 @@ request parameter "mode" picks other behaviours:
 - "return_list": execute returns a list (decoupled models must return None)
 - "after_final": sends after the final flag; NOTE of a later "report"
   request is the error that send raised
+- "no_final": one response, never the final flag
 - "crash_later": one response from a thread, then the worker process exits
 - "slow": n responses 50 ms apart from a thread (NOTE, and that of a later
   "report", says whether the request was cancelled when the last was due)
@@ -45,6 +46,9 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             if mode == "return_list":
                 return [response(n, 0)]
+            if mode == "no_final":
+                sender.send(response(n, 0))
+                continue
             if mode == "crash_later":
                 threading.Thread(target=self.crash_later, args=(sender, n)).start()
                 continue
