@@ -24,7 +24,7 @@ def bls_server(tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("bls") / "models"
     repo.mkdir()
-    for name in ("bls", "bls_async", "add_sub", "repeat", "bytes_echo"):
+    for name in ("bls", "bls_async", "add_sub", "add_sub_async", "repeat", "bytes_echo"):
         shutil.copytree(MODELS / name, repo / name)
     write_add_sub(repo, name="onnx_add_sub", size=4, max_batch_size=0)
     write_add_sub(repo, name="onnx_big", size=1 << 20, max_batch_size=0)
@@ -130,3 +130,10 @@ def test_bls_with_bytes_tensors(bls_server):
     result = call(bls_server, "bls", A, B, mode="bytes")
     assert result.as_numpy("OUTPUT0").tolist() == [2, 0, 4]
     assert result.as_numpy("OUTPUT1").tolist() == [1]
+
+
+def test_bls_response_parameters_come_back(bls_server):
+    # add_sub_async answers with parameters {"same_loop": true}; bls relays them
+    result = call(bls_server, "bls", A, B, target="add_sub_async")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+    assert result.get_response()["parameters"] == {"same_loop": True}

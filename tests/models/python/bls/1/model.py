@@ -93,8 +93,10 @@ class TritonPythonModel:
 
     @staticmethod
     def relay(response):
+        """The called model's outputs and response parameters, as ours."""
         if response.has_error():
             return pb_utils.InferenceResponse(error=response.error())
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("OUTPUT0", pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()),
-            pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(response, "OUTPUT1").as_numpy())])
+            pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(response, "OUTPUT1").as_numpy())],
+            parameters=json.loads(response.parameters()))
