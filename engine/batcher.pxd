@@ -3,6 +3,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.map cimport map
 from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.completion cimport CCompletionQueue, CompletionQueue, Token
@@ -17,6 +18,9 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         uint32_t priority
         uint64_t timeout_us
         uint64_t shape_key
+        uint64_t correlation_id
+        uint32_t sequence_flags
+        string correlation_label
 
     cdef cppclass QueuedRequest:
         Token token
@@ -93,6 +97,25 @@ cdef extern from "pyserver/pass_through_scheduler.h" namespace "pyserver" nogil:
         PassThroughScheduler(shared_ptr[CModelStats] stats,
                              shared_ptr[CCompletionQueue] completions,
                              cbool preserve_ordering)
+
+
+cdef extern from "pyserver/sequence_batch_scheduler.h" namespace "pyserver" nogil:
+    cdef cppclass SequenceBatcherConfig:
+        string model_name
+        uint32_t max_batch_size
+        uint32_t instance_count
+        uint64_t max_sequence_idle_us
+        cbool oldest
+        uint32_t max_candidate_sequences
+        vector[uint32_t] preferred_batch_sizes
+        uint64_t max_queue_delay_us
+        cbool preserve_ordering
+
+    cdef cppclass SequenceBatchScheduler:
+        @staticmethod
+        Status Create(const SequenceBatcherConfig& config, shared_ptr[CModelStats] stats,
+                      shared_ptr[CCompletionQueue] completions,
+                      unique_ptr[CScheduler]* scheduler)
 
 
 cdef class Batch:

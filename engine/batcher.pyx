@@ -90,6 +90,31 @@ cdef class Scheduler:
         return self
 
     @staticmethod
+    def sequence(dict config, ModelStats stats, CompletionQueue completions):
+        """Triton's sequence batcher. ``config`` keys: model_name,
+        max_batch_size, instance_count, max_sequence_idle_microseconds,
+        strategy ("direct" or "oldest"), max_candidate_sequences,
+        preferred_batch_size, max_queue_delay_microseconds,
+        preserve_ordering. Requests need ``correlation_id`` and
+        ``sequence_flags`` at enqueue."""
+        cdef SequenceBatcherConfig c
+        cdef Scheduler self = Scheduler.__new__(Scheduler)
+        c.model_name = config.get("model_name", "").encode()
+        c.max_batch_size = config.get("max_batch_size", 0)
+        c.instance_count = config.get("instance_count", 1)
+        c.max_sequence_idle_us = config.get("max_sequence_idle_microseconds", 1000000)
+        c.oldest = config.get("strategy", "direct") == "oldest"
+        c.max_candidate_sequences = config.get("max_candidate_sequences", 0)
+        for size in config.get("preferred_batch_size", ()):
+            c.preferred_batch_sizes.push_back(size)
+        c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
+        c.preserve_ordering = config.get("preserve_ordering", False)
+        check_status(SequenceBatchScheduler.Create(c, stats.c, completions.c, &self.c))
+        self.stats = stats
+        self.completions = completions
+        return self
+
+    @staticmethod
     def pass_through(ModelStats stats, CompletionQueue completions, bint preserve_ordering=False):
         cdef Scheduler self = Scheduler.__new__(Scheduler)
         self.c.reset(new PassThroughScheduler(stats.c, completions.c, preserve_ordering))
@@ -105,7 +130,8 @@ cdef class Scheduler:
                 self.c.get().Stop()
 
     def enqueue(self, object request, uint32_t batch_size=0, uint32_t priority=0,
-                uint64_t timeout_us=0, uint64_t shape_key=0):
+                uint64_t timeout_us=0, uint64_t shape_key=0, uint64_t correlation_id=0,
+                uint32_t sequence_flags=0, str correlation_label=None):
         """Queues ``request``; returns its id (for ``cancel``). Raises
         ServerError when the queue refuses it (full, stopping)."""
         cdef RequestInfo info
@@ -117,6 +143,11 @@ cdef class Scheduler:
         info.priority = priority
         info.timeout_us = timeout_us
         info.shape_key = shape_key
+        if correlation_id:  # sequence models only
+            info.correlation_id = correlation_id
+            info.sequence_flags = sequence_flags
+            if correlation_label is not None:
+                info.correlation_label = correlation_label.encode()
         # GIL kept: Enqueue only takes the queue lock for an O(1) push, and
         # csrc never waits for the GIL, so this cannot deadlock; releasing it
         # here would hand the GIL to a busy instance thread on every request.

@@ -23,6 +23,7 @@ from pyserver.core import dtypes
 from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
 
@@ -140,6 +141,8 @@ class ModelVersion:
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.completions = completions
         self.stats = ModelStats()
+        # Stateful models: sequence_batching's controls (csrc schedules).
+        self.sequence = SequenceControls(config) if config.HasField("sequence_batching") else None
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
         # it is the only request in flight: the batching delay plus a short
@@ -156,6 +159,9 @@ class ModelVersion:
     # -- setup ---------------------------------------------------------------
 
     def _make_scheduler(self, completions: CompletionQueue) -> Scheduler:
+        if self.sequence is not None:
+            return Scheduler.sequence(self.sequence.scheduler_config(self.config), self.stats,
+                                      completions)
         if not self.config.HasField("dynamic_batching"):
             return Scheduler.pass_through(self.stats, completions, False)
         db = self.config.dynamic_batching
@@ -239,8 +245,13 @@ class ModelVersion:
         arrays, batch_size, shape_key = self.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
-        pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
-                                            request.timeout_us, shape_key)
+        if self.sequence is None:
+            pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
+                                                request.timeout_us, shape_key)
+        else:
+            corr, flags, label = self.sequence.prepare(request, arrays, self.max_batch_size > 0)
+            pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
+                                                request.timeout_us, shape_key, corr, flags, label)
         return pending
 
     def validate(self, request: InferRequest):

@@ -4,7 +4,7 @@
 // executes the batch, then calls CompleteBatch(). Requests the scheduler fails
 // on its own (queue timeout, cancellation, shutdown) are completed straight
 // into the CompletionQueue with their status. Implementations:
-// DynamicBatchScheduler and PassThroughScheduler.
+// DynamicBatchScheduler, PassThroughScheduler and SequenceBatchScheduler.
 #pragma once
 
 #include <atomic>
@@ -22,12 +22,20 @@
 namespace pyserver {
 
 // What a frontend knows about a request when it enqueues it.
+// Sequence flags of a request (Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*).
+enum SequenceFlags : uint32_t { kSequenceStart = 1, kSequenceEnd = 2 };
+
 struct RequestInfo {
   Token token = 0;
   uint32_t batch_size = 0;   // first dim when the model batches, else 0
   uint32_t priority = 0;     // as sent by the client; 0 = default level
   uint64_t timeout_us = 0;   // client's timeout; 0 = none
   uint64_t shape_key = 0;    // equal keys may share a batch (equal-shape rule)
+  // Sequence models only: the correlation ID (0 = none; string IDs arrive
+  // hashed, with the text in correlation_label for error messages).
+  uint64_t correlation_id = 0;
+  uint32_t sequence_flags = 0;
+  std::string correlation_label;
 };
 
 struct QueuedRequest {
@@ -38,6 +46,8 @@ struct QueuedRequest {
   uint64_t shape_key = 0;
   uint64_t enqueue_ns = 0;
   uint64_t deadline_ns = 0;  // absolute; 0 = none
+  uint64_t correlation_id = 0;
+  uint32_t sequence_flags = 0;
 };
 
 // A batch taken by an instance. `sequence` orders batches for preserve_ordering.

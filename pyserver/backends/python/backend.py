@@ -934,7 +934,10 @@ def _may_define_auto_complete(model_path: str) -> bool:
         # constructor recursion depth mismatch"); models load in parallel.
         with _AST_LOCK:
             tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, SystemError):
+        # SystemError: the lock cannot cover every parser user (3.11's
+        # traceback formatting parses source lines); asking the worker is
+        # the safe answer.
         return True
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":

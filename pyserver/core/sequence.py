@@ -1,0 +1,156 @@
+"""Sequence batching, the Python half: what a stateful model's config asks
+for (``sequence_batching``), the request's sequence parameters, and the
+control tensors each request carries into the model.
+
+The scheduling itself (slots, backlog, idle timeout, one request per
+sequence per batch, instance affinity) is csrc's SequenceBatchScheduler.
+Requests name their sequence with the ``sequence_id`` parameter (a non-zero
+integer or a non-empty string) and mark its ends with ``sequence_start`` /
+``sequence_end``, as tritonclient sends them. Each request gets the control
+inputs the config declares, as Triton fills them: START and END (1 on the
+first / last request), READY (always 1: batches hold only ready requests)
+and CORRID (the correlation ID, in the declared datatype).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyserver._proto import ModelConfig
+from pyserver.core import dtypes
+from pyserver.core.errors import Code, ServerError
+
+__all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END"]
+
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+_U64 = (1 << 64) - 1
+
+# inference.ModelSequenceBatching.Control.Kind
+_START, _READY, _END, _CORRID = 0, 1, 2, 3
+_DATA_TYPE_NAMES = ModelConfig.DESCRIPTOR.enum_types_by_name.get("DataType") or \
+    ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
+_KIND_NAMES = {_START: "CONTROL_SEQUENCE_START", _READY: "CONTROL_SEQUENCE_READY",
+               _END: "CONTROL_SEQUENCE_END", _CORRID: "CONTROL_SEQUENCE_CORRID"}
+
+
+def _unsupported(message: str) -> ServerError:
+    return ServerError(Code.UNSUPPORTED, message)
+
+
+def _bad_config(message: str) -> ServerError:
+    return ServerError(Code.INVALID_ARG, message)
+
+
+class _BoolControl:
+    """START, END or READY: a [1] tensor holding the config's false/true value."""
+
+    __slots__ = ("name", "kind", "values")
+
+    def __init__(self, model: str, name: str, kind: int, control):
+        self.name = name
+        self.kind = kind
+        if len(control.fp32_false_true) == 2:
+            dtype, pair = np.float32, control.fp32_false_true
+        elif len(control.int32_false_true) == 2:
+            dtype, pair = np.int32, control.int32_false_true
+        elif len(control.bool_false_true) == 2:
+            dtype, pair = np.bool_, control.bool_false_true
+        else:
+            raise _bad_config(
+                f"sequence batching control '{name}' of model '{model}' must specify exactly one "
+                f"of int32_false_true, fp32_false_true or bool_false_true for "
+                f"{_KIND_NAMES[kind]}")
+        self.values = (np.array([pair[0]], dtype=dtype), np.array([pair[1]], dtype=dtype))
+
+
+class SequenceControls:
+    """A model's ``sequence_batching`` settings and control inputs."""
+
+    def __init__(self, config):
+        sb = config.sequence_batching
+        model = config.name
+        if len(sb.state):
+            raise _unsupported(
+                f"model '{model}': implicit state (sequence_batching.state) is not supported by "
+                "this server; keep the state in the model, keyed by the CORRID control input")
+        self.strategy = "oldest" if sb.HasField("oldest") else "direct"
+        self.max_sequence_idle_us = int(sb.max_sequence_idle_microseconds) or 1000000
+        self.booleans: list[_BoolControl] = []
+        self.corrid: tuple[str, np.dtype | None] | None = None
+        for control_input in sb.control_input:
+            for control in control_input.control:
+                kind = int(control.kind)
+                if kind == _CORRID:
+                    wire = dtypes.config_to_wire(
+                        _DATA_TYPE_NAMES.values_by_number[control.data_type].name) \
+                        if control.data_type else ""
+                    if wire not in ("UINT64", "INT64", "UINT32", "INT32", "BYTES"):
+                        raise _bad_config(
+                            f"sequence batching control '{control_input.name}' of model "
+                            f"'{model}' must specify data_type TYPE_UINT64, TYPE_INT64, "
+                            "TYPE_UINT32, TYPE_INT32 or TYPE_STRING for CONTROL_SEQUENCE_CORRID")
+                    self.corrid = (control_input.name,
+                                   None if wire == "BYTES" else dtypes.WIRE_TO_NUMPY[wire])
+                else:
+                    self.booleans.append(_BoolControl(model, control_input.name, kind, control))
+        self.control_names = {c.name for c in self.booleans}
+        if self.corrid is not None:
+            self.control_names.add(self.corrid[0])
+
+    def scheduler_config(self, config) -> dict:
+        """Settings for ``Scheduler.sequence``."""
+        sb = config.sequence_batching
+        settings = {
+            "model_name": config.name,
+            "max_batch_size": int(config.max_batch_size),
+            "instance_count": max(1, sum(g.count for g in config.instance_group)),
+            "max_sequence_idle_microseconds": self.max_sequence_idle_us,
+            "strategy": self.strategy,
+        }
+        if self.strategy == "oldest":
+            oldest = sb.oldest
+            settings["max_candidate_sequences"] = int(oldest.max_candidate_sequences)
+            settings["preferred_batch_size"] = list(oldest.preferred_batch_size)
+            settings["max_queue_delay_microseconds"] = int(oldest.max_queue_delay_microseconds)
+            settings["preserve_ordering"] = bool(oldest.preserve_ordering)
+        return settings
+
+    def prepare(self, request, arrays: dict, batching: bool) -> tuple[int, int, str | None]:
+        """Adds the control tensors to ``arrays``; returns what the scheduler
+        needs: (correlation ID as a non-zero uint64 or 0, flags, label for
+        string IDs)."""
+        params = request.parameters
+        sequence_id = params.get("sequence_id", 0)
+        flags = 0
+        if params.get("sequence_start") is True:
+            flags |= SEQUENCE_START
+        if params.get("sequence_end") is True:
+            flags |= SEQUENCE_END
+        label = None
+        if type(sequence_id) is str:
+            label = sequence_id
+            # Strings are tracked by a 64-bit digest (the top bit set keeps
+            # them apart from small numeric IDs); "" means no ID.
+            corr = ((hash(sequence_id) & _U64) | (1 << 63)) if sequence_id else 0
+        else:
+            corr = int(sequence_id) & _U64
+        if corr == 0:
+            return 0, flags, label  # the scheduler refuses it with Triton's text
+        for control in self.booleans:
+            if control.kind == _START:
+                on = flags & SEQUENCE_START
+            elif control.kind == _END:
+                on = flags & SEQUENCE_END
+            else:  # READY: every request in a batch is ready
+                on = True
+            value = control.values[1 if on else 0]
+            arrays[control.name] = value.reshape(1, 1) if batching else value
+        if self.corrid is not None:
+            name, dtype = self.corrid
+            if dtype is None:
+                value = np.array([str(sequence_id).encode()], dtype=object)
+            else:
+                value = np.array([int(sequence_id)], dtype=dtype)
+            arrays[name] = value.reshape(1, 1) if batching else value
+        return corr, flags, label

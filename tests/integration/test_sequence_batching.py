@@ -1,0 +1,261 @@
+"""Sequence batching end to end with tritonclient: a stateful Python model
+(an accumulator keyed by its CORRID control input) and an ONNX model that
+reads the START/END/READY/CORRID controls as tensors; Triton's errors for
+missing IDs, missing START and batch size; string IDs; interleaved and
+concurrent sequences batched together; the idle timeout."""
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver.frontends.grpc import GrpcFrontend
+
+ACCUMULATOR = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy()
+            end = pb_utils.get_input_tensor_by_name(request, "END").as_numpy()
+            ready = pb_utils.get_input_tensor_by_name(request, "READY").as_numpy()
+            corr = pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy()
+            key = corr.reshape(-1)[0]
+            key = key.decode() if isinstance(key, bytes) else int(key)
+            if start.reshape(-1)[0]:
+                self.sums[key] = 0
+            self.sums[key] += int(value.reshape(-1)[0])
+            flags = np.array([[int(start.reshape(-1)[0]), int(end.reshape(-1)[0]),
+                               int(ready.reshape(-1)[0]), request.flags()]], dtype=np.int32)
+            out = [pb_utils.Tensor("OUTPUT", np.array([[self.sums[key]]], dtype=np.int32)),
+                   pb_utils.Tensor("FLAGS", flags)]
+            if end.reshape(-1)[0]:
+                del self.sums[key]
+            responses.append(pb_utils.InferenceResponse(output_tensors=out))
+        return responses
+'''
+
+
+def accumulator_config(name, corrid_type="TYPE_UINT64", extra=""):
+    return f'''
+name: "{name}"
+backend: "python"
+max_batch_size: 4
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "FLAGS" data_type: TYPE_INT32 dims: [ 4 ] }}
+]
+sequence_batching {{
+  {extra}
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid_type} }} ] }}
+  ]
+}}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+'''
+
+
+def write_accumulator(repo, name="acc", **kwargs):
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(ACCUMULATOR)
+    (d / "config.pbtxt").write_text(accumulator_config(name, **kwargs))
+
+
+def write_onnx_controls(repo, name="ctl", instances=1):
+    """OUTPUT0 = INPUT + 1000*START + 100*END + 10*READY (FP32 controls),
+    OUTPUT1 = CORRID (UINT64)."""
+    from onnx import TensorProto, helper
+
+    fp = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 1])
+          for n in ("INPUT", "START", "END", "READY")]
+    corr = helper.make_tensor_value_info("CORRID", TensorProto.UINT64, ["b", 1])
+    outs = [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["b", 1]),
+            helper.make_tensor_value_info("OUTPUT1", TensorProto.UINT64, ["b", 1])]
+    consts = [helper.make_tensor(f"k{v}", TensorProto.FLOAT, [], [float(v)]) for v in (1000, 100, 10)]
+    nodes = [helper.make_node("Mul", ["START", "k1000"], ["s"]),
+             helper.make_node("Mul", ["END", "k100"], ["e"]),
+             helper.make_node("Mul", ["READY", "k10"], ["r"]),
+             helper.make_node("Sum", ["INPUT", "s", "e", "r"], ["OUTPUT0"]),
+             helper.make_node("Identity", ["CORRID"], ["OUTPUT1"])]
+    graph = helper.make_graph(nodes, name, fp + [corr], outs, initializer=consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    (d / "config.pbtxt").write_text(f'''
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "OUTPUT1" data_type: TYPE_UINT64 dims: [ 1 ] }}
+]
+sequence_batching {{
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 }} ] }}
+  ]
+}}
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+''')
+
+
+def one(value, module=httpclient, dtype=np.int32, datatype="INT32"):
+    inp = module.InferInput("INPUT", [1, 1], datatype)
+    inp.set_data_from_numpy(np.array([[value]], dtype=dtype))
+    return [inp]
+
+
+def test_accumulator_sequences_over_http(tmp_path, start_server):
+    write_accumulator(tmp_path)
+    s = start_server(tmp_path)
+    with httpclient.InferenceServerClient(s.url) as client:
+        def step(seq, value, start=False, end=False):
+            r = client.infer("acc", one(value), sequence_id=seq, sequence_start=start,
+                             sequence_end=end)
+            return int(r.as_numpy("OUTPUT")[0, 0]), r.as_numpy("FLAGS")[0].tolist()
+
+        assert step(7, 1, start=True) == (1, [1, 0, 1, 1])  # START, READY, flags() = START
+        assert step(8, 100, start=True)[0] == 100            # interleaved sequence
+        assert step(7, 2) == (3, [0, 0, 1, 0])
+        assert step(8, 200)[0] == 300
+        assert step(7, 3, end=True) == (6, [0, 1, 1, 2])     # END
+        assert step(8, 300, end=True)[0] == 600
+        # Ended: continuing without START is refused, with Triton's text.
+        with pytest.raises(InferenceServerException) as e:
+            step(7, 4)
+        assert "inference request for sequence 7 to model 'acc' must specify the START flag " \
+               "on the first request of the sequence" in str(e.value)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("acc", one(1))
+        assert "inference request to model 'acc' must specify a non-zero or non-empty " \
+               "correlation ID" in str(e.value)
+        two = httpclient.InferInput("INPUT", [2, 1], "INT32")
+        two.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("acc", [two], sequence_id=9, sequence_start=True)
+        assert "must specify batch-size 1 due to requirements of sequence batcher" in str(e.value)
+        # A sequence that starts and ends in one request.
+        assert step(11, 5, start=True, end=True) == (5, [1, 1, 1, 3])
+    st = s.run(s.server.model_statistics, "acc")
+    assert st["inference_stats"]["success"]["count"] == 7
+    assert st["pending_count"] == 0
+
+
+def test_string_sequence_ids_over_grpc(tmp_path, start_server):
+    write_accumulator(tmp_path, corrid_type="TYPE_STRING")
+    s = start_server(tmp_path)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    try:
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{frontend.port}") as client:
+            def step(seq, value, **flags):
+                r = client.infer("acc", one(value, grpcclient), sequence_id=seq, **flags)
+                return int(r.as_numpy("OUTPUT")[0, 0])
+
+            assert step("user-a", 1, sequence_start=True) == 1
+            assert step("user-b", 10, sequence_start=True) == 10
+            assert step("user-a", 2) == 3
+            assert step("user-b", 20, sequence_end=True) == 30
+            assert step("user-a", 3, sequence_end=True) == 6
+            with pytest.raises(InferenceServerException) as e:
+                step("user-c", 1)
+            assert "inference request for sequence user-c to model 'acc' must specify the " \
+                   "START flag" in str(e.value)
+    finally:
+        s.call(frontend.stop(5))
+
+
+def test_concurrent_sequences_batch_together_with_their_controls(tmp_path, start_server):
+    write_onnx_controls(tmp_path)
+    s = start_server(tmp_path)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    url = f"127.0.0.1:{frontend.port}"
+
+    async def sequence(client, corr, length):
+        got = []
+        for i in range(length):
+            r = await client.infer(
+                "ctl", one(float(i), grpcaio, np.float32, "FP32"), sequence_id=corr,
+                sequence_start=i == 0, sequence_end=i == length - 1)
+            got.append((float(r.as_numpy("OUTPUT0")[0, 0]), int(r.as_numpy("OUTPUT1")[0, 0])))
+        return got
+
+    async def main():
+        async with grpcaio.InferenceServerClient(url) as client:
+            return await asyncio.gather(*(sequence(client, 1000 + k, 6) for k in range(8)))
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        s.call(frontend.stop(5))
+    for k, got in enumerate(results):
+        assert [c for _, c in got] == [1000 + k] * 6  # CORRID reached the model per row
+        values = [v for v, _ in got]
+        # READY (10) always; START (1000) first; END (100) last.
+        assert values == [1010.0, 11.0, 12.0, 13.0, 14.0, 115.0]
+    st = s.run(s.server.model_statistics, "ctl")
+    assert st["inference_count"] == 48
+    assert max(b["batch_size"] for b in st["batch_stats"]) > 1  # sequences shared batches
+    assert max(b["batch_size"] for b in st["batch_stats"]) <= 4
+
+
+def test_idle_sequence_loses_its_slot(tmp_path, start_server):
+    write_accumulator(tmp_path, extra="max_sequence_idle_microseconds: 200000")
+    s = start_server(tmp_path)
+    with httpclient.InferenceServerClient(s.url) as client:
+        client.infer("acc", one(1), sequence_id=3, sequence_start=True)
+        time.sleep(0.6)
+        with pytest.raises(InferenceServerException, match="must specify the START flag"):
+            client.infer("acc", one(1), sequence_id=3)
+        r = client.infer("acc", one(4), sequence_id=3, sequence_start=True)
+        assert int(r.as_numpy("OUTPUT")[0, 0]) == 4
+
+
+def test_more_sequences_than_slots_wait_in_the_backlog(tmp_path, start_server):
+    write_onnx_controls(tmp_path, instances=1)  # 4 slots
+    s = start_server(tmp_path)
+    with httpclient.InferenceServerClient(s.url, concurrency=8) as client:
+        # Six sequences started before any ends: two wait for a slot.
+        for corr in range(1, 7):
+            client.async_infer("ctl", one(0.0, dtype=np.float32, datatype="FP32"),
+                               sequence_id=corr, sequence_start=True)
+        pending = [client.async_infer("ctl", one(1.0, dtype=np.float32, datatype="FP32"),
+                                      sequence_id=corr, sequence_end=True)
+                   for corr in range(1, 7)]
+        ends = [p.get_result(timeout=30) for p in pending]
+    assert [int(r.as_numpy("OUTPUT1")[0, 0]) for r in ends] == list(range(1, 7))
+    assert all(float(r.as_numpy("OUTPUT0")[0, 0]) == 111.0 for r in ends)
+
+
+def test_implicit_state_is_refused_with_a_reason(tmp_path, start_server):
+    write_accumulator(tmp_path, extra='state [ { input_name: "IN_STATE" output_name: "OUT_STATE" '
+                                      'data_type: TYPE_INT32 dims: [ 1 ] } ]')
+    s = start_server(tmp_path, exit_on_error=False)
+    index = {r["name"]: r for r in s.run(s.server.repository_index)}
+    assert index["acc"]["state"] == "UNAVAILABLE"
+    assert "implicit state (sequence_batching.state) is not supported" in index["acc"]["reason"]
