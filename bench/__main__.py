@@ -6,14 +6,18 @@
                   --concurrency 1 16 --duration 1 --warmup 0.5
 
 Installs the peers into their own venvs under bench/.venvs/ (first run
-only), writes the models of bench/workloads.py for each system, then runs the
-systems one after another on 127.0.0.1: start, wait for every model to be
-ready, check each model's answer over gRPC and HTTP, drive it with h2load
-(gRPC, prepared body) and wrk (HTTP JSON and binary) at each concurrency
-(warm-up, then a fixed window), tritonclient's aio clients at low
-concurrency, stop it. Errors are counted in every row. Writes
-bench/results/<UTC time>.json and .md (tables, ratios, targets) and PNG plots
-(throughput and p50/p99 vs concurrency, drawn in the plot venv).
+only) and writes the models of bench/workloads.py for each system. Starts the
+systems on 127.0.0.1 and free ports, waits for every model to be ready and
+checks each model's answer over gRPC and HTTP. Then, cell by cell (workload x
+protocol x concurrency), drives one system at a time while the others idle:
+h2load (gRPC, prepared body) or wrk (HTTP JSON and binary), a warm-up, then a
+fixed window. Interleaving the systems per cell keeps the ratios honest on a
+machine whose background load drifts (`--sequential` runs one system after
+another instead, each started and stopped on its own). Then tritonclient's aio
+clients at low concurrency; then stops every server and its process group.
+Errors are counted in every row. Writes bench/results/<UTC time>.json and .md
+(tables, ratios, targets), PNG plots (throughput and p50/p99 vs concurrency,
+drawn in the plot venv) and the servers' logs.
 """
 
 from __future__ import annotations
@@ -148,60 +152,77 @@ def prepare_bodies(workloads, folder: Path) -> dict:
     return bodies
 
 
-def bench_system(system: str, args, workloads, bodies, work: Path, onnx_blob, results) -> None:
-    repo = work / f"repo-{system}"
-    models = write_repo(system, repo, workloads, onnx_blob)
-    if not models:
-        return
-    info = results["systems"].setdefault(system, {})
-    server = systems.STARTERS[system](repo, work / f"{system}.log", models)
+def bench_systems(names: list, args, workloads, bodies, work: Path, onnx_blob, results) -> None:
+    """Start the systems, check their answers, then drive them cell by cell:
+    for each workload x protocol x concurrency every system runs its row
+    before the next cell starts (the first system of a cell rotates), so a
+    change in the machine's background load hits every system alike and the
+    ratios hold. Only one system is under load at a time; the others idle."""
+    servers = {}
     try:
-        try:
-            info["seconds_to_ready"] = round(server.wait_ready(), 2)
-        except RuntimeError as err:
-            info["error"] = str(err)
-            log(f"{system}: did not start\n{err}")
-            return
-        info["server"] = server_metadata(server.http_port)
-        info["load_average_before"] = round(os.getloadavg()[0], 2)
-        log(f"{system}: {info['server']} ready in {info['seconds_to_ready']} s "
-            f"(http {server.http_port}, grpc {server.grpc_port})")
-        for w in workloads:
-            if system not in w.systems:
+        for name in names:
+            models = write_repo(name, work / f"repo-{name}", workloads, onnx_blob)
+            if models:
+                servers[name] = systems.STARTERS[name](work / f"repo-{name}", work / f"{name}.log", models)
+        for name, server in list(servers.items()):
+            info = results["systems"].setdefault(name, {})
+            try:
+                info["seconds_to_ready"] = round(server.wait_ready(), 2)
+            except RuntimeError as err:
+                info["error"] = str(err)
+                log(f"{name}: did not start\n{err}")
+                server.stop()
+                del servers[name]
                 continue
-            checks = {GRPC: check_grpc(server.grpc_port, w),
-                      HTTP_JSON: check_http_json(server.http_port, w)}
-            info.setdefault("checks", {})[w.name] = {k: v or "ok" for k, v in checks.items()}
-            for k, v in checks.items():
-                if v:
-                    log(f"{system} {w.name} {k} check FAILED: {v}")
-            for protocol in w.protocols:
-                if protocol not in args.protocols or not supports(system, w, protocol):
-                    continue
-                answer = None
-                if protocol == GRPC:
-                    answer = loadgen.h2load_answer_bytes(server.grpc_port, bodies[w.name][GRPC])
+            info["server"] = server_metadata(server.http_port)
+            log(f"{name}: {info['server']} ready in {info['seconds_to_ready']} s "
+                f"(http {server.http_port}, grpc {server.grpc_port})")
+            for w in workloads:
+                if name in w.systems:
+                    check_answers(server, w, info)
+            info["load_average_before"] = round(os.getloadavg()[0], 2)
+        cell = 0
+        for w in workloads:
+            for protocol in (p for p in w.protocols if p in args.protocols):
+                runners = [n for n in servers if supports(n, w, protocol)]
+                answers = {n: loadgen.h2load_answer_bytes(servers[n].grpc_port, bodies[w.name][GRPC])
+                           if protocol == GRPC else None for n in runners}
                 for conc in (c for c in w.concurrency if c in args.concurrency):
-                    row = measure(server, w, protocol, conc, args, bodies, work, answer)
-                    results["rows"].append(row)
-                    log(f"{system:>8} {w.name:<13} {protocol:<11} c{conc:<3} "
-                        f"{row.get('infer_per_s') or 0:>8.0f}/s  p50 {row.get('p50_ms')}  "
-                        f"p99 {row.get('p99_ms')} ms  err {row.get('errors')}  "
-                        f"cpu {row.get('server_cpu_us_per_req')} us/req")
+                    order = runners[cell % len(runners):] + runners[:cell % len(runners)] if runners else []
+                    cell += 1
+                    for n in order:
+                        row = measure(servers[n], w, protocol, conc, args, bodies, work, answers[n],
+                                      [servers[o] for o in servers if o != n])
+                        results["rows"].append(row)
+                        log(f"{n:>8} {w.name:<13} {protocol:<11} c{conc:<3} "
+                            f"{row.get('infer_per_s') or 0:>8.0f}/s  p50 {row.get('p50_ms')}  "
+                            f"p99 {row.get('p99_ms')} ms  err {row.get('errors')}  "
+                            f"cpu {row.get('server_cpu_us_per_req')} us/req")
         if args.aio_concurrency:
-            aio_rows(server, system, workloads, args, results)
+            for n, server in servers.items():
+                aio_rows(server, n, workloads, args, results)
     finally:
-        info["load_average_after"] = round(os.getloadavg()[0], 2)
-        server.stop()
-        leftover = server.pids()
-        if leftover:
-            log(f"{system}: processes left after stop: {leftover}")
-            info["left_behind"] = leftover
+        for name, server in servers.items():
+            info = results["systems"].setdefault(name, {})
+            info["load_average_after"] = round(os.getloadavg()[0], 2)
+            server.stop()
+            leftover = server.pids()
+            if leftover:
+                log(f"{name}: processes left after stop: {leftover}")
+                info["left_behind"] = leftover
 
 
-def measure(server, w, protocol, conc, args, bodies, work, answer) -> dict:
+def check_answers(server, w, info) -> None:
+    checks = {GRPC: check_grpc(server.grpc_port, w), HTTP_JSON: check_http_json(server.http_port, w)}
+    info.setdefault("checks", {})[w.name] = {k: v or "ok" for k, v in checks.items()}
+    for k, v in checks.items():
+        if v:
+            log(f"{server.name} {w.name} {k} check FAILED: {v}")
+
+
+def measure(server, w, protocol, conc, args, bodies, work, answer, idle=()) -> dict:
     """Warm-up, then the window; the server's CPU (its whole process group)
-    is read around the window only."""
+    is read around the window only, and so is that of the idle ones."""
     row = {"system": server.name, "workload": w.name, "protocol": protocol, "concurrency": conc}
 
     def drive(seconds: float) -> dict:
@@ -216,13 +237,17 @@ def measure(server, w, protocol, conc, args, bodies, work, answer) -> dict:
     try:
         if args.warmup > 0:
             drive(args.warmup)
+        idle0 = sum(other.cpu_seconds() for other in idle)
         cpu0 = server.cpu_seconds()
         result = drive(args.duration)
         cpu = server.cpu_seconds() - cpu0
+        idle_cpu = sum(other.cpu_seconds() for other in idle) - idle0
     except Exception as err:  # a failed run is a result too
         row.update(infer_per_s=None, errors=None, error=str(err)[:500])
         return row
     row.update(result)
+    row["idle_servers_cpu_ms"] = round(idle_cpu * 1000)
+    row["settle_s"] = round(server.settle(), 2)
     if result.get("requests"):
         row["server_cpu_us_per_req"] = round(cpu * 1e6 / result["requests"], 1)
     return row
@@ -306,6 +331,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=float, help="warm-up before each row, s (default 1)")
     p.add_argument("--aio-concurrency", nargs="*", type=int,
                    help="tritonclient aio rows (default 1 4; none to skip)")
+    p.add_argument("--sequential", action="store_true",
+                   help="one system after another (start, every row, stop) instead of all started "
+                        "and driven cell by cell")
     p.add_argument("--no-install", action="store_true", help="use the venvs as they are")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--out", type=Path, help="result file stem (default bench/results/<time>)")
@@ -346,12 +374,9 @@ def main(argv=None) -> int:
     try:
         onnx_blob = mlp_onnx() if any(w.onnx_on_pyserver for w in workloads) else None
         bodies = prepare_bodies(workloads, work)
-        for system in args.systems:
-            if results["systems"].get(system, {}).get("error"):
-                continue
-            t0 = time.monotonic()
-            bench_system(system, args, workloads, bodies, work, onnx_blob, results)
-            results["systems"].setdefault(system, {})["bench_s"] = round(time.monotonic() - t0, 1)
+        usable = [s for s in args.systems if not results["systems"].get(s, {}).get("error")]
+        for group in ([[s] for s in usable] if args.sequential else [usable]):
+            bench_systems(group, args, workloads, bodies, work, onnx_blob, results)
     finally:
         keep = work / "logs"
         for f in work.glob("*.log"):

@@ -146,6 +146,20 @@ class Server:
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
 
+    def settle(self, timeout: float = 15, tick: float = 0.1) -> float:
+        """Wait until the server is idle (under 10% of a core over a tick):
+        a server still working off a backlog after its load generator left
+        would otherwise steal the next row's CPU. Returns seconds waited."""
+        start = time.monotonic()
+        before = self.cpu_seconds()
+        while time.monotonic() - start < timeout:
+            time.sleep(tick)
+            now = self.cpu_seconds()
+            if now - before < 0.1 * tick:
+                break
+            before = now
+        return time.monotonic() - start
+
     def stop(self, grace: float = 20) -> None:
         """SIGTERM the server, then SIGKILL whatever of its group is left."""
         if self.proc.poll() is None:
