@@ -284,8 +284,9 @@ def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
     md = [f"# pyserver vs Triton vs MLServer — {results['meta']['started']}\n",
           f"`{results['meta']['command']}` on {results['meta']['machine']}, pyserver "
           f"{results['meta']['pyserver_commit']}; "
-          f"window {results['meta']['duration_s']} s after {results['meta']['warmup_s']} s warm-up. "
-          "Cells: infer/s (p50/p99 ms); ratios are infer/s.\n"]
+          f"window {results['meta']['duration_s']} s after {results['meta']['warmup_s']} s warm-up, "
+          f"{results['meta']['order']}. Cells: good infer/s (p50/p99 ms; `0 (?/?)`: none completed "
+          "in the window); ratios are infer/s. Server CPU per request and raw counts are in the JSON.\n"]
     for name, info in results["systems"].items():
         if info.get("server"):
             md.append(f"- {name} (GET /v2: {info['server']}), ready in {info.get('seconds_to_ready')} s; "
@@ -361,6 +362,8 @@ def main(argv=None) -> int:
                         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                                    f"{platform.platform(terse=True)}",
                         "pyserver_commit": git_commit(),
+                        "order": ("one system after another" if args.sequential else
+                                  "systems interleaved cell by cell"),
                         "duration_s": args.duration, "warmup_s": args.warmup},
                "titles": {w.name: w.title for w in workloads}, "systems": {}, "rows": []}
     need = [s for s in args.systems if s in (TRITON, MLSERVER)] + ([] if args.no_plots else ["plot"])
