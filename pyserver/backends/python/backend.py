@@ -25,11 +25,11 @@ then with backoff if it keeps failing) has initialized again.
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -863,7 +863,6 @@ class _Prestarted:
 
 
 _prestarted = _Prestarted()
-_AST_LOCK = threading.Lock()
 
 
 def _crash_summary(text: str) -> str:
@@ -922,25 +921,27 @@ def _worker_env(threads: int) -> dict:
 def _may_define_auto_complete(model_path: str) -> bool:
     """False only when the source plainly cannot give TritonPythonModel an
     auto_complete_config: the name appears nowhere and the class is defined
-    with no base class and no decorator. Anything else runs the worker."""
+    at top level with no base class (or ``object``) and no decorator.
+    Anything else runs the worker.
+
+    A textual check, not ``ast.parse``: CPython 3.11's AST construction is
+    not thread-safe (models load in parallel, and other threads' traceback
+    formatting uses the parser too); it crashed the server with a
+    segmentation fault during garbage collection."""
     try:
         source = Path(model_path).read_text()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return True
     if "auto_complete_config" in source:
         return True
-    try:
-        # CPython 3.11's parser is not safe in two threads at once ("AST
-        # constructor recursion depth mismatch"); models load in parallel.
-        with _AST_LOCK:
-            tree = ast.parse(source)
-    except (SyntaxError, SystemError):
-        # SystemError: the lock cannot cover every parser user (3.11's
-        # traceback formatting parses source lines); asking the worker is
-        # the safe answer.
-        return True
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":
-            plain_bases = all(isinstance(b, ast.Name) and b.id == "object" for b in node.bases)
-            return not (plain_bases and not node.keywords and not node.decorator_list)
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        match = _PLAIN_CLASS.match(line)
+        if match is None:
+            continue
+        previous = next((p.strip() for p in reversed(lines[:i]) if p.strip()), "")
+        return previous.startswith("@")  # decorated: it may add anything
     return True
+
+
+_PLAIN_CLASS = re.compile(r"class\s+TritonPythonModel\s*(?:\(\s*(?:object)?\s*\))?\s*:")
