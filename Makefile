@@ -7,12 +7,14 @@ CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 XXHASH_HEADER := /usr/include/xxhash.h
+# perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
+LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
 .PHONY: install serve test test-csrc test-python test-gpu lint sanitize bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
-# frontend's HTTP/2, xxHash for the response cache (each installed when
-# missing).
+# frontend's HTTP/2, xxHash for the response cache, libb64 for perf_analyzer
+# (each installed when missing).
 system-deps:
 	@if [ ! -f $(GTEST_HEADER) ]; then \
 	  echo "installing libgtest-dev"; \
@@ -23,6 +25,11 @@ system-deps:
 	  echo "installing libnghttp2-dev"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libnghttp2-dev >/dev/null; \
+	fi
+	@if [ ! -f $(LIBB64) ]; then \
+	  echo "installing libb64-0d"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libb64-0d >/dev/null; \
 	fi
 	@if [ ! -f $(XXHASH_HEADER) ]; then \
 	  echo "installing libxxhash-dev"; \

@@ -84,7 +84,7 @@ Status SequenceBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return Status(StatusCode::kUnavailable, kStopping);
-    ReapIdle(r.enqueue_ns);
+    ReapIdle(NowNs());
     auto active = active_.find(corr);
     auto backlogged = backlog_index_.find(corr);
     if (!start && active == active_.end() && backlogged == backlog_index_.end()) {
@@ -184,7 +184,10 @@ void SequenceBatchScheduler::ReapIdle(uint64_t now_ns) {
   const uint64_t idle_ns = config_.max_sequence_idle_us * 1000;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = slots_[i];
-    if (slot.bound && slot.queue.empty() && now_ns - slot.last_activity_ns >= idle_ns) {
+    // last_activity_ns may be later than now_ns (taken by another thread
+    // just before this one got the lock): not idle.
+    if (slot.bound && slot.queue.empty() && now_ns > slot.last_activity_ns &&
+        now_ns - slot.last_activity_ns >= idle_ns) {
       ReleaseSlot(i);
     }
   }

@@ -112,6 +112,7 @@ TEST(ModelStatsCache, HitIsASuccessWithoutAnInference) {
   ModelStatsSnapshot s = stats.Snapshot();
   EXPECT_EQ(s.success.count, 1u);
   EXPECT_EQ(s.success.ns, 5000u);
+  EXPECT_EQ(s.queue.count, 1u);
   EXPECT_EQ(s.cache_hit.count, 1u);
   EXPECT_EQ(s.cache_hit.ns, 1200u);
   EXPECT_EQ(s.cache_miss.count, 1u);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 
 #include "test_util.h"
@@ -219,6 +220,57 @@ TEST(SequenceBatcher, CancelAndStop) {
   EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
   uint64_t id;
   EXPECT_EQ(s->Enqueue(Seq(31, 3, kStart), &id).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+// An instance stamps a slot's activity while another thread, whose clock
+// reading is a little older, enqueues: the slot must not look idle (a
+// negative age once wrapped around as a huge one).
+TEST(SequenceBatcher, ActivityNewerThanTheReaperClockIsNotIdle) {
+  Harness h;
+  SequenceBatcherConfig c;
+  c.model_name = "seq";
+  c.max_batch_size = 4;
+  std::unique_ptr<Scheduler> s;
+  ASSERT_TRUE(SequenceBatchScheduler::Create(c, h.stats, h.completions, &s).ok());
+  uint64_t id;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  auto instance = std::async(std::launch::async, [&] {
+    Batch b;
+    while (s->NextBatch(&b)) {
+    }
+  });
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&, t] {
+      for (uint64_t n = 0; n < 300 && !stop; ++n) {
+        const uint64_t corr = 1 + t * 100000 + n;
+        for (int k = 0; k < 4; ++k) {
+          uint32_t flags = (k == 0 ? kSequenceStart : 0) | (k == 3 ? kSequenceEnd : 0);
+          RequestInfo info;
+          info.token = corr * 10 + k;
+          info.batch_size = 1;
+          info.correlation_id = corr;
+          info.sequence_flags = flags;
+          uint64_t rid;
+          if (!s->Enqueue(info, &rid).ok()) failures++;
+        }
+      }
+    });
+  }
+  for (std::thread& th : clients) th.join();
+  stop = true;
+  while (s->QueuedCount() > 0) testing::SleepMs(1);
+  s->Stop();
+  instance.wait();
+  (void)id;
+  EXPECT_EQ(failures.load(), 0);
 }
 
 }  // namespace

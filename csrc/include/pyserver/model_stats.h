@@ -77,8 +77,9 @@ class ModelStats {
   // One batch ran on an instance: inference_count += batch_size.
   void RecordExecution(uint32_t batch_size, uint64_t compute_input_ns,
                        uint64_t compute_infer_ns, uint64_t compute_output_ns);
-  // A request answered from the response cache: a success (of total_ns)
-  // and a cache hit (lookup_ns), but no inference or execution, as Triton.
+  // A request answered from the response cache: a success (of total_ns), a
+  // queue pass with no wait and a cache hit (lookup_ns), but no inference or
+  // execution, as Triton counts it.
   void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns);
   // A miss: lookup plus insertion time.
   void RecordCacheMiss(uint64_t ns);
