@@ -136,3 +136,19 @@ def test_arena_is_safe_from_many_threads():
         t.join()
     assert not errors and arena.in_use() == 0
     arena.region.close()
+
+
+def test_send_after_close_fails_instead_of_writing_to_a_reused_descriptor():
+    a, b = socket.socketpair()
+    ch = channel.Channel(a, keep_gil=True)
+    ch.close()
+    c, d = socket.socketpair()  # likely reuses a's descriptor number
+    try:
+        with pytest.raises(OSError):
+            ch.send(("late",))
+        d.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            d.recv(100)  # nothing arrived on the new pair
+    finally:
+        for s in (b, c, d):
+            s.close()

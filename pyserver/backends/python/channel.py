@@ -141,10 +141,15 @@ class Channel:
         self._start, self._end = 0, avail
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        # Under the send lock, and forgetting the raw descriptor: a send
+        # after close must fail, not write into whatever reuses the number.
+        with self._send_lock:
+            self._raw_send = None
+            self._fd = -1
+            try:
+                self.sock.close()
+            except OSError:
+                pass
 
 
 def ctypes_errno() -> int:
