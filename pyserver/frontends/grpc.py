@@ -773,16 +773,26 @@ def _stream_done(stream, call, request, final, use, fut):
         except asyncio.CancelledError:
             return
         except ServerError as e:
-            payload = encode_stream_response(None, request, e.message)
+            payload = _stream_error(request, e.message, True)
         except Exception as e:
             log.error("gRPC ModelStreamInfer response failed", exc_info=e)
-            payload = encode_stream_response(None, request, f"{type(e).__name__}: {e}")
+            payload = _stream_error(request, f"{type(e).__name__}: {e}", True)
         stream.send_message(payload, True)
         if call.closing and call.pending == 0:
             stream.finish(OK)
     finally:
         if use is not None:
             use.release()
+
+
+def _stream_error(request, message: str, final: bool) -> bytes:
+    """An in-stream error for a request that reached a model: as Triton's,
+    its infer_response names the request (id, model, version) and says
+    whether it was the request's last (clients of decoupled models wait for
+    ``triton_final_response``)."""
+    named = InferResponse(request.model_name, request.model_version, request.id, [],
+                          {"triton_final_response": final})
+    return encode_stream_response(named, request, message)
 
 
 class _DecoupledReply:
@@ -816,7 +826,7 @@ class _DecoupledReply:
             if error is not None:
                 message = error.message if isinstance(error, ServerError) \
                     else f"{type(error).__name__}: {error}"
-                payload = encode_stream_response(None, request, message)
+                payload = _stream_error(request, message, final)
             elif response is not None:
                 if self.use is not None:
                     _write_shared_memory(self.use, response)

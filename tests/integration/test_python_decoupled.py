@@ -363,3 +363,45 @@ def test_unloading_ends_unfinished_requests(tmp_path, start_server):
     finally:
         stream.close()
         s.call(frontend.stop(5))
+
+
+def test_in_stream_errors_name_the_request_and_say_if_final(repeat):
+    """What perf_analyzer reads: an error keeps the stream open and its
+    infer_response carries the request's id, model and triton_final_response
+    (false for an error response the model sent, true for one that ends the
+    request)."""
+    import grpc
+
+    from pyserver._proto import message_class
+
+    Request = message_class("inference.ModelInferRequest")
+    Response = message_class("inference.ModelStreamInferResponse")
+
+    def request(rid, n, mode):
+        req = Request(model_name="repeat", id=rid)
+        req.parameters["mode"].string_param = mode
+        req.parameters["triton_enable_empty_final_response"].bool_param = True
+        t = req.inputs.add(name="IN", datatype="INT32", shape=[1])
+        t.contents.int_contents.append(n)
+        return req
+
+    with grpc.insecure_channel(repeat.grpc_url) as channel:
+        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                     request_serializer=Request.SerializeToString,
+                                     response_deserializer=Response.FromString)
+        got = list(call(iter([request("m", 3, "error_mid"), request("r", 1, "raise")]),
+                        timeout=30))
+    by_id = {}
+    for msg in got:
+        by_id.setdefault(msg.infer_response.id, []).append(msg)
+    mid = by_id["m"]
+    assert [m.error_message != "" for m in mid] == [False, True, False, False]
+    assert mid[1].error_message == "second one failed"
+    assert mid[1].infer_response.model_name == "repeat"
+    assert [m.infer_response.parameters["triton_final_response"].bool_param for m in mid] == \
+        [False, False, False, True]
+    raised = by_id["r"]
+    assert raised[0].error_message == ""
+    assert "gave up after one response" in raised[1].error_message
+    assert raised[1].infer_response.parameters["triton_final_response"].bool_param is True
+    assert len(raised) == 2
