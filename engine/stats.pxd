@@ -34,12 +34,18 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
     cdef enum class SummaryKind "pyserver::SummaryKind":
         pass
 
+    cdef enum class FailureReason "pyserver::FailureReason":
+        pass
+
     cdef cppclass CModelStats "pyserver::ModelStats":
         CModelStats()
         void EnableSummaries()
         bint summaries_enabled()
         vector[uint64_t] SummaryQuantiles(SummaryKind kind, const vector[double]& quantiles,
                                           uint64_t* count, uint64_t* sum_ns)
+        void RecordSuccess(uint64_t total_ns, uint64_t queue_ns, uint64_t compute_input_ns,
+                           uint64_t compute_infer_ns, uint64_t compute_output_ns)
+        void RecordFailure(uint64_t total_ns, FailureReason reason)
         void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns)
         void RecordCacheMiss(uint64_t ns)
         ModelStatsSnapshot Snapshot()

@@ -15,6 +15,16 @@ cdef class ModelStats:
     def __cinit__(self):
         self.c = make_shared[CModelStats]()
 
+    def record_success(self, uint64_t total_ns):
+        """A request answered without a batch of its own (an ensemble's):
+        success count and duration, no queue or compute time."""
+        self.c.get().RecordSuccess(total_ns, 0, 0, 0, 0)
+
+    def record_failure(self, uint64_t total_ns, str reason="BACKEND"):
+        """A failed request; reason is Triton's: REJECTED, CANCELED,
+        BACKEND or OTHER."""
+        self.c.get().RecordFailure(total_ns, <FailureReason><int>FAILURE_REASONS.index(reason))
+
     def record_cache_hit(self, uint64_t total_ns, uint64_t lookup_ns):
         self.c.get().RecordCacheHit(total_ns, lookup_ns)
 

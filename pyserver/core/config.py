@@ -136,7 +136,7 @@ def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> Model
         if db.preserve_ordering and db.priority_levels > 1:
             raise ConfigError(f"{where}: preserve_ordering cannot be used with priority_levels > 1")
 
-    if not config.instance_group:
+    if not config.instance_group and config.platform != "ensemble":  # steps run elsewhere
         config.instance_group.add()
     for idx, group in enumerate(config.instance_group):
         if not group.name:

@@ -118,6 +118,8 @@ class ModelInstance:
 class ModelVersion:
     """One version of a model, loaded and serving."""
 
+    ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
+
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
                  completions: CompletionQueue):
         self.name = name

@@ -264,6 +264,32 @@ class ModelManager:
                 log.info("successfully loaded '%s' version %d", name, mv.version)
             if old:
                 await loop.run_in_executor(None, lambda: [mv.stop() for mv in old.values()])
+        await self._load_composing(name, new, requested)
+
+    async def _load_composing(self, name: str, new: list, requested: bool) -> None:
+        """Explicit mode: loading an ensemble loads the models its steps use
+        (as Triton does); if one cannot load, neither can the ensemble."""
+        plan = new[0].ensemble if new else None
+        if plan is None or self.control_mode != "explicit":
+            return
+        for dep in sorted(plan.model_names()):
+            if self.versions.get(dep):
+                continue
+            try:
+                await self.load(dep)
+            except ServerError as err:
+                await self.unload(name)
+                reason = f"ensemble '{name}' needs model '{dep}', which failed to load: {err.message}"
+                self.states[name] = ("UNAVAILABLE", reason)
+                if requested:
+                    raise ServerError(Code.INVALID_ARG,
+                                      f"load failed for model '{name}': {reason}") from None
+                raise ServerError(err.code, reason) from None
+
+    def composing_models(self, name: str) -> set[str]:
+        """The models an ensemble's loaded versions use (empty for others)."""
+        return {dep for mv in self.versions.get(name, {}).values() if mv.ensemble is not None
+                for dep in mv.ensemble.model_names()}
 
     def _model_source(self, name, config, files, found):
         """The folder to load from, and the config override if any."""

@@ -20,6 +20,7 @@ from pyserver.core.config import (
     load_config_file,
     normalize,
 )
+from pyserver.core.ensemble import EnsemblePlan
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.model import ModelVersion
 from pyserver.engine import CompletionQueue
@@ -137,6 +138,8 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     leaves an unmodified version serving when a model is polled again."""
     options = options or LoadOptions()
     config, backend, available, filename = prepare_config(model, config_override, options)
+    if backend == "ensemble":
+        return _load_ensemble(model, config, available, completions, options)
     cls = backend_class(backend)
     versions = select_versions(config, available)
     if not versions:
@@ -180,6 +183,26 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     return loaded
 
 
+def _load_ensemble(model: ModelDir, config, available: dict, completions: CompletionQueue,
+                   options: LoadOptions) -> list[ModelVersion]:
+    """An ensemble's versions: its plan checked, no instances (its steps run
+    on their own models' instances)."""
+    plan = EnsemblePlan(config)
+    versions = select_versions(config, available)
+    if not versions:
+        raise ServerError(Code.UNAVAILABLE,
+                          f"ensemble '{model.name}': no version folder to load in {model.path} "
+                          "(an ensemble needs an empty one, e.g. 1/)")
+    loaded = []
+    for number in versions:
+        mv = ModelVersion(model.name, number, config, str(available[number]), completions)
+        mv.ensemble = plan
+        if options.summary_latencies:
+            mv.stats.enable_summaries()
+        loaded.append(mv)
+    return loaded
+
+
 def prepare_config(model: ModelDir, config_override=None, options: LoadOptions | None = None):
     """The model's complete config (read, auto-completed, normalized), its
     backend name, version folders and model file name. Runs no model; the
@@ -207,7 +230,8 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
     available = version_folders(model.path)
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
     complete = getattr(backend_class(backend), "auto_complete_config", None) \
-        if options.auto_complete and not _auto_complete_is_noop(backend, config) else None
+        if options.auto_complete and backend != "ensemble" \
+        and not _auto_complete_is_noop(backend, config) else None
     if options.auto_complete and complete is not None and available:
         # As Triton: the backend fills what the config leaves out, from the
         # model file of the highest version.

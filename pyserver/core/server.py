@@ -10,10 +10,12 @@ only translate their wire format to and from these calls.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from pyserver import __version__
 from pyserver.core import repository
+from pyserver.core.ensemble import run_ensemble
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
@@ -370,11 +372,12 @@ class Server:
         self._apply_tracing()
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        # unload_dependents (also unload the models an ensemble composes)
-        # is accepted as Triton does; with no ensembles, nothing depends on
-        # a model, so it changes nothing.
+        """unload_dependents: an ensemble's composing models go too."""
         self._check_explicit()
+        composing = self.models.composing_models(name) if unload_dependents else set()
         await self.models.unload(name)
+        for dep in sorted(composing):
+            await self.models.unload(dep)
 
     # -- settings --------------------------------------------------------------
 
@@ -412,6 +415,9 @@ class Server:
         mv = self._resolve(request.model_name, request.model_version)
         if mv.decoupled:
             raise DecoupledModelError()
+        if mv.ensemble is not None:
+            mv.validate(request)
+            return self._loop.create_task(run_ensemble(self, mv, request))
         if self.response_cache is not None and self._uses_cache(mv):
             return submit_cached(self, mv, request, self.response_cache)
         return self._enqueue(mv, request)
@@ -449,6 +455,11 @@ class Server:
                                   f"Triton usage and should not be specified: '{key}'")
         mv = self._resolve(request.model_name, request.model_version)
         stream = ResponseStream(self._loop, on_response)
+        if mv.ensemble is not None:
+            mv.validate(request)
+            task = self._loop.create_task(run_ensemble(self, mv, request))
+            task.add_done_callback(functools.partial(_end_stream, stream))
+            return stream
         pending = mv.submit(request, stream)
         self._handles[stream] = (mv.scheduler, pending.id)
         self._inflight += 1
@@ -478,3 +489,13 @@ class Server:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.submit(request)
+
+
+def _end_stream(stream: ResponseStream, task: asyncio.Task) -> None:
+    """An ensemble request submitted as a stream: its one response, final."""
+    if task.cancelled():
+        stream.set_exception(ServerError(Code.CANCELLED, "Request was cancelled"))
+    elif task.exception() is not None:
+        stream.set_exception(task.exception())
+    else:
+        stream.set_result(task.result())

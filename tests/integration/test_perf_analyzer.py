@@ -2,7 +2,8 @@
 pyserver, unchanged: HTTP and gRPC, sync and async, system shared memory,
 gRPC streaming, a sequence model, a response-cached model (perf_analyzer
 finds a model's traffic through the statistics extension's queue count and
-reports cache hits from it) and client-side batching."""
+reports cache hits from it), an ensemble with its per-step breakdown, and
+client-side batching."""
 
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pyserver.testing import write_add_sub
+from tests.integration.test_ensemble import write_ensemble
 from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
 from tests.integration.test_sequence_batching import write_onnx_controls
 
@@ -46,6 +48,7 @@ def served(tmp_path, start_grpc):  # noqa: F811
     write_add_sub(tmp_path, extra="dynamic_batching { }")
     write_add_sub(tmp_path, name="cached", extra="response_cache { enable: true }")
     write_onnx_controls(tmp_path)
+    write_ensemble(tmp_path)
     s = start_grpc(tmp_path, allow_client_shm=True, response_cache_byte_size=1 << 20)
     return s
 
@@ -85,3 +88,8 @@ def test_perf_analyzer_sees_response_cache_hits(perf_analyzer, served):
     text = run(perf_analyzer, served, "-m", "cached", "-i", "grpc")
     hits = int(re.search(r"Cache hit count: (\d+)", text).group(1))
     assert hits > 0, text
+
+
+def test_perf_analyzer_breaks_an_ensemble_down_by_step(perf_analyzer, served):
+    text = run(perf_analyzer, served, "-m", "pipeline", "-i", "grpc")
+    assert "Composing models:" in text and "add_sub, version: 1" in text, text
