@@ -18,10 +18,17 @@ cdef extern from "pyserver/cuda_runtime.h" namespace "pyserver" nogil:
         CudaRuntime(const vector[string]& candidates)
         @staticmethod
         CudaRuntime& Get()
+        @staticmethod
+        void AddSearchPaths(const vector[string]& paths)
         cbool available()
         const string& reason()
         const string& library()
         int device_count()
+        Status SetDevice(int device)
+        Status StreamSynchronize(void* stream)
+        Status Malloc(void** ptr, size_t bytes)
+        Status Free(void* ptr)
+        Status MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream)
 
 
 cdef extern from "pyserver/pinned_memory_pool.h" namespace "pyserver" nogil:

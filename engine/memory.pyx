@@ -70,6 +70,74 @@ def cuda_runtime_info(library=None):
             "library": rt.library().decode(), "device_count": rt.device_count()}
 
 
+def cuda_add_search_paths(list paths):
+    """libcudart files to try after the default names; effective only before
+    the first use of CUDA in the process."""
+    cdef vector[string] names
+    for p in paths:
+        names.push_back(str(p).encode())
+    CudaRuntime.AddSearchPaths(names)
+
+
+def cuda_set_device(int device):
+    """Makes ``device`` current for the calling thread."""
+    check_status(CudaRuntime.Get().SetDevice(device))
+
+
+def cuda_malloc(size_t nbytes):
+    """Device memory on the current device; returns its address."""
+    cdef void* ptr = NULL
+    cdef Status st
+    with nogil:  # cudaMalloc may synchronize the device
+        st = CudaRuntime.Get().Malloc(&ptr, nbytes)
+    check_status(st)
+    return <size_t>ptr
+
+
+def cuda_free(size_t ptr):
+    cdef Status st
+    with nogil:
+        st = CudaRuntime.Get().Free(<void*>ptr)
+    check_status(st)
+
+
+def cuda_copy_to_device(size_t dst, src, size_t stream):
+    """Queues a copy of the host buffer ``src`` to device address ``dst`` on
+    ``stream``. Asynchronous only when ``src`` is pinned; ``src`` must stay
+    alive until the stream is synchronized."""
+    cdef Py_buffer b
+    cdef Status st
+    PyObject_GetBuffer(src, &b, PyBUF_ANY_CONTIGUOUS)
+    try:
+        with nogil:  # b pins the source while the copy is queued
+            st = CudaRuntime.Get().MemcpyAsync(<void*>dst, b.buf, <size_t>b.len, 1, <void*>stream)
+    finally:
+        PyBuffer_Release(&b)
+    check_status(st)
+
+
+def cuda_copy_to_host(dst, size_t src, size_t stream):
+    """Queues a copy from device address ``src`` into the writable host
+    buffer ``dst`` (its whole size) on ``stream``."""
+    cdef Py_buffer b
+    cdef Status st
+    PyObject_GetBuffer(dst, &b, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        with nogil:
+            st = CudaRuntime.Get().MemcpyAsync(b.buf, <void*>src, <size_t>b.len, 2, <void*>stream)
+    finally:
+        PyBuffer_Release(&b)
+    check_status(st)
+
+
+def cuda_stream_synchronize(size_t stream):
+    """Waits, GIL released, until the work queued on ``stream`` is done."""
+    cdef Status st
+    with nogil:
+        st = CudaRuntime.Get().StreamSynchronize(<void*>stream)
+    check_status(st)
+
+
 # ---------------------------------------------------------------- pinned pool
 
 cdef char* _BYTE_FORMAT = b"B"

@@ -15,11 +15,31 @@ bool Resolve(void* handle, const char* name, Fn* fn, std::string* missing) {
 
 }  // namespace
 
+namespace {
+
+std::mutex g_search_mu;
+std::vector<std::string>& SearchPaths() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+
+}  // namespace
+
+void CudaRuntime::AddSearchPaths(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(g_search_mu);
+  SearchPaths().insert(SearchPaths().end(), paths.begin(), paths.end());
+}
+
 CudaRuntime& CudaRuntime::Get() {
-  // Newest first; a driver newer than the runtime accepts it.
-  static CudaRuntime runtime({"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                              "libcudart.so.11.0"});
-  return runtime;
+  static CudaRuntime* runtime = [] {
+    // Newest first; a driver newer than the runtime accepts it.
+    std::vector<std::string> names = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                                      "libcudart.so.11.0"};
+    std::lock_guard<std::mutex> lock(g_search_mu);
+    names.insert(names.end(), SearchPaths().begin(), SearchPaths().end());
+    return new CudaRuntime(names);  // lives as long as the process
+  }();
+  return *runtime;
 }
 
 CudaRuntime::CudaRuntime(const std::vector<std::string>& candidates) {
@@ -45,6 +65,9 @@ CudaRuntime::CudaRuntime(const std::vector<std::string>& candidates) {
   ok &= Resolve(handle_, "cudaStreamCreateWithFlags", &stream_create_, &missing);
   ok &= Resolve(handle_, "cudaStreamDestroy", &stream_destroy_, &missing);
   ok &= Resolve(handle_, "cudaStreamSynchronize", &stream_synchronize_, &missing);
+  ok &= Resolve(handle_, "cudaMalloc", &malloc_, &missing);
+  ok &= Resolve(handle_, "cudaFree", &free_, &missing);
+  ok &= Resolve(handle_, "cudaMemcpyAsync", &memcpy_async_, &missing);
   ok &= Resolve(handle_, "cudaGetErrorString", &error_string_, &missing);
   if (!ok) {
     reason_ = library_ + " lacks " + missing;
@@ -107,6 +130,22 @@ Status CudaRuntime::StreamDestroy(void* stream) const {
 Status CudaRuntime::StreamSynchronize(void* stream) const {
   if (!available_) return Status(StatusCode::kUnavailable, reason_);
   return Check(stream_synchronize_(stream), "cudaStreamSynchronize");
+}
+
+Status CudaRuntime::Malloc(void** ptr, size_t bytes) const {
+  if (!available_) return Status(StatusCode::kUnavailable, reason_);
+  return Check(malloc_(ptr, bytes), "cudaMalloc");
+}
+
+Status CudaRuntime::Free(void* ptr) const {
+  if (!available_) return Status(StatusCode::kUnavailable, reason_);
+  return Check(free_(ptr), "cudaFree");
+}
+
+Status CudaRuntime::MemcpyAsync(void* dst, const void* src, size_t bytes, int kind,
+                                void* stream) const {
+  if (!available_) return Status(StatusCode::kUnavailable, reason_);
+  return Check(memcpy_async_(dst, src, bytes, kind, stream), "cudaMemcpyAsync");
 }
 
 }  // namespace pyserver

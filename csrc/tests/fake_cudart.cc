@@ -5,6 +5,7 @@
 // cudaGetDeviceCount fail as it does on a machine without a driver.
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 std::atomic<long> g_host_blocks{0};
@@ -56,6 +57,23 @@ int cudaStreamDestroy(void* /*stream*/) {
 }
 
 int cudaStreamSynchronize(void* stream) { return stream == nullptr ? kErrorInvalidValue : 0; }
+
+int cudaMalloc(void** ptr, size_t bytes) {
+  *ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  return *ptr == nullptr ? 2 : 0;
+}
+
+int cudaFree(void* ptr) {
+  std::free(ptr);
+  return 0;
+}
+
+// "Device" memory is host memory here, so both directions are a memcpy.
+int cudaMemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream) {
+  if (stream == nullptr || (kind != 1 && kind != 2)) return kErrorInvalidValue;
+  std::memcpy(dst, src, bytes);
+  return 0;
+}
 
 const char* cudaGetErrorString(int err) {
   switch (err) {

@@ -214,3 +214,30 @@ TEST(CudaStreamPool, RoundRobinAndDestroysItsStreams) {
 
 }  // namespace
 }  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+TEST(CudaRuntime, DeviceMemoryAndAsyncCopies) {
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  void* device = nullptr;
+  ASSERT_TRUE(runtime.Malloc(&device, 64).ok());
+  void* stream = nullptr;
+  ASSERT_TRUE(runtime.StreamCreate(&stream).ok());
+  const char src[] = "sixteen bytes!!";
+  char back[16] = {};
+  ASSERT_TRUE(runtime.MemcpyAsync(device, src, 16, CudaRuntime::kHostToDevice, stream).ok());
+  ASSERT_TRUE(runtime.MemcpyAsync(back, device, 16, CudaRuntime::kDeviceToHost, stream).ok());
+  ASSERT_TRUE(runtime.StreamSynchronize(stream).ok());
+  EXPECT_STREQ(back, src);
+  Status bad = runtime.MemcpyAsync(back, device, 16, 7, stream);
+  EXPECT_EQ(bad.message(), "cudaMemcpyAsync failed: invalid argument");
+  EXPECT_TRUE(runtime.Free(device).ok());
+  EXPECT_TRUE(runtime.StreamDestroy(stream).ok());
+  CudaRuntime missing({"/nonexistent.so"});
+  EXPECT_EQ(missing.Malloc(&device, 8).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pyserver

@@ -258,7 +258,7 @@ class TensorRTBackend:
                               f"unable to enqueue for inference of model '{self.name}'")
         for staged, ptr in staged_outputs.values():
             _cuda.copy_to_host(staged, ptr, stream)
-        _cuda.synchronize(stream)  # waits with the GIL released (a ctypes call)
+        _cuda.synchronize(stream)  # waits with the GIL released
         results = {}
         for name, (staged, _) in staged_outputs.items():
             # Returned in its pinned block: the block goes back to the pool

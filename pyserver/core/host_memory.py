@@ -11,13 +11,34 @@ served with plain memory instead of failing.
 
 from __future__ import annotations
 
+import glob
+import os
+import sys
+
 import numpy as np
 
-from pyserver.engine.memory import PinnedMemoryPool, cuda_runtime_info
+from pyserver.engine.memory import PinnedMemoryPool, cuda_add_search_paths, cuda_runtime_info
 
 __all__ = ["DEFAULT_PINNED_POOL_BYTES", "HostMemory"]
 
 DEFAULT_PINNED_POOL_BYTES = 268435456
+
+
+def _wheel_cuda_runtimes() -> list[str]:
+    """libcudart files that NVIDIA's wheels (nvidia-cuda-runtime-cu12 and
+    friends, which torch, tensorrt and onnxruntime-gpu bring along) install,
+    newest first."""
+    found = []
+    for base in sys.path:
+        for pattern in ("nvidia/cu13/lib/libcudart.so*", "nvidia/cuda_runtime/lib/libcudart.so*",
+                        "nvidia/cu12/lib/libcudart.so*"):
+            found.extend(sorted(glob.glob(os.path.join(base, pattern)), reverse=True))
+    return found
+
+
+# Before anything in the process loads CUDA: after the system's libcudart,
+# csrc tries the wheels' copies.
+cuda_add_search_paths(_wheel_cuda_runtimes())
 
 
 class HostMemory:

@@ -3,8 +3,10 @@ and pyserver.core.host_memory: plain memory without CUDA, page-locked
 accounting with a CUDA runtime (a stand-in libcudart compiled here from
 csrc/tests/fake_cudart.cc), blocks returned when the last view goes."""
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +96,51 @@ def test_stream_pool_needs_a_device():
         memory.CudaStreamPool(0, 2)
     assert exc.value.code == Code.UNAVAILABLE
     assert str(exc.value) == info["reason"] or info["reason"] in str(exc.value)
+
+
+def test_backend_cuda_facade_on_a_stand_in_runtime(fake_cudart, tmp_path):
+    """In a fresh process whose libcudart is the stand-in: the TensorRT
+    backend's CUDA facade (device memory, copies on a pool stream, sync),
+    the pinned pool and Triton's pinned gauges all run through csrc."""
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libcudart.so").symlink_to(fake_cudart)
+    code = r'''
+import numpy as np
+from pyserver.backends import _cuda
+from pyserver.core.host_memory import HostMemory
+from pyserver.engine.memory import CudaStreamPool, cuda_runtime_info
+
+assert cuda_runtime_info()["available"], cuda_runtime_info()
+assert _cuda.device_count() == 1
+_cuda.set_device(0)
+streams = CudaStreamPool(0, 2)
+stream = streams.next()
+host = HostMemory(1 << 20)
+assert host.pinned
+src = host.empty((4, 16), np.float32)
+src[:] = np.arange(64, dtype=np.float32).reshape(4, 16)
+buf = _cuda.DeviceBuffer()
+ptr = buf.reserve(src.nbytes)
+_cuda.copy_to_device(ptr, src, stream)
+back = host.empty((4, 16), np.float32)
+_cuda.copy_to_host(back, ptr, stream)
+_cuda.synchronize(stream)
+assert (back == src).all()
+total, used = host.gauges()
+assert total == 1 << 20 and used == 2 * 4096, (total, used)
+buf.close()
+del src, back
+assert host.gauges() == (1 << 20, 0)
+try:
+    _cuda.set_device(3)
+except _cuda.CudaError as err:
+    assert "CUDA device 3 does not exist (1 visible)" in str(err)
+else:
+    raise AssertionError("set_device(3) should fail")
+print("ok")
+'''
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

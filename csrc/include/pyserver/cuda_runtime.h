@@ -18,10 +18,17 @@ class CudaRuntime {
   static constexpr unsigned kHostAllocPortable = 1;
   // cudaStreamNonBlocking: no implicit sync with the legacy default stream.
   static constexpr unsigned kStreamNonBlocking = 1;
+  // cudaMemcpyKind values.
+  static constexpr int kHostToDevice = 1;
+  static constexpr int kDeviceToHost = 2;
 
   // The process-wide runtime, loaded on first use from the default library
-  // names (libcudart.so, then versioned names); never unloaded.
+  // names (libcudart.so, then versioned names), then the extra paths given
+  // to AddSearchPaths before that first use; never unloaded.
   static CudaRuntime& Get();
+  // Library files to try after the default names (e.g. the libcudart an
+  // NVIDIA wheel installs). Only has an effect before the first Get().
+  static void AddSearchPaths(const std::vector<std::string>& paths);
 
   // A runtime loaded from the first of `candidates` that dlopen accepts
   // (for tests, and for a libcudart found inside a Python wheel).
@@ -43,6 +50,10 @@ class CudaRuntime {
   Status StreamCreate(void** stream) const;
   Status StreamDestroy(void* stream) const;
   Status StreamSynchronize(void* stream) const;
+  Status Malloc(void** ptr, size_t bytes) const;
+  Status Free(void* ptr) const;
+  // kind: kHostToDevice or kDeviceToHost; returns before the copy is done.
+  Status MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream) const;
 
  private:
   Status Check(int err, const char* what) const;
@@ -60,6 +71,9 @@ class CudaRuntime {
   int (*stream_create_)(void**, unsigned) = nullptr;
   int (*stream_destroy_)(void*) = nullptr;
   int (*stream_synchronize_)(void*) = nullptr;
+  int (*malloc_)(void**, size_t) = nullptr;
+  int (*free_)(void*) = nullptr;
+  int (*memcpy_async_)(void*, const void*, size_t, int, void*) = nullptr;
   const char* (*error_string_)(int) = nullptr;
 };
 
