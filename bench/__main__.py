@@ -184,13 +184,15 @@ def bench_systems(names: list, args, workloads, bodies, work: Path, onnx_blob, r
         cell = 0
         for w in workloads:
             for protocol in (p for p in w.protocols if p in args.protocols):
-                runners = [n for n in servers if supports(n, w, protocol)]
-                answers = {n: loadgen.h2load_answer_bytes(servers[n].grpc_port, bodies[w.name][GRPC])
-                           if protocol == GRPC else None for n in runners}
+                runners = [n for n in servers if supports(n, w, protocol) and alive(servers[n], results)]
+                answers = {n: answer_bytes(servers[n], bodies[w.name][GRPC]) if protocol == GRPC else None
+                           for n in runners}
                 for conc in (c for c in w.concurrency if c in args.concurrency):
                     order = runners[cell % len(runners):] + runners[:cell % len(runners)] if runners else []
                     cell += 1
                     for n in order:
+                        if not alive(servers[n], results):
+                            continue
                         row = measure(servers[n], w, protocol, conc, args, bodies, work, answers[n],
                                       [servers[o] for o in servers if o != n])
                         results["rows"].append(row)
@@ -210,6 +212,24 @@ def bench_systems(names: list, args, workloads, bodies, work: Path, onnx_blob, r
             if leftover:
                 log(f"{name}: processes left after stop: {leftover}")
                 info["left_behind"] = leftover
+
+
+def alive(server, results) -> bool:
+    """False (and recorded, once) when the server process has exited."""
+    code = server.proc.poll()
+    info = results["systems"][server.name]
+    if code is not None and "exited" not in info:
+        info["exited"] = code
+        log(f"{server.name} EXITED with {code} during the run:\n{server.log_tail(1500)}")
+    return code is None
+
+
+def answer_bytes(server, body: Path) -> int | None:
+    try:
+        return loadgen.h2load_answer_bytes(server.grpc_port, body)
+    except Exception as err:
+        log(f"{server.name}: could not size a good gRPC answer ({err}); gRPC errors uncounted")
+        return None
 
 
 def check_answers(server, w, info) -> None:
@@ -294,6 +314,8 @@ def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
                       f"{info.get('load_average_after')} after its rows")
         if info.get("error"):
             md.append(f"- **{name} did not run**: {info['error'][:300]}")
+        if "exited" in info:
+            md.append(f"- **{name} exited during the run** (code {info['exited']}); later rows missing")
         bad = {w: c for w, c in info.get("checks", {}).items() if any(v != "ok" for v in c.values())}
         if bad:
             md.append(f"- {name}: answer checks failed: {bad}")

@@ -52,7 +52,7 @@ def main(path: str) -> None:
                     ax.set_title(protocol)
                 if row_i == len(METRICS) - 1:
                     ax.set_xlabel("concurrency")
-        axes[0][0].legend()
+        axes[0][0].legend(loc="best", fontsize="small")
         fig.suptitle(f"{results.get('titles', {}).get(workload, workload)} — "
                      f"{results['meta']['started']}", fontsize=10)
         fig.tight_layout()
