@@ -216,17 +216,7 @@ class PyTorchBackend:
         self.n_args = len(names) if self.dict_input else len(arguments)
         batching = config.max_batch_size > 0
         for position, t in enumerate(config.input):
-            type_name = data_type_name(t.data_type)
-            if type_name not in _CONFIG_TO_TORCH and type_name != "TYPE_STRING":
-                raise ServerError(Code.INTERNAL, f"unsupported datatype {type_name} for input "
-                                                 f"'{t.name}' for model '{self.name}'")
-            if type_name == "TYPE_STRING":
-                dims = t.reshape.shape if t.HasField("reshape") else t.dims
-                if len(dims) + (1 if batching else 0) > 1:
-                    raise ServerError(
-                        Code.INTERNAL,
-                        f"Triton only supports 1 dimensional List of String as input for "
-                        f"'{t.name}' for model '{self.name}'")
+            type_name = self._tensor_type(t, "input", batching)
             if convention == "forward":
                 index = allowed.index(t.name)
             elif convention == "index":
@@ -241,6 +231,22 @@ class PyTorchBackend:
             self.input_index[t.name] = index
             self.input_kinds[t.name] = type_name
 
+    def _tensor_type(self, t, kind: str, batching: bool) -> str:
+        """A config tensor's type name, checked as Triton's backend checks it:
+        a torch dtype, or strings as a 1-dimensional list."""
+        type_name = data_type_name(t.data_type)
+        if type_name not in _CONFIG_TO_TORCH and type_name != "TYPE_STRING":
+            raise ServerError(Code.INTERNAL, f"unsupported datatype {type_name} for {kind} "
+                                             f"'{t.name}' for model '{self.name}'")
+        if type_name == "TYPE_STRING":
+            dims = t.reshape.shape if t.HasField("reshape") else t.dims
+            if len(dims) + (1 if batching else 0) > 1:
+                raise ServerError(
+                    Code.INTERNAL,
+                    f"Triton only supports 1 dimensional List of String as {kind} for "
+                    f"'{t.name}' for model '{self.name}'")
+        return type_name
+
     def _validate_outputs(self, config) -> None:
         if not config.output:
             raise ServerError(Code.INTERNAL, "model configuration must contain at least one "
@@ -254,17 +260,7 @@ class PyTorchBackend:
         self.output_types = {}
         batching = config.max_batch_size > 0
         for position, t in enumerate(config.output):
-            type_name = data_type_name(t.data_type)
-            if type_name not in _CONFIG_TO_TORCH and type_name != "TYPE_STRING":
-                raise ServerError(Code.INTERNAL, f"unsupported datatype {type_name} for output "
-                                                 f"'{t.name}' for model '{self.name}'")
-            if type_name == "TYPE_STRING":
-                dims = t.reshape.shape if t.HasField("reshape") else t.dims
-                if len(dims) + (1 if batching else 0) > 1:
-                    raise ServerError(
-                        Code.INTERNAL,
-                        f"Triton only supports 1 dimensional List of String as output for "
-                        f"'{t.name}' for model '{self.name}'")
+            type_name = self._tensor_type(t, "output", batching)
             self.output_index[t.name] = _index_suffix(t.name) if by_index else position
             self.output_types[t.name] = type_name
         # Outputs whose config shape differs from what the model produces.

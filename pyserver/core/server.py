@@ -406,13 +406,7 @@ class Server:
     def submit(self, request: InferRequest) -> asyncio.Future:
         """Queues a request; the future resolves to its InferResponse or fails
         with a ServerError. Validation errors raise here, synchronously."""
-        if self._stopping:
-            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
-        for key in request.parameters:
-            if key.startswith("triton_"):
-                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
-                                  f"Triton usage and should not be specified: '{key}'")
-        mv = self._resolve(request.model_name, request.model_version)
+        mv = self._admit(request)
         if mv.decoupled:
             raise DecoupledModelError()
         if mv.ensemble is not None:
@@ -421,6 +415,17 @@ class Server:
         if self.response_cache is not None and self._uses_cache(mv):
             return submit_cached(self, mv, request, self.response_cache)
         return self._enqueue(mv, request)
+
+    def _admit(self, request: InferRequest) -> ModelVersion:
+        """The model version a new request goes to, once the server takes
+        requests and its parameters leave Triton's keys alone."""
+        if self._stopping:
+            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
+        for key in request.parameters:
+            if key.startswith("triton_"):
+                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
+                                  f"Triton usage and should not be specified: '{key}'")
+        return self._resolve(request.model_name, request.model_version)
 
     def _uses_cache(self, mv) -> bool:
         uses = mv.__dict__.get("_uses_response_cache")
@@ -447,13 +452,7 @@ class Server:
         call (whose response may be None) for a decoupled model, one final
         response (or error) for any other. Validation errors raise here.
         The returned stream cancels with ``Server.cancel``."""
-        if self._stopping:
-            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
-        for key in request.parameters:
-            if key.startswith("triton_"):
-                raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
-                                  f"Triton usage and should not be specified: '{key}'")
-        mv = self._resolve(request.model_name, request.model_version)
+        mv = self._admit(request)
         stream = ResponseStream(self._loop, on_response)
         if mv.ensemble is not None:
             mv.validate(request)
