@@ -12,10 +12,11 @@ types from the config) and a config of FP32[size] inputs (no batching, as the
 example; --batching adds max_batch_size 64 + dynamic_batching). Triton is the
 tritonserver 2.51 bundled in the nvidia-pytriton wheel, installed into
 bench/.venvs/triton on first use (bench/systems.py says how its stub is
-started). For each system and instance count it measures the time from
-process start to READY (and, on pyserver, each worker's own start time from
-the server log), then runs each load generator at each concurrency for a
-fixed window after a warm-up. Prints infer/s, p50, p99, errors, c_max/peak
+started). For each instance count it starts the systems one after the other,
+measuring each one's time from process start to READY (and, on pyserver,
+each worker's own start time from the server log), then drives them in
+alternation, row by row, so background-load drift hits both alike: each load
+generator at each concurrency, a warm-up, then a fixed window. Prints infer/s, p50, p99, errors, c_max/peak
 and, at c16, pyserver/Triton per protocol; the JSON document at the end.
 Non-2xx answers, socket errors and gRPC calls without an answer are counted,
 never hidden. Needs `wrk` and `h2load` (`make bench` installs them).
@@ -63,53 +64,65 @@ def write_repo(repo: Path, args, instances: int) -> None:
         size=args.size, instances=instances, extra=extra))
 
 
-def bench_one(args, tmp: Path, system: str, instances: int, bodies: dict) -> dict:
-    repo = tmp / f"models-{system}-{instances}"
-    write_repo(repo, args, instances)
-    log_path = tmp / f"{system}-{instances}.log"
-    server = systems.STARTERS[system](repo, log_path, ["add_sub"])
-    rows = []
+def drive(server, protocol: str, conns: int, args, tmp: Path, bodies: dict, answer) -> dict:
+    if protocol == "grpc":
+        r = loadgen.h2load(server.grpc_port, bodies["grpc"], conns, args.duration, args.warmup,
+                           tmp / "h2load.log")
+        r["errors"] = loadgen.grpc_errors(r, answer)
+        return loadgen.only_successes(r, r["errors"])
+    return loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer",
+                       bodies["http"], conns, args.duration, args.warmup)
+
+
+def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]:
+    """Start each system in turn (so its time to READY is its own), then
+    drive them alternately, row by row: a drift in the machine's background
+    load then hits both alike. One run dict per system."""
+    servers, runs = {}, {}
     try:
-        to_ready = server.wait_ready(120)
-        text = log_path.read_text(errors="replace")
-        worker_ms = [float(m) for m in re.findall(r"ready in (\d+) ms", text)]
-        shm = re.search(r"tensors through (\w+) shared memory", text)
+        for system in args.systems:
+            repo = tmp / f"models-{system}-{instances}"
+            write_repo(repo, args, instances)
+            log_path = tmp / f"{system}-{instances}.log"
+            server = systems.STARTERS[system](repo, log_path, ["add_sub"])
+            run = runs[system] = {"system": system, "instances": instances, "rows": []}
+            try:
+                run["seconds_to_ready"] = round(server.wait_ready(120), 3)
+            except RuntimeError as err:
+                print(f"{system} instances {instances}: {err}", file=sys.stderr)
+                run["error"] = str(err)[-1500:]
+                server.stop()
+                continue
+            servers[system] = server
+            if system == "pyserver":
+                text = log_path.read_text(errors="replace")
+                shm = re.search(r"tensors through (\w+) shared memory", text)
+                run.update(worker_start_ms=[float(m) for m in re.findall(r"ready in (\d+) ms", text)],
+                           shm=shm.group(1) if shm else None)
         for protocol in args.protocols:
-            answer = None
-            if protocol == "grpc":
-                answer = loadgen.h2load_answer_bytes(server.grpc_port, bodies["grpc"])
+            answers = {n: loadgen.h2load_answer_bytes(s.grpc_port, bodies["grpc"]) if protocol == "grpc"
+                       else None for n, s in servers.items()}
             for conns in args.concurrency:
-                if protocol == "grpc":
-                    r = loadgen.h2load(server.grpc_port, bodies["grpc"], conns, args.duration,
-                                       args.warmup, tmp / "h2load.log")
-                    r["errors"] = loadgen.grpc_errors(r, answer)
-                    loadgen.only_successes(r, r["errors"])
-                else:
-                    r = loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer",
-                                    bodies["http"], conns, args.duration, args.warmup)
-                row = {"system": system, "instances": instances, "protocol": protocol,
-                       "concurrency": conns, "infer_per_s": r["infer_per_s"], "p50_ms": r["p50_ms"],
-                       "p99_ms": r["p99_ms"], "errors": r["errors"]}
-                rows.append(row)
-                print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
-                      f"{row['infer_per_s']:>9.0f} infer/s  p50 {row['p50_ms']} ms  "
-                      f"p99 {row['p99_ms']} ms  errors {row['errors']}", file=sys.stderr)
-    except RuntimeError as err:
-        print(f"{system} instances {instances}: {err}", file=sys.stderr)
-        return {"system": system, "instances": instances, "error": str(err)[-1500:], "rows": rows}
+                for system, server in servers.items():
+                    r = drive(server, protocol, conns, args, tmp, bodies, answers[system])
+                    server.settle()
+                    row = {"protocol": protocol, "concurrency": conns, "infer_per_s": r["infer_per_s"],
+                           "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "errors": r["errors"]}
+                    runs[system]["rows"].append(row)
+                    print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
+                          f"{row['infer_per_s']:>9.0f} infer/s  p50 {row['p50_ms']} ms  "
+                          f"p99 {row['p99_ms']} ms  errors {row['errors']}", file=sys.stderr)
     finally:
-        server.stop()
-    out = {"system": system, "instances": instances, "seconds_to_ready": round(to_ready, 3),
-           "rows": rows}
-    if system == "pyserver":
-        out.update(worker_start_ms=worker_ms, shm=shm.group(1) if shm else None)
+        for server in servers.values():
+            server.stop()
     top = max(args.concurrency)
-    for protocol in args.protocols:
-        series = {r["concurrency"]: r["infer_per_s"] for r in rows if r["protocol"] == protocol}
-        if series:
-            out[f"{protocol}_peak_infer_per_s"] = max(series.values())
-            out[f"{protocol}_c{top}_over_peak"] = round(series[top] / max(series.values()), 3)
-    return out
+    for run in runs.values():
+        for protocol in args.protocols:
+            series = {r["concurrency"]: r["infer_per_s"] for r in run["rows"] if r["protocol"] == protocol}
+            if series and max(series.values()):
+                run[f"{protocol}_peak_infer_per_s"] = max(series.values())
+                run[f"{protocol}_c{top}_over_peak"] = round(series[top] / max(series.values()), 3)
+    return list(runs.values())
 
 
 def ratios_at(runs: list[dict], conc: int) -> list[dict]:
@@ -156,7 +169,7 @@ def main():
                   "http": loadgen.wrk_script(tmp / "json.lua", w.json_body(),
                                              {"Content-Type": "application/json"})}
         bodies["grpc"].write_bytes(w.grpc_body())
-        runs = [bench_one(args, tmp, system, n, bodies) for system in args.systems for n in args.instances]
+        runs = [run for n in args.instances for run in bench_instances(args, tmp, n, bodies)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results = {"model": f"python add_sub FP32[{args.size}] ({MODEL_PY.relative_to(ROOT)})",
