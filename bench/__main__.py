@@ -320,6 +320,8 @@ def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
         if bad:
             md.append(f"- {name}: answer checks failed: {bad}")
     md.append(report.markdown(results["rows"], titles))
+    md.append("### Server CPU per request at c16 (whole process group)\n")
+    md.append(report.cpu_markdown(results["rows"]))
     md.append("### Targets (reported, not asserted)\n")
     md.append(report.targets_markdown(results["targets"]))
     md_path = stem.with_suffix(".md")
@@ -360,6 +362,8 @@ def parse_args(argv=None):
     p.add_argument("--no-install", action="store_true", help="use the venvs as they are")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--out", type=Path, help="result file stem (default bench/results/<time>)")
+    p.add_argument("--render", type=Path, metavar="JSON",
+                   help="only rewrite the .md and plots of an earlier result")
     args = p.parse_args(argv)
     defaults = dict(workloads=[w.name for w in all_workloads()], protocols=[GRPC, HTTP_JSON, HTTP_BINARY],
                     concurrency=[1, 4, 16, 64, 128], duration=2.0, warmup=1.0, aio_concurrency=[1, 4])
@@ -373,6 +377,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.render:
+        md_path = write_outputs(json.loads(args.render.read_text()), args.render.with_suffix(""),
+                                not args.no_plots)
+        print(md_path.read_text())
+        return 0
     missing = [t for t in ("h2load", "wrk") if shutil.which(t) is None]
     if missing:
         sys.exit(f"missing load generators {missing}: apt-get install nghttp2-client wrk "

@@ -77,6 +77,23 @@ def markdown(rows: list[dict], titles: dict | None = None, systems=SYSTEMS) -> s
     return "\n".join(parts)
 
 
+def cpu_markdown(rows: list[dict], conc: int = 16, systems=SYSTEMS) -> str:
+    """Server CPU per request (whole process group, µs) at one concurrency:
+    a system well under 2e6 µs / (infer/s) on 2 cores is waiting, not working."""
+    present = [s for s in systems if any(r["system"] == s for r in rows)]
+    lines = ["| workload | protocol | " + " | ".join(f"{s} µs/req" for s in present) + " |",
+             "|" + "---|" * (2 + len(present))]
+    for (workload, protocol, c), by_system in index(rows).items():
+        if c != conc or not any(r.get("server_cpu_us_per_req") for r in by_system.values()):
+            continue
+        cells = []
+        for s in present:
+            value = (by_system.get(s) or {}).get("server_cpu_us_per_req")
+            cells.append("—" if value is None else f"{value:,.0f}")
+        lines.append(f"| {workload} | {protocol} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _get(rows, system, workload, protocol, conc):
     key = (system, workload, protocol, conc)
     for r in rows:

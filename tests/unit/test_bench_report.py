@@ -44,3 +44,13 @@ def test_targets():
     assert collapse["value"] == 0.89 and collapse["met"] is False
     dyn = found["add_sub_dyn grpc c1 p50 added beyond the 100 µs delay < 20 µs"]
     assert dyn["value"] == 10 and dyn["met"] is True  # 0.36 - 0.25 - 0.1 ms
+
+
+def test_cpu_table_at_c16():
+    from bench.report import cpu_markdown
+
+    rows = [dict(r, server_cpu_us_per_req=100.0 * (i + 1)) for i, r in enumerate(ROWS)]
+    text = cpu_markdown(rows)
+    assert "| workload | protocol | pyserver µs/req | triton µs/req | mlserver µs/req |" in text
+    assert "| add_sub | grpc | 200 | 400 | 500 |" in text
+    assert "add_sub_dyn" not in text  # only c1 there
