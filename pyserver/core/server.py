@@ -68,7 +68,8 @@ class ResponseStream:
     order sent; nothing is delivered after the final one or a cancel.
     """
 
-    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "released")
+    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
+                 "released")
 
     def __init__(self, loop, on_response):
         self._loop = loop
@@ -76,6 +77,7 @@ class ResponseStream:
         self._final = False
         self._cancelled = False
         self._dropping = False
+        self._final_pushed = False  # the backend sent the final response itself
         self.released = False
 
     # -- the engine's side (event loop) ----------------------------------------
@@ -98,16 +100,19 @@ class ResponseStream:
 
     def set_result(self, response) -> None:
         self.released = True
-        if response is not None:
+        if response is not None and not self._final_pushed:
             self._deliver(response, None, True)
 
     def set_exception(self, error) -> None:
         self.released = True
-        self._deliver(None, error, True)
+        if not self._final_pushed:  # else it is on its way, after what came before it
+            self._deliver(None, error, True)
 
     # -- the backend's side (any thread) ---------------------------------------
 
     def push(self, response, error=None, final=False) -> None:
+        if final:
+            self._final_pushed = True
         self._loop.call_soon_threadsafe(self._deliver, response, error, final)
 
     def _deliver(self, response, error, final) -> None:

@@ -641,9 +641,16 @@ class PythonBackend:
                 if kind == "result":
                     return self._decode(worker, reply[1], reply[2])
                 if kind == "fail":
+                    error = ServerError(Code.INTERNAL, reply[1])
                     if self.decoupled:
-                        self._close_open(pending)  # the batch's error is their final response
-                    raise ServerError(Code.INTERNAL, reply[1])
+                        # The batch's error is each request's final response,
+                        # pushed through its stream so that it arrives after
+                        # the responses sent before it (the event loop may see
+                        # the batch's completion before those).
+                        self._close_open(pending)
+                        for p in pending:
+                            p.future.push(None, error, True)
+                    raise error
                 if kind == "query":
                     worker.main.send(("answer", self._answer(reply, pending)))
                 else:
