@@ -65,6 +65,11 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": shape}
 
 
+def _rid(request) -> str:
+    """Triton's prefix of a request's validation errors (built only for one)."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
 def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
@@ -260,38 +265,38 @@ class ModelVersion:
         """Triton's checks and texts; returns (arrays by name, batch size,
         shape key for the equal-shape rule)."""
         name = self.name
-        prefix = f"[request id: {request.id or '<id_unknown>'}] "
         arrays: dict[str, Any] = {}
         batching = self.max_batch_size > 0
         batch_size = 0
         for t in request.inputs:
             spec = self.inputs.get(t.name)
             if spec is None:
-                raise invalid_arg(f"{prefix}unexpected inference input '{t.name}' for model '{name}'")
+                raise invalid_arg(f"{_rid(request)}unexpected inference input '{t.name}' for model '{name}'")
             if t.name in arrays:
-                raise invalid_arg(f"{prefix}input '{t.name}' already exists in request")
+                raise invalid_arg(f"{_rid(request)}input '{t.name}' already exists in request")
             if t.datatype != spec.datatype:
                 raise invalid_arg(
-                    f"{prefix}inference input '{t.name}' data-type is '{t.datatype}', but model "
+                    f"{_rid(request)}inference input '{t.name}' data-type is '{t.datatype}', but model "
                     f"'{name}' expects '{spec.datatype}'")
             shape = t.shape
             if batching:
                 if not shape:
                     raise invalid_arg(
-                        f"{prefix}unexpected shape for input '{t.name}' for model '{name}'. "
+                        f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
                         f"Expected {_fmt_shape((-1,) + spec.dims)}, got {_fmt_shape(shape)}")
                 if not arrays:
                     batch_size = int(shape[0])
                 elif int(shape[0]) != batch_size:
                     raise invalid_arg(
-                        f"{prefix}input '{t.name}' batch size does not match other inputs for '{name}'")
+                        f"{_rid(request)}input '{t.name}' batch size does not match other "
+                        f"inputs for '{name}'")
                 dims = shape[1:]
             else:
                 dims = shape
             if not spec.matches(dims):
                 expected = ((-1,) if batching else ()) + spec.dims
                 raise invalid_arg(
-                    f"{prefix}unexpected shape for input '{t.name}' for model '{name}'. "
+                    f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
                     f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}")
             data = t.data
             if spec.reshape is not None:
@@ -308,18 +313,19 @@ class ModelVersion:
                 else:
                     expected = f"expected {n_req} inputs"
                 raise invalid_arg(
-                    f"{prefix}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
+                    f"{_rid(request)}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
                     f"input(s) [{got}], but missing required input(s) [{lack}]. Please provide "
                     "all required input(s).")
         if batching and batch_size > self.max_batch_size:
             raise invalid_arg(
-                f"{prefix}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
+                f"{_rid(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
         seen = set()
         for out in request.outputs:
             if out.name not in self.outputs:
-                raise invalid_arg(f"{prefix}unexpected inference output '{out.name}' for model '{name}'")
+                raise invalid_arg(f"{_rid(request)}unexpected inference output '{out.name}' "
+                                  f"for model '{name}'")
             if out.name in seen:
-                raise invalid_arg(f"{prefix}output '{out.name}' already exists in request")
+                raise invalid_arg(f"{_rid(request)}output '{out.name}' already exists in request")
             seen.add(out.name)
         shape_key = 0
         if self.enforce_shapes and batching:

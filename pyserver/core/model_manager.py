@@ -74,6 +74,9 @@ class ModelManager:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
+            if len(versions) == 1:
+                for mv in versions.values():
+                    return mv
             return versions[max(versions)]
         try:
             number = int(version)
