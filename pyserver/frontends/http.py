@@ -50,6 +50,7 @@ from pyserver.frontends.http_codec import (
     encode_json,
     release_shm,
 )
+from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
 
 __all__ = ["HttpFrontend", "parse_restricted_api", "RESTRICTED_API_GROUPS"]
 
@@ -256,6 +257,26 @@ class _Slot:
     def __init__(self, close: bool):
         self.data = None
         self.close = close
+
+
+class _StreamSlot(_Slot):
+    """A response sent as it is produced (chunked server-sent events):
+    ``chunks`` wait for their turn in request order; ``done`` once the last
+    chunk is queued."""
+
+    __slots__ = ("chunks", "done")
+
+    def __init__(self, close: bool):
+        super().__init__(close)
+        self.chunks = []
+        self.done = False
+
+    def add(self, payload: bytes) -> None:
+        self.chunks.append(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    def finish(self) -> None:
+        self.chunks.append(b"0\r\n\r\n")
+        self.done = True
 
 
 class _HttpConnection(asyncio.Protocol):
@@ -500,8 +521,25 @@ class _HttpConnection(asyncio.Protocol):
     def _flush(self):
         pending = self._pending
         t = self._transport
-        while pending and pending[0].data is not None:
-            slot = pending.popleft()
+        while pending:
+            slot = pending[0]
+            if type(slot) is _StreamSlot:  # written as its events come
+                if slot.chunks:
+                    if t is not None:
+                        t.writelines(slot.chunks)
+                    slot.chunks = []
+                if not slot.done:
+                    break
+                pending.popleft()
+                if slot.close and t is not None:
+                    self._closing = True
+                    pending.clear()
+                    t.close()
+                    return
+                continue
+            if slot.data is None:
+                break
+            pending.popleft()
             if t is None:
                 continue
             data = slot.data
@@ -637,6 +675,12 @@ class _HttpConnection(asyncio.Protocol):
                 if method != _POST:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
                 return self._infer(model, version, headers, body, keep_alive)
+            if kind == "generate" or kind == "generate_stream":
+                if restricted and self._restricted("inference", headers, keep_alive):
+                    return
+                if method != _POST:
+                    return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+                return self._generate(model, version, body, keep_alive, kind == "generate_stream")
             if kind == "ready":
                 if restricted and self._restricted("health", headers, keep_alive):
                     return
@@ -913,6 +957,63 @@ class _HttpConnection(asyncio.Protocol):
             fut.add_done_callback(cb)
         if len(self._pending) >= _PIPELINE_HIGH:
             self._update_reading()
+
+    def _generate(self, model: str, version: str, body: bytes, keep_alive: bool, stream: bool):
+        """The generate extension (http_generate.py): one JSON answer, or
+        server-sent events, one per response, for generate_stream."""
+        server = self._server
+        try:
+            request = decode_generate_request(model, version, body,
+                                              server.model_config(model, version))
+        except Exception as e:
+            return self._respond_exception(e, keep_alive)
+        if stream:
+            slot = _StreamSlot(not keep_alive)
+            head = b"%sContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" \
+                   b"Transfer-Encoding: chunked\r\n%s\r\n" % (
+                       _status_line(200), b"" if keep_alive else _CONN_CLOSE)
+            slot.chunks.append(head)
+        else:
+            slot = _Slot(not keep_alive)
+            got = []
+        self._pending.append(slot)
+
+        def on_response(response, error, final):
+            if stream:
+                if error is not None:
+                    slot.add(sse_event({"error": str(error)}))
+                elif response is not None and response.outputs:
+                    slot.add(sse_event(generate_response(response)))
+                if final:
+                    slot.finish()
+            else:
+                if error is not None or (response is not None and response.outputs):
+                    got.append((response, error))
+                if final:
+                    slot.data = self._generate_answer(got, keep_alive)
+            if self._transport is not None:
+                self._flush()
+
+        try:
+            server.submit_stream(request, on_response)
+        except Exception as e:
+            if stream:
+                slot.add(sse_event({"error": str(e)}))
+                slot.finish()
+            else:
+                slot.data = self._error_data(e, keep_alive, self._http10)
+            self._flush()
+
+    def _generate_answer(self, got: list, keep_alive: bool) -> list:
+        if len(got) == 1 and got[0][1] is None:
+            return self._build(200, _JSON_HEADERS, encode_json(generate_response(got[0][0])),
+                               keep_alive, self._http10)
+        errors = [e for _, e in got if e is not None]
+        if errors:
+            return self._error_data(errors[0], keep_alive, self._http10)
+        return self._error_data(ServerError(
+            Code.INVALID_ARG, f"generate expects exactly one response, the model sent {len(got)}: "
+                              "use generate_stream"), keep_alive, self._http10)
 
     def _infer_done(self, slot: _Slot, request, encoding, http10: bool, fut):
         keep_alive = not slot.close

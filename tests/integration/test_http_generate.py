@@ -1,0 +1,116 @@
+"""Triton's generate extension over HTTP: /generate answers one JSON object,
+/generate_stream streams server-sent events (one per response of a decoupled
+model, chunked), errors as Triton words them, and the connection keeps
+serving requests pipelined behind a stream."""
+
+import http.client
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pyserver.testing import write_add_sub
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
+
+
+@pytest.fixture
+def served(tmp_path, start_server):
+    for name in ("repeat", "bytes_echo"):
+        shutil.copytree(MODELS / name, tmp_path / name)
+    write_add_sub(tmp_path, size=1, max_batch_size=0)
+    return start_server(tmp_path)
+
+
+def post(s, path, doc, conn=None):
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(*s.url.split(":"), timeout=30)
+    conn.request("POST", path, body=json.dumps(doc) if not isinstance(doc, bytes) else doc,
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    body = r.read()
+    if own:
+        conn.close()
+    return r, body
+
+
+def events(body: bytes) -> list:
+    out = []
+    for block in body.decode().split("\n\n"):
+        if block.startswith("data: "):
+            out.append(json.loads(block[len("data: "):]))
+    return out
+
+
+def test_generate_stream_sends_one_event_per_response(served):
+    r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 3, "id": "g1"})
+    assert r.status == 200
+    assert r.getheader("Content-Type") == "text/event-stream"
+    assert r.getheader("Transfer-Encoding") == "chunked"
+    got = events(body)
+    assert [e["IDX"] for e in got] == [0, 1, 2]
+    assert all(e["OUT"] == 3 and e["model_name"] == "repeat" and e["model_version"] == "1"
+               and e["id"] == "g1" for e in got)
+    # Zero responses: the stream just ends.
+    r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 0})
+    assert r.status == 200 and events(body) == []
+
+
+def test_generate_returns_one_json_answer(served):
+    r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": ["ab", "cde"], "id": "x"})
+    assert r.status == 200, body
+    doc = json.loads(body)
+    assert doc["UPPER"] == ["AB", "CDE"] and doc["LENGTHS"] == [2, 3] and doc["id"] == "x"
+    r, body = post(served, "/v2/models/add_sub/generate", {"INPUT0": 2.5, "INPUT1": 1})
+    doc = json.loads(body)
+    assert (doc["OUTPUT0"], doc["OUTPUT1"]) == (3.5, 1.5)
+    assert doc["model_name"] == "add_sub" and "id" not in doc
+    # A decoupled model answering once works; more than once wants the stream.
+    r, body = post(served, "/v2/models/repeat/generate", {"IN": 1})
+    assert r.status == 200 and json.loads(body)["IDX"] == 0
+    r, body = post(served, "/v2/models/repeat/generate", {"IN": 2})
+    assert r.status == 400
+    assert "generate expects exactly one response, the model sent 2: use generate_stream" in \
+        json.loads(body)["error"]
+
+
+def test_generate_errors(served):
+    r, body = post(served, "/v2/models/add_sub/generate", {"INPUT0": 1, "NOPE": 2})
+    assert r.status == 400 and "unexpected field 'NOPE'" in json.loads(body)["error"]
+    r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": 5})
+    assert r.status == 400 and "must be a string" in json.loads(body)["error"]
+    r, body = post(served, "/v2/models/add_sub/generate", b"{not json")
+    assert r.status == 400 and "failed to parse the request JSON" in json.loads(body)["error"]
+    r, body = post(served, "/v2/models/missing/generate", {"A": 1})
+    assert r.status in (400, 404) and "missing" in json.loads(body)["error"]
+    conn = http.client.HTTPConnection(*served.url.split(":"), timeout=30)
+    conn.request("GET", "/v2/models/add_sub/generate")
+    assert conn.getresponse().status == 405
+    conn.close()
+    # A failing model: the error arrives as an event, the stream ends.
+    r, body = post(served, "/v2/models/add_sub/generate_stream", {"INPUT0": 1})
+    got = events(body)
+    assert len(got) == 1 and "expected 2 inputs but got 1 inputs" in got[0]["error"]
+
+
+def test_requests_pipelined_behind_a_stream_wait_their_turn(served):
+    import socket
+
+    host, port = served.url.split(":")
+    stream = json.dumps({"IN": 3, "parameters": {"mode": "slow"}}).encode()
+    plain = json.dumps({"INPUT0": 1, "INPUT1": 1}).encode()
+    raw = (b"POST /v2/models/repeat/generate_stream HTTP/1.1\r\nHost: x\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(stream), stream) +
+           b"POST /v2/models/add_sub/generate HTTP/1.1\r\nHost: x\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(plain), plain))
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(raw)
+        data = b""
+        while b'"OUTPUT0"' not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    first, second = data.split(b"\r\n0\r\n\r\n", 1)  # the stream's last chunk
+    assert first.count(b"data: ") == 3 and b"OUTPUT0" not in first
+    assert second.startswith(b"HTTP/1.1 200") and b'"OUTPUT0":2.0' in second
