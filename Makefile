@@ -10,7 +10,7 @@ XXHASH_HEADER := /usr/include/xxhash.h
 # perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
 LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
-.PHONY: install serve test test-csrc test-python test-gpu lint sanitize bench clean system-deps
+.PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
 # frontend's HTTP/2, xxHash for the response cache, libb64 for perf_analyzer
@@ -40,7 +40,7 @@ system-deps:
 $(VENV)/.deps: pyproject.toml requirements-test.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q setuptools wheel "cython>=3.0" "cmake>=3.18" ninja numpy grpcio-tools
+	$(VPY) -m pip install -q setuptools wheel "cython>=3.0" "cmake>=3.18" ninja numpy grpcio-tools pybind11
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
@@ -56,6 +56,16 @@ test-csrc: system-deps $(VENV)/.deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(CSRC_TEST_DIR) -j $(JOBS)
 	$(CSRC_TEST_DIR)/csrc_tests --gtest_brief=1
 
+# The C++ embedding API (embed/): a C++ program starts pyserver in-process.
+EMBED_DIR := build/embed
+test-embed: install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(EMBED_DIR) -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_EMBED=ON \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) -Dpybind11_DIR=$$($(VPY) -m pybind11 --cmakedir) >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(EMBED_DIR) -j $(JOBS) --target embed_tests
+	rm -rf $(EMBED_DIR)/repo && $(VPY) -c "from pyserver.testing import write_add_sub; write_add_sub('$(EMBED_DIR)/repo', extra='dynamic_batching { }')"
+	PYTHONPATH=$(CURDIR):$$($(VPY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	  PYSERVER_EMBED_REPO=$(CURDIR)/$(EMBED_DIR)/repo $(EMBED_DIR)/embed_tests --gtest_brief=1
+
 test-python: install
 	$(VPY) -m pytest -q tests
 
@@ -69,7 +79,7 @@ test-gpu: install
 lint: $(VENV)/.deps
 	$(VENV)/bin/ruff check pyserver tests bench
 
-test: install lint test-csrc test-python
+test: install lint test-csrc test-embed test-python
 
 # csrc tests under ASan+UBSan, then TSan.
 sanitize: system-deps $(VENV)/.deps
