@@ -248,6 +248,10 @@ class _Single:
         return [self._metric]
 
 
+def _label_order(item) -> tuple:
+    return (item[0] in ("le", "quantile"), item[0])
+
+
 def _write_family(metric: TritonMetricFamily, out: list) -> None:
     name = metric.name
     out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n"
@@ -255,7 +259,10 @@ def _write_family(metric: TritonMetricFamily, out: list) -> None:
     for sample in metric.samples:
         labels = sample.labels
         if labels:
-            text = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in sorted(labels.items()))
+            # As prometheus-cpp writes them: the labels sorted, then a
+            # bucket's "le" or a summary's "quantile" last.
+            items = sorted(labels.items(), key=_label_order)
+            text = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in items)
             out.append(f"{sample.name}{{{text}}} {_format_value(sample.value)}\n")
         else:
             out.append(f"{sample.name} {_format_value(sample.value)}\n")

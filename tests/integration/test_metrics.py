@@ -502,7 +502,7 @@ def test_summary_latencies_are_published_from_engine_samples(tmp_path, start_ser
     assert "# TYPE nv_inference_request_summary_us summary" in text
     assert re.search(r'nv_inference_request_summary_us_count\{model="sm",version="1"\} 5\n', text)
     p50 = float(re.search(
-        r'nv_inference_queue_summary_us\{model="sm",quantile="0.5",version="1"\} (\S+)', text).group(1))
+        r'nv_inference_queue_summary_us\{model="sm",version="1",quantile="0.5"\} (\S+)', text).group(1))
     total = float(re.search(r'nv_inference_request_summary_us_sum\{model="sm",version="1"\} (\S+)',
                             text).group(1))
     assert p50 >= 0 and total > 0
