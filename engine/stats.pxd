@@ -15,6 +15,17 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         DurationStat compute_infer
         DurationStat compute_output
 
+    cdef cppclass ResponseStat:
+        DurationStat compute_infer
+        DurationStat compute_output
+        DurationStat success
+        DurationStat fail
+        DurationStat empty_response
+        DurationStat cancel
+
+    cdef enum class ResponseOutcome "pyserver::ResponseOutcome":
+        pass
+
     cdef cppclass ModelStatsSnapshot:
         DurationStat success
         DurationStat fail
@@ -30,6 +41,7 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         int64_t pending_count
         uint64_t last_inference_ms
         map[uint32_t, BatchSizeStat] batch_stats
+        map[uint32_t, ResponseStat] response_stats
 
     cdef enum class SummaryKind "pyserver::SummaryKind":
         pass
@@ -48,6 +60,8 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         void RecordFailure(uint64_t total_ns, FailureReason reason)
         void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns)
         void RecordCacheMiss(uint64_t ns)
+        void RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_t infer_ns,
+                            uint64_t output_ns)
         ModelStatsSnapshot Snapshot()
 
 

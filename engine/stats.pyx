@@ -3,6 +3,7 @@
 from libcpp.memory cimport make_shared
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+_OUTCOMES = ("success", "fail", "empty", "cancel")
 # Order of pyserver::SummaryKind.
 SUMMARY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
@@ -24,6 +25,13 @@ cdef class ModelStats:
         """A failed request; reason is Triton's: REJECTED, CANCELED,
         BACKEND or OTHER."""
         self.c.get().RecordFailure(total_ns, <FailureReason><int>FAILURE_REASONS.index(reason))
+
+    def record_response(self, uint32_t index, str outcome, uint64_t infer_ns,
+                        uint64_t output_ns):
+        """A decoupled model's index-th response to a request; outcome is
+        success, fail, empty or cancel."""
+        self.c.get().RecordResponse(index, <ResponseOutcome><int>_OUTCOMES.index(outcome),
+                                    infer_ns, output_ns)
 
     def record_cache_hit(self, uint64_t total_ns, uint64_t lookup_ns):
         self.c.get().RecordCacheHit(total_ns, lookup_ns)
@@ -78,4 +86,12 @@ cdef class ModelStats:
             },
             "failure_reasons": {FAILURE_REASONS[i]: s.fail_by_reason[i] for i in range(4)},
             "batch_stats": batch,
+            "response_stats": {str(item.first): {
+                "compute_infer": _duration(item.second.compute_infer),
+                "compute_output": _duration(item.second.compute_output),
+                "success": _duration(item.second.success),
+                "fail": _duration(item.second.fail),
+                "empty_response": _duration(item.second.empty_response),
+                "cancel": _duration(item.second.cancel),
+            } for item in s.response_stats},
         }

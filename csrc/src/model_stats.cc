@@ -98,7 +98,24 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   s.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(batch_mu_);
   s.batch_stats = batch_stats_;
+  s.response_stats = response_stats_;
   return s;
+}
+
+void ModelStats::RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_t infer_ns,
+                                uint64_t output_ns) {
+  std::lock_guard<std::mutex> lock(batch_mu_);
+  ResponseStat& s = response_stats_[index];
+  s.compute_infer.count++;
+  s.compute_infer.ns += infer_ns;
+  s.compute_output.count++;
+  s.compute_output.ns += output_ns;
+  DurationStat* d = outcome == ResponseOutcome::kSuccess ? &s.success
+                    : outcome == ResponseOutcome::kFail  ? &s.fail
+                    : outcome == ResponseOutcome::kEmpty ? &s.empty_response
+                                                         : &s.cancel;
+  d->count++;
+  d->ns += infer_ns + output_ns;
 }
 
 }  // namespace pyserver

@@ -352,7 +352,7 @@ class Server:
                 "inference_count": s["inference_count"],
                 "execution_count": s["execution_count"],
                 "inference_stats": s["inference_stats"],
-                "response_stats": {},
+                "response_stats": s["response_stats"],
                 "batch_stats": s["batch_stats"],
                 "memory_usage": [],
             })

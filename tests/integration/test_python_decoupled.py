@@ -405,3 +405,23 @@ def test_in_stream_errors_name_the_request_and_say_if_final(repeat):
     assert "gave up after one response" in raised[1].error_message
     assert raised[1].infer_response.parameters["triton_final_response"].bool_param is True
     assert len(raised) == 2
+
+
+def test_response_statistics_per_response_index(repeat):
+    stream = Stream(repeat.grpc_url)
+    try:
+        for _ in range(2):
+            stream.send(3)
+        stream.take(6)
+        assert stream.quiet()
+    finally:
+        stream.close()
+    # (tritonclient 2.41's protos predate response_stats: read the server's own.)
+    stats = repeat.run(repeat.server.statistics, "repeat")["model_stats"][0]
+    rs = stats["response_stats"]
+    for index in ("0", "1", "2"):  # three responses each, then a final flag alone
+        assert int(rs[index]["success"]["count"]) == 2
+        assert int(rs[index]["compute_infer"]["count"]) == 2
+        assert int(rs[index]["compute_infer"]["ns"]) > 0
+    assert int(rs["3"]["empty_response"]["count"]) == 2
+    assert "success" not in rs["3"] or int(rs["3"]["success"].get("count", 0)) == 0

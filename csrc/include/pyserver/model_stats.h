@@ -34,6 +34,19 @@ struct BatchSizeStat {
   DurationStat compute_output;
 };
 
+// What one response (by its index within its request) of a decoupled model
+// cost, as Triton's statistics extension reports it.
+struct ResponseStat {
+  DurationStat compute_infer;
+  DurationStat compute_output;
+  DurationStat success;
+  DurationStat fail;
+  DurationStat empty_response;
+  DurationStat cancel;
+};
+
+enum class ResponseOutcome : int { kSuccess = 0, kFail = 1, kEmpty = 2, kCancel = 3 };
+
 // A consistent-enough copy of the counters for reporting.
 struct ModelStatsSnapshot {
   DurationStat success;
@@ -50,6 +63,7 @@ struct ModelStatsSnapshot {
   int64_t pending_count = 0;
   uint64_t last_inference_ms = 0;  // wall clock, ms since the epoch
   std::map<uint32_t, BatchSizeStat> batch_stats;
+  std::map<uint32_t, ResponseStat> response_stats;
 };
 
 // The per-request latencies kept for Prometheus summaries.
@@ -83,6 +97,10 @@ class ModelStats {
   void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns);
   // A miss: lookup plus insertion time.
   void RecordCacheMiss(uint64_t ns);
+  // The index-th response of a request was produced (infer_ns since the
+  // previous one, or since execution started) and prepared (output_ns).
+  void RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_t infer_ns,
+                      uint64_t output_ns);
 
   // Requests accepted but not yet handed to an instance.
   void AddPending(int64_t delta) { pending_.fetch_add(delta, std::memory_order_relaxed); }
@@ -124,6 +142,7 @@ class ModelStats {
 
   mutable std::mutex batch_mu_;
   std::map<uint32_t, BatchSizeStat> batch_stats_;
+  std::map<uint32_t, ResponseStat> response_stats_;  // under batch_mu_
 };
 
 }  // namespace pyserver

@@ -43,6 +43,7 @@ import numpy as np
 from pyserver.backends.python import channel
 from pyserver.core.dtypes import numpy_to_wire
 from pyserver.core.errors import Code, ServerError
+from pyserver.engine import now_ns
 
 log = logging.getLogger("pyserver")
 
@@ -309,6 +310,9 @@ class PythonBackend:
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self._mv = None  # the ModelVersion (attach)
         self._open: dict[int, object] = {}  # decoupled requests not answered in full, by id
+        # ... and for each: [responses so far, when the last one (or the
+        # execution) was], for Triton's per-response statistics.
+        self._marks: dict[int, list] = {}
         self._open_lock = threading.Lock()
         self._services = None
         self.shm_kind = channel.shm_kind()
@@ -421,6 +425,11 @@ class PythonBackend:
             self._restarting = True
             self._state.notify_all()
         report = worker.report()
+        # What the worker sent before it died is still in its control
+        # socket: let the reader hand it on (it ends at the socket's EOF) so
+        # the open requests' errors come after their last responses.
+        if threading.current_thread() is not worker._reader:
+            worker._reader.join(5.0)
         self._fail_open(ServerError(
             Code.INTERNAL,
             f"python model '{self.model_name}' instance '{self.instance_name}': the worker "
@@ -630,9 +639,11 @@ class PythonBackend:
         if self.decoupled:
             # Open until their final response: the worker may answer after
             # this batch is done, from any of its threads.
+            started = now_ns()
             with self._open_lock:
                 for p in pending:
                     self._open[p.id] = p
+                    self._marks[p.id] = [0, started]
         try:
             worker.main.send(("exec", region.size, items, self.model_name, self.version))
             while True:
@@ -738,8 +749,10 @@ class PythonBackend:
         request's response sender: into the request's stream, then the
         sender is told it went (it waits, as Triton's does)."""
         _, seq, key, size, encoded, params, error, final = msg
+        arrived = now_ns()
         with self._open_lock:
             p = self._open.pop(key, None) if final else self._open.get(key)
+            marks = self._marks.pop(key, None) if final else self._marks.get(key)
         if p is None:
             worker.reply(seq, "Unable to send response. Response sender has been closed.")
             return
@@ -750,6 +763,13 @@ class PythonBackend:
         err = None
         if error is not None:
             err = ServerError(Code.__members__.get(error[0], Code.INTERNAL), error[1])
+        if marks is not None:
+            done = now_ns()
+            outcome = "fail" if err is not None else "success" if response is not None else "empty"
+            self._mv.stats.record_response(marks[0], outcome, max(0, arrived - marks[1]),
+                                           done - arrived)
+            marks[0] += 1
+            marks[1] = done
         # Queued on the loop before the sender hears back, so it is ahead of
         # whatever the model does next (another response, a failed batch).
         p.future.push(response, err, final)
@@ -759,10 +779,12 @@ class PythonBackend:
         with self._open_lock:
             for p in pending:
                 self._open.pop(p.id, None)
+                self._marks.pop(p.id, None)
 
     def _fail_open(self, error: ServerError) -> None:
         with self._open_lock:
             open_requests, self._open = list(self._open.values()), {}
+            self._marks = {}
         for p in open_requests:
             p.future.push(None, error, True)
 
