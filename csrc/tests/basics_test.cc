@@ -163,3 +163,27 @@ TEST(ModelStats, SummariesOnlyWhenEnabled) {
 
 }  // namespace
 }  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+TEST(ModelStatsResponses, PerIndexOutcomes) {
+  ModelStats stats;
+  stats.RecordResponse(0, ResponseOutcome::kSuccess, 100, 10);
+  stats.RecordResponse(0, ResponseOutcome::kSuccess, 200, 20);
+  stats.RecordResponse(1, ResponseOutcome::kFail, 50, 5);
+  stats.RecordResponse(2, ResponseOutcome::kEmpty, 7, 0);
+  ModelStatsSnapshot s = stats.Snapshot();
+  ASSERT_EQ(s.response_stats.size(), 3u);
+  EXPECT_EQ(s.response_stats[0].success.count, 2u);
+  EXPECT_EQ(s.response_stats[0].success.ns, 330u);
+  EXPECT_EQ(s.response_stats[0].compute_infer.ns, 300u);
+  EXPECT_EQ(s.response_stats[0].compute_output.ns, 30u);
+  EXPECT_EQ(s.response_stats[1].fail.count, 1u);
+  EXPECT_EQ(s.response_stats[1].success.count, 0u);
+  EXPECT_EQ(s.response_stats[2].empty_response.count, 1u);
+  EXPECT_EQ(s.response_stats[2].cancel.count, 0u);
+}
+
+}  // namespace
+}  // namespace pyserver
