@@ -57,10 +57,15 @@ def run(perf_analyzer, served, *args):
     binary, env = perf_analyzer
     protocol = "grpc" if "grpc" in args else "http"
     url = served.grpc_url if protocol == "grpc" else served.url
-    cmd = [binary, "-u", url, *args, "--concurrency-range", "2", "--measurement-interval", "500",
-           "--max-trials", "4", "-s", "100"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-    text = out.stdout + out.stderr
+    for window_ms in ("500", "1500"):
+        cmd = [binary, "-u", url, *args, "--concurrency-range", "2", "--measurement-interval",
+               window_ms, "--max-trials", "10", "-s", "100"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+        text = out.stdout + out.stderr
+        # On a loaded machine perf_analyzer's own stability check may fail:
+        # that says nothing of the server, so measure once more, longer.
+        if "Failed to obtain stable measurement" not in text:
+            break
     assert out.returncode == 0, text
     assert "error" not in text.lower(), text
     throughput = float(re.search(r"Throughput: ([\d.]+) infer/sec", text).group(1))

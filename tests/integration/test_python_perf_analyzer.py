@@ -5,13 +5,12 @@ final responses and counts every response until triton_final_response."""
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
-from tests.integration.test_perf_analyzer import _perf_analyzer
+from tests.integration.test_perf_analyzer import _perf_analyzer, run
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 
@@ -28,14 +27,8 @@ def test_perf_analyzer_streams_a_decoupled_python_model(perf_analyzer, tmp_path,
     served = start_grpc(repo)
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"IN": [3]}]}))  # three responses per request
-    binary, env = perf_analyzer
-    out = subprocess.run(
-        [binary, "-u", served.grpc_url, "-m", "repeat", "-i", "grpc", "--streaming",
-         "--input-data", str(data), "--concurrency-range", "2", "--measurement-interval", "500",
-         "--max-trials", "10", "-s", "100"],  # steady enough on a busy box
-        capture_output=True, text=True, env=env, timeout=120)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
+    text = run(perf_analyzer, served, "-m", "repeat", "-i", "grpc", "--streaming",
+               "--input-data", str(data))
     assert "Detected decoupled model" in text, text
     requests = float(re.search(r"  Throughput: ([\d.]+) infer/sec", text).group(1))
     responses = float(re.search(r"Response Throughput: ([\d.]+) infer/sec", text).group(1))
