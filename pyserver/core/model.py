@@ -215,6 +215,11 @@ class ModelVersion:
             attach(self)
 
     def start(self):
+        if any(getattr(i.backend, "out_of_process", False) for i in self.instances):
+            # Its work happens in another process that needs a core of its
+            # own: the event loop spinning for the answer only takes it away
+            # (Python add_sub, HTTP c1: ~1.25x the throughput without the spin).
+            self.low_load_spin_s = 0.0
         for instance in self.instances:
             instance.start()
 

@@ -446,7 +446,7 @@ class Server:
             pending = mv.submit(request, future)
         self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
-        if self._inflight == 1 and not self._spin_scheduled:
+        if self._inflight == 1 and not self._spin_scheduled and mv.low_load_spin_s:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
         return future

@@ -290,6 +290,7 @@ class PythonBackend:
     # ModelVersion hands this backend the batch as separate requests
     # (Triton's execute(requests) API) through execute_requests.
     takes_requests = True
+    out_of_process = True  # each instance executes in its worker process
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
         if "EXECUTION_ENV_PATH" in config.parameters and instance_name.endswith("_0"):
