@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 
 from pyserver._proto import ModelConfig
+from pyserver.core.dtypes import config_type_name
 from pyserver.core.errors import Code, ServerError
 
-_DATA_TYPES = ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
 _KINDS = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
     .enum_types_by_name["Kind"]
 
 
-def data_type_name(number: int) -> str:
-    """Config enum number -> 'TYPE_FP32'."""
-    return _DATA_TYPES.values_by_number[number].name
+data_type_name = config_type_name  # config enum number -> 'TYPE_FP32'
 
 
 def string_param(config, key: str) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyserver._proto import ModelConfig
+
 # wire name -> numpy dtype (BYTES are object arrays of bytes; BF16 has no numpy
 # dtype, so it travels as raw uint16 words).
 WIRE_TO_NUMPY = {
@@ -95,3 +97,13 @@ def deserialize_bytes_tensor(buf, count: int | None = None) -> np.ndarray:
     arr = np.empty(len(out), dtype=np.object_)
     arr[:] = out
     return arr
+
+
+_CONFIG_TYPES = ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
+
+
+def config_type_name(number: int) -> str:
+    """A config DataType enum number's name ('TYPE_FP32'); the number as text
+    when it names no type."""
+    value = _CONFIG_TYPES.values_by_number.get(number)
+    return value.name if value is not None else str(number)

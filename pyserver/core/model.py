@@ -31,8 +31,6 @@ log = logging.getLogger("pyserver")
 
 # Our opt-in batching policy: parameters { key: "pyserver_batching" value { string_value: "eager" } }
 EAGER_PARAMETER = "pyserver_batching"
-_DATA_TYPE_NAMES = ModelConfig.DESCRIPTOR.enum_types_by_name.get("DataType") or \
-    ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
 
 
 class TensorSpec:
@@ -44,7 +42,7 @@ class TensorSpec:
 
     def __init__(self, proto, is_input: bool):
         self.name = proto.name
-        self.datatype = dtypes.config_to_wire(_DATA_TYPE_NAMES.values_by_number[proto.data_type].name)
+        self.datatype = dtypes.config_to_wire(dtypes.config_type_name(proto.data_type))
         self.dims = tuple(int(d) for d in proto.dims)
         self.numpy_dtype = dtypes.WIRE_TO_NUMPY[self.datatype]
         self.variable = -1 in self.dims
@@ -253,8 +251,11 @@ class ModelVersion:
 
     # -- request path (event loop thread) ------------------------------------
 
-    def submit(self, request: InferRequest, future, trace=None) -> PendingRequest:
-        arrays, batch_size, shape_key = self.validate(request)
+    def submit(self, request: InferRequest, future, trace=None,
+               validated: tuple | None = None) -> PendingRequest:
+        """Queues a request; ``validated``: what validate() already
+        returned for it (the response cache validates before its lookup)."""
+        arrays, batch_size, shape_key = validated or self.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
         if self.sequence is None:

@@ -178,8 +178,8 @@ def submit_cached(server, mv, request, cache: ServerResponseCache):
     without queueing; a miss is queued as usual and its response stored when
     it succeeds. Validation errors raise here, as from Server.submit."""
     t0 = now_ns()
-    arrays, _, _ = mv.validate(request)
-    key = cache.key(mv, request, arrays)
+    validated = mv.validate(request)
+    key = cache.key(mv, request, validated[0])
     hit = cache.lookup(key, request)
     lookup_ns = now_ns() - t0
     if hit is not None:
@@ -187,7 +187,7 @@ def submit_cached(server, mv, request, cache: ServerResponseCache):
         future = server._loop.create_future()
         future.set_result(hit)
         return future
-    future = server._enqueue(mv, request)
+    future = server._enqueue(mv, request, validated)
 
     def store(f):
         if f.cancelled() or f.exception() is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyserver._proto import ModelConfig
 from pyserver.core import dtypes
 from pyserver.core.errors import Code, ServerError
 
@@ -28,8 +27,6 @@ _U64 = (1 << 64) - 1
 
 # inference.ModelSequenceBatching.Control.Kind
 _START, _READY, _END, _CORRID = 0, 1, 2, 3
-_DATA_TYPE_NAMES = ModelConfig.DESCRIPTOR.enum_types_by_name.get("DataType") or \
-    ModelConfig.DESCRIPTOR.file.enum_types_by_name["DataType"]
 _KIND_NAMES = {_START: "CONTROL_SEQUENCE_START", _READY: "CONTROL_SEQUENCE_READY",
                _END: "CONTROL_SEQUENCE_END", _CORRID: "CONTROL_SEQUENCE_CORRID"}
 
@@ -82,8 +79,7 @@ class SequenceControls:
             for control in control_input.control:
                 kind = int(control.kind)
                 if kind == _CORRID:
-                    wire = dtypes.config_to_wire(
-                        _DATA_TYPE_NAMES.values_by_number[control.data_type].name) \
+                    wire = dtypes.config_to_wire(dtypes.config_type_name(control.data_type)) \
                         if control.data_type else ""
                     if wire not in ("UINT64", "INT64", "UINT32", "INT32", "BYTES"):
                         raise _bad_config(

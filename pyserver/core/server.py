@@ -438,12 +438,14 @@ class Server:
             uses = mv._uses_response_cache = cache_usable(mv, self.response_cache)
         return uses
 
-    def _enqueue(self, mv: ModelVersion, request: InferRequest) -> asyncio.Future:
+    def _enqueue(self, mv: ModelVersion, request: InferRequest,
+                 validated: tuple | None = None) -> asyncio.Future:
         future = self._loop.create_future()
         if self.tracer.active:
-            pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()))
+            pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()),
+                                validated)
         else:
-            pending = mv.submit(request, future)
+            pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
         if self._inflight == 1 and not self._spin_scheduled and mv.low_load_spin_s:

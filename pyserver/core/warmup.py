@@ -38,12 +38,6 @@ class WarmupSample:
     requests: list[dict[str, tuple[str, list[int], np.ndarray]]]
 
 
-def _type_name(number: int) -> str:
-    from pyserver.core.model import _DATA_TYPE_NAMES
-    return _DATA_TYPE_NAMES.values_by_number[number].name if number in \
-        _DATA_TYPE_NAMES.values_by_number else str(number)
-
-
 def build_samples(config, model_dir: Path, batching: bool | None = None) -> list[WarmupSample]:
     """The warmup samples of a config, with their data (no execution).
     Raises ServerError (INVALID_ARG) with Triton's texts."""
@@ -62,7 +56,7 @@ def build_samples(config, model_dir: Path, batching: bool | None = None) -> list
             if any(d < 0 for d in dims):
                 raise invalid_arg("warmup setting expects all variable-size dimensions are "
                                   f"specified for input '{name}'")
-            type_name = _type_name(meta.data_type)
+            type_name = dtypes.config_type_name(meta.data_type)
             if meta.data_type == 0 or type_name == "TYPE_INVALID":
                 raise invalid_arg(f"warmup setting expects input '{name}' to have a data_type")
             wire = dtypes.config_to_wire(type_name)

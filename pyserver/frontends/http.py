@@ -711,7 +711,8 @@ class _HttpConnection(asyncio.Protocol):
             if kind == "stats":
                 return self._stats(method, model, version, headers, keep_alive)
             if kind == "trace/setting":
-                return self._trace(method, model, headers, body, keep_alive)
+                return self._settings("trace", method, headers, body, keep_alive,
+                                      self._server.trace_settings, model)
             return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
 
         if section == "health" and n == 4 and (parts[3] == "live" or parts[3] == "ready"):
@@ -740,9 +741,11 @@ class _HttpConnection(asyncio.Protocol):
         elif section == "repository":
             return self._repository(method, parts[3:], headers, body, keep_alive)
         elif section == "trace" and n == 4 and parts[3] == "setting":
-            return self._trace(method, None, headers, body, keep_alive)
+            return self._settings("trace", method, headers, body, keep_alive,
+                                  self._server.trace_settings, None)
         elif section == "logging" and n == 3:
-            return self._logging(method, headers, body, keep_alive)
+            return self._settings("logging", method, headers, body, keep_alive,
+                                  self._server.log_settings)
 
         return self._respond(404, _JSON_HEADERS, _NOT_FOUND, keep_alive)
 
@@ -834,8 +837,10 @@ class _HttpConnection(asyncio.Protocol):
             raise _bad("attempt to get members for non-object")
         return update
 
-    def _trace(self, method, model, headers, body, keep_alive):
-        if self._frontend._restrictions and self._restricted("trace", headers, keep_alive):
+    def _settings(self, group, method, headers, body, keep_alive, fn, *args):
+        """Trace and logging settings: GET reads them, POST updates them;
+        ``fn(*args, update)`` answers either way."""
+        if self._frontend._restrictions and self._restricted(group, headers, keep_alive):
             return
         if method != _GET and method != _POST:
             return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
@@ -845,20 +850,7 @@ class _HttpConnection(asyncio.Protocol):
                 update = self._settings_update(body)
             except Exception as e:
                 return self._respond_exception(e, keep_alive)
-        return self._call(self._server.trace_settings, (model, update), keep_alive)
-
-    def _logging(self, method, headers, body, keep_alive):
-        if self._frontend._restrictions and self._restricted("logging", headers, keep_alive):
-            return
-        if method != _GET and method != _POST:
-            return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
-        update = None
-        if method == _POST:
-            try:
-                update = self._settings_update(body)
-            except Exception as e:
-                return self._respond_exception(e, keep_alive)
-        return self._call(self._server.log_settings, (update,), keep_alive)
+        return self._call(fn, (*args, update), keep_alive)
 
     def _shared_memory(self, method, kind, region, action, headers, body, keep_alive):
         if self._frontend._restrictions and self._restricted("shared-memory", headers,

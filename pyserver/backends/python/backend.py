@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.backends.python import channel
-from pyserver.core.dtypes import numpy_to_wire
+from pyserver.core.dtypes import config_type_name, numpy_to_wire
 from pyserver.core.errors import Code, ServerError
 from pyserver.engine import now_ns
 
@@ -304,7 +304,7 @@ class PythonBackend:
         self.output_names = [o.name for o in config.output]
         self.input_codes = {}
         for spec in config.input:
-            name = _data_type_name(spec.data_type)
+            name = config_type_name(spec.data_type)
             wire = "BYTES" if name == "TYPE_STRING" else name[5:]
             self.input_codes[spec.name] = _WIRE_TO_CODE.get(wire, 0)
         self.threads = max(1, int(threads))
@@ -933,10 +933,6 @@ def _request_item(req, all_outputs, inputs, key):
     return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key)
 
 
-def _data_type_name(number: int) -> str:
-    from pyserver.core.model import _DATA_TYPE_NAMES
-
-    return _DATA_TYPE_NAMES.values_by_number[number].name
 
 
 def _worker_env(threads: int) -> dict:
