@@ -77,4 +77,3 @@ cdef class HostBuffer:
     cdef PinnedMemoryPool pool  # keeps the pool alive while the block is out
     cdef MemoryBlock block
     cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t exports

@@ -201,10 +201,6 @@ cdef class HostBuffer:
     def pinned(self):
         return self.block.pinned
 
-    @property
-    def address(self):
-        return <size_t>self.block.data
-
     def __len__(self):
         return self.shape[0]
 
@@ -220,10 +216,6 @@ cdef class HostBuffer:
         view.strides = NULL
         view.suboffsets = NULL
         view.internal = NULL
-        self.exports += 1
-
-    def __releasebuffer__(self, Py_buffer* view):
-        self.exports -= 1
 
     def __dealloc__(self):
         # Views hold a reference to this object, so no export outlives it.

@@ -96,7 +96,7 @@ def _step_error(ensemble: str, err: BaseException) -> ServerError:
     return ServerError(Code.INTERNAL, f"in ensemble '{ensemble}', {type(err).__name__}: {err}")
 
 
-async def _run_step(server, mv, step: EnsembleStep, request: InferRequest, tensors: dict) -> None:
+async def _run_step(server, step: EnsembleStep, request: InferRequest, tensors: dict) -> None:
     inputs = []
     for model_input, tensor_name in step.inputs.items():
         t = tensors[tensor_name]
@@ -119,9 +119,9 @@ async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
     try:
         for wave in plan.waves:
             if len(wave) == 1:
-                await _run_step(server, mv, wave[0], request, tensors)
+                await _run_step(server, wave[0], request, tensors)
             else:
-                await asyncio.gather(*(_run_step(server, mv, s, request, tensors) for s in wave))
+                await asyncio.gather(*(_run_step(server, s, request, tensors) for s in wave))
         wanted = [o.name for o in request.outputs] or plan.output_names
         outputs = []
         for name in wanted:

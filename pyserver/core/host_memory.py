@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from pyserver.engine.memory import PinnedMemoryPool, cuda_add_search_paths, cuda_runtime_info
+from pyserver.engine.memory import PinnedMemoryPool, cuda_add_search_paths
 
 __all__ = ["DEFAULT_PINNED_POOL_BYTES", "HostMemory"]
 
@@ -56,11 +56,6 @@ class HostMemory:
     def pinned(self) -> bool:
         """True when blocks are page-locked (a CUDA device is usable)."""
         return self._pool.pinned
-
-    @staticmethod
-    def cuda() -> dict:
-        """Why CUDA is or is not usable: available, reason, library, device_count."""
-        return cuda_runtime_info()
 
     def empty(self, shape, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)

@@ -157,8 +157,9 @@ def _decode(raw: bytes, request_id: str) -> InferResponse:
 
 
 def cache_usable(mv, cache: ServerResponseCache | None) -> bool:
-    """Whether requests to this model version go through the cache; logs
-    once, at load, why an enabled model's responses will not be cached."""
+    """Whether requests to this model version go through the cache (the
+    server asks once per loaded version); logs why an enabled model's
+    responses will not be cached."""
     config = mv.config
     if not (config.HasField("response_cache") and config.response_cache.enable):
         return False

@@ -13,9 +13,7 @@ def cuda_stream_synchronize(stream: int) -> None: ...
 class HostBuffer:
     nbytes: int
     pinned: bool
-    address: int
     def __len__(self) -> int: ...
-    def __buffer__(self, flags: int) -> memoryview: ...
 
 class PinnedMemoryPool:
     pinned: bool
