@@ -68,8 +68,7 @@ class ResponseStream:
     order sent; nothing is delivered after the final one or a cancel.
     """
 
-    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
-                 "released")
+    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed")
 
     def __init__(self, loop, on_response):
         self._loop = loop
@@ -78,7 +77,6 @@ class ResponseStream:
         self._cancelled = False
         self._dropping = False
         self._final_pushed = False  # the backend sent the final response itself
-        self.released = False
 
     # -- the engine's side (event loop) ----------------------------------------
 
@@ -99,12 +97,10 @@ class ResponseStream:
         return True
 
     def set_result(self, response) -> None:
-        self.released = True
         if response is not None and not self._final_pushed:
             self._deliver(response, None, True)
 
     def set_exception(self, error) -> None:
-        self.released = True
         if not self._final_pushed:  # else it is on its way, after what came before it
             self._deliver(None, error, True)
 

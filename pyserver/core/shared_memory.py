@@ -96,7 +96,7 @@ def _cuda_allocation_size(ptr: int) -> int | None:
 
 class _Region:
     __slots__ = ("name", "key", "offset", "byte_size", "kind", "device_id", "_mmap",
-                 "_base", "view", "device_ptr", "refs", "awaiting_unregister")
+                 "view", "device_ptr", "refs", "awaiting_unregister")
 
     def __init__(self, name, key, offset, byte_size, kind, device_id=0):
         self.name = name
@@ -106,7 +106,6 @@ class _Region:
         self.kind = kind
         self.device_id = device_id
         self._mmap = None
-        self._base = 0
         self.view = None        # memoryview of exactly byte_size bytes (system)
         self.device_ptr = 0     # base device pointer (cuda)
         self.refs = 0
@@ -159,10 +158,6 @@ class ShmLease:
         self._region = region
         self.offset = offset
         self.byte_size = byte_size
-
-    @property
-    def region_name(self) -> str:
-        return self._region.name
 
     @property
     def kind(self) -> str:
@@ -244,16 +239,6 @@ class ShmLease:
                 cupy.cuda.runtime.memcpy(host.ctypes.data, region.device_ptr + self.offset,
                                          self.byte_size, cupy.cuda.runtime.memcpyDeviceToHost)
         return host
-
-    def device_array(self, datatype: str, shape):
-        """A CUDA region range as a CuPy array on its device (no copy)."""
-        region = self._region
-        if region.kind != CUDA:
-            raise _err(Code.INTERNAL, f"shared memory region '{region.name}' is not CUDA memory")
-        cupy = _cupy()
-        mem = cupy.cuda.UnownedMemory(region.device_ptr + self.offset, self.byte_size, self,
-                                      device_id=region.device_id)
-        return cupy.ndarray(tuple(shape), WIRE_TO_NUMPY[datatype], cupy.cuda.MemoryPointer(mem, 0))
 
     def release(self):
         manager, self._manager = self._manager, None
@@ -400,7 +385,6 @@ class SharedMemoryManager:
                 os.close(fd)
             region = _Region(name, key, offset, byte_size, SYSTEM)
             region._mmap = mm
-            region._base = lead
             region.view = memoryview(mm)[lead:lead + byte_size]
             self._regions[name] = region
 
