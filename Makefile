@@ -10,7 +10,7 @@ XXHASH_HEADER := /usr/include/xxhash.h
 # perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
 LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
-.PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize bench clean system-deps
+.PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize sanitize-python bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
 # frontend's HTTP/2, xxHash for the response cache, libb64 for perf_analyzer
@@ -81,7 +81,8 @@ lint: $(VENV)/.deps
 
 test: install lint test-csrc test-embed test-python
 
-# csrc tests under ASan+UBSan, then TSan.
+# csrc tests under ASan+UBSan, then TSan, then the Python suite over an
+# ASan+UBSan build of the engine.
 sanitize: system-deps $(VENV)/.deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B build/asan -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_TESTS=ON -DPYSERVER_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build build/asan -j $(JOBS)
@@ -89,6 +90,23 @@ sanitize: system-deps $(VENV)/.deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B build/tsan -G Ninja -DPYSERVER_BUILD_PYTHON=OFF -DPYSERVER_BUILD_TESTS=ON -DPYSERVER_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build build/tsan -j $(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build/tsan/csrc_tests --gtest_brief=1
+	$(MAKE) --no-print-directory sanitize-python
+
+# The whole pytest suite over csrc and the Cython modules built with
+# ASan+UBSan (pyserver.engine searches PYSERVER_ENGINE_DIR first). Python
+# objects go through malloc, so a reference dropped twice by the engine shows
+# as a double free. The interpreter is not instrumented, hence the preload;
+# leaks are not checked (the interpreter keeps much alive at exit), and
+# SIGSEGV is left to the default action (a test kills a worker with it).
+ASAN_PY_DIR := build/asan-py
+sanitize-python: install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(ASAN_PY_DIR) -G Ninja -DPYSERVER_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) -DPYSERVER_ENGINE_DIR=$(CURDIR)/$(ASAN_PY_DIR)/engine >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(ASAN_PY_DIR) -j $(JOBS)
+	PYSERVER_ENGINE_DIR=$(CURDIR)/$(ASAN_PY_DIR)/engine PYTHONMALLOC=malloc \
+	  LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0:handle_segv=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  $(VPY) -m pytest -q -p no:cacheprovider tests
 
 # The side-by-side suite (pyserver, Triton from nvidia-pytriton, MLServer):
 # load generators in C (wrk for HTTP, h2load for gRPC) come from Debian, the

@@ -5,7 +5,16 @@ completion  CompletionQueue (engine threads -> event loop)
 stats       ModelStats (Triton statistics counters)
 memory      gather (batch assembly, GIL released)
 clock       now_ns (the engine's monotonic clock)
+
+PYSERVER_ENGINE_DIR, when set, names a folder of engine modules searched
+before this one: `make sanitize` points it at an AddressSanitizer build to run
+the whole Python test suite over instrumented csrc and Cython.
 """
+
+import os as _os
+
+if _os.environ.get("PYSERVER_ENGINE_DIR"):
+    __path__.insert(0, _os.environ["PYSERVER_ENGINE_DIR"])
 
 from pyserver.engine.batcher import Batch, Scheduler
 from pyserver.engine.clock import now_ns
