@@ -662,6 +662,10 @@ cdef class _InferDone:
             self.handle.cancel()
         try:
             if stream.closed or stream.finished:
+                # Nobody reads the outcome (the client reset the stream),
+                # but asyncio logs an exception never retrieved: mark it seen.
+                if not fut.cancelled():
+                    fut.exception()
                 return
             try:
                 response = fut.result()

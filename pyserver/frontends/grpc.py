@@ -761,6 +761,8 @@ def _stream_done(stream, call, request, final, use, fut):
     call.futures.discard(fut)
     try:
         if stream.closed or stream.finished:
+            if not fut.cancelled():
+                fut.exception()  # nobody reads it; keep asyncio from logging it
             return
         try:
             response = fut.result()

@@ -5,6 +5,7 @@ deadlines, cancellation, compression, restricted protocols, shared memory,
 a 64 MiB tensor and a graceful stop."""
 
 import asyncio
+import gc
 import json
 import queue
 import threading
@@ -391,7 +392,7 @@ def test_deadline_exceeded_and_server_keeps_serving(add_sub):
     client.close()
 
 
-def test_cancellation_resets_the_stream(add_sub):
+def test_cancellation_resets_the_stream(add_sub, caplog):
     frontend = add_sub.grpc
 
     async def run():
@@ -417,6 +418,33 @@ def test_cancellation_resets_the_stream(add_sub):
             await client.close()
 
     asyncio.run(run())
+    # The queued request failed as CANCELLED after its stream was gone:
+    # nothing reads that outcome, and nothing may be logged about it.
+    add_sub.run(gc.collect)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_cancelled_stream_drops_its_queued_requests_quietly(add_sub, caplog):
+    client = grpcclient.InferenceServerClient(add_sub.grpc_url)
+    results = queue.Queue()
+    client.start_stream(lambda result, error: results.put((result, error)))
+    client.async_stream_infer("slow", make_inputs(A, B), request_id="queued")
+    mv = add_sub.run(lambda: add_sub.server.models.resolve("slow", ""))
+    for _ in range(100):
+        if add_sub.run(lambda: mv.scheduler.queued_count) == 1:
+            break
+        time.sleep(0.02)
+    assert add_sub.run(lambda: mv.scheduler.queued_count) == 1
+    client.stop_stream(cancel_requests=True)
+    # the request left the model's queue, and its outcome is logged nowhere
+    for _ in range(100):
+        if add_sub.run(lambda: mv.scheduler.queued_count) == 0:
+            break
+        time.sleep(0.02)
+    assert add_sub.run(lambda: mv.scheduler.queued_count) == 0
+    add_sub.run(gc.collect)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    client.close()
 
 
 # ---------------------------------------------------------------- large messages
