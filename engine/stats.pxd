@@ -49,6 +49,10 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
     cdef enum class FailureReason "pyserver::FailureReason":
         pass
 
+    cdef cppclass LatencyHistogram "pyserver::LatencyHistogram":
+        const vector[double]& bounds()
+        vector[uint64_t] Counts(uint64_t* count, uint64_t* sum_ms)
+
     cdef cppclass CModelStats "pyserver::ModelStats":
         CModelStats()
         void EnableSummaries()
@@ -58,6 +62,9 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         void RecordSuccess(uint64_t total_ns, uint64_t queue_ns, uint64_t compute_input_ns,
                            uint64_t compute_infer_ns, uint64_t compute_output_ns)
         void RecordFailure(uint64_t total_ns, FailureReason reason)
+        void EnableFirstResponseHistogram(vector[double] bounds_ms, bint by_caller)
+        const LatencyHistogram* first_response_histogram()
+        void ObserveFirstResponse(uint64_t ns)
         void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns)
         void RecordCacheMiss(uint64_t ns)
         void RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_t infer_ns,

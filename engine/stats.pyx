@@ -48,6 +48,28 @@ cdef class ModelStats:
     def summaries_enabled(self):
         return self.c.get().summaries_enabled()
 
+    def enable_first_response_histogram(self, bounds_ms, bint by_caller=False):
+        """Triton's first-response histogram (histogram_latencies=true) with
+        these bucket bounds in ms. ``by_caller``: the model answers through
+        a response stream (decoupled) and its owner reports each request's
+        first response with observe_first_response; otherwise a request's
+        completion is its first response."""
+        cdef vector[double] bounds = sorted(float(b) for b in bounds_ms)
+        self.c.get().EnableFirstResponseHistogram(bounds, by_caller)
+
+    def observe_first_response(self, uint64_t ns):
+        self.c.get().ObserveFirstResponse(ns)
+
+    def first_response_histogram(self):
+        """None until enabled; else (bounds in ms, per-bucket counts, the
+        last for +Inf, not cumulative, total count, sum in ms)."""
+        cdef const LatencyHistogram* h = self.c.get().first_response_histogram()
+        cdef uint64_t count = 0, total = 0
+        if h == NULL:
+            return None
+        counts = h.Counts(&count, &total)
+        return list(h.bounds()), list(counts), count, total
+
     def summary(self, str kind, quantiles):
         """(quantile values in ns, all-time count, all-time sum in ns) of one
         latency kind (see SUMMARY_KINDS) over the recent window."""

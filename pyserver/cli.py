@@ -102,7 +102,8 @@ async def serve(args) -> int:
             log.warning("--backend-config %s: setting '%s' is not used by this server", item, key)
     server = Server(args.model_repository, auto_complete_config=auto_complete,
                     default_max_batch_size=default_mbs,
-                    summary_latencies=metrics_config.summary_latencies, server_id=args.server_id,
+                    summary_latencies=metrics_config.summary_latencies,
+                    histogram_latencies=metrics_config.histogram_latencies, server_id=args.server_id,
                     exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
                     model_load_thread_count=args.model_load_thread_count,
                     model_control_mode=args.model_control_mode, load_models=args.load_model,

@@ -18,9 +18,6 @@ same registry the prometheus_client way.
 
 What a Triton build has and this one does not (yet):
 
-* the first-response histogram (``histogram_latencies=true``), which
-  matters for decoupled models: the setting is accepted and a warning says
-  the family is not published.
 * GPU metrics (``nv_gpu_*``, ``nv_energy_consumption``; DCGM in Triton):
   ``--allow-gpu-metrics`` is accepted, nothing is published.
 """
@@ -36,6 +33,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.exposition import generate_latest as _prometheus_generate_latest
 from prometheus_client.metrics_core import Metric
+
+from pyserver.core.repository import FIRST_RESPONSE_FAMILY
 
 log = logging.getLogger("pyserver")
 
@@ -172,10 +171,6 @@ class MetricsConfig:
             self.summary_quantiles = parse_quantiles(value)
         else:
             setattr(self, setting, _parse_bool(setting, value))
-        if setting == "histogram_latencies" and self.histogram_latencies:
-            log.warning("--metrics-config histogram_latencies=true: this build does not "
-                        "publish the first-response histogram (it matters for decoupled "
-                        "models, which are not served yet)")
 
 
 def add_cli_arguments(parser) -> None:
@@ -372,6 +367,8 @@ _HELP = {
     "nv_inference_compute_infer_duration_us":
         "Cumulative compute inference duration in microseconds (does not include cached "
         "requests)",
+    "nv_inference_first_response_histogram_ms":
+        "Duration from request to first response in milliseconds",
     "nv_inference_request_summary_us": "Summary of inference request duration in microseconds",
     "nv_inference_queue_summary_us": "Summary of inference queuing duration in microseconds",
     "nv_inference_compute_input_summary_us":
@@ -503,18 +500,6 @@ class EngineCollector:
                     family.add(labels, snap["inference_stats"][key]["ns"] // 1000)
                 yield family
 
-        if self.config.summary_latencies:
-            quantiles = [q for q, _ in self.config.summary_quantiles]
-            for name, kind in _LATENCY_SUMMARIES:
-                family = _family(name, "summary")
-                for mv, labels, _ in rows:
-                    values, n, total_ns = mv.stats.summary(kind, quantiles)
-                    for q, v in zip(quantiles, values):
-                        family.add_sample(name, {**labels, "quantile": _format_value(q)}, v / 1000.0)
-                    family.add_sample(name + "_sum", labels, total_ns / 1000.0)
-                    family.add_sample(name + "_count", labels, n)
-                yield family
-
         pending = _family("nv_inference_pending_request_count", "gauge")
         load = _family("nv_model_load_duration_secs", "gauge")
         for mv, labels, snap in rows:
@@ -550,6 +535,41 @@ class EngineCollector:
                 misses.add(labels, stats["cache_miss"]["count"])
                 miss_us.add(labels, stats["cache_miss"]["ns"] // 1000)
             yield from (hits, hit_us, misses, miss_us)
+
+        # Registered after the cache counters in Triton, then the summaries.
+        if self.config.histogram_latencies:
+            yield self._first_response_histogram(rows)
+        if self.config.summary_latencies:
+            quantiles = [q for q, _ in self.config.summary_quantiles]
+            for name, kind in _LATENCY_SUMMARIES:
+                family = _family(name, "summary")
+                for mv, labels, _ in rows:
+                    values, n, total_ns = mv.stats.summary(kind, quantiles)
+                    for q, v in zip(quantiles, values):
+                        family.add_sample(name, {**labels, "quantile": _format_value(q)}, v / 1000.0)
+                    family.add_sample(name + "_sum", labels, total_ns / 1000.0)
+                    family.add_sample(name + "_count", labels, n)
+                yield family
+
+    @staticmethod
+    def _first_response_histogram(rows) -> TritonMetricFamily:
+        """As prometheus-cpp writes a histogram: _count, _sum, then the
+        cumulative _bucket lines up to le="+Inf"."""
+        name = FIRST_RESPONSE_FAMILY
+        family = _family(name, "histogram")
+        for mv, labels, _ in rows:
+            histogram = mv.stats.first_response_histogram()
+            if histogram is None:
+                continue
+            bounds, counts, n, total_ms = histogram
+            family.add_sample(name + "_count", labels, n)
+            family.add_sample(name + "_sum", labels, total_ms)
+            cumulative = 0
+            for bound, count in zip([*bounds, math.inf], counts):
+                cumulative += count
+                family.add_sample(name + "_bucket", {**labels, "le": _format_value(bound)},
+                                  cumulative)
+        return family
 
     def _server_families(self):
         host = self._host

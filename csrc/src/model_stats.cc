@@ -23,6 +23,7 @@ void ModelStats::RecordSuccess(uint64_t total_ns, uint64_t queue_ns,
   compute_infer_.Add(1, compute_infer_ns);
   compute_output_.Add(1, compute_output_ns);
   TouchLastInference();
+  ObserveCompletion(total_ns);
   if (summaries_enabled()) {
     const uint64_t now = NowNs();
     const uint64_t values[kSummaryKindCount] = {total_ns, queue_ns, compute_input_ns,
@@ -48,10 +49,24 @@ std::vector<uint64_t> ModelStats::SummaryQuantiles(SummaryKind kind,
   return summaries_[static_cast<int>(kind)]->Quantiles(quantiles, NowNs(), count, sum_ns);
 }
 
+void ModelStats::EnableFirstResponseHistogram(std::vector<double> bounds_ms, bool by_caller) {
+  if (first_response_enabled_.load(std::memory_order_acquire)) return;
+  first_response_.reset(new LatencyHistogram(std::move(bounds_ms)));
+  first_response_by_caller_ = by_caller;
+  first_response_enabled_.store(true, std::memory_order_release);
+}
+
+void ModelStats::ObserveFirstResponse(uint64_t ns) {
+  if (first_response_enabled_.load(std::memory_order_acquire)) {
+    first_response_->Observe(ns / 1000000);
+  }
+}
+
 void ModelStats::RecordFailure(uint64_t total_ns, FailureReason reason) {
   fail_.Add(1, total_ns);
   fail_by_reason_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
   TouchLastInference();
+  ObserveCompletion(total_ns);
 }
 
 void ModelStats::RecordExecution(uint32_t batch_size, uint64_t compute_input_ns,
@@ -75,6 +90,7 @@ void ModelStats::RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns) {
   queue_.Add(1, 0);
   cache_hit_.Add(1, lookup_ns);
   TouchLastInference();
+  ObserveCompletion(total_ns);
 }
 
 void ModelStats::RecordCacheMiss(uint64_t ns) { cache_miss_.Add(1, ns); }

@@ -187,3 +187,45 @@ TEST(ModelStatsResponses, PerIndexOutcomes) {
 
 }  // namespace
 }  // namespace pyserver
+
+TEST(LatencyHistogram, BucketsAreInclusiveUpperBounds) {
+  pyserver::LatencyHistogram h({100, 500, 2000, 5000});
+  for (uint64_t ms : {0, 100, 101, 500, 4999, 5000, 5001, 90000}) h.Observe(ms);
+  uint64_t count = 0, sum = 0;
+  std::vector<uint64_t> buckets = h.Counts(&count, &sum);
+  ASSERT_EQ(buckets.size(), 5u);  // four bounds and +Inf
+  EXPECT_EQ(buckets[0], 2u);      // 0, 100
+  EXPECT_EQ(buckets[1], 2u);      // 101, 500
+  EXPECT_EQ(buckets[2], 0u);
+  EXPECT_EQ(buckets[3], 2u);      // 4999, 5000
+  EXPECT_EQ(buckets[4], 2u);      // past the last bound
+  EXPECT_EQ(count, 8u);
+  EXPECT_EQ(sum, 0u + 100 + 101 + 500 + 4999 + 5000 + 5001 + 90000);
+}
+
+TEST(ModelStats, FirstResponseHistogramFromCompletions) {
+  pyserver::ModelStats stats;
+  stats.RecordSuccess(3000000000ull, 0, 0, 0, 0);  // before it is enabled: not seen
+  EXPECT_EQ(stats.first_response_histogram(), nullptr);
+  stats.EnableFirstResponseHistogram({100, 500}, false);
+  stats.RecordSuccess(150999999ull, 0, 0, 0, 0);   // 150 ms, floored
+  stats.RecordFailure(20000000ull, pyserver::FailureReason::kRejected);
+  stats.RecordCacheHit(700000000ull, 1000);
+  uint64_t count = 0, sum = 0;
+  std::vector<uint64_t> buckets = stats.first_response_histogram()->Counts(&count, &sum);
+  EXPECT_EQ(buckets, (std::vector<uint64_t>{1, 1, 1}));
+  EXPECT_EQ(count, 3u);
+  EXPECT_EQ(sum, 150u + 20 + 700);
+}
+
+TEST(ModelStats, FirstResponseHistogramFromTheCaller) {
+  pyserver::ModelStats stats;
+  stats.EnableFirstResponseHistogram({10}, true);
+  stats.RecordSuccess(50000000ull, 0, 0, 0, 0);  // a decoupled request's end: not its first response
+  stats.ObserveFirstResponse(5000000ull);
+  uint64_t count = 0, sum = 0;
+  std::vector<uint64_t> buckets = stats.first_response_histogram()->Counts(&count, &sum);
+  EXPECT_EQ(buckets, (std::vector<uint64_t>{1, 0}));
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(sum, 5u);
+}

@@ -122,6 +122,7 @@ class ModelVersion:
     """One version of a model, loaded and serving."""
 
     ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
+    first_response_by_stream = False  # a decoupled model's first-response histogram
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
                  completions: CompletionQueue):

@@ -84,6 +84,7 @@ class LoadOptions:
     default_max_batch_size: int = 4
     summary_latencies: bool = False  # keep samples for Prometheus summaries
     config_name: str = ""  # --model-config-name: <model>/configs/<name>.pbtxt when present
+    histogram_latencies: bool = False  # Triton's first-response histogram
 
 
 CONFIGS_FOLDER = "configs"
@@ -163,8 +164,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                 raise ServerError(Code.UNAVAILABLE,
                                   f"model '{model.name}' version {number}: {model_path} not found")
             mv = ModelVersion(model.name, number, config, str(version_dir), completions)
-            if options.summary_latencies:
-                mv.stats.enable_summaries()
+            _enable_latency_metrics(mv, config, options)
             loaded.append(mv)
             for group in config.instance_group:
                 for i in range(group.count):
@@ -183,6 +183,32 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     return loaded
 
 
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)  # Triton's defaults
+
+
+def _enable_latency_metrics(mv, config, options: LoadOptions) -> None:
+    """The optional latency metrics (--metrics-config): summaries, and the
+    first-response histogram with the buckets the config's model_metrics
+    sets for it (Triton's defaults otherwise)."""
+    if options.summary_latencies:
+        mv.stats.enable_summaries()
+    if not options.histogram_latencies:
+        return
+    buckets = FIRST_RESPONSE_BUCKETS_MS
+    for control in config.model_metrics.metric_control:
+        family = control.metric_identifier.family
+        if family == FIRST_RESPONSE_FAMILY:
+            buckets = tuple(control.histogram_options.buckets)
+        else:
+            log.warning("model '%s': metric family '%s' in 'metric_identifier' is not a "
+                        "customizable metric (only %s is)", config.name, family,
+                        FIRST_RESPONSE_FAMILY)
+    decoupled = config.model_transaction_policy.decoupled
+    mv.stats.enable_first_response_histogram(buckets, by_caller=decoupled)
+    mv.first_response_by_stream = decoupled  # see ResponseStream.first_response
+
+
 def _load_ensemble(model: ModelDir, config, available: dict, completions: CompletionQueue,
                    options: LoadOptions) -> list[ModelVersion]:
     """An ensemble's versions: its plan checked, no instances (its steps run
@@ -197,8 +223,7 @@ def _load_ensemble(model: ModelDir, config, available: dict, completions: Comple
     for number in versions:
         mv = ModelVersion(model.name, number, config, str(available[number]), completions)
         mv.ensemble = plan
-        if options.summary_latencies:
-            mv.stats.enable_summaries()
+        _enable_latency_metrics(mv, config, options)
         loaded.append(mv)
     return loaded
 

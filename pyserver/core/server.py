@@ -68,7 +68,8 @@ class ResponseStream:
     order sent; nothing is delivered after the final one or a cancel.
     """
 
-    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed")
+    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
+                 "first_response")
 
     def __init__(self, loop, on_response):
         self._loop = loop
@@ -77,6 +78,14 @@ class ResponseStream:
         self._cancelled = False
         self._dropping = False
         self._final_pushed = False  # the backend sent the final response itself
+        # (model stats, arrival ns) while the first response of a decoupled
+        # model's request is still to come (histogram_latencies=true).
+        self.first_response = None
+
+    def _observe_first_response(self) -> None:
+        first, self.first_response = self.first_response, None
+        if first is not None:
+            first[0].observe_first_response(now_ns() - first[1])
 
     # -- the engine's side (event loop) ----------------------------------------
 
@@ -98,15 +107,19 @@ class ResponseStream:
 
     def set_result(self, response) -> None:
         if response is not None and not self._final_pushed:
+            self._observe_first_response()
             self._deliver(response, None, True)
 
     def set_exception(self, error) -> None:
         if not self._final_pushed:  # else it is on its way, after what came before it
+            self._observe_first_response()
             self._deliver(None, error, True)
 
     # -- the backend's side (any thread) ---------------------------------------
 
     def push(self, response, error=None, final=False) -> None:
+        if self.first_response is not None:
+            self._observe_first_response()
         if final:
             self._final_pushed = True
         self._loop.call_soon_threadsafe(self._deliver, response, error, final)
@@ -145,7 +158,7 @@ class Server:
                  summary_latencies: bool = False, repository_poll_secs: float = 15,
                  model_config_name: str = "",
                  pinned_memory_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTES,
-                 response_cache_byte_size: int = 0):
+                 response_cache_byte_size: int = 0, histogram_latencies: bool = False):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -157,7 +170,8 @@ class Server:
         self.load_models = load_models or []
         self.repository_poll_secs = repository_poll_secs
         self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size,
-                                                   summary_latencies, model_config_name)
+                                                   summary_latencies, model_config_name,
+                                                   histogram_latencies)
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)
@@ -457,6 +471,8 @@ class Server:
         The returned stream cancels with ``Server.cancel``."""
         mv = self._admit(request)
         stream = ResponseStream(self._loop, on_response)
+        if mv.first_response_by_stream:
+            stream.first_response = (mv.stats, now_ns())
         if mv.ensemble is not None:
             mv.validate(request)
             task = self._loop.create_task(run_ensemble(self, mv, request))

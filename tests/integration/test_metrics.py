@@ -3,12 +3,14 @@ from the engine's counters; values checked after known traffic."""
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -515,3 +517,107 @@ def exposition_of(server, config):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(server, config))
     return exposition(registry).decode()
+
+
+# -- the first-response histogram (histogram_latencies=true) -------------------------
+
+_BUCKETS_50MS = """model_metrics { metric_control [ {
+  metric_identifier { family: "nv_inference_first_response_histogram_ms" }
+  histogram_options { buckets: [ 10, 30000 ] } } ] }"""
+
+
+def _infer_add_sub(url: str, model: str, times: int) -> None:
+    client = httpclient.InferenceServerClient(url)
+    a = np.ones((1, 16), np.float32)
+    for _ in range(times):
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        client.infer(model, inputs)
+    client.close()
+
+
+def test_first_response_histogram(tmp_path, start_server):
+    write_add_sub(tmp_path, name="fast", extra="dynamic_batching { }")
+    # A lone request waits 50 ms for company: its first response lands in
+    # the config's second bucket.
+    write_add_sub(tmp_path, name="waits", extra=(
+        "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 50000 }\n"
+        + _BUCKETS_50MS))
+    s = start_server(tmp_path, histogram_latencies=True, summary_latencies=True)
+    _infer_add_sub(s.url, "fast", 3)
+    _infer_add_sub(s.url, "waits", 2)
+    config = MetricsConfig.from_cli(metrics_config=["histogram_latencies=true",
+                                                    "summary_latencies=true"])
+    text = exposition_of(s.server, config)
+    samples = parse(text)
+    name = "nv_inference_first_response_histogram_ms"
+    assert f"# TYPE {name} histogram" in text
+    assert f"# HELP {name} Duration from request to first response in milliseconds" in text
+    # Triton's default buckets, cumulative, +Inf last; integer milliseconds
+    fast = {"model": "fast", "version": "1"}
+    assert value(samples, name + "_count", **fast) == 3
+    assert value(samples, name + "_sum", **fast) < 300
+    for le in ("100", "500", "2000", "5000", "+Inf"):
+        assert value(samples, name + "_bucket", le=le, **fast) == 3
+    assert re.search(r'nv_inference_first_response_histogram_ms_bucket\{model="fast",'
+                     r'version="1",le="100"\} 3\n', text)  # le last, as prometheus-cpp writes
+    waits = {"model": "waits", "version": "1"}
+    assert value(samples, name + "_count", **waits) == 2
+    assert value(samples, name + "_sum", **waits) >= 2 * 50
+    assert value(samples, name + "_bucket", le="10", **waits) == 0
+    assert value(samples, name + "_bucket", le="30000", **waits) == 2
+    assert value(samples, name + "_bucket", le="+Inf", **waits) == 2
+    assert value(samples, name + "_bucket", le="100", **waits) is None
+    # Triton's registry order: cache counters, this histogram, then the summaries
+    assert text.index(f"# TYPE {name} ") < text.index("# TYPE nv_inference_request_summary_us ")
+    assert text.index("# TYPE nv_model_load_duration_secs ") < text.index(f"# TYPE {name} ")
+
+    # off by default: no family
+    assert name not in exposition_of(s.server, MetricsConfig.from_cli())
+
+
+def test_first_response_histogram_counts_a_decoupled_request_once(tmp_path, start_server):
+    """A decoupled request counts once, when its first response is sent (its
+    batch ended long before: mode "slow" answers from a thread, 50 ms apart)."""
+    import shutil
+
+    import tritonclient.grpc as grpcclient
+
+    from pyserver.frontends.grpc import GrpcFrontend
+
+    models = Path(__file__).resolve().parents[1] / "models" / "python"
+    shutil.copytree(models / "repeat", tmp_path / "repeat")
+    with open(tmp_path / "repeat" / "config.pbtxt", "a") as f:
+        f.write(_BUCKETS_50MS + "\n")
+    s = start_server(tmp_path, histogram_latencies=True)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    try:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{frontend.port}")
+        got = queue.Queue()
+        client.start_stream(lambda result, error: got.put((result, error)))
+        for _ in range(2):
+            inp = grpcclient.InferInput("IN", [1], "INT32")
+            inp.set_data_from_numpy(np.array([2], np.int32))
+            client.async_stream_infer("repeat", [inp], parameters={"mode": "slow"})
+        for _ in range(4):  # two responses per request
+            result, error = got.get(timeout=30)
+            assert error is None
+        client.stop_stream()
+        client.close()
+        name = "nv_inference_first_response_histogram_ms"
+        labels = {"model": "repeat", "version": "1"}
+        for _ in range(100):  # the final flags follow the last responses
+            samples = parse(exposition_of(s.server, MetricsConfig.from_cli(
+                metrics_config=["histogram_latencies=true"])))
+            if value(samples, "nv_inference_request_success", **labels) == 2:
+                break
+            time.sleep(0.02)
+        assert value(samples, name + "_count", **labels) == 2  # requests, not responses
+        assert value(samples, name + "_bucket", le="10", **labels) == 0
+        assert value(samples, name + "_bucket", le="30000", **labels) == 2
+        assert value(samples, name + "_sum", **labels) >= 2 * 50
+    finally:
+        s.call(frontend.stop(1))

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "pyserver/latency_histogram.h"
 #include "pyserver/latency_summary.h"
 
 namespace pyserver {
@@ -115,6 +116,20 @@ class ModelStats {
   std::vector<uint64_t> SummaryQuantiles(SummaryKind kind, const std::vector<double>& quantiles,
                                          uint64_t* count, uint64_t* sum_ns) const;
 
+  // Starts Triton's first-response histogram (histogram_latencies=true),
+  // buckets in ms. A request's first response is its completion, unless
+  // by_caller: a decoupled model answers through a response stream, whose
+  // owner calls ObserveFirstResponse. Call before traffic starts.
+  void EnableFirstResponseHistogram(std::vector<double> bounds_ms, bool by_caller);
+  // Null until enabled.
+  const LatencyHistogram* first_response_histogram() const {
+    return first_response_enabled_.load(std::memory_order_acquire) ? first_response_.get()
+                                                                   : nullptr;
+  }
+  // Time from the request's arrival to its first response (floored to ms,
+  // as Triton reports it).
+  void ObserveFirstResponse(uint64_t ns);
+
  private:
   struct AtomicDuration {
     std::atomic<uint64_t> count{0};
@@ -128,6 +143,12 @@ class ModelStats {
     }
   };
   void TouchLastInference();
+  // A request completed: its first response, unless a caller reports those.
+  void ObserveCompletion(uint64_t total_ns) {
+    if (first_response_enabled_.load(std::memory_order_acquire) && !first_response_by_caller_) {
+      first_response_->Observe(total_ns / 1000000);
+    }
+  }
 
   AtomicDuration success_, fail_, queue_, compute_input_, compute_infer_,
       compute_output_, cache_hit_, cache_miss_;
@@ -139,6 +160,10 @@ class ModelStats {
 
   std::atomic<bool> summaries_enabled_{false};
   std::unique_ptr<LatencySummary> summaries_[kSummaryKindCount];
+
+  std::atomic<bool> first_response_enabled_{false};
+  bool first_response_by_caller_ = false;
+  std::unique_ptr<LatencyHistogram> first_response_;
 
   mutable std::mutex batch_mu_;
   std::map<uint32_t, BatchSizeStat> batch_stats_;
