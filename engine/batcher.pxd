@@ -48,6 +48,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
     cdef cppclass CScheduler "pyserver::Scheduler":
         Status Enqueue(const RequestInfo& info, uint64_t* id)
         cbool NextBatch(CBatch* batch)
+        cbool TryNextBatch(CBatch* batch)
         CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)

@@ -166,6 +166,13 @@ cdef class Scheduler:
             got = self._wait_batch(batch)
         return self._hand_over(batch, got)
 
+    def try_next_batch(self):
+        """A batch if one is ready now, else None; never waits (for an
+        instance the event loop drives). Only the pass-through scheduler
+        hands batches out this way."""
+        cdef Batch batch = Batch.__new__(Batch)
+        return self._hand_over(batch, self.c.get().TryNextBatch(&batch.c))
+
     cdef bint _wait_batch(self, Batch batch) noexcept nogil:
         cdef bint got = self.c.get().NextBatch(&batch.c)
         if got and batch.c.after_idle:

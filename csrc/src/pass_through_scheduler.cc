@@ -52,15 +52,30 @@ bool PassThroughScheduler::NextBatch(Batch* batch) {
   }
   cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
   if (stopped_) return false;
+  PopFront(batch);
+  lock.unlock();
+  stats()->AddPending(-1);
+  return true;
+}
+
+bool PassThroughScheduler::TryNextBatch(Batch* batch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_ || queue_.empty()) return false;
+    batch->after_idle = false;
+    PopFront(batch);
+  }
+  stats()->AddPending(-1);
+  return true;
+}
+
+void PassThroughScheduler::PopFront(Batch* batch) {
   batch->requests.clear();
   batch->requests.push_back(queue_.front());
   queue_.pop_front();
   batch->batch_size = std::max<uint32_t>(1, batch->requests[0].batch_size);
   batch->dequeue_ns = NowNs();
   batch->sequence = NextBatchSequence();
-  lock.unlock();
-  stats()->AddPending(-1);
-  return true;
 }
 
 bool PassThroughScheduler::Cancel(uint64_t id) {

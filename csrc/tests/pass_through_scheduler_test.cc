@@ -27,6 +27,24 @@ TEST(PassThrough, OneRequestPerBatchInArrivalOrder) {
   EXPECT_EQ(Tokens(b), std::vector<Token>{2});
 }
 
+TEST(PassThrough, TryNextBatchNeverWaits) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  Batch b;
+  EXPECT_FALSE(s.TryNextBatch(&b));  // empty: returns at once
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(4, 2), &id).ok());
+  ASSERT_TRUE(s.Enqueue(Req(5), &id).ok());
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 2);
+  ASSERT_TRUE(s.TryNextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{4});
+  EXPECT_EQ(b.batch_size, 2u);
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 1);
+  s.Stop();  // what is still queued fails; nothing more is handed out
+  EXPECT_FALSE(s.TryNextBatch(&b));
+  EXPECT_EQ(s.QueuedCount(), 0u);
+}
+
 TEST(PassThrough, WaitingInstanceWakesOnEnqueue) {
   Harness h;
   PassThroughScheduler s(h.stats, h.completions, false);

@@ -10,6 +10,7 @@ The request path through here:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from pyserver.core import dtypes
 from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.core.loop_instance import LoopDrivenInstance, can_drive
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
@@ -123,6 +125,7 @@ class ModelVersion:
 
     ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
     first_response_by_stream = False  # a decoupled model's first-response histogram
+    loop_drivers: list = []  # instances the event loop drives (set by start)
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
                  completions: CompletionQueue):
@@ -214,17 +217,35 @@ class ModelVersion:
             attach(self)
 
     def start(self):
+        """Starts the instances: on threads, or driven by the running event
+        loop where they can be (see core/loop_instance.py)."""
         if any(getattr(i.backend, "out_of_process", False) for i in self.instances):
             # Its work happens in another process that needs a core of its
             # own: the event loop spinning for the answer only takes it away
             # (Python add_sub, HTTP c1: ~1.25x the throughput without the spin).
             self.low_load_spin_s = 0.0
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        drivers = []
         for instance in self.instances:
-            instance.start()
+            if loop is not None and can_drive(self, instance):
+                drivers.append(LoopDrivenInstance(self, instance, loop))
+            else:
+                instance.start()
+        self.loop_drivers = drivers
+
+    def dispatch(self):
+        """The event loop's instances take what is queued (after an enqueue)."""
+        for driver in self.loop_drivers:
+            driver.dispatch()
 
     def stop(self):
         """Fails queued requests, lets running batches finish, joins instances."""
         self.scheduler.stop()
+        for driver in self.loop_drivers:
+            driver.stop(timeout=30)
         for instance in self.instances:
             if instance.thread.is_alive():
                 instance.thread.join(timeout=30)
@@ -357,7 +378,7 @@ class ModelVersion:
             self._scatter_outputs(requests, outputs, batch.batch_size)
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
-            return self._failed_batch(t_start, err)
+            return self.failed_batch(t_start, err)
         return (t_start, t_input, t_output, t_end)
 
     def execute_requests(self, instance: ModelInstance, batch: Batch) -> tuple:
@@ -367,10 +388,17 @@ class ModelVersion:
         or an exception, which fails that request only. An exception raised
         by the backend fails the whole batch."""
         t_start = now_ns()
-        requests = batch.requests
         try:
-            results = instance.backend.execute_requests(requests)
-            t_output = now_ns()
+            results = instance.backend.execute_requests(batch.requests)
+        except Exception as err:  # the model failed: fail this batch only
+            return self.failed_batch(t_start, err)
+        return self.requests_outcome(batch.requests, results, t_start)
+
+    def requests_outcome(self, requests: list, results: list, t_start: int) -> tuple:
+        """Each request's response from its backend's result; the batch's
+        times (what Scheduler.complete takes)."""
+        t_output = now_ns()
+        try:
             if len(results) != len(requests):
                 raise ServerError(
                     Code.INTERNAL,
@@ -386,8 +414,8 @@ class ModelVersion:
                 else:
                     p.response = self._request_response(p, result, None)
             t_end = now_ns()
-        except Exception as err:  # the model failed: fail this batch only
-            return self._failed_batch(t_start, err)
+        except Exception as err:
+            return self.failed_batch(t_start, err)
         return (t_start, t_start, t_output, t_end)
 
     def _request_response(self, p: PendingRequest, outputs: dict, parameters) -> InferResponse:
@@ -415,7 +443,7 @@ class ModelVersion:
                 stamps.append({"name": "QUEUE_START", "ns": enqueued})
                 stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
 
-    def _failed_batch(self, t_start: int, err: Exception) -> tuple:
+    def failed_batch(self, t_start: int, err: Exception) -> tuple:
         t_end = now_ns()
         message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
         code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)

@@ -458,6 +458,8 @@ class Server:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
+        if mv.loop_drivers:
+            mv.dispatch()
         if self._inflight == 1 and not self._spin_scheduled and mv.low_load_spin_s:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
@@ -481,6 +483,8 @@ class Server:
         pending = mv.submit(request, stream)
         self._handles[stream] = (mv.scheduler, pending.id)
         self._inflight += 1
+        if mv.loop_drivers:
+            mv.dispatch()
         return stream
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

@@ -359,6 +359,40 @@ def test_two_instances_run_in_parallel_processes(tmp_path, start_server):
     assert peak == 2
 
 
+def test_which_instances_the_event_loop_drives(tmp_path, start_server):
+    """Each request its own batch and not decoupled: the event loop sends
+    batches to the worker and reads its answers (no instance thread)."""
+    repo = repo_with(tmp_path, "parallel", "add_sub", "repeat")
+    batched = repo / "add_sub_batched"
+    shutil.copytree(repo / "add_sub", batched)
+    config = (batched / "config.pbtxt").read_text().replace('name: "add_sub"',
+                                                             'name: "add_sub_batched"')
+    (batched / "config.pbtxt").write_text(config + "\nmax_batch_size: 8\ndynamic_batching { }\n")
+    server = start_server(repo)
+    models = server.server.models
+    for name, driven in (("parallel", 2), ("add_sub", 1), ("add_sub_batched", 0), ("repeat", 0)):
+        mv = server.run(lambda n=name: models.resolve(n, ""))
+        assert len(mv.loop_drivers) == driven, name
+        assert sum(i.thread.is_alive() for i in mv.instances) == len(mv.instances) - driven, name
+    for model, a in (("add_sub", np.arange(4, dtype=np.float32)),
+                     ("add_sub_batched", np.arange(4, dtype=np.float32).reshape(1, 4))):
+        r = infer_add_sub(server.url, model, a, a)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+
+
+def test_unload_lets_the_batch_in_the_worker_finish(tmp_path, start_server):
+    server = start_server(repo_with(tmp_path, "parallel"), model_control_mode="explicit",
+                          load_models=["parallel"])
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(infer_one, server.url, "parallel", "IN",
+                              np.array([5.0], np.float32), "FP32")
+        time.sleep(0.1)  # the 0.3 s batch is in a worker
+        server.call(server.server.unload_model("parallel"))
+        assert running.result(30).as_numpy("OUT")[0] == 10.0
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        infer_one(server.url, "parallel", "IN", np.array([1.0], np.float32), "FP32")
+
+
 @pytest.mark.parametrize("how, expected", [(3, "exited with code 3"),
                                            (11, "was killed by signal 11 (SIGSEGV)")])
 def test_crash_fails_the_request_and_the_worker_restarts(tmp_path, start_server, how, expected):

@@ -21,6 +21,7 @@ class PassThroughScheduler : public Scheduler {
 
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
+  bool TryNextBatch(Batch* batch) override;
   bool Cancel(uint64_t id) override;
   void Stop() override;
   size_t QueuedCount() const override;
@@ -32,6 +33,8 @@ class PassThroughScheduler : public Scheduler {
   bool stopped_ = false;
   const uint64_t idle_spin_ns_;
   std::atomic<uint64_t> arrivals_{0};  // read while spinning, without mu_
+
+  void PopFront(Batch* batch);  // under mu_, queue_ not empty
 };
 
 }  // namespace pyserver

@@ -89,6 +89,12 @@ class Scheduler {
   // the scheduler is stopped and has nothing more to hand out.
   virtual bool NextBatch(Batch* batch) = 0;
 
+  // Takes a batch only if one is ready now, without waiting: for an
+  // instance driven by the event loop, which asks again when a request
+  // arrives or its last batch completes. Default: never (instances of such
+  // schedulers run on threads).
+  virtual bool TryNextBatch(Batch* batch) { (void)batch; return false; }
+
   // Grows a batch already taken by an instance with requests that arrived
   // since, while they fit (Triton lets a payload grow until an instance
   // starts it). An instance calls this right before it starts executing:

@@ -60,7 +60,9 @@ def _libc_send():
         return None
 
 
-_SEND_FLAGS = getattr(socket, "MSG_DONTWAIT", 0x40) | getattr(socket, "MSG_NOSIGNAL", 0x4000)
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0x40)
+_SEND_FLAGS = _MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0x4000)
+_INCOMPLETE = object()  # _take(): no whole message buffered yet
 
 
 class Channel:
@@ -111,28 +113,51 @@ class Channel:
 
     def recv(self):
         while True:
-            avail = self._end - self._start
-            if avail >= 4:
-                (size,) = _HEADER.unpack_from(self._buf, self._start)
-                if avail >= 4 + size:
-                    begin = self._start + 4
-                    obj = pickle.loads(self._view[begin:begin + size])
-                    self._start = begin + size
-                    if self._start == self._end:
-                        self._start = self._end = 0
-                    return obj
-                self._make_room(4 + size)
-            elif len(self._buf) - self._start < 4:
-                self._make_room(4)
+            obj = self._take()
+            if obj is not _INCOMPLETE:
+                return obj
             if self.spin_ns:
                 _spin_readable(self._fd, self.spin_ns)  # then the read rarely sleeps
+            self._fill(0)
+
+    def poll(self):
+        """The next message if it is all here (reading what the socket holds
+        without waiting), else None: for a reader on an event loop, called
+        when the socket is readable. EOFError when the peer is gone."""
+        while True:
+            obj = self._take()
+            if obj is not _INCOMPLETE:
+                return obj
             try:
-                got = self.sock.recv_into(self._view[self._end:])
-            except (ConnectionResetError, BrokenPipeError):
-                got = 0
-            if got == 0:
-                raise EOFError("peer closed the channel")
-            self._end += got
+                self._fill(_MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+
+    def _take(self):
+        """A whole buffered message, or _INCOMPLETE (with room made for it)."""
+        avail = self._end - self._start
+        if avail >= 4:
+            (size,) = _HEADER.unpack_from(self._buf, self._start)
+            if avail >= 4 + size:
+                begin = self._start + 4
+                obj = pickle.loads(self._view[begin:begin + size])
+                self._start = begin + size
+                if self._start == self._end:
+                    self._start = self._end = 0
+                return obj
+            self._make_room(4 + size)
+        elif len(self._buf) - self._start < 4:
+            self._make_room(4)
+        return _INCOMPLETE
+
+    def _fill(self, flags: int) -> None:
+        try:
+            got = self.sock.recv_into(self._view[self._end:], 0, flags)
+        except (ConnectionResetError, BrokenPipeError):
+            got = 0
+        if got == 0:
+            raise EOFError("peer closed the channel")
+        self._end += got
 
     def _make_room(self, need: int) -> None:
         avail = self._end - self._start
