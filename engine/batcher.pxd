@@ -56,6 +56,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         size_t QueuedCount()
         void CompleteBatch(const CBatch& batch, const BatchTimes& times, Token token,
                            const Status& status)
+        void RecordBatch(const CBatch& batch, const BatchTimes& times, const Status& status)
 
 
 cdef extern from "pyserver/priority_queue.h" namespace "pyserver" nogil:

@@ -225,6 +225,16 @@ cdef class Scheduler:
         Py_INCREF(batch)
         self.c.get().CompleteBatch(batch.c, times, <Token><uintptr_t><PyObject*>batch, st)
 
+    def record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
+               uint64_t compute_output_start_ns, uint64_t compute_end_ns,
+               int code=0, str message=""):
+        """``complete``'s statistics only: the caller answers the batch's
+        requests itself (not under preserve_ordering)."""
+        cdef BatchTimes times = _batch_times(compute_start_ns, compute_input_end_ns,
+                                             compute_output_start_ns, compute_end_ns)
+        cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
+        self.c.get().RecordBatch(batch.c, times, st)
+
     def cancel(self, uint64_t request_id):
         """Fails a still-queued request as CANCELLED; False if not queued."""
         return self.c.get().Cancel(request_id)

@@ -12,6 +12,16 @@ Scheduler::Scheduler(std::shared_ptr<ModelStats> stats,
 
 void Scheduler::CompleteBatch(const Batch& batch, const BatchTimes& times, Token token,
                               const Status& status) {
+  RecordBatch(batch, times, status);
+  Completion c{token, status.code(), status.message()};
+  if (orderer_) {
+    orderer_->Complete(batch.sequence, std::move(c));
+  } else {
+    completions_->Push(std::move(c));
+  }
+}
+
+void Scheduler::RecordBatch(const Batch& batch, const BatchTimes& times, const Status& status) {
   const uint64_t input_ns = times.compute_input_end_ns - times.compute_start_ns;
   const uint64_t infer_ns = times.compute_output_start_ns - times.compute_input_end_ns;
   const uint64_t output_ns = times.compute_end_ns - times.compute_output_start_ns;
@@ -25,12 +35,6 @@ void Scheduler::CompleteBatch(const Batch& batch, const BatchTimes& times, Token
     for (const QueuedRequest& r : batch.requests) {
       stats_->RecordFailure(times.compute_end_ns - r.enqueue_ns, FailureReason::kBackend);
     }
-  }
-  Completion c{token, status.code(), status.message()};
-  if (orderer_) {
-    orderer_->Complete(batch.sequence, std::move(c));
-  } else {
-    completions_->Push(std::move(c));
   }
 }
 

@@ -45,6 +45,26 @@ TEST(PassThrough, TryNextBatchNeverWaits) {
   EXPECT_EQ(s.QueuedCount(), 0u);
 }
 
+TEST(PassThrough, RecordBatchCountsWithoutCompleting) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(7), &id).ok());
+  Batch b;
+  ASSERT_TRUE(s.TryNextBatch(&b));
+  BatchTimes t;
+  t.compute_start_ns = b.dequeue_ns + 10;
+  t.compute_input_end_ns = b.dequeue_ns + 20;
+  t.compute_output_start_ns = b.dequeue_ns + 30;
+  t.compute_end_ns = b.dequeue_ns + 40;
+  s.RecordBatch(b, t, Status::Ok());
+  ModelStatsSnapshot snap = h.stats->Snapshot();
+  EXPECT_EQ(snap.success.count, 1u);
+  EXPECT_EQ(snap.execution_count, 1u);
+  EXPECT_EQ(snap.compute_infer.ns, 10u);
+  EXPECT_TRUE(h.Drain().empty());  // the caller answers the requests itself
+}
+
 TEST(PassThrough, WaitingInstanceWakesOnEnqueue) {
   Harness h;
   PassThroughScheduler s(h.stats, h.completions, false);

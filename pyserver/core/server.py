@@ -251,36 +251,49 @@ class Server:
     # -- completion path (event loop) -----------------------------------------
 
     def _on_completions(self):
+        resolve = self.resolve
         for obj, code, message in self._completions.drain():
-            handles = self._handles
-            if code == 0:
-                self._inflight -= len(obj.requests)
-                for p in obj.requests:
-                    future = p.future
-                    del handles[future]
-                    if p.trace is not None:
-                        self.tracer.finish(p.trace, now_ns())
-                    if not future.done():
-                        response = p.response
-                        # A backend that answers per request may fail one
-                        # request of a batch: its response is the error.
-                        if isinstance(response, BaseException):
-                            future.set_exception(response)
-                        else:
-                            future.set_result(response)
-                continue
-            error = ServerError(code, message)
-            requests = obj.requests if type(obj) is Batch else (obj,)
-            self._inflight -= len(requests)
-            for p in requests:
+            resolve(obj, code, message)
+        if self._drained is not None and self._inflight == 0:
+            self._drained.set()
+
+    def resolve_now(self, obj, code: int, message) -> None:
+        """resolve(), for a batch that did not come through the queue."""
+        self.resolve(obj, code, message)
+        if self._drained is not None and self._inflight == 0:
+            self._drained.set()
+
+    def resolve(self, obj, code: int, message) -> None:
+        """Answers the requests of a finished batch (or of one request the
+        engine failed): what the completion queue carries; an instance the
+        event loop drives calls it directly."""
+        handles = self._handles
+        if code == 0:
+            self._inflight -= len(obj.requests)
+            for p in obj.requests:
                 future = p.future
-                handles.pop(future, None)
+                del handles[future]
                 if p.trace is not None:
                     self.tracer.finish(p.trace, now_ns())
                 if not future.done():
-                    future.set_exception(error)
-        if self._drained is not None and self._inflight == 0:
-            self._drained.set()
+                    response = p.response
+                    # A backend that answers per request may fail one
+                    # request of a batch: its response is the error.
+                    if isinstance(response, BaseException):
+                        future.set_exception(response)
+                    else:
+                        future.set_result(response)
+            return
+        error = ServerError(code, message)
+        requests = obj.requests if type(obj) is Batch else (obj,)
+        self._inflight -= len(requests)
+        for p in requests:
+            future = p.future
+            handles.pop(future, None)
+            if p.trace is not None:
+                self.tracer.finish(p.trace, now_ns())
+            if not future.done():
+                future.set_exception(error)
 
     def _spin_for_completion(self, budget_s: float):
         # Runs after the callbacks already ready in this loop iteration, so it

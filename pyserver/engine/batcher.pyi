@@ -32,6 +32,9 @@ class Scheduler:
     def complete(self, batch: Batch, compute_start_ns: int, compute_input_end_ns: int,
                  compute_output_start_ns: int, compute_end_ns: int, code: int = ...,
                  message: str = ...) -> None: ...
+    def record(self, batch: Batch, compute_start_ns: int, compute_input_end_ns: int,
+               compute_output_start_ns: int, compute_end_ns: int, code: int = ...,
+               message: str = ...) -> None: ...
     def complete_and_next(self, batch: Batch, compute_start_ns: int, compute_input_end_ns: int,
                           compute_output_start_ns: int, compute_end_ns: int, code: int = ...,
                           message: str = ...) -> Batch | None: ...

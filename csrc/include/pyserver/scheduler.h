@@ -120,6 +120,12 @@ class Scheduler {
   void CompleteBatch(const Batch& batch, const BatchTimes& times, Token token,
                      const Status& status);
 
+  // Only the statistics part of CompleteBatch: for a batch whose caller
+  // answers its requests itself (an instance driven by the event loop,
+  // which would otherwise signal itself through the completion queue).
+  // Not for preserve_ordering, whose order the completion queue keeps.
+  void RecordBatch(const Batch& batch, const BatchTimes& times, const Status& status);
+
   ModelStats* stats() const { return stats_.get(); }
   CompletionQueue* completions() const { return completions_.get(); }
 

@@ -642,11 +642,11 @@ class PythonBackend:
         return worker.main.sock.fileno()
 
     @staticmethod
-    def poll_main(worker: _Worker):
-        """The worker's next message if it has all arrived, else None;
-        EOFError once the worker is gone."""
+    def poll_main(worker: _Worker, read: bool = True):
+        """The worker's next message if it has all arrived, else None (see
+        Channel.poll); EOFError once the worker is gone."""
         try:
-            return worker.main.poll()
+            return worker.main.poll(read)
         except OSError:  # the channel was closed under us (the worker is gone)
             raise EOFError("worker channel closed") from None
 

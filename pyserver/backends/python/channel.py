@@ -120,18 +120,20 @@ class Channel:
                 _spin_readable(self._fd, self.spin_ns)  # then the read rarely sleeps
             self._fill(0)
 
-    def poll(self):
-        """The next message if it is all here (reading what the socket holds
-        without waiting), else None: for a reader on an event loop, called
-        when the socket is readable. EOFError when the peer is gone."""
-        while True:
-            obj = self._take()
-            if obj is not _INCOMPLETE:
-                return obj
-            try:
-                self._fill(_MSG_DONTWAIT)
-            except BlockingIOError:
-                return None
+    def poll(self, read: bool = True):
+        """The next message if it is all here, else None: for a reader on an
+        event loop, called when the socket is readable. ``read``: one
+        non-blocking read of what the socket holds first, if need be (else
+        only what was read before). EOFError when the peer is gone."""
+        obj = self._take()
+        if obj is not _INCOMPLETE or not read:
+            return None if obj is _INCOMPLETE else obj
+        try:
+            self._fill(_MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+        obj = self._take()
+        return None if obj is _INCOMPLETE else obj
 
     def _take(self):
         """A whole buffered message, or _INCOMPLETE (with room made for it)."""
