@@ -196,24 +196,19 @@ class LoopDrivenInstance:
     # -- executor threads -------------------------------------------------------
 
     def _run_blocking(self, batch) -> None:
-        mv = self.mv
-        outcome = mv.execute_requests(self.instance, batch)
-        if mv.tracing:
-            mv.stamp_traces(batch, outcome)
-        mv.scheduler.complete(batch, *outcome)
-        self._back_on_loop()
+        self._complete_off_loop(batch, self.mv.execute_requests(self.instance, batch))
 
     def _fail_exited(self, batch, worker) -> None:
         error = self.backend.exited_error(worker, len(batch.requests))
         self.backend.release_worker()
+        self._complete_off_loop(batch, self.mv.failed_batch(self._t_start, error))
+
+    def _complete_off_loop(self, batch, outcome: tuple) -> None:
+        """Through the completion queue (thread-safe), then back to the loop."""
         mv = self.mv
-        outcome = mv.failed_batch(self._t_start, error)
         if mv.tracing:
             mv.stamp_traces(batch, outcome)
         mv.scheduler.complete(batch, *outcome)
-        self._back_on_loop()
-
-    def _back_on_loop(self) -> None:
         try:
             self.loop.call_soon_threadsafe(self._done)
         except RuntimeError:  # the loop is closed: nothing more runs here

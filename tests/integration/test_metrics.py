@@ -30,6 +30,7 @@ from pyserver.metrics import (
     exposition,
 )
 from pyserver.testing import write_add_sub
+from tests.integration.test_tracing import infer as infer_add_sub
 
 # -- helpers ------------------------------------------------------------------
 
@@ -526,18 +527,6 @@ _BUCKETS_50MS = """model_metrics { metric_control [ {
   histogram_options { buckets: [ 10, 30000 ] } } ] }"""
 
 
-def _infer_add_sub(url: str, model: str, times: int) -> None:
-    client = httpclient.InferenceServerClient(url)
-    a = np.ones((1, 16), np.float32)
-    for _ in range(times):
-        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
-                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(a)
-        client.infer(model, inputs)
-    client.close()
-
-
 def test_first_response_histogram(tmp_path, start_server):
     write_add_sub(tmp_path, name="fast", extra="dynamic_batching { }")
     # A lone request waits 50 ms for company: its first response lands in
@@ -546,8 +535,10 @@ def test_first_response_histogram(tmp_path, start_server):
         "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 50000 }\n"
         + _BUCKETS_50MS))
     s = start_server(tmp_path, histogram_latencies=True, summary_latencies=True)
-    _infer_add_sub(s.url, "fast", 3)
-    _infer_add_sub(s.url, "waits", 2)
+    client = httpclient.InferenceServerClient(s.url)
+    infer_add_sub(client, 3, "fast")
+    infer_add_sub(client, 2, "waits")
+    client.close()
     config = MetricsConfig.from_cli(metrics_config=["histogram_latencies=true",
                                                     "summary_latencies=true"])
     text = exposition_of(s.server, config)

@@ -12,14 +12,15 @@ ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
          "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
 
 
-def infer(client, n):
+def infer(client, n, model="add_sub"):
+    """n add_sub requests of FP32 [1,16] ones over tritonclient.http."""
     a = np.ones((1, 16), np.float32)
     for _ in range(n):
         inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
                   httpclient.InferInput("INPUT1", [1, 16], "FP32")]
         inputs[0].set_data_from_numpy(a)
         inputs[1].set_data_from_numpy(a)
-        client.infer("add_sub", inputs)
+        client.infer(model, inputs)
 
 
 def test_timestamps_traces_written_as_triton(tmp_path, start_server):
