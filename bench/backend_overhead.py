@@ -91,10 +91,10 @@ class DirectRunner:
         import numpy as np
         import onnxruntime as ort
 
-        from pyserver.backends._common import cpu_count
+        from pyserver.backends._common import compute_cores
         from pyserver.backends.onnxruntime import session_options
 
-        options, self.run_options = session_options(config, cpu_count())
+        options, self.run_options = session_options(config, compute_cores())
         self.session = ort.InferenceSession(str(model_path), options,
                                             providers=["CPUExecutionProvider"])
         self.features = features
@@ -172,6 +172,9 @@ def main():
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--inputs", type=int, default=1024, help="MLP input features")
     p.add_argument("--hidden", type=int, default=4096, help="MLP hidden units")
+    p.add_argument("--intra-op-threads", type=int, default=0,
+                   help="the model's intra_op_thread_count parameter (0: pyserver's default, "
+                        "the instance's share of the cores)")
     p.add_argument("--serve", nargs=2, metavar=("REPO", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -183,7 +186,11 @@ def main():
     from pyserver.testing import mlp_weights, write_mlp
 
     tmp = Path(tempfile.mkdtemp(prefix="pyserver-backend-bench-"))
-    weights = write_mlp(tmp / "models", name=MODEL, max_batch_size=64, extra="dynamic_batching { }",
+    extra = "dynamic_batching { }"
+    if args.intra_op_threads:
+        extra += ('\nparameters { key: "intra_op_thread_count" value { string_value: "%d" } }'
+                  % args.intra_op_threads)
+    weights = write_mlp(tmp / "models", name=MODEL, max_batch_size=64, extra=extra,
                         weights=mlp_weights(args.inputs, args.hidden, 16))
     features = weights["w1"].shape[0]
     body = tmp / "request.bin"

@@ -99,6 +99,15 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def compute_cores() -> int:
+    """The cores model execution may take by default: all but one, which
+    the event loop (every frontend and request) needs under load; the only
+    one on a single core. bench/backend_overhead.py, 2 cores, the ONNX MLP
+    at c16: 1 intra-op thread serves ~1.35x the requests that 2 do."""
+    n = cpu_count()
+    return n - 1 if n > 1 else 1
+
+
 def profile_distance(ranges: dict, shapes: dict) -> int | None:
     """How far input shapes are from an optimization profile's opt shapes
     (Manhattan distance, as Triton's tensorrt backend measures it), or None

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class
+from pyserver.backends._common import compute_cores
 from pyserver.core import warmup
 from pyserver.core.config import (
     CONFIG_FILENAME,
@@ -131,7 +131,8 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
 
     ``sharing`` is how many models share the cores: a backend's default
     thread count per instance (e.g. ONNX Runtime's intra-op threads) is the
-    instance's share of the cores, so that many models and instances do not
+    instance's share of the cores left to model execution (compute_cores:
+    all but the event loop's), so that many models and instances do not
     oversubscribe them (a config's own thread settings win).
 
     ``keep``: loaded versions whose files did not change; each is returned
@@ -150,7 +151,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group)
-    threads = max(1, (os.cpu_count() or 1) // max(1, instance_total * max(1, sharing)))
+    threads = max(1, compute_cores() // max(1, instance_total * max(1, sharing)))
     loaded = []
     try:
         for number in versions:

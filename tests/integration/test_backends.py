@@ -333,7 +333,7 @@ def test_model_pt_without_torch_fails_alone_with_its_reason(tmp_path, serve, mon
 
 
 def test_torch_threads_shared_by_instances_unless_configured(tmp_path, serve):
-    from pyserver.backends._common import cpu_count
+    from pyserver.backends._common import compute_cores
 
     def threads_in_new_thread():
         # torch's intra-op count is per thread (OpenMP), taken from the
@@ -350,8 +350,8 @@ def test_torch_threads_shared_by_instances_unless_configured(tmp_path, serve):
         write_torch(tmp_path, "two", TorchAddSub(), ADD_SUB_TORCH_IO, instances=2)
         s = serve(tmp_path)
         backends = [i.backend for i in s.server.models.resolve("two", "").instances]
-        assert [b.intra_threads for b in backends] == [max(1, cpu_count() // 2)] * 2
-        assert threads_in_new_thread() == max(1, cpu_count() // 2)
+        assert [b.intra_threads for b in backends] == [max(1, compute_cores() // 2)] * 2
+        assert threads_in_new_thread() == max(1, compute_cores() // 2)
 
         other = tmp_path / "other"
         other.mkdir()

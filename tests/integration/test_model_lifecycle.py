@@ -423,11 +423,10 @@ instance_group [ {{ count: {instances} kind: KIND_CPU }} ]''')
 
 
 def test_backend_threads_are_a_share_of_the_cores(tmp_path, start_server):
-    import os
-
     from pyserver.backends import register_backend
+    from pyserver.backends._common import compute_cores
     register_backend("threads_recorder", ThreadsRecorder)
-    cores = os.cpu_count() or 1
+    cores = compute_cores()  # all but the event loop's core
     alone = tmp_path / "alone"
     write_recorder_model(alone, "solo", instances=2)
     ThreadsRecorder.seen = []

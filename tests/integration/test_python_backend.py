@@ -152,7 +152,8 @@ def test_initialize_args(tmp_path, start_server):
     if "OMP_NUM_THREADS" in os.environ:
         assert info["omp_num_threads"] == os.environ["OMP_NUM_THREADS"]
     else:
-        assert info["omp_num_threads"] == str(max(1, os.cpu_count() // 1))
+        from pyserver.backends._common import compute_cores
+        assert info["omp_num_threads"] == str(compute_cores())
 
 
 # -- BYTES and parameters --------------------------------------------------------------------
