@@ -13,6 +13,7 @@ from pyserver.core.response_cache import CacheConfigError, parse_cache_config
 from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.metrics import MetricsConfig
 from pyserver.testing import write_add_sub
+from tests.integration.test_grpc import make_inputs
 from tests.integration.test_metrics import exposition_of
 
 CACHED = "response_cache { enable: true }"
@@ -21,11 +22,7 @@ B = np.ones((1, 16), dtype=np.float32)
 
 
 def inputs(a, b, module=httpclient):
-    ins = [module.InferInput("INPUT0", list(a.shape), "FP32"),
-           module.InferInput("INPUT1", list(b.shape), "FP32")]
-    ins[0].set_data_from_numpy(a)
-    ins[1].set_data_from_numpy(b)
-    return ins
+    return make_inputs(a, b, module)
 
 
 def stats(s, name="add_sub"):
