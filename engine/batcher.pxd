@@ -49,6 +49,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         Status Enqueue(const RequestInfo& info, uint64_t* id)
         cbool NextBatch(CBatch* batch)
         cbool TryNextBatch(CBatch* batch)
+        void ParkInstances(cbool parked)
         CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)

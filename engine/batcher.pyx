@@ -168,10 +168,16 @@ cdef class Scheduler:
 
     def try_next_batch(self):
         """A batch if one is ready now, else None; never waits (for an
-        instance the event loop drives). Only the pass-through scheduler
-        hands batches out this way."""
+        instance the event loop drives). The pass-through and dynamic
+        schedulers hand batches out this way; the sequence batcher does not."""
         cdef Batch batch = Batch.__new__(Batch)
         return self._hand_over(batch, self.c.get().TryNextBatch(&batch.c))
+
+    def park_instances(self, bint parked):
+        """While parked, instance threads take no batches and arrivals do
+        not wake them: the event loop takes them with try_next_batch()."""
+        with nogil:
+            self.c.get().ParkInstances(parked)
 
     cdef bint _wait_batch(self, Batch batch) noexcept nogil:
         cdef bint got = self.c.get().NextBatch(&batch.c)

@@ -101,7 +101,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
       next_deadline_ns_ = deadline;
     }
     // Wake the waiting leader only when this request can change its decision.
-    wake = leader_waiting_ &&
+    wake = leader_waiting_ && !parked_ &&
            (queued_batch_size_ >= wake_threshold_ || deadline != 0 ||
             config_.priority_levels > 0 || config_.enforce_equal_shapes || delay_count_ > 0);
   }
@@ -197,6 +197,12 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
   bool spun = false;
   std::vector<QueuedRequest> rejected;
   while (!stopped_) {
+    if (parked_) {  // the event loop takes the batches (ParkInstances)
+      leader_waiting_ = true;
+      leader_cv_.wait(lock);
+      leader_waiting_ = false;
+      continue;
+    }
     if (delay_count_ > 0) {
       if (queue_.size() < delay_count_) {
         leader_waiting_ = true;
@@ -221,16 +227,7 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
       continue;
     }
     if (decision == Decision::kSend) {
-      batch->requests.clear();
-      queue_.PopFront(count, &batch->requests);
-      uint32_t size = 0;
-      for (const QueuedRequest& r : batch->requests) size += std::max<uint32_t>(1, r.batch_size);
-      queued_batch_size_ -= size;
-      batch->batch_size = size;
-      batch->saturated = saturated;
-      batch->after_idle = spun;
-      batch->dequeue_ns = now;
-      batch->sequence = NextBatchSequence();
+      TakeBatch(count, saturated, now, spun, batch);
       got = true;
       break;
     }
@@ -260,6 +257,47 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
   leader_present_ = false;
   lock.unlock();
   follower_cv_.notify_one();
+  if (got) stats()->AddPending(-static_cast<int64_t>(batch->requests.size()));
+  return got;
+}
+
+void DynamicBatchScheduler::TakeBatch(size_t count, bool saturated, uint64_t now_ns,
+                                      bool after_idle, Batch* batch) {
+  batch->requests.clear();
+  queue_.PopFront(count, &batch->requests);
+  uint32_t size = 0;
+  for (const QueuedRequest& r : batch->requests) size += std::max<uint32_t>(1, r.batch_size);
+  queued_batch_size_ -= size;
+  batch->batch_size = size;
+  batch->saturated = saturated;
+  batch->after_idle = after_idle;
+  batch->dequeue_ns = now_ns;
+  batch->sequence = NextBatchSequence();
+}
+
+bool DynamicBatchScheduler::TryNextBatch(Batch* batch) {
+  std::vector<QueuedRequest> rejected;
+  bool got = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return false;
+    if (delay_count_ > 0) {  // the test hook holds batches until enough queue
+      if (queue_.size() < delay_count_) return false;
+      delay_count_ = 0;
+    }
+    const uint64_t now = NowNs();
+    size_t count = 0;
+    bool saturated = false;
+    uint64_t wake_at = 0;
+    if (FormBatch(now, &count, &saturated, &wake_at, &rejected) == Decision::kSend) {
+      TakeBatch(count, saturated, now, false, batch);
+      got = true;
+    }
+  }
+  if (!rejected.empty()) {
+    FailRequests(&rejected, Status(StatusCode::kUnavailable, "Request timeout expired"),
+                 FailureReason::kRejected);
+  }
   if (got) stats()->AddPending(-static_cast<int64_t>(batch->requests.size()));
   return got;
 }
@@ -295,6 +333,14 @@ size_t DynamicBatchScheduler::TopUp(Batch* batch) {
   }
   stats()->AddPending(-static_cast<int64_t>(added));
   return added;
+}
+
+void DynamicBatchScheduler::ParkInstances(bool parked) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    parked_ = parked;
+  }
+  if (!parked) leader_cv_.notify_all();
 }
 
 bool DynamicBatchScheduler::SpinForArrival(std::unique_lock<std::mutex>* lock,

@@ -22,6 +22,7 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
   r.batch_size = info.batch_size;
   r.shape_key = info.shape_key;
   r.enqueue_ns = NowNs();
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) {
@@ -32,8 +33,9 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
     queue_.push_back(r);
     stats()->AddPending(1);
     arrivals_.fetch_add(1, std::memory_order_release);
+    wake = !parked_;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   *id = r.id;
   return Status::Ok();
 }
@@ -41,7 +43,7 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 bool PassThroughScheduler::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
   batch->after_idle = queue_.empty();
-  if (queue_.empty() && !stopped_ && idle_spin_ns_ > 0) {
+  if (queue_.empty() && !stopped_ && !parked_ && idle_spin_ns_ > 0) {
     // Spin briefly before sleeping (see spin.h); the predicate below is
     // checked under the lock afterwards, so no arrival is missed.
     const uint64_t seen = arrivals_.load(std::memory_order_acquire);
@@ -50,7 +52,7 @@ bool PassThroughScheduler::NextBatch(Batch* batch) {
               [&] { return arrivals_.load(std::memory_order_acquire) != seen; });
     lock.lock();
   }
-  cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
+  cv_.wait(lock, [this] { return stopped_ || (!parked_ && !queue_.empty()); });
   if (stopped_) return false;
   PopFront(batch);
   lock.unlock();
@@ -67,6 +69,14 @@ bool PassThroughScheduler::TryNextBatch(Batch* batch) {
   }
   stats()->AddPending(-1);
   return true;
+}
+
+void PassThroughScheduler::ParkInstances(bool parked) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    parked_ = parked;
+  }
+  if (!parked) cv_.notify_all();
 }
 
 void PassThroughScheduler::PopFront(Batch* batch) {

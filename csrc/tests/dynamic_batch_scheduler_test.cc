@@ -567,5 +567,98 @@ TEST(DynamicBatcher, TopUpRespectsShapesAndOrdering) {
   EXPECT_EQ(s2->TopUp(&b), 0u);  // preserve_ordering: never
 }
 
+TEST(DynamicBatcher, TryNextBatchSendsWhatIsQueuedWithNoDelay) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 4;
+  auto s = Make(h, c);
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b));  // empty: returns at once
+  for (Token t = 1; t <= 6; ++t) Enqueue(s.get(), Req(t));
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 6);
+  ASSERT_TRUE(s->TryNextBatch(&b));
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
+  EXPECT_EQ(b.batch_size, 4u);
+  EXPECT_TRUE(b.saturated);
+  ASSERT_TRUE(s->TryNextBatch(&b));
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{5, 6}));
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
+  EXPECT_FALSE(s->TryNextBatch(&b));
+}
+
+TEST(DynamicBatcher, TryNextBatchKeepsTheBatchingDelay) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;
+  c.preferred_batch_sizes = {4};
+  c.max_queue_delay_us = kLongDelayUs;
+  auto s = Make(h, c);
+  for (Token t = 1; t <= 3; ++t) Enqueue(s.get(), Req(t));
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b));  // below the preferred size: it waits
+  Enqueue(s.get(), Req(4));
+  ASSERT_TRUE(s->TryNextBatch(&b));  // preferred size reached
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
+}
+
+TEST(DynamicBatcher, TryNextBatchRejectsExpiredRequests) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 4;
+  c.default_policy.default_timeout_us = 1000;
+  auto s = Make(h, c);
+  Enqueue(s.get(), Req(1));
+  SleepMs(20);
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b));
+  std::vector<Completion> done = h.Drain();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].token, 1u);
+  EXPECT_EQ(done[0].code, StatusCode::kUnavailable);
+}
+
+TEST(DynamicBatcher, ParkedLeaderLeavesBatchesToTheLoop) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 4;
+  auto s = Make(h, c);
+  s->ParkInstances(true);
+  std::atomic<int> taken{0};
+  auto fut = std::async(std::launch::async, [&] {
+    Batch b;
+    bool got = s->NextBatch(&b);
+    if (got) taken.fetch_add(1);
+    return got ? Tokens(b) : std::vector<Token>{};
+  });
+  SleepMs(20);
+  Enqueue(s.get(), Req(1));
+  Enqueue(s.get(), Req(2));
+  SleepMs(50);
+  EXPECT_EQ(taken.load(), 0);
+  Batch b;
+  ASSERT_TRUE(s->TryNextBatch(&b));
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2}));
+  Enqueue(s.get(), Req(3));
+  s->ParkInstances(false);
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), (std::vector<Token>{3}));
+}
+
+TEST(DynamicBatcher, StopReleasesParkedLeader) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 4;
+  auto s = Make(h, c);
+  s->ParkInstances(true);
+  auto fut = std::async(std::launch::async, [&] {
+    Batch b;
+    return s->NextBatch(&b);
+  });
+  SleepMs(20);
+  s->Stop();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(fut.get());
+}
+
 }  // namespace
 }  // namespace pyserver

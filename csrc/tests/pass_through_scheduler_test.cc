@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 
 #include "test_util.h"
@@ -63,6 +64,45 @@ TEST(PassThrough, RecordBatchCountsWithoutCompleting) {
   EXPECT_EQ(snap.execution_count, 1u);
   EXPECT_EQ(snap.compute_infer.ns, 10u);
   EXPECT_TRUE(h.Drain().empty());  // the caller answers the requests itself
+}
+
+TEST(PassThrough, ParkedInstanceLeavesBatchesToTryNextBatch) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  s.ParkInstances(true);
+  std::atomic<int> taken{0};
+  auto fut = std::async(std::launch::async, [&] {
+    Batch b;
+    bool got = s.NextBatch(&b);
+    if (got) taken.fetch_add(1);
+    return got ? Tokens(b)[0] : Token(0);
+  });
+  testing::SleepMs(20);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(1), &id).ok());
+  testing::SleepMs(50);
+  EXPECT_EQ(taken.load(), 0);  // parked: the arrival did not go to the instance
+  Batch b;
+  ASSERT_TRUE(s.TryNextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{1});
+  ASSERT_TRUE(s.Enqueue(Req(2), &id).ok());
+  s.ParkInstances(false);  // the instance wakes for what is queued
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), 2u);
+}
+
+TEST(PassThrough, StopReleasesParkedInstance) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  s.ParkInstances(true);
+  auto fut = std::async(std::launch::async, [&] {
+    Batch b;
+    return s.NextBatch(&b);
+  });
+  testing::SleepMs(20);
+  s.Stop();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(fut.get());
 }
 
 TEST(PassThrough, WaitingInstanceWakesOnEnqueue) {

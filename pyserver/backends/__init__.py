@@ -5,7 +5,9 @@ A backend class is built once per model instance with
 ``(model_path, config, instance_name, device, threads)`` and offers
 ``execute(inputs: dict[name, ndarray]) -> dict[name, ndarray]`` (called on the
 instance's thread; it should release the GIL while it computes) and
-optionally ``close()``.
+optionally ``close()``. A backend whose ``runs_inline`` is true computes in
+this process on the CPU: while its batches are cheap, the event loop's own
+thread may run them (pyserver/core/inline_instance.py).
 """
 
 from __future__ import annotations

@@ -282,6 +282,8 @@ class OnnxRuntimeBackend:
             raise ServerError(Code.INVALID_ARG,
                               f"onnxruntime could not load '{model_path}': {err}") from None
         self.providers = self.session.get_providers()
+        # A cheap CPU model may run on the event loop (core/inline_instance.py).
+        self.runs_inline = self.providers == ["CPUExecutionProvider"]
         outputs = self.session.get_outputs()
         # Graph inputs with an initializer may be fed or left out (optional).
         inputs = self.session.get_inputs() + self.session.get_overridable_initializers()

@@ -104,6 +104,8 @@ class PyTorchBackend:
         # instances on one GPU overlap.
         self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         self.kind = kind
+        # A cheap CPU model may run on the event loop (core/inline_instance.py).
+        self.runs_inline = kind == "KIND_CPU"
 
         # Parameters Triton's pytorch backend reads.
         self.inference_mode = bool_param(config, "INFERENCE_MODE", True)

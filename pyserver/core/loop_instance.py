@@ -52,9 +52,6 @@ class LoopDrivenInstance:
         self._watch_fd = -1  # our duplicate of its descriptor (see _watch)
         self._t_start = 0
         self._stopped = False
-        from pyserver.core.server import server_for  # (server imports this module's user)
-
-        self._server = server_for(mv.completions)  # answers finished batches
 
     # -- the loop thread ----------------------------------------------------------
 
@@ -121,18 +118,7 @@ class LoopDrivenInstance:
                                                          self._t_start))
 
     def _finish(self, batch, outcome: tuple) -> None:
-        mv = self.mv
-        if mv.tracing:
-            mv.stamp_traces(batch, outcome)
-        server = self._server
-        if server is None:
-            mv.scheduler.complete(batch, *outcome)
-        else:
-            # Answered here rather than through the completion queue, which
-            # would only signal this same thread (an eventfd write and read).
-            mv.scheduler.record(batch, *outcome)
-            code, message = outcome[4:6] if len(outcome) > 4 else (0, None)
-            server.resolve_now(batch, code, message)
+        finish_on_loop(self.mv, batch, outcome)
         self._done()
 
     def _done(self) -> None:
@@ -214,6 +200,24 @@ class LoopDrivenInstance:
         except RuntimeError:  # the loop is closed: nothing more runs here
             self.batch = None
             self.idle.set()
+
+
+def finish_on_loop(mv, batch, outcome: tuple) -> None:
+    """Records a batch the event loop ran (``outcome``: what
+    execute_batch returns) and answers its requests, on the loop thread."""
+    if mv.tracing:
+        mv.stamp_traces(batch, outcome)
+    server = mv.server
+    if server is None:  # no Server reads this model's completion queue
+        mv.scheduler.complete(batch, *outcome)
+        return
+    # Answered here rather than through the completion queue, which would
+    # only signal this same thread (an eventfd write and read).
+    mv.scheduler.record(batch, *outcome)
+    if len(outcome) > 4:
+        server.resolve_now(batch, outcome[4], outcome[5])
+    else:
+        server.resolve_now(batch, 0, None)
 
 
 def _on_loop(loop) -> bool:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import threading
+from time import thread_time_ns
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from pyserver.core import dtypes
 from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
-from pyserver.core.loop_instance import LoopDrivenInstance, can_drive
+from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
+from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, finish_on_loop
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
@@ -112,8 +114,14 @@ class ModelInstance:
             execute = self.model.execute_batch
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
         model = self.model
+        inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
         while batch is not None:
-            outcome = execute(self, batch)
+            if inline is None:
+                outcome = execute(self, batch)
+            else:
+                cpu_ns = thread_time_ns()
+                outcome = execute(self, batch)
+                inline.observe(thread_time_ns() - cpu_ns)
             if model.tracing:
                 model.stamp_traces(batch, outcome)
             # Completes this batch and waits for the next, GIL released.
@@ -126,6 +134,8 @@ class ModelVersion:
     ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
     first_response_by_stream = False  # a decoupled model's first-response histogram
     loop_drivers: list = []  # instances the event loop drives (set by start)
+    inline = None  # an InlineInstance while the model may run on the event loop
+    server = None  # the running Server that answers this model's batches (set by start)
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
                  completions: CompletionQueue):
@@ -148,6 +158,7 @@ class ModelVersion:
         # Decoupled models answer 0..N times per request, through a
         # ResponseStream in place of the request's future (Server.submit_stream).
         self.decoupled = bool(config.model_transaction_policy.decoupled)
+        inline_setting(config)  # a bad value fails the load
         self.completions = completions
         self.stats = ModelStats()
         # Stateful models: sequence_batching's controls (csrc schedules).
@@ -228,7 +239,13 @@ class ModelVersion:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        from pyserver.core.server import server_for  # (the server imports this module)
+
+        self.server = server_for(self.completions)
         drivers = []
+        if loop is not None and can_inline(self):
+            self.inline = InlineInstance(self, loop, finish_on_loop)
+            drivers.append(self.inline)
         for instance in self.instances:
             if loop is not None and can_drive(self, instance):
                 drivers.append(LoopDrivenInstance(self, instance, loop))

@@ -59,6 +59,9 @@ class DynamicBatchScheduler : public Scheduler {
 
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
+  // A batch if the rules send one now (never while a batching delay runs).
+  bool TryNextBatch(Batch* batch) override;
+  void ParkInstances(bool parked) override;
   size_t TopUp(Batch* batch) override;
   bool Cancel(uint64_t id) override;
   void Stop() override;
@@ -76,6 +79,8 @@ class DynamicBatchScheduler : public Scheduler {
   Decision FormBatch(uint64_t now_ns, size_t* count, bool* saturated, uint64_t* wake_at_ns,
                      std::vector<QueuedRequest>* rejected);
   bool IsPreferred(uint32_t size) const;
+  // Under mu_: moves the first `count` queued requests into *batch.
+  void TakeBatch(size_t count, bool saturated, uint64_t now_ns, bool after_idle, Batch* batch);
   // Drops the lock and spins until a request arrives or deadline_ns; true
   // if one arrived. Called with mu_ held; returns with it held.
   bool SpinForArrival(std::unique_lock<std::mutex>* lock, uint64_t deadline_ns);
@@ -89,6 +94,7 @@ class DynamicBatchScheduler : public Scheduler {
   std::condition_variable follower_cv_;
   PriorityQueue queue_;
   bool stopped_ = false;
+  bool parked_ = false;  // see Scheduler::ParkInstances
   bool leader_present_ = false;
   bool leader_waiting_ = false;
   uint64_t wake_threshold_ = 1;   // queued batch size that re-wakes the leader

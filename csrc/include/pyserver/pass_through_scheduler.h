@@ -22,6 +22,7 @@ class PassThroughScheduler : public Scheduler {
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
   bool TryNextBatch(Batch* batch) override;
+  void ParkInstances(bool parked) override;
   bool Cancel(uint64_t id) override;
   void Stop() override;
   size_t QueuedCount() const override;
@@ -31,6 +32,7 @@ class PassThroughScheduler : public Scheduler {
   std::condition_variable cv_;
   std::deque<QueuedRequest> queue_;
   bool stopped_ = false;
+  bool parked_ = false;  // see Scheduler::ParkInstances
   const uint64_t idle_spin_ns_;
   std::atomic<uint64_t> arrivals_{0};  // read while spinning, without mu_
 

@@ -95,6 +95,13 @@ class Scheduler {
   // schedulers run on threads).
   virtual bool TryNextBatch(Batch* batch) { (void)batch; return false; }
 
+  // While parked, instances blocked in NextBatch() take no batch and are not
+  // woken by arrivals: the event loop takes every batch with TryNextBatch()
+  // instead (a cheap model runs on the loop's own thread, see
+  // pyserver/core/inline_instance.py). Unparking wakes them to take what is
+  // queued. Default: schedulers whose batches only instances take ignore it.
+  virtual void ParkInstances(bool parked) { (void)parked; }
+
   // Grows a batch already taken by an instance with requests that arrived
   // since, while they fit (Triton lets a payload grow until an instance
   // starts it). An instance calls this right before it starts executing:

@@ -1,0 +1,235 @@
+"""A cheap in-process model runs on the event loop's thread
+(core/inline_instance.py): it moves there after a few cheap batches on its
+instance threads, forms batches from what arrived together, answers and
+counts them as the threads would, and goes back to its threads when its
+batches get expensive."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver.backends import register_backend
+from pyserver.core import inline_instance
+from pyserver.core.types import InferRequest, InferTensor
+
+CONFIG = """
+name: "{name}"
+backend: "{backend}"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+dynamic_batching {{ }}
+default_model_filename: "model"
+{extra}
+"""
+
+
+class CheapBackend:
+    """Doubles its input; records which thread ran each batch and its size."""
+
+    runs_inline = True
+    runs: list = []  # (thread name, batch size), in order
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        pass
+
+    def work(self):
+        pass
+
+    def execute(self, inputs):
+        x = inputs["IN"]
+        type(self).runs.append((threading.current_thread().name, x.shape[0]))
+        self.work()
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return {"OUT": x * 2}
+
+
+class BusyBackend(CheapBackend):
+    """2 ms of CPU per batch: too costly for the loop."""
+
+    runs: list = []
+
+    def work(self):
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+
+
+class SleepyBackend(CheapBackend):
+    """Little CPU but 3 ms of wall time per batch (a model waiting on
+    something): it looks cheap from its threads, costly on the loop."""
+
+    runs: list = []
+
+    def work(self):
+        time.sleep(0.003)
+
+
+BACKENDS = {"cheap_backend": CheapBackend, "busy_backend": BusyBackend,
+            "sleepy_backend": SleepyBackend}
+
+
+@pytest.fixture
+def repo(tmp_path):
+    for name, cls in BACKENDS.items():
+        register_backend(name, cls)
+        cls.runs = []
+
+    def add(name, backend, extra=""):
+        d = tmp_path / name
+        (d / "1").mkdir(parents=True)
+        (d / "1" / "model").write_text("")
+        (d / "config.pbtxt").write_text(CONFIG.format(name=name, backend=backend, extra=extra))
+
+    add("cheap", "cheap_backend")
+    add("busy", "busy_backend")
+    add("sleepy", "sleepy_backend")
+    add("pinned", "cheap_backend",
+        'parameters { key: "pyserver_inline_execution" value { string_value: "off" } }')
+    add("delayed", "cheap_backend", "")
+    (tmp_path / "delayed" / "config.pbtxt").write_text(
+        CONFIG.format(name="delayed", backend="cheap_backend", extra="").replace(
+            "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 100 }"))
+    return tmp_path
+
+
+def infer(url, model, value):
+    client = httpclient.InferenceServerClient(url)
+    try:
+        inp = httpclient.InferInput("IN", [1, 1], "FP32")
+        inp.set_data_from_numpy(np.array([[value]], np.float32))
+        return float(client.infer(model, [inp]).as_numpy("OUT")[0, 0])
+    finally:
+        client.close()
+
+
+def driver(srv, model):
+    return srv.run(lambda: srv.server.models.resolve(model, "").inline)
+
+
+def on_loop(srv, runs):
+    return [name == srv.thread.name for name, _ in runs]
+
+
+def test_cheap_model_moves_to_the_loop(repo, start_server):
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 4):
+        assert infer(srv.url, "cheap", i) == 2 * i
+    where = on_loop(srv, CheapBackend.runs)
+    assert not any(where[:inline_instance.SAMPLES])  # measured on its threads first
+    assert all(where[inline_instance.SAMPLES + 1:])  # then the loop runs every batch
+    assert driver(srv, "cheap").inline
+    stats = srv.run(srv.server.model_statistics, "cheap")
+    assert stats["inference_stats"]["success"]["count"] == inline_instance.SAMPLES + 4
+    assert stats["execution_count"] == inline_instance.SAMPLES + 4
+    assert stats["inference_stats"]["compute_infer"]["count"] == inline_instance.SAMPLES + 4
+
+
+def submit_together(srv, model, values):
+    """Queues one request per value in a single loop callback (so within one
+    loop iteration); returns their outputs."""
+    async def go():
+        futures = [srv.server.submit(InferRequest(
+            model, "", "", [InferTensor("IN", "FP32", [1, 1], np.array([[v]], np.float32))], []))
+            for v in values]
+        out = []
+        for f in futures:
+            try:
+                out.append(float((await f).outputs[0].data[0, 0]))
+            except Exception as err:  # noqa: BLE001 - the test looks at it
+                out.append(err)
+        return out
+    return srv.call(go())
+
+
+def test_requests_that_arrive_together_form_full_batches(repo, start_server):
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 1):
+        infer(srv.url, "cheap", i)
+    assert driver(srv, "cheap").inline
+    CheapBackend.runs.clear()
+    values = list(range(20))
+    assert submit_together(srv, "cheap", values) == [2.0 * v for v in values]
+    # max_batch_size 8: 8 + 8 + 4, all on the loop thread
+    assert [size for _, size in CheapBackend.runs] == [8, 8, 4]
+    assert all(on_loop(srv, CheapBackend.runs))
+    stats = srv.run(srv.server.model_statistics, "cheap")
+    sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+    assert sizes.get(8) == 2 and sizes.get(4) == 1
+
+
+def test_failed_inline_batch_fails_only_its_requests(repo, start_server):
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 1):
+        infer(srv.url, "cheap", i)
+    assert driver(srv, "cheap").inline
+    with pytest.raises(InferenceServerException) as err:
+        infer(srv.url, "cheap", -1.0)
+    assert err.value.status() == "500"
+    assert "ValueError: negative input" in err.value.message()
+    assert infer(srv.url, "cheap", 4.0) == 8.0
+    assert driver(srv, "cheap").inline
+    stats = srv.run(srv.server.model_statistics, "cheap")
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["failure_reasons"]["BACKEND"] == 1
+
+
+def test_costly_model_stays_on_its_threads(repo, start_server):
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 4):
+        assert infer(srv.url, "busy", i) == 2 * i
+    assert not any(on_loop(srv, BusyBackend.runs))
+    assert not driver(srv, "busy").inline
+
+
+def test_model_that_gets_costly_on_the_loop_goes_back_to_its_threads(repo, start_server):
+    srv = start_server(repo)
+    n = 3 * inline_instance.SAMPLES
+    for i in range(n):
+        assert infer(srv.url, "sleepy", i) == 2 * i
+    where = on_loop(srv, SleepyBackend.runs)
+    first = where.index(True)
+    back = where.index(False, first)
+    # 3 ms per batch moves the average past 1 ms within a few batches...
+    assert 1 <= back - first <= 8
+    # ...and the next move to the loop waits for 4x the thread batches.
+    assert not any(where[back:])
+    assert not driver(srv, "sleepy").inline
+
+
+def test_models_that_may_not_move(repo, start_server):
+    srv = start_server(repo)
+    assert srv.run(lambda: srv.server.models.resolve("pinned", "").inline) is None
+    assert srv.run(lambda: srv.server.models.resolve("delayed", "").inline) is None
+    for i in range(inline_instance.SAMPLES + 4):
+        assert infer(srv.url, "pinned", i) == 2 * i
+        assert infer(srv.url, "delayed", i) == 2 * i
+    assert not any(on_loop(srv, CheapBackend.runs))
+
+
+def test_bad_setting_fails_the_load(repo, start_server):
+    (repo / "cheap" / "config.pbtxt").write_text(CONFIG.format(
+        name="cheap", backend="cheap_backend",
+        extra='parameters { key: "pyserver_inline_execution" value { string_value: "always" } }'))
+    srv = start_server(repo, exit_on_error=False)
+    index = {m["name"]: m for m in srv.run(srv.server.repository_index)}
+    assert index["cheap"]["state"] == "UNAVAILABLE"
+    assert "pyserver_inline_execution" in index["cheap"]["reason"]
+    assert infer(srv.url, "busy", 1.0) == 2.0  # the others serve
+
+
+def test_unload_while_on_the_loop(repo, start_server):
+    srv = start_server(repo, model_control_mode="explicit", load_models=["cheap", "busy"])
+    for i in range(inline_instance.SAMPLES + 1):
+        infer(srv.url, "cheap", i)
+    assert driver(srv, "cheap").inline
+    srv.call(srv.server.unload_model("cheap"))
+    srv.call(srv.server.load_model("cheap"))
+    assert not driver(srv, "cheap").inline  # a new version measures afresh
+    assert infer(srv.url, "cheap", 3.0) == 6.0
+    assert infer(srv.url, "busy", 1.0) == 2.0
