@@ -14,8 +14,8 @@ import asyncio
 import logging
 import os
 import threading
-from time import thread_time_ns
 from pathlib import Path
+from time import thread_time_ns
 from typing import Any
 
 import numpy as np
