@@ -148,8 +148,8 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
         # compute_infer time for the same batches (1.0: no cost added there).
         "execution_ratio": round(direct_busy * 1e9 / max(1, sum(server_ns.values())), 3),
         "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
-        "failed": served["h2_failed"] + (fail1 - fail0),
-        "failed_in_model": fail1 - fail0,
+        "failed": served["h2_failed"] + max(0, fail1 - fail0 - served["cut_at_end"]),
+        "failed_in_model": fail1 - fail0,  # with the requests cut at the window's end
         "requests": ok1 - ok0,
         # Where the server's CPU went, per request: its event-loop thread
         # (protocol, validation, batching hand-off) and the whole process.

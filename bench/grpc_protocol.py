@@ -126,8 +126,12 @@ def run_h2load(port: int, body: Path, conns: int, seconds: float, log: Path | No
                      r"(\d+) failed, (\d+) errored, (\d+) timeout", out)
     if not m or not done:
         raise RuntimeError("unexpected h2load output:\n" + out)
+    # Streams still open when the window closes are cut: h2load counts them
+    # as started, not done, and the server sees each as a cancelled request
+    # (a failure in the model's statistics, if it was still queued).
     result = {"infer_per_s": float(m.group(3)), "requests": int(done.group(3)),
-              "h2_failed": int(done.group(5)) + int(done.group(6)) + int(done.group(7))}
+              "h2_failed": int(done.group(5)) + int(done.group(6)) + int(done.group(7)),
+              "cut_at_end": int(done.group(2)) - int(done.group(3))}
     if log is not None and log.exists():
         lat = sorted(int(line.split()[2]) for line in log.read_text().splitlines() if line)
         if lat:
@@ -175,7 +179,8 @@ def main():
             ok1, fail1 = model_counts(port)
             n = max(row["requests"], 1)
             row = {"concurrency": conns, **row,
-                   "grpc_ok": ok1 - ok0, "grpc_failed": fail1 - fail0,
+                   "grpc_ok": ok1 - ok0,
+                   "grpc_failed": max(0, fail1 - fail0 - row["cut_at_end"]),
                    "loop_thread_us_per_call": round((main1 - main0) * 1e6 / n, 1),
                    "process_cpu_us_per_call": round((proc1 - proc0) * 1e6 / n, 1)}
             ref = TRITON.get(conns)
