@@ -19,10 +19,10 @@ from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.status cimport check_status
+from pyserver.engine.types cimport InferRequest, InferTensor, RequestedOutput, new_tensor
 
 from pyserver.core.dtypes import serialize_bytes_tensor
 from pyserver.core.errors import Code, ServerError
-from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
 
 
 cdef extern from "Python.h":
@@ -241,44 +241,24 @@ cdef object _raw_tensor(bytes msg, string_view raw, str name, string_view dataty
     return arr
 
 
-# The core's request objects, filled slot by slot: their __init__ is Python
-# code and copies what is fresh here. Only while the classes have exactly
-# the slots this knows; otherwise their constructors are called.
-cdef bint _FAST_TENSOR = tuple(InferTensor.__slots__) == (
-    "name", "datatype", "shape", "data", "parameters")
-cdef bint _FAST_OUTPUT = tuple(RequestedOutput.__slots__) == ("name", "parameters")
-cdef bint _FAST_REQUEST = tuple(InferRequest.__slots__) == (
-    "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
-    "timeout_us")
+# The core's request objects (engine/types.pyx), filled field by field.
 
 
-cdef object _new_tensor(str name, str datatype, list shape, object data, dict params):
-    if not _FAST_TENSOR:
-        return InferTensor(name, datatype, shape, data, params)
-    t = InferTensor.__new__(InferTensor)
-    t.name = name
-    t.datatype = datatype
-    t.shape = shape
-    t.data = data
-    t.parameters = params if params is not None else {}
-    return t
+cdef inline InferTensor _new_tensor(str name, str datatype, list shape, object data,
+                                    dict params):
+    return new_tensor(name, datatype, shape, data, params)
 
 
-cdef object _new_output(str name, dict params):
-    if not _FAST_OUTPUT:
-        return RequestedOutput(name, params)
-    o = RequestedOutput.__new__(RequestedOutput)
+cdef RequestedOutput _new_output(str name, dict params):
+    cdef RequestedOutput o = RequestedOutput.__new__(RequestedOutput)
     o.name = name
     o.parameters = params if params is not None else {}
     return o
 
 
-cdef object _new_request(str model_name, str model_version, str request_id, list inputs,
-                         list outputs, dict params, object priority, object timeout_us):
-    if not _FAST_REQUEST:
-        return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
-                            priority, timeout_us)
-    r = InferRequest.__new__(InferRequest)
+cdef InferRequest _new_request(str model_name, str model_version, str request_id, list inputs,
+                               list outputs, dict params, object priority, object timeout_us):
+    cdef InferRequest r = InferRequest.__new__(InferRequest)
     r.model_name = model_name
     r.model_version = model_version
     r.id = request_id

@@ -4,6 +4,7 @@ contiguous batch tensor, a pool of (CUDA-pinned when possible) host buffers,
 and CUDA stream handles; all in csrc, loaded without CUDA at build time."""
 from cpython.buffer cimport (
     PyBUF_ANY_CONTIGUOUS,
+    PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
     PyBUF_ND,
     PyBUF_WRITABLE,
@@ -18,9 +19,10 @@ from pyserver.engine.status cimport Status, check_status
 
 
 def gather(list sources, out):
-    """Copies each contiguous buffer in ``sources`` back to back into ``out``
-    (a writable contiguous buffer, e.g. a numpy array) with the GIL released.
-    Returns the number of bytes written."""
+    """Copies each buffer in ``sources`` back to back into ``out`` (a
+    writable C-contiguous buffer, e.g. a numpy array) with the GIL released.
+    Returns the number of bytes written. A source that is not C-contiguous
+    raises BufferError (the caller makes it so and calls again)."""
     cdef Py_buffer dst
     cdef vector[Py_buffer] bufs
     cdef vector[const void*] ptrs
@@ -28,11 +30,14 @@ def gather(list sources, out):
     cdef Py_buffer b
     cdef size_t total = 0, written
     cdef Py_ssize_t i, n = len(sources)
-    PyObject_GetBuffer(out, &dst, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS)
+    PyObject_GetBuffer(out, &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
     bufs.reserve(n)
     try:
         for i in range(n):
-            PyObject_GetBuffer(sources[i], &b, PyBUF_ANY_CONTIGUOUS)
+            try:
+                PyObject_GetBuffer(sources[i], &b, PyBUF_C_CONTIGUOUS)
+            except ValueError as e:  # numpy's word for "not C-contiguous"
+                raise BufferError(f"gather source {i}: {e}") from None
             bufs.push_back(b)
             ptrs.push_back(b.buf)
             sizes.push_back(<size_t>b.len)

@@ -30,6 +30,7 @@ from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, finish_on
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
+from pyserver.engine.request_path import RequestPath
 
 log = logging.getLogger("pyserver")
 
@@ -171,6 +172,10 @@ class ModelVersion:
             if self.config.HasField("dynamic_batching") else 0
         self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
         self.instances: list[ModelInstance] = []
+        # The common case of validate() and of cutting outputs into
+        # responses, compiled (engine/request_path.pyx).
+        self._path = RequestPath(name, self.version_str, self.inputs, self.outputs,
+                                 self.max_batch_size, self._all_outputs, self._output_tensor)
         self.labels = load_labels(str(Path(version_dir).parent), config)
         self.load_duration_s = 0.0
         self.tracing = False  # set by the server while tracing may be on
@@ -294,7 +299,8 @@ class ModelVersion:
                validated: tuple | None = None) -> PendingRequest:
         """Queues a request; ``validated``: what validate() already
         returned for it (the response cache validates before its lookup)."""
-        arrays, batch_size, shape_key = validated or self.validate(request)
+        arrays, batch_size, shape_key = (validated or self._path.check(request)
+                                         or self.validate(request))
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
         if self.sequence is None:
@@ -477,9 +483,11 @@ class ModelVersion:
             if parts[0].dtype == np.object_:
                 batched[name] = np.concatenate(parts)
                 continue
-            parts = [np.ascontiguousarray(a) for a in parts]
             out = np.empty((total,) + parts[0].shape[1:], dtype=parts[0].dtype)
-            gather(parts, out)
+            try:
+                gather(parts, out)
+            except BufferError:  # a source not in row-major order
+                gather([np.ascontiguousarray(a) for a in parts], out)
             batched[name] = out
         return batched
 
@@ -493,7 +501,6 @@ class ModelVersion:
         return InferTensor(out.name, datatype, value.shape, value)
 
     def _scatter_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
-        single = len(requests) == 1
         batching = self.max_batch_size > 0
         for name, value in outputs.items():
             if batching and (value.ndim == 0 or value.shape[0] != total):
@@ -501,16 +508,4 @@ class ModelVersion:
                     Code.INTERNAL,
                     f"model '{self.name}' output '{name}' has batch dimension "
                     f"{value.shape[0] if value.ndim else 'none'}, expected {total}")
-        offset = 0
-        for p in requests:
-            req = p.request
-            tensors = []
-            for out in (req.outputs or self._all_outputs):
-                name = out.name
-                value = outputs[name]
-                if batching and not single:
-                    value = value[offset:offset + p.batch_size]  # a view, no copy
-                tensors.append(self._output_tensor(out, value, self.outputs[name].datatype,
-                                                   batching))
-            offset += p.batch_size
-            p.response = InferResponse(self.name, self.version_str, req.id, tensors)
+        self._path.scatter(requests, outputs, total)

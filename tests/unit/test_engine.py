@@ -229,3 +229,9 @@ def test_gather_copies_back_to_back():
     np.testing.assert_array_equal(out, np.concatenate(parts))
     with pytest.raises(ValueError):
         gather(parts, np.empty((2, 3), np.float32))
+    # Row-major order only: a Fortran-ordered or strided source is refused,
+    # not copied in its memory order.
+    with pytest.raises(BufferError):
+        gather([np.asfortranarray(parts[0])], out)
+    with pytest.raises(BufferError):
+        gather([np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]], out)

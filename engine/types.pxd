@@ -1,0 +1,38 @@
+# The protocol-neutral request and response objects (see types.pyx).
+
+cdef class InferTensor:
+    cdef public object name
+    cdef public object datatype
+    cdef public object shape
+    cdef public object data
+    cdef public object parameters
+
+
+cdef class RequestedOutput:
+    cdef public object name
+    cdef public object parameters
+
+
+cdef class InferRequest:
+    cdef public object model_name
+    cdef public object model_version
+    cdef public object id
+    cdef public object inputs
+    cdef public object outputs
+    cdef public object parameters
+    cdef public object priority
+    cdef public object timeout_us
+
+
+cdef class InferResponse:
+    cdef public object model_name
+    cdef public object model_version
+    cdef public object id
+    cdef public object outputs
+    cdef public object parameters
+
+
+cdef InferTensor new_tensor(object name, object datatype, list shape, object data,
+                            dict parameters)
+cdef InferResponse new_response(object model_name, object model_version, object id,
+                                list outputs)

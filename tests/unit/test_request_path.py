@@ -1,0 +1,113 @@
+"""engine/request_path.pyx against core.model's Python code: the compiled
+check accepts a request only when ModelVersion.validate accepts it, with the
+same result, and the compiled scatter answers as the Python code did."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pyserver.core.config import normalize, parse_config_text
+from pyserver.core.model import ModelVersion, PendingRequest
+from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.engine import CompletionQueue
+
+PLAIN = """
+max_batch_size: 4
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] },
+        { name: "B" data_type: TYPE_INT32 dims: [ 2, 3 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] },
+         { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def model(text):
+    config = normalize(parse_config_text(text), "m")
+    return ModelVersion("m", 1, config, "/nonexistent/1", CompletionQueue())
+
+
+def tensor(name, datatype, shape):
+    dtype = {"FP32": np.float32, "INT32": np.int32, "FP16": np.float16}[datatype]
+    return InferTensor(name, datatype, shape, np.zeros([max(d, 0) for d in shape], dtype))
+
+
+def variants():
+    """Requests around the valid one: each rule broken once, and some twice."""
+    good_a = ("A", "FP32", [2, 2])
+    good_b = ("B", "INT32", [2, 2, 3])
+    inputs = [
+        [good_a, good_b],
+        [good_b, good_a],
+        [good_a],
+        [good_a, good_b, ("C", "FP32", [2, 2])],
+        [good_a, good_a, good_b],
+        [("A", "FP16", [2, 2]), good_b],
+        [("A", "FP32", [2, 3]), good_b],
+        [("A", "FP32", [2]), good_b],
+        [("A", "FP32", [3, 2]), good_b],
+        [("A", "FP32", [5, 2]), ("B", "INT32", [5, 2, 3])],
+        [("A", "FP32", [4, 2]), ("B", "INT32", [4, 2, 3])],
+        [("A", "FP32", [0, 2]), ("B", "INT32", [0, 2, 3])],
+        [("A", "FP32", []), good_b],
+    ]
+    outputs = [[], ["X"], ["Y", "X"], ["Z"], ["X", "X"]]
+    for ins, outs in itertools.product(inputs, outputs):
+        yield InferRequest("m", "", "r", [tensor(*t) for t in ins],
+                           [RequestedOutput(o) for o in outs])
+
+
+@pytest.mark.parametrize("text", [
+    PLAIN,
+    PLAIN.replace("max_batch_size: 4", "max_batch_size: 0").replace("[ 2, 3 ]", "[ 2, 2, 3 ]")
+         .replace("dims: [ 2 ] },\n        {", "dims: [ 2, 2 ] },\n        {"),
+    PLAIN.replace('dims: [ 2 ] },\n        {', 'dims: [ -1 ] },\n        {'),
+    PLAIN.replace('dims: [ 2 ] },\n        {',
+                  'dims: [ 2 ] reshape: { shape: [ 1, 2 ] } },\n        {'),
+    PLAIN.replace('dims: [ 2, 3 ] }', 'dims: [ 2, 3 ] optional: true }'),
+])
+def test_check_accepts_only_what_validate_accepts(text):
+    mv = model(text)
+    accepted = 0
+    for request in variants():
+        fast = mv._path.check(request)
+        try:
+            slow = mv.validate(request)
+        except Exception:
+            assert fast is None, [(t.name, t.shape) for t in request.inputs]
+            continue
+        if fast is not None:
+            accepted += 1
+            assert fast[1] == slow[1] and fast[2] == slow[2]
+            assert fast[0].keys() == slow[0].keys()
+            assert all(fast[0][k] is slow[0][k] for k in fast[0])
+    plain = "-1" not in text and "reshape" not in text and "optional" not in text
+    assert (accepted > 0) == plain  # the plain model takes the fast path
+
+
+def test_scatter_gives_each_request_its_rows():
+    mv = model(PLAIN)
+    sizes = [1, 2, 1]
+    requests = []
+    for n, outs in zip(sizes, [[], ["Y"], ["Y", "X"]]):
+        req = InferRequest("m", "", f"id{n}", [], [RequestedOutput(o) for o in outs])
+        requests.append(PendingRequest(req, None, {}, n))
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    y = np.arange(4, dtype=np.int32).reshape(4, 1)
+    mv._scatter_outputs(requests, {"X": x, "Y": y}, 4)
+    first, second, third = (p.response for p in requests)
+    assert [t.name for t in first.outputs] == ["X", "Y"]  # config order when none asked
+    np.testing.assert_array_equal(first.outputs[0].data, x[:1])
+    assert first.outputs[0].shape == [1, 2] and first.outputs[0].datatype == "FP32"
+    assert [t.name for t in second.outputs] == ["Y"]
+    np.testing.assert_array_equal(second.outputs[0].data, y[1:3])
+    assert second.outputs[0].data.base is not None  # a view
+    assert [t.name for t in third.outputs] == ["Y", "X"]
+    np.testing.assert_array_equal(third.outputs[1].data, x[3:])
+    assert (second.model_name, second.model_version, second.id) == ("m", "1", "id2")
+
+    # one row each: the same rows through numpy's split
+    requests = [PendingRequest(InferRequest("m", "", "", [], []), None, {}, 1) for _ in range(4)]
+    mv._scatter_outputs(requests, {"X": x, "Y": y}, 4)
+    for i, p in enumerate(requests):
+        np.testing.assert_array_equal(p.response.outputs[0].data, x[i:i + 1])
+        assert p.response.outputs[1].shape == [1, 1]
