@@ -95,21 +95,32 @@ def serve_main(repo: str, port: int):
 # ---------------------------------------------------------------- client side
 
 
-def cpu_seconds(pid: int, tid: int | None = None) -> float:
+def cpu_split(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of a process, or of one of its threads."""
     path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def model_counts(port: int) -> tuple[int, int]:
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    return sum(cpu_split(pid, tid))
+
+
+def model_counts(port: int) -> tuple[int, int, int]:
+    """(successes, failures, ns spent computing: input gather, execution and
+    output scatter, summed over executed batches) from the model's
+    statistics (its inference_stats count a batch's time once per request)."""
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
     try:
         stats = client.get_inference_statistics("add_sub", as_json=True)["model_stats"][0]
         inf = stats["inference_stats"]
+        compute = sum(int(row.get(k, {}).get("ns", 0)) for row in stats.get("batch_stats", [])
+                      for k in ("compute_input", "compute_infer", "compute_output"))
         return (int(inf.get("success", {}).get("count", 0)),
-                int(inf.get("fail", {}).get("count", 0)))
+                int(inf.get("fail", {}).get("count", 0)), compute)
     finally:
         client.close()
 
@@ -172,16 +183,26 @@ def main():
             sys.exit("server did not start: " + server.stderr.read()[-3000:])
         for conns in args.concurrency:
             run_h2load(port, body, conns, args.warmup, None)
-            ok0, fail0 = model_counts(port)
-            main0, proc0 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
+            ok0, fail0, compute0 = model_counts(port)
+            user0, kernel0 = cpu_split(server.pid, server.pid)
+            proc0 = cpu_seconds(server.pid)
             row = run_h2load(port, body, conns, args.duration, tmp / "h2load.log")
-            main1, proc1 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
-            ok1, fail1 = model_counts(port)
+            user1, kernel1 = cpu_split(server.pid, server.pid)
+            proc1 = cpu_seconds(server.pid)
+            ok1, fail1, compute1 = model_counts(port)
             n = max(row["requests"], 1)
             row = {"concurrency": conns, **row,
                    "grpc_ok": ok1 - ok0,
                    "grpc_failed": max(0, fail1 - fail0 - row["cut_at_end"]),
-                   "loop_thread_us_per_call": round((main1 - main0) * 1e6 / n, 1),
+                   "loop_thread_us_per_call": round((user1 + kernel1 - user0 - kernel0) * 1e6 / n, 1),
+                   # the loop thread's time in Python and native code, and in
+                   # the kernel (socket reads and writes, epoll)
+                   "loop_user_us_per_call": round((user1 - user0) * 1e6 / n, 1),
+                   "loop_kernel_us_per_call": round((kernel1 - kernel0) * 1e6 / n, 1),
+                   # the model's own work per call (gather, run, scatter): on
+                   # the loop thread too when the model runs inline there
+                   # (core/inline_instance.py)
+                   "model_compute_us_per_call": round((compute1 - compute0) / 1e3 / n, 1),
                    "process_cpu_us_per_call": round((proc1 - proc0) * 1e6 / n, 1)}
             ref = TRITON.get(conns)
             if ref:
@@ -190,6 +211,8 @@ def main():
             results["rows"].append(row)
             print(f"grpc c{conns:<3} {row['infer_per_s']:>9.0f} infer/s  p50 {row.get('p50_ms')} ms"
                   f"  p99 {row.get('p99_ms')} ms  loop {row['loop_thread_us_per_call']} us/call"
+                  f" (user {row['loop_user_us_per_call']}, kernel {row['loop_kernel_us_per_call']},"
+                  f" model {row['model_compute_us_per_call']})"
                   f"  process {row['process_cpu_us_per_call']} us/call  "
                   f"failed {row['h2_failed'] + row['grpc_failed']}", file=sys.stderr)
     finally:
