@@ -27,10 +27,14 @@ cdef class RequestPath:
     cdef object model_name
     cdef object version
     cdef object output_tensor  # ModelVersion._output_tensor (classification)
+    cdef object wire_of  # numpy dtype -> wire datatype (core.dtypes.numpy_to_wire)
+    cdef dict wire_types  # what wire_of said, by dtype
 
     def __init__(self, model_name, version, inputs, outputs, max_batch_size, all_outputs,
-                 output_tensor):
+                 output_tensor, wire_of):
         """``inputs``/``outputs``: core.model TensorSpec by name."""
+        self.wire_of = wire_of
+        self.wire_types = {}
         self.model_name = model_name
         self.version = version
         self.max_batch_size = max_batch_size
@@ -128,3 +132,31 @@ cdef class RequestPath:
                 else:
                     tensors.append(new_tensor(name, types[name], list(value.shape), value, None))
             p.response = new_response(self.model_name, self.version, req.id, tensors)
+
+    def response(self, p, dict outputs, parameters):
+        """The response of pending request ``p`` from the outputs its backend
+        made for it alone (a backend that answers per request): those it
+        asked for (all, when it named none) that the backend gave, in its
+        order, typed by their arrays."""
+        cdef InferRequest req = <InferRequest?>p.request
+        cdef list tensors = []
+        for out in (req.outputs or self.all_outputs):
+            name = out.name
+            value = outputs.get(name)
+            if value is None:
+                continue
+            dtype = value.dtype
+            if dtype.hasobject:
+                datatype = "BYTES"
+            else:
+                datatype = self.wire_types.get(dtype)
+                if datatype is None:
+                    datatype = self.wire_types[dtype] = self.wire_of(dtype)
+            if out.parameters and "classification" in out.parameters:
+                tensors.append(self.output_tensor(out, value, datatype, self.batching))
+            else:
+                tensors.append(new_tensor(name, datatype, list(value.shape), value, None))
+        r = new_response(self.model_name, self.version, req.id, tensors)
+        if parameters:
+            r.parameters = parameters
+        return r

@@ -114,6 +114,7 @@ async def serve(args) -> int:
                     response_cache_byte_size=cache_bytes)
     await server.start()
     log.info("\n%s", model_table(server.repository_index()))
+    server.opening_frontends = True  # not ready until every endpoint listens
     frontends = []
     if args.allow_http:
         kwargs = {"max_input_size": args.http_max_input_size}
@@ -147,6 +148,7 @@ async def serve(args) -> int:
         await metrics.start()
         frontends.append(metrics)
         log.info("Started Metrics Service at %s:%d", metrics_config.metrics_address, metrics.port)
+    server.opening_frontends = False
     # Everything allocated so far (models, modules) lives for the whole run:
     # keep it out of the cyclic GC's scans, and collect the young generation
     # less often (per-request objects are freed by reference counting; a

@@ -152,6 +152,13 @@ class InlineInstance:
             mv.low_load_spin_s = self._spin_s
         mv.scheduler.park_instances(inline)
 
+    def release(self) -> None:
+        """From any thread: back to the instance threads for good (the model
+        is unloading: they take what is still queued)."""
+        self._stopped = True
+        if self.inline:
+            self._move(inline=False)
+
     def stop(self, timeout: float) -> None:
         """No more inline batches (the scheduler is stopped first); waits for
         the one running on the loop, if called from another thread."""

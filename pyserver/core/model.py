@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from time import thread_time_ns
 from typing import Any
@@ -36,6 +37,17 @@ log = logging.getLogger("pyserver")
 
 # Our opt-in batching policy: parameters { key: "pyserver_batching" value { string_value: "eager" } }
 EAGER_PARAMETER = "pyserver_batching"
+# An unloading model's queue gets this long without progress before what is
+# left in it fails.
+QUEUE_STALL_S = 1.0
+
+
+def _on_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class TensorSpec:
@@ -175,7 +187,8 @@ class ModelVersion:
         # The common case of validate() and of cutting outputs into
         # responses, compiled (engine/request_path.pyx).
         self._path = RequestPath(name, self.version_str, self.inputs, self.outputs,
-                                 self.max_batch_size, self._all_outputs, self._output_tensor)
+                                 self.max_batch_size, self._all_outputs, self._output_tensor,
+                                 dtypes.numpy_to_wire)
         self.labels = load_labels(str(Path(version_dir).parent), config)
         self.load_duration_s = 0.0
         self.tracing = False  # set by the server while tracing may be on
@@ -264,7 +277,13 @@ class ModelVersion:
             driver.dispatch()
 
     def stop(self):
-        """Fails queued requests, lets running batches finish, joins instances."""
+        """Lets queued requests run while they make progress (an unload or a
+        reload waits for the requests in flight, as Triton's does), fails
+        what is left, lets running batches finish, joins instances."""
+        if self.inline is not None:
+            self.inline.release()  # the instance threads take what is queued
+        if not _on_loop_thread():
+            self._drain_queue(QUEUE_STALL_S)
         self.scheduler.stop()
         for driver in self.loop_drivers:
             driver.stop(timeout=30)
@@ -275,6 +294,18 @@ class ModelVersion:
             close = getattr(instance.backend, "close", None)
             if close is not None:
                 close()
+
+    def _drain_queue(self, stall_s: float) -> None:
+        scheduler = self.scheduler
+        left = scheduler.queued_count
+        progress = time.monotonic()
+        while left:
+            time.sleep(0.001)
+            now_left = scheduler.queued_count
+            if now_left < left:
+                left, progress = now_left, time.monotonic()
+            elif time.monotonic() - progress > stall_s:
+                return
 
     # -- metadata ------------------------------------------------------------
 
@@ -443,18 +474,9 @@ class ModelVersion:
 
     def _request_response(self, p: PendingRequest, outputs: dict, parameters) -> InferResponse:
         """One request's response from the outputs its backend produced for
-        it: those it asked for (all, when it named none), in its order."""
-        req = p.request
-        batching = self.max_batch_size > 0
-        tensors = []
-        for out in (req.outputs or self._all_outputs):
-            name = out.name
-            value = outputs.get(name)
-            if value is None:
-                continue
-            datatype = "BYTES" if value.dtype.hasobject else dtypes.numpy_to_wire(value.dtype)
-            tensors.append(self._output_tensor(out, value, datatype, batching))
-        return InferResponse(self.name, self.version_str, req.id, tensors, parameters)
+        it: those it asked for (all, when it named none), in its order
+        (engine/request_path.pyx)."""
+        return self._path.response(p, outputs, parameters)
 
     @staticmethod
     def stamp_traces(batch: Batch, times: tuple) -> None:

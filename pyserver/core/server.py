@@ -189,6 +189,9 @@ class Server:
         self._live = False
         self._stopping = False
         self._inflight = 0
+        # True while the process still opens its endpoints: a client that
+        # saw one of them ready may use any of them (set by the CLI).
+        self.opening_frontends = False
         self._spin_scheduled = False
         self._handles: dict = {}  # future -> (scheduler, request id), for cancel()
         self._drained: asyncio.Event | None = None
@@ -312,7 +315,7 @@ class Server:
         return self._live
 
     def is_ready(self) -> bool:
-        if not self._live or self._stopping or self.models is None:
+        if not self._live or self._stopping or self.models is None or self.opening_frontends:
             return False
         if not self.strict_readiness:
             return True

@@ -233,3 +233,27 @@ def test_unload_while_on_the_loop(repo, start_server):
     assert not driver(srv, "cheap").inline  # a new version measures afresh
     assert infer(srv.url, "cheap", 3.0) == 6.0
     assert infer(srv.url, "busy", 1.0) == 2.0
+
+
+def test_stopping_lets_queued_requests_finish(repo, start_server):
+    """A model being unloaded (or replaced by a reload) still answers what
+    is queued: its instance threads take over from the loop for that. The
+    loop is held here while the model stops, so only the threads can."""
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 1):
+        infer(srv.url, "cheap", i)
+    mv = srv.run(lambda: srv.server.models.resolve("cheap", ""))
+    assert mv.inline.inline
+
+    async def go():
+        futures = [srv.server.submit(InferRequest(
+            "cheap", "", "", [InferTensor("IN", "FP32", [1, 1], np.array([[v]], np.float32))],
+            [])) for v in range(5)]
+        stopper = threading.Thread(target=mv.stop)
+        stopper.start()
+        stopper.join(30)  # the loop waits: its inline drain cannot run
+        return [float((await f).outputs[0].data[0, 0]) for f in futures]
+
+    assert srv.call(go()) == [0.0, 2.0, 4.0, 6.0, 8.0]
+    name, size = CheapBackend.runs[-1]
+    assert size == 5 and name != srv.thread.name  # one batch, on an instance thread

@@ -641,3 +641,18 @@ def test_a_model_loading_for_the_first_time_keeps_the_server_unready(tmp_path, s
     assert index(s.url)[("slow", "1")]["state"] == "READY"
     assert client.is_server_ready()
     wait_for(lambda: "closed" in SlowClosingBackend.events, what="the old instance to close")
+
+
+def test_not_ready_while_the_process_opens_its_endpoints(tmp_path, start_server):
+    """The CLI opens HTTP, gRPC and metrics one after another; a client that
+    saw one of them ready may use the others, so none is ready before all
+    listen."""
+    write_add_sub(tmp_path)
+    s = start_server(tmp_path)
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.is_server_ready()
+    s.server.opening_frontends = True
+    assert not client.is_server_ready()
+    assert client.is_server_live()
+    s.server.opening_frontends = False
+    assert client.is_server_ready()

@@ -44,6 +44,7 @@ from pyserver.backends.python import channel
 from pyserver.core.dtypes import config_type_name, numpy_to_wire
 from pyserver.core.errors import Code, ServerError
 from pyserver.engine import now_ns
+from pyserver.engine.region_io import pack_inputs, read_copies
 
 log = logging.getLogger("pyserver")
 
@@ -654,41 +655,11 @@ class PythonBackend:
         """Writes the batch's tensors into the worker's input region and
         sends it the batch (a short message; OSError when it is gone)."""
         region = worker.inp
-        codes = self.input_codes
-        # Where each tensor goes in the input region.
-        layout = []
-        end = 0
-        for p in pending:
-            for name, array in p.arrays.items():
-                if array.dtype.hasobject:
-                    continue
-                start = (end + 63) & ~63
-                end = start + array.nbytes
-                layout.append(start)
-        region.ensure(end)
-        mm = region.mm
-        items = []
-        slot = 0
         all_outputs = self.output_names
-        for p in pending:
-            req = p.request
-            inputs = []
-            for name, array in p.arrays.items():
-                code = codes.get(name)
-                if code is None:  # a sequence control input: typed by its array
-                    code = _WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
-                if array.dtype.hasobject:
-                    inputs.append((name, _BYTES, array.shape, -1, 0, array))
-                    continue
-                start = layout[slot]
-                slot += 1
-                size = array.nbytes
-                if size:
-                    if not array.flags.c_contiguous:
-                        array = np.ascontiguousarray(array)
-                    mm[start:start + size] = array.reshape(-1).view(np.uint8)
-                inputs.append((name, code, array.shape, start, array.size, None))
-            items.append(_request_item(req, all_outputs, inputs, p.id))
+        packed = pack_inputs(region, [p.arrays for p in pending], self.input_codes,
+                             _code_of, _BYTES)
+        items = [_request_item(p.request, all_outputs, inputs, p.id)
+                 for p, inputs in zip(pending, packed)]
         if self.decoupled:
             # Open until their final response: the worker may answer after
             # this batch is done, from any of its threads.
@@ -745,12 +716,7 @@ class PythonBackend:
                 code = Code.__members__.get(entry[1], Code.INTERNAL)
                 results.append(ServerError(code, entry[2]))
                 continue
-            outputs = {}
-            for name, code, shape, start, size, data in entry[1]:
-                if data is None:
-                    dtype = _NUMPY.get(code)
-                    data = np.frombuffer(mm, dtype, size // dtype.itemsize, start).reshape(shape).copy()
-                outputs[name] = data
+            outputs = read_copies(mm, entry[1], _NUMPY)
             params = entry[2]
             results.append((outputs, params) if params else outputs)
         return results
@@ -965,6 +931,12 @@ def _crash_summary(text: str) -> str:
         if current:
             keep.append(line)
     return "\n".join(keep)
+
+
+def _code_of(array) -> int:
+    """The type code of an input the config does not declare (a sequence
+    control input): from its array."""
+    return _WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
 
 
 def _request_item(req, all_outputs, inputs, key):

@@ -395,12 +395,14 @@ def read_tensors(region: Region, size: int, encoded, dtypes, copy: bool) -> dict
 
     region.follow(size)
     mm = region.mm
+    if copy:
+        from pyserver.engine.region_io import read_copies
+
+        return read_copies(mm, encoded, dtypes)
     out = {}
     for name, code, shape, start, nbytes, data in encoded:
         if data is None:
             dtype = np.dtype(dtypes[code])
             data = np.frombuffer(mm, dtype, nbytes // dtype.itemsize, start).reshape(shape)
-            if copy:
-                data = data.copy()
         out[name] = data
     return out

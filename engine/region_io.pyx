@@ -1,0 +1,108 @@
+# cython: language_level=3
+"""A batch's tensors into, and a worker's answers out of, the shared-memory
+regions of a Python-backend worker (pyserver/backends/python), in C.
+
+The event loop relays every request of a Python model this way, and the
+same steps written in Python (an offset computed, a slice assigned, a view
+made, reshaped and copied, per tensor) cost ~20-30 µs of its thread per
+request on 2 cores: more than the worker took to run add_sub.
+"""
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+from libc.string cimport memcpy
+from libcpp.vector cimport vector
+
+import numpy as np
+
+cdef enum:
+    ALIGN = 64  # each tensor starts on its own cache line
+
+
+cdef inline Py_ssize_t _aligned(Py_ssize_t n) noexcept:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def pack_inputs(region, list arrays_per_request, dict codes, object code_of, int bytes_code):
+    """Copies each request's input arrays (``arrays_per_request``: one dict
+    name -> ndarray per request) into ``region`` (a channel.Region, grown
+    as needed), back to back from offset 0, each 64-byte aligned. Returns,
+    per request, the list of what the worker reads them by: ``(name, code,
+    shape, offset, element count, None)``, or for BYTES (object arrays,
+    which travel pickled) ``(name, bytes_code, shape, -1, 0, array)``.
+    ``codes``: name -> type code; ``code_of(array)`` for an input not in it
+    (a sequence control input)."""
+    cdef vector[Py_buffer] bufs
+    cdef vector[Py_ssize_t] starts
+    cdef Py_buffer b
+    cdef Py_buffer dst
+    cdef Py_ssize_t end = 0, start, i
+    cdef list out = []
+    cdef list inputs
+    cdef dict arrays
+    try:
+        for arrays in arrays_per_request:
+            inputs = []
+            for name, array in arrays.items():
+                code = codes.get(name)
+                if code is None:
+                    code = code_of(array)
+                if array.dtype.hasobject:
+                    inputs.append((name, bytes_code, array.shape, -1, 0, array))
+                    continue
+                try:
+                    PyObject_GetBuffer(array, &b, PyBUF_C_CONTIGUOUS)
+                except (BufferError, ValueError):  # not in row-major order
+                    PyObject_GetBuffer(np.ascontiguousarray(array), &b, PyBUF_C_CONTIGUOUS)
+                bufs.push_back(b)
+                start = _aligned(end)
+                starts.push_back(start)
+                end = start + b.len
+                inputs.append((name, code, array.shape, start, array.size, None))
+            out.append(inputs)
+        region.ensure(end)
+        if bufs.size():
+            PyObject_GetBuffer(region.mm, &dst, PyBUF_WRITABLE)
+            try:
+                with nogil:
+                    for i in range(<Py_ssize_t>bufs.size()):
+                        if bufs[i].len:
+                            memcpy(<char*>dst.buf + starts[i], bufs[i].buf, bufs[i].len)
+            finally:
+                PyBuffer_Release(&dst)
+        return out
+    finally:
+        for i in range(<Py_ssize_t>bufs.size()):
+            PyBuffer_Release(&bufs[i])
+
+
+def read_copies(mm, list tensors, dict dtypes):
+    """name -> a fresh array for each ``(name, code, shape, offset, nbytes,
+    data)`` of ``tensors`` that lies in ``mm`` (``data`` None; its dtype is
+    ``dtypes[code]``); an entry that carries its ``data`` (BYTES) gives it
+    as is."""
+    cdef Py_buffer src
+    cdef Py_buffer b
+    cdef dict out = {}
+    cdef Py_ssize_t offset, nbytes
+    PyObject_GetBuffer(mm, &src, 0)
+    try:
+        for name, code, shape, offset, nbytes, data in tensors:
+            if data is None:
+                data = np.empty(shape, dtypes[code])
+                PyObject_GetBuffer(data, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+                try:
+                    if b.len != nbytes or offset < 0 or offset + nbytes > src.len:
+                        raise ValueError(f"output '{name}': {nbytes} bytes at {offset} do not "
+                                         f"fit its shape {tuple(shape)} or the region")
+                    if nbytes:
+                        memcpy(b.buf, <char*>src.buf + offset, nbytes)
+                finally:
+                    PyBuffer_Release(&b)
+            out[name] = data
+        return out
+    finally:
+        PyBuffer_Release(&src)
