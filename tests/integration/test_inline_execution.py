@@ -74,6 +74,15 @@ BACKENDS = {"cheap_backend": CheapBackend, "busy_backend": BusyBackend,
             "sleepy_backend": SleepyBackend}
 
 
+@pytest.fixture(autouse=True)
+def cheap_means_under_1ms(monkeypatch):
+    """The mechanism under test, not the threshold: 1 ms of thread CPU per
+    batch counts as cheap here (200 µs by default), so that a slow machine
+    (or an ASan build) still moves the cheap models; BusyBackend's 2 ms of
+    CPU stays too costly."""
+    monkeypatch.setattr(inline_instance, "CHEAP_NS", 1_000_000)
+
+
 @pytest.fixture
 def repo(tmp_path):
     for name, cls in BACKENDS.items():
