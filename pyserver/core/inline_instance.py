@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 
 from pyserver.core.errors import Code, ServerError
+
+log = logging.getLogger("pyserver")
 
 INLINE_PARAMETER = "pyserver_inline_execution"
 
@@ -89,6 +92,7 @@ class InlineInstance:
         self._average_ns = 0.0  # inline batches' wall time, moving average
         self._scheduled = False
         self._stopped = False
+        self.moves = 0  # between the loop and the threads, either way
         self._spin_s = mv.low_load_spin_s
         self.idle = threading.Event()  # no batch running on the loop (stop waits)
         self.idle.set()
@@ -141,6 +145,11 @@ class InlineInstance:
     def _move(self, inline: bool) -> None:
         mv = self.mv
         self.inline = inline
+        self.moves += 1
+        log.debug("model '%s' version %s: %s", mv.name, mv.version,
+                  "batches run on the event loop" if inline else
+                  f"batches back on the instance threads (average {self._average_ns / 1e3:.0f} µs "
+                  "on the loop)")
         if inline:
             self._average_ns = 0.0
             mv.low_load_spin_s = 0.0  # completions come from this thread, not the queue
