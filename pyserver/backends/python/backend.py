@@ -964,12 +964,13 @@ def _worker_env(threads: int, instances: int) -> dict:
     for key in THREAD_ENV:
         if key not in env:
             env[key] = str(threads)
-    # How long a worker spins for its next batch (stub.py): long while the
-    # model's workers leave a core free, short once they would take them all
-    # (2 cores, add_sub at c16: 1 instance does best at 300 µs, 2 instances
-    # at 100 µs, ~30 % more than with 300).
+    # How long a worker spins for its next batch (stub.py): while the
+    # model's workers leave a core free, 300 µs; once they would take every
+    # core, not at all, as spinning then takes the event loop's CPU (2
+    # cores, add_sub HTTP at c16: 1 instance 2.9k infer/s without the spin,
+    # 4.2k with; 2 instances 3.8-4.5k without, 3.6-3.8k at 100 µs).
     env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US",
-                   "300" if instances < (os.cpu_count() or 1) else "100")
+                   "300" if instances < (os.cpu_count() or 1) else "0")
     env["PYTHONUNBUFFERED"] = "1"  # a model's print() shows up at once, as in Triton
     return env
 
