@@ -20,6 +20,7 @@ import orjson
 from pyserver.core.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.engine.http_infer import decode_plain, encode_plain
 
 __all__ = [
     "INFER_HEADER_LENGTH",
@@ -472,6 +473,12 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
         doc = _loads(src)
     except _JSONDecodeError as e:
         raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+    # The common case, in C (engine/http_infer.pyx); None leaves it to the
+    # code below, which owns every rule and error text.
+    request = decode_plain(model_name, model_version, doc, body, hlen, max_input_size,
+                           WIRE_TO_NUMPY, _JSON_KINDS)
+    if request is not None:
+        return request
     if type(doc) is not dict:
         raise _member_error("inputs", None)
 
@@ -630,7 +637,7 @@ def _raw_bytes(arr: np.ndarray):
     """The tensor's bytes, row-major, without copying when already contiguous."""
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
-    if arr.ndim == 0:
+    if arr.ndim == 0 or arr.size == 0:  # memoryview cannot cast these
         return arr.tobytes()
     return memoryview(arr).cast("B")
 
@@ -670,6 +677,10 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
     pairs without Content-Length; body is ``bytes`` (JSON only) or a list of
     buffers (the JSON header followed by the binary output data).
     """
+    # The common case, in C (engine/http_infer.pyx).
+    encoded = encode_plain(response, request, _dumps, _OPT_NUMPY, _JSON_HEADERS)
+    if encoded is not None:
+        return encoded
     default_binary = request.parameters.get("binary_data_output") is True
     requested = request.outputs
     out_params = {o.name: o.parameters for o in requested} if requested else None

@@ -483,3 +483,186 @@ def test_decode_then_encode_round_trip_matches_client_view():
     np.testing.assert_array_equal(result.as_numpy("A"), a)
     assert result.as_numpy("S").tolist() == ["x", "yy"]  # JSON BYTES come back as str
     assert struct.unpack("<f", a.tobytes()[:4])[0] == pytest.approx(-1.0)
+
+
+# ---------------------------------------------------------------- the compiled fast path
+
+
+def _decode_both(body: bytes, header_len=None):
+    """(fast path result or error, Python-only result or error) for a body."""
+    import pyserver.frontends.http_codec as codec
+
+    headers = {} if header_len is None else {"inference-header-content-length": str(header_len)}
+
+    def run():
+        try:
+            return codec.decode_infer_request("m", "", headers.get, body)
+        except ServerError as e:
+            return e
+
+    with_fast = run()
+    saved = codec.decode_plain
+    codec.decode_plain = lambda *a: None
+    try:
+        python_only = run()
+    finally:
+        codec.decode_plain = saved
+    return with_fast, python_only
+
+
+def _same(a, b):
+    if isinstance(a, ServerError) or isinstance(b, ServerError):
+        return (type(a), getattr(a, "message", None)) == (type(b), getattr(b, "message", None))
+    if (a.id, a.parameters, a.priority, a.timeout_us) != (b.id, b.parameters, b.priority,
+                                                          b.timeout_us):
+        return False
+    if [(o.name, o.parameters) for o in a.outputs] != [(o.name, o.parameters) for o in b.outputs]:
+        return False
+    for x, y in zip(a.inputs, b.inputs, strict=True):
+        if (x.name, x.datatype, list(x.shape), x.parameters) != \
+                (y.name, y.datatype, list(y.shape), y.parameters):
+            return False
+        if x.data.dtype != y.data.dtype or x.data.shape != y.data.shape or \
+                not np.array_equal(x.data, y.data):
+            return False
+    return True
+
+
+def _json_variants():
+    def doc(inputs, **extra):
+        return {"inputs": inputs, **extra}
+
+    def t(name="A", datatype="FP32", shape=(2,), data=(1, 2), **extra):
+        d = {"name": name, "datatype": datatype, "shape": list(shape), **extra}
+        if data is not None:
+            d["data"] = list(data)
+        return d
+
+    yield doc([t()])
+    yield doc([t(), t(name="B", datatype="INT32", data=[3, 4])], id="x")
+    yield doc([t(datatype="UINT8", data=[1, -1])])
+    yield doc([t(datatype="INT64", data=[1.5, 2])])
+    yield doc([t(datatype="BOOL", data=[True, False])])
+    yield doc([t(datatype="BOOL", data=[1, 0])])
+    yield doc([t(datatype="FP64", shape=(2, 2), data=[[1, 2], [3, 4]])])
+    yield doc([t(shape=(2, 2), data=[[1, 2], [3]])])
+    yield doc([t(shape=(3,))])
+    yield doc([t(shape=(0,), data=[])])
+    yield doc([t(shape=(-1,))])
+    yield doc([t(shape=(2,), data=None)])
+    yield doc([t(), t()])
+    yield doc([t(datatype="BYTES", data=["a", "b"])])
+    yield doc([t(datatype="BF16")])
+    yield doc([t(datatype="NOPE")])
+    yield doc([t()], id=7)
+    yield doc([t()], parameters={"binary_data_output": True})
+    yield doc([t()], parameters={"binary_data_output": 1})
+    yield doc([t()], parameters={"priority": 2, "timeout": 5})
+    yield doc([t()], parameters={"sequence_id": 4, "sequence_start": True})
+    yield doc([t()], parameters={"triton_x": 1})
+    yield doc([t()], outputs=[{"name": "Y"}, {"name": "Z", "parameters": {"binary_data": True}}])
+    yield doc([t()], outputs=[{"name": "Y"}, {"name": "Y"}])
+    yield doc([t()], outputs=[{"name": "Y", "parameters": {"binary_data": "yes"}}])
+    yield doc([t()], outputs=[{"name": "Y", "parameters": {"classification": 2}}])
+    yield doc([t()], outputs=[{"name": "Y", "parameters": {"shared_memory_region": "r"}}])
+    yield doc([t(parameters={"shared_memory_region": "r"}, data=None)])
+    yield doc([t(parameters={})])
+    yield doc([t(parameters={"binary_data_size": 8})])
+    yield doc([t(shape=(2, 10**18))])
+    yield doc([t(shape=(1 << 62, 4))])
+    yield doc("inputs")
+    yield {"outputs": []}
+    yield [1, 2]
+
+
+@pytest.mark.parametrize("document", list(_json_variants()), ids=str)
+def test_compiled_json_path_decodes_as_python_does(document):
+    fast, python_only = _decode_both(json.dumps(document).encode())
+    assert _same(fast, python_only), (fast, python_only)
+
+
+@pytest.mark.parametrize("sizes,extra,shape", [
+    ((8, 8), b"", [2]), ((8, 4), b"", [2]), ((8, 8), b"xx", [2]), ((8, 8), b"", [3]),
+    ((8, 16), b"", [2]), ((0, 8), b"", [0]),
+])
+def test_compiled_binary_path_decodes_as_python_does(sizes, extra, shape):
+    a = np.arange(2, dtype=np.float32)
+    b = np.arange(2, dtype=np.int32)
+    header = json.dumps({"inputs": [
+        {"name": "A", "datatype": "FP32", "shape": shape,
+         "parameters": {"binary_data_size": sizes[0]}},
+        {"name": "B", "datatype": "INT32", "shape": [2],
+         "parameters": {"binary_data_size": sizes[1]}}],
+        "outputs": [{"name": "Y", "parameters": {"binary_data": True}}]}).encode()
+    body = header + a.tobytes()[:sizes[0]] + b.tobytes() + b.tobytes()[:sizes[1] - 8] + extra
+    fast, python_only = _decode_both(body, len(header))
+    assert _same(fast, python_only), (fast, python_only)
+
+
+def test_compiled_path_takes_what_tritonclient_sends():
+    """The requests tritonclient.http builds by default go the compiled way."""
+    import pyserver.frontends.http_codec as codec
+
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    for binary in (True, False):
+        body, headers = client_body([make_input("INPUT0", a, "FP32", binary)],
+                                    [tc_http.InferRequestedOutput("OUTPUT0", binary_data=binary)])
+        decoded = codec.decode_plain("m", "", orjson.loads(body[:int(headers.get(
+            "inference-header-content-length", len(body)))]), body, int(headers.get(
+            "inference-header-content-length", len(body))), 1 << 26, codec.WIRE_TO_NUMPY,
+            codec._JSON_KINDS)
+        assert decoded is not None
+        np.testing.assert_array_equal(decoded.inputs[0].data, a)
+
+
+def _encode_both(response, request):
+    import pyserver.frontends.http_codec as codec
+
+    def flat(result):
+        headers, body = result
+        return headers, b"".join(bytes(b) for b in body) if type(body) is list else body
+
+    with_fast = flat(codec.encode_infer_response(response, request))
+    saved = codec.encode_plain
+    codec.encode_plain = lambda *a: None
+    try:
+        python_only = flat(codec.encode_infer_response(response, request))
+    finally:
+        codec.encode_plain = saved
+    return with_fast, python_only
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_compiled_encoding_matches_python(case):
+    import pyserver.frontends.http_codec as codec
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([[True], [False]])
+    outs = [InferTensor("X", "FP32", [2, 3], a), InferTensor("Y", "BOOL", [2, 1], b)]
+    req_outputs, params, rid, resp_params = [], {}, "", None
+    if case == 1:
+        params = {"binary_data_output": True}
+    elif case == 2:
+        req_outputs = [RequestedOutput("X", {"binary_data": True}), RequestedOutput("Y")]
+    elif case == 3:
+        rid = "r1"
+        resp_params = {"p": 1}
+    elif case == 4:
+        outs[0] = InferTensor("X", "FP32", [3, 2], a.T)  # not row-major: Python's way
+    elif case == 5:
+        outs[0] = InferTensor("X", "FP32", [2, 3], a.astype(">f4"))  # big-endian
+    elif case == 6:
+        outs.append(InferTensor("S", "BYTES", [1], np.array([b"x"], dtype=np.object_)))
+    elif case == 7:
+        outs = [InferTensor("X", "FP32", [2, 3], a, {"extra": 1})]
+        params = {"binary_data_output": True}
+    elif case == 8:
+        outs = [InferTensor("X", "FP32", [0, 3], np.empty((0, 3), np.float32))]
+        params = {"binary_data_output": True}
+    request = InferRequest("m", "", rid, [], req_outputs, params)
+    response = InferResponse("m", "1", rid, outs, resp_params)
+    fast, python_only = _encode_both(response, request)
+    assert fast == python_only
+    taken = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
+                               codec._JSON_HEADERS) is not None
+    assert taken == (case not in (4, 5, 6))

@@ -1,0 +1,222 @@
+# cython: language_level=3
+"""The common case of a KServe v2 HTTP infer request and its response, in C.
+
+Decoding: the JSON document (already parsed by orjson) with numeric tensors
+in "data" or in the binary tensor extension, outputs asking at most for
+``binary_data``, and no request parameters but ``binary_data_output``.
+Encoding: numeric outputs, as JSON data or binary, with no shared memory.
+
+As Python these walks cost ~6 µs (decode, JSON 15 -> 9 µs, binary 12 -> 6.5)
+and ~8 µs (encode) of the event loop's thread per request. They only say
+yes: anything else (an error, BYTES or BF16, shared memory, classification,
+sequence or priority parameters, ragged nesting) returns None, and
+pyserver.frontends.http_codec does the work itself, with every rule and
+error text. So what is done here is exactly what the Python code would do,
+to the same result.
+"""
+
+import numpy as np
+
+from pyserver.engine.types cimport InferRequest, InferTensor, RequestedOutput, new_tensor
+
+cdef object _ndarray = np.ndarray
+cdef object _array = np.array
+cdef Py_ssize_t _INT64_MAX = 0x7FFFFFFFFFFFFFFF
+
+
+def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
+                 Py_ssize_t max_input_size, dict wire_to_numpy, dict json_kinds):
+    """An InferRequest for ``doc`` (the request's JSON header, parsed; the
+    binary tensors follow it in ``body`` from ``hlen``), or None."""
+    if type(doc) is not dict:
+        return None
+    cdef dict d = <dict>doc
+    request_id = d.get("id", "")
+    if type(request_id) is not str:
+        return None
+    params = d.get("parameters")
+    if params is None:
+        params = {}
+    elif type(params) is not dict:
+        return None
+    elif params:
+        if len(<dict>params) != 1 or type((<dict>params).get("binary_data_output")) is not bool:
+            return None
+    inputs_json = d.get("inputs")
+    if type(inputs_json) is not list:
+        return None
+    cdef Py_ssize_t total = len(body), offset = hlen, size, end, count, itemsize
+    cdef list inputs = []
+    cdef set names = set()
+    cdef dict inp
+    for item in <list>inputs_json:
+        if type(item) is not dict:
+            return None
+        inp = <dict>item
+        iparams = inp.get("parameters")
+        has_data = "data" in inp
+        binary_size = None
+        if iparams is not None:
+            if type(iparams) is not dict:
+                return None
+            if iparams:
+                if len(<dict>iparams) != 1 or "binary_data_size" not in iparams:
+                    return None
+                binary_size = (<dict>iparams)["binary_data_size"]
+        if has_data == (binary_size is not None):
+            return None  # neither or both (or shared memory)
+        name = inp.get("name")
+        datatype = inp.get("datatype")
+        shape = inp.get("shape")
+        if type(name) is not str or type(datatype) is not str or type(shape) is not list:
+            return None
+        if datatype == "BYTES" or datatype == "BF16" or name in names:
+            return None
+        npdt = wire_to_numpy.get(datatype)
+        if npdt is None:
+            return None
+        count = 1
+        for dim in <list>shape:
+            if type(dim) is not int or dim < 0 or dim > _INT64_MAX:
+                return None
+            if dim and count > _INT64_MAX // dim:
+                return None  # the element count overflows
+            count *= <Py_ssize_t>dim
+        if count == 0:
+            return None
+        names.add(name)
+        itemsize = npdt.itemsize
+        if binary_size is not None:
+            if type(binary_size) is not int or binary_size < 0:
+                return None
+            size = binary_size
+            end = offset + size
+            if end > total or size != count * itemsize:
+                return None
+            data = _ndarray(shape, npdt, body, offset)  # a read-only view, no copy
+            offset = end
+        else:
+            jdata = inp["data"]
+            if type(jdata) is not list or count > max_input_size // itemsize:
+                return None
+            try:
+                arr = _array(jdata)
+            except (ValueError, TypeError, OverflowError):
+                return None  # ragged: the Python decoder flattens it
+            kind = arr.dtype.kind
+            kinds = json_kinds[datatype][0]
+            if kind not in kinds or arr.size != count:
+                return None
+            if kind == "i" and kinds == "ui" and arr.min() < 0:
+                return None
+            data = arr.astype(npdt, copy=False).reshape(shape)
+        inputs.append(new_tensor(name, datatype, shape, data, iparams))
+    if offset != total:
+        return None
+    outputs_json = d.get("outputs")
+    cdef list outputs = []
+    cdef RequestedOutput out
+    if outputs_json is not None:
+        if type(outputs_json) is not list:
+            return None
+        seen = set()
+        for item in <list>outputs_json:
+            if type(item) is not dict:
+                return None
+            oparams = (<dict>item).get("parameters")
+            if oparams is not None:
+                if type(oparams) is not dict:
+                    return None
+                if oparams and (len(<dict>oparams) != 1 or
+                                type((<dict>oparams).get("binary_data")) is not bool):
+                    return None
+            name = (<dict>item).get("name")
+            if type(name) is not str or name in seen:
+                return None
+            seen.add(name)
+            out = RequestedOutput.__new__(RequestedOutput)
+            out.name = name
+            out.parameters = oparams if oparams else {}
+            outputs.append(out)
+    cdef InferRequest request = InferRequest.__new__(InferRequest)
+    request.model_name = model_name
+    request.model_version = model_version
+    request.id = request_id
+    request.inputs = inputs
+    request.outputs = outputs
+    request.parameters = params
+    request.priority = 0
+    request.timeout_us = 0
+    return request
+
+
+def encode_plain(response, request, dumps, option, json_headers):
+    """``(headers, body)`` as http_codec.encode_infer_response makes them,
+    for a response whose outputs are all numeric arrays (not BYTES or BF16)
+    in native byte order and row-major, to a request without shared-memory
+    outputs (an InferRequest, not a subclass); else None."""
+    if type(request) is not InferRequest:
+        return None
+    cdef InferRequest req = <InferRequest>request
+    default_binary = req.parameters.get("binary_data_output") is True
+    cdef dict out_params = None
+    if req.outputs:
+        out_params = {o.name: o.parameters for o in req.outputs}
+    cdef list outputs_json = []
+    cdef list buffers = None
+    cdef InferTensor t
+    for item in response.outputs:
+        if type(item) is not InferTensor:
+            return None
+        t = <InferTensor>item
+        datatype = t.datatype
+        arr = t.data
+        if datatype == "BYTES" or datatype == "BF16" or type(arr) is not np.ndarray:
+            return None
+        if not arr.flags.c_contiguous or not arr.dtype.isnative or arr.ndim == 0:
+            return None
+        if out_params is not None:
+            p = out_params.get(t.name)
+            binary = p.get("binary_data") is True if p is not None else default_binary
+        else:
+            binary = default_binary
+        if binary:
+            if arr.size:
+                raw = memoryview(arr).cast("B")
+                size = raw.nbytes
+            else:  # a view of no elements cannot be cast
+                raw = b""
+                size = 0
+            if t.parameters:
+                oparams = dict(t.parameters)
+                oparams["binary_data_size"] = size
+            else:
+                oparams = {"binary_data_size": size}
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "parameters": oparams})
+            if size:
+                if buffers is None:
+                    buffers = [None, raw]
+                else:
+                    buffers.append(raw)
+        elif t.parameters:
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "parameters": t.parameters, "data": arr.reshape(-1)})
+        else:
+            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                                 "data": arr.reshape(-1)})
+    cdef dict doc = {}
+    rid = response.id or req.id
+    if rid:
+        doc["id"] = rid
+    doc["model_name"] = response.model_name
+    doc["model_version"] = str(response.model_version)
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = outputs_json
+    js = dumps(doc, option=option)
+    if buffers is None:
+        return json_headers, js
+    buffers[0] = js
+    return [(b"Content-Type", b"application/octet-stream"),
+            (b"Inference-Header-Content-Length", b"%d" % len(js))], buffers
