@@ -19,7 +19,7 @@ from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.status cimport check_status
-from pyserver.engine.types cimport InferRequest, InferTensor, RequestedOutput, new_tensor
+from pyserver.engine.types cimport new_output, new_request, new_tensor
 
 from pyserver.core.dtypes import serialize_bytes_tensor
 from pyserver.core.errors import Code, ServerError
@@ -241,35 +241,6 @@ cdef object _raw_tensor(bytes msg, string_view raw, str name, string_view dataty
     return arr
 
 
-# The core's request objects (engine/types.pyx), filled field by field.
-
-
-cdef inline InferTensor _new_tensor(str name, str datatype, list shape, object data,
-                                    dict params):
-    return new_tensor(name, datatype, shape, data, params)
-
-
-cdef RequestedOutput _new_output(str name, dict params):
-    cdef RequestedOutput o = RequestedOutput.__new__(RequestedOutput)
-    o.name = name
-    o.parameters = params if params is not None else {}
-    return o
-
-
-cdef InferRequest _new_request(str model_name, str model_version, str request_id, list inputs,
-                               list outputs, dict params, object priority, object timeout_us):
-    cdef InferRequest r = InferRequest.__new__(InferRequest)
-    r.model_name = model_name
-    r.model_version = model_version
-    r.id = request_id
-    r.inputs = inputs
-    r.outputs = outputs
-    r.parameters = params
-    r.priority = priority
-    r.timeout_us = timeout_us
-    return r
-
-
 cdef list _shape_list(vector[int64_t]& dims):
     cdef list out = []
     cdef size_t i
@@ -372,7 +343,7 @@ cdef tuple _decode(bytes msg, object contents_decoder):
         else:
             raise _bad(f"unable to find data for input tensor '{name}' for model "
                        f"'{model_name}' in request.")
-        inputs.append(_new_tensor(name, datatype, shape, data, iparams))
+        inputs.append(new_tensor(name, datatype, shape, data, iparams))
 
     cdef list outputs = []
     for i in range(view.outputs.size()):
@@ -384,8 +355,8 @@ cdef tuple _decode(bytes msg, object contents_decoder):
                 if flags is None:
                     flags = {}
                 flags["shared_memory"] = True
-        outputs.append(_new_output(_str(view.outputs[i].name), oparams))
-    return (_new_request(model_name, model_version, request_id, inputs, outputs, params,
+        outputs.append(new_output(_str(view.outputs[i].name), oparams))
+    return (new_request(model_name, model_version, request_id, inputs, outputs, params,
                          priority, timeout), flags)
 
 

@@ -17,7 +17,13 @@ to the same result.
 
 import numpy as np
 
-from pyserver.engine.types cimport InferRequest, InferTensor, RequestedOutput, new_tensor
+from pyserver.engine.types cimport (
+    InferRequest,
+    InferTensor,
+    new_output,
+    new_request,
+    new_tensor,
+)
 
 cdef object _ndarray = np.ndarray
 cdef object _array = np.array
@@ -115,7 +121,6 @@ def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
         return None
     outputs_json = d.get("outputs")
     cdef list outputs = []
-    cdef RequestedOutput out
     if outputs_json is not None:
         if type(outputs_json) is not list:
             return None
@@ -134,20 +139,8 @@ def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
             if type(name) is not str or name in seen:
                 return None
             seen.add(name)
-            out = RequestedOutput.__new__(RequestedOutput)
-            out.name = name
-            out.parameters = oparams if oparams else {}
-            outputs.append(out)
-    cdef InferRequest request = InferRequest.__new__(InferRequest)
-    request.model_name = model_name
-    request.model_version = model_version
-    request.id = request_id
-    request.inputs = inputs
-    request.outputs = outputs
-    request.parameters = params
-    request.priority = 0
-    request.timeout_us = 0
-    return request
+            outputs.append(new_output(name, oparams))
+    return new_request(model_name, model_version, request_id, inputs, outputs, params, 0, 0)
 
 
 def encode_plain(response, request, dumps, option, json_headers):
@@ -181,32 +174,48 @@ def encode_plain(response, request, dumps, option, json_headers):
         else:
             binary = default_binary
         if binary:
-            if arr.size:
-                raw = memoryview(arr).cast("B")
-                size = raw.nbytes
-            else:  # a view of no elements cannot be cast
-                raw = b""
-                size = 0
-            if t.parameters:
-                oparams = dict(t.parameters)
-                oparams["binary_data_size"] = size
-            else:
-                oparams = {"binary_data_size": size}
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "parameters": oparams})
-            if size:
-                if buffers is None:
-                    buffers = [None, raw]
-                else:
-                    buffers.append(raw)
-        elif t.parameters:
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "parameters": t.parameters, "data": arr.reshape(-1)})
+            # a view of no elements cannot be cast
+            buffers = binary_entry(outputs_json, buffers, t, datatype,
+                                   memoryview(arr).cast("B") if arr.size else b"")
         else:
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "data": arr.reshape(-1)})
+            data_entry(outputs_json, t, datatype, arr.reshape(-1))
+    return document(response, req, outputs_json, buffers, dumps, option, json_headers)
+
+
+cpdef list binary_entry(list outputs_json, list buffers, InferTensor t, datatype, raw):
+    """Adds an output sent as binary data (``raw``: its bytes) to the
+    response's output list; returns the response's buffers (the JSON first,
+    then each non-empty output's bytes), made on the first one."""
+    size = len(raw) if type(raw) is bytes else raw.nbytes
+    if t.parameters:
+        oparams = dict(t.parameters)
+        oparams["binary_data_size"] = size
+    else:
+        oparams = {"binary_data_size": size}
+    outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                         "parameters": oparams})
+    if size:
+        if buffers is None:
+            return [None, raw]
+        buffers.append(raw)
+    return buffers
+
+
+cpdef data_entry(list outputs_json, InferTensor t, datatype, data):
+    """Adds an output sent as JSON ``data`` to the response's output list."""
+    if t.parameters:
+        outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                             "parameters": t.parameters, "data": data})
+    else:
+        outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
+                             "data": data})
+
+
+cpdef tuple document(response, InferRequest request, list outputs_json, list buffers, dumps,
+                     option, json_headers):
+    """The response body and its headers around its output list."""
     cdef dict doc = {}
-    rid = response.id or req.id
+    rid = response.id or request.id
     if rid:
         doc["id"] = rid
     doc["model_name"] = response.model_name

@@ -36,3 +36,6 @@ cdef InferTensor new_tensor(object name, object datatype, list shape, object dat
                             dict parameters)
 cdef InferResponse new_response(object model_name, object model_version, object id,
                                 list outputs)
+cdef RequestedOutput new_output(object name, dict parameters)
+cdef InferRequest new_request(object model_name, object model_version, object id, list inputs,
+                              list outputs, dict parameters, object priority, object timeout_us)

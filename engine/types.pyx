@@ -102,3 +102,26 @@ cdef InferResponse new_response(object model_name, object model_version, object 
     r.outputs = outputs
     r.parameters = {}
     return r
+
+
+cdef RequestedOutput new_output(object name, dict parameters):
+    cdef RequestedOutput o = RequestedOutput.__new__(RequestedOutput)
+    o.name = name
+    o.parameters = parameters if parameters else {}
+    return o
+
+
+cdef InferRequest new_request(object model_name, object model_version, object id, list inputs,
+                              list outputs, dict parameters, object priority, object timeout_us):
+    """An InferRequest without the call: the lists and ``parameters`` are
+    taken, not copied."""
+    cdef InferRequest r = InferRequest.__new__(InferRequest)
+    r.model_name = model_name
+    r.model_version = model_version
+    r.id = id
+    r.inputs = inputs
+    r.outputs = outputs
+    r.parameters = parameters
+    r.priority = priority
+    r.timeout_us = timeout_us
+    return r

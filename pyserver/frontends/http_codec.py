@@ -20,7 +20,13 @@ import orjson
 from pyserver.core.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-from pyserver.engine.http_infer import decode_plain, encode_plain
+from pyserver.engine.http_infer import (
+    binary_entry,
+    data_entry,
+    decode_plain,
+    document,
+    encode_plain,
+)
 
 __all__ = [
     "INFER_HEADER_LENGTH",
@@ -723,41 +729,11 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
                 raw = serialize_bytes_tensor(arr)
             else:
                 raw = _raw_bytes(arr)
-            size = len(raw) if type(raw) is bytes else raw.nbytes
-            if t.parameters:
-                oparams = dict(t.parameters)
-                oparams["binary_data_size"] = size
-            else:
-                oparams = {"binary_data_size": size}
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "parameters": oparams})
-            if size:
-                if buffers is None:
-                    buffers = [None, raw]
-                else:
-                    buffers.append(raw)
-        elif t.parameters:
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "parameters": t.parameters, "data": data})
+            buffers = binary_entry(outputs_json, buffers, t, datatype, raw)
         else:
-            outputs_json.append({"name": t.name, "datatype": datatype, "shape": t.shape,
-                                 "data": data})
+            data_entry(outputs_json, t, datatype, data)
 
-    doc = {}
-    rid = response.id or request.id
-    if rid:
-        doc["id"] = rid
-    doc["model_name"] = response.model_name
-    doc["model_version"] = str(response.model_version)
-    if response.parameters:
-        doc["parameters"] = response.parameters
-    doc["outputs"] = outputs_json
-    js = _dumps(doc, option=_OPT_NUMPY)
-    if buffers is None:
-        return _JSON_HEADERS, js
-    buffers[0] = js
-    return [(b"Content-Type", b"application/octet-stream"),
-            (b"Inference-Header-Content-Length", b"%d" % len(js))], buffers
+    return document(response, request, outputs_json, buffers, _dumps, _OPT_NUMPY, _JSON_HEADERS)
 
 
 def encode_error(err: ServerError):
