@@ -98,6 +98,13 @@ cdef class RequestPath:
                 names.add(name)
         return (arrays, batch_size, 0)
 
+    cdef object _tensor(self, out, value, datatype):
+        """One requested output as sent back: as is, or (asked for
+        classification) through ModelVersion._output_tensor."""
+        if out.parameters and "classification" in out.parameters:
+            return self.output_tensor(out, value, datatype, self.batching)
+        return new_tensor(out.name, datatype, list(value.shape), value, None)
+
     def scatter(self, list requests, dict outputs, Py_ssize_t total):
         """Sets each pending request's ``response``: its rows of the outputs
         it asked for (views, no copies). The batch dimension of ``outputs``
@@ -127,10 +134,7 @@ cdef class RequestPath:
             for out in (req.outputs or self.all_outputs):
                 name = out.name
                 value = rows[name][i]
-                if out.parameters and "classification" in out.parameters:
-                    tensors.append(self.output_tensor(out, value, types[name], self.batching))
-                else:
-                    tensors.append(new_tensor(name, types[name], list(value.shape), value, None))
+                tensors.append(self._tensor(out, value, types[name]))
             p.response = new_response(self.model_name, self.version, req.id, tensors)
 
     def response(self, p, dict outputs, parameters):
@@ -152,10 +156,7 @@ cdef class RequestPath:
                 datatype = self.wire_types.get(dtype)
                 if datatype is None:
                     datatype = self.wire_types[dtype] = self.wire_of(dtype)
-            if out.parameters and "classification" in out.parameters:
-                tensors.append(self.output_tensor(out, value, datatype, self.batching))
-            else:
-                tensors.append(new_tensor(name, datatype, list(value.shape), value, None))
+            tensors.append(self._tensor(out, value, datatype))
         r = new_response(self.model_name, self.version, req.id, tensors)
         if parameters:
             r.parameters = parameters

@@ -22,12 +22,12 @@ Config: ``parameters { key: "pyserver_inline_execution" value { string_value:
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
 
 from pyserver.core.errors import Code, ServerError
+from pyserver.core.loop_instance import finish_on_loop, running_loop
 
 log = logging.getLogger("pyserver")
 
@@ -79,11 +79,10 @@ def can_inline(mv) -> bool:
 class InlineInstance:
     """Runs ``mv``'s batches on the loop while they are cheap (see module)."""
 
-    def __init__(self, mv, loop, finish):
+    def __init__(self, mv, loop):
         self.mv = mv
         self.instance = mv.instances[0]
         self.loop = loop
-        self._finish = finish  # answers a batch on the loop (loop_instance.finish_on_loop)
         self.inline = False  # True: threads parked, the loop runs every batch
         self.cheap = False  # set by an instance thread: recent batches were cheap
         self._samples = collections.deque(maxlen=SAMPLES)
@@ -134,7 +133,7 @@ class InlineInstance:
                 if batch is None:
                     return
                 outcome = mv.execute_batch(instance, batch)
-                self._finish(mv, batch, outcome)
+                finish_on_loop(mv, batch, outcome)
                 self._average_ns += (outcome[3] - outcome[0] - self._average_ns) * 0.125
                 if self._average_ns > COSTLY_NS:
                     self._move(inline=False)  # the threads take what is left
@@ -172,9 +171,5 @@ class InlineInstance:
         """No more inline batches (the scheduler is stopped first); waits for
         the one running on the loop, if called from another thread."""
         self._stopped = True
-        try:
-            on_loop = asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            on_loop = False
-        if not on_loop:
+        if running_loop() is not self.loop:
             self.idle.wait(timeout)

@@ -161,7 +161,7 @@ class LoopDrivenInstance:
         """From a thread other than the loop's: lets the batch in flight end
         (its answer arrives through the loop), then detaches."""
         loop = self.loop
-        if not loop.is_running() or _on_loop(loop):
+        if not loop.is_running() or running_loop() is loop:
             self.detach()
             return
         self.idle.wait(timeout)
@@ -220,8 +220,9 @@ def finish_on_loop(mv, batch, outcome: tuple) -> None:
         server.resolve_now(batch, 0, None)
 
 
-def _on_loop(loop) -> bool:
+def running_loop():
+    """The event loop running in this thread, or None."""
     try:
-        return asyncio.get_running_loop() is loop
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
+        return None

@@ -10,7 +10,6 @@ The request path through here:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -27,7 +26,7 @@ from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
-from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, finish_on_loop
+from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
@@ -40,14 +39,6 @@ EAGER_PARAMETER = "pyserver_batching"
 # An unloading model's queue gets this long without progress before what is
 # left in it fails.
 QUEUE_STALL_S = 1.0
-
-
-def _on_loop_thread() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 class TensorSpec:
@@ -253,16 +244,13 @@ class ModelVersion:
             # own: the event loop spinning for the answer only takes it away
             # (Python add_sub, HTTP c1: ~1.25x the throughput without the spin).
             self.low_load_spin_s = 0.0
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = running_loop()
         from pyserver.core.server import server_for  # (the server imports this module)
 
         self.server = server_for(self.completions)
         drivers = []
         if loop is not None and can_inline(self):
-            self.inline = InlineInstance(self, loop, finish_on_loop)
+            self.inline = InlineInstance(self, loop)
             drivers.append(self.inline)
         for instance in self.instances:
             if loop is not None and can_drive(self, instance):
@@ -282,7 +270,7 @@ class ModelVersion:
         what is left, lets running batches finish, joins instances."""
         if self.inline is not None:
             self.inline.release()  # the instance threads take what is queued
-        if not _on_loop_thread():
+        if running_loop() is None:
             self._drain_queue(QUEUE_STALL_S)
         self.scheduler.stop()
         for driver in self.loop_drivers:
