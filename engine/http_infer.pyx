@@ -15,6 +15,16 @@ error text. So what is done here is exactly what the Python code would do,
 to the same result.
 """
 
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.list cimport PyList_GET_ITEM
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+
 import numpy as np
 
 from pyserver.engine.types cimport (
@@ -26,6 +36,7 @@ from pyserver.engine.types cimport (
 )
 
 cdef object _ndarray = np.ndarray
+cdef object _empty = np.empty
 cdef object _array = np.array
 cdef Py_ssize_t _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
@@ -105,6 +116,10 @@ def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
             jdata = inp["data"]
             if type(jdata) is not list or count > max_input_size // itemsize:
                 return None
+            data = _filled(<list>jdata, count, shape, npdt, datatype)
+            if data is not None:
+                inputs.append(new_tensor(name, datatype, shape, data, iparams))
+                continue
             try:
                 arr = _array(jdata)
             except (ValueError, TypeError, OverflowError):
@@ -141,6 +156,78 @@ def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
             seen.add(name)
             outputs.append(new_output(name, oparams))
     return new_request(model_name, model_version, request_id, inputs, outputs, params, 0, 0)
+
+
+cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatype):
+    """A flat JSON list of plain ints and floats as the tensor, written
+    straight into a new array (np.array of the list, astype and reshape cost
+    ~3.5 µs per input; this ~0.5): the values numpy's path would give, which
+    is first an int64 array (all ints) or a float64 one (any float), then a
+    C cast to the wire type. None when the list is anything else (nested,
+    bools, big or negative-for-unsigned ints, FP16/BOOL): the caller's path
+    decides."""
+    if len(values) != count:
+        return None
+    cdef char code
+    if datatype == "FP32":
+        code = b'f'
+    elif datatype == "FP64":
+        code = b'd'
+    elif datatype == "INT32":
+        code = b'i'
+    elif datatype == "INT64":
+        code = b'l'
+    elif datatype == "UINT8":
+        code = b'B'
+    else:
+        return None
+    cdef Py_ssize_t i
+    cdef bint any_float = False
+    cdef object v
+    for i in range(count):
+        v = <object>PyList_GET_ITEM(values, i)
+        if PyFloat_CheckExact(v):
+            any_float = True
+        elif not PyLong_CheckExact(v):
+            return None
+    if any_float and code != b'f' and code != b'd':
+        return None  # a float in an integer tensor: the caller's error
+    arr = _empty(shape, npdt)
+    cdef Py_buffer view
+    PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+    cdef long long n
+    cdef double d
+    cdef int overflow
+    try:
+        for i in range(count):
+            v = <object>PyList_GET_ITEM(values, i)
+            if PyFloat_CheckExact(v):
+                d = PyFloat_AS_DOUBLE(v)
+                if code == b'f':
+                    (<float*>view.buf)[i] = <float>d
+                else:
+                    (<double*>view.buf)[i] = d
+                continue
+            n = PyLong_AsLongLongAndOverflow(v, &overflow)
+            if overflow:
+                return None  # beyond int64: numpy's path makes uint64 or objects
+            if code == b'f':
+                # numpy: ints alone are int64 cast to float32; with a float
+                # among them, float64 first
+                (<float*>view.buf)[i] = <float>(<double>n) if any_float else <float>n
+            elif code == b'd':
+                (<double*>view.buf)[i] = <double>n
+            elif code == b'i':
+                (<int*>view.buf)[i] = <int>n
+            elif code == b'l':
+                (<long long*>view.buf)[i] = n
+            else:
+                if n < 0:
+                    return None  # negative for unsigned: the caller's error
+                (<unsigned char*>view.buf)[i] = <unsigned char>n
+    finally:
+        PyBuffer_Release(&view)
+    return arr
 
 
 def encode_plain(response, request, dumps, option, json_headers):

@@ -543,6 +543,19 @@ def _json_variants():
     yield doc([t(datatype="UINT8", data=[1, -1])])
     yield doc([t(datatype="INT64", data=[1.5, 2])])
     yield doc([t(datatype="BOOL", data=[True, False])])
+    # the compiled fill of flat lists: int64-then-cast vs float64-then-cast,
+    # wrap-around of C casts, and what it leaves to numpy
+    big = (1 << 54) + (1 << 30) + 1
+    for datatype in ("FP32", "FP64", "INT32", "INT64", "UINT8", "UINT16", "FP16"):
+        yield doc([t(datatype=datatype, data=[big, 3])])
+        yield doc([t(datatype=datatype, data=[big, 0.5])])
+        yield doc([t(datatype=datatype, data=[1 << 40, -7])])
+        yield doc([t(datatype=datatype, data=[300, 2])])
+        yield doc([t(datatype=datatype, data=[(1 << 63) + 5, 1])])
+        yield doc([t(datatype=datatype, data=[1e300, -1e-300])])
+        yield doc([t(datatype=datatype, data=[True, 1])])
+        yield doc([t(datatype=datatype, data=[1, None])])
+        yield doc([t(datatype=datatype, data=[1, 2, 3])])
     yield doc([t(datatype="BOOL", data=[1, 0])])
     yield doc([t(datatype="FP64", shape=(2, 2), data=[[1, 2], [3, 4]])])
     yield doc([t(shape=(2, 2), data=[[1, 2], [3]])])
