@@ -93,8 +93,10 @@ class InlineInstance:
         self._stopped = False
         self.moves = 0  # between the loop and the threads, either way
         self._spin_s = mv.low_load_spin_s
-        self.idle = threading.Event()  # no batch running on the loop (stop waits)
-        self.idle.set()
+        # held while batches run on the loop (stop waits for it); a lock
+        # rather than an Event: taking and releasing one costs ~0.1 µs, an
+        # Event's set and clear ~2 µs, per drain
+        self._running = threading.Lock()
 
     # -- instance threads -------------------------------------------------------
 
@@ -126,7 +128,8 @@ class InlineInstance:
         mv = self.mv
         scheduler = mv.scheduler
         instance = self.instance
-        self.idle.clear()
+        running = self._running
+        running.acquire()
         try:
             while True:
                 batch = scheduler.try_next_batch()
@@ -139,7 +142,7 @@ class InlineInstance:
                     self._move(inline=False)  # the threads take what is left
                     return
         finally:
-            self.idle.set()
+            running.release()
 
     def _move(self, inline: bool) -> None:
         mv = self.mv
@@ -171,5 +174,5 @@ class InlineInstance:
         """No more inline batches (the scheduler is stopped first); waits for
         the one running on the loop, if called from another thread."""
         self._stopped = True
-        if running_loop() is not self.loop:
-            self.idle.wait(timeout)
+        if running_loop() is not self.loop and self._running.acquire(timeout=timeout):
+            self._running.release()

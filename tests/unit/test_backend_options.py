@@ -187,3 +187,30 @@ def test_auto_kind_prefers_a_usable_gpu():
     assert [g.kind for g in empty.instance_group] == [1]
     normalized = normalize(empty, "m")
     assert instance_placement(normalized, "m_0_0") == ("KIND_GPU", 0)
+
+
+def test_cpu_session_runs_natively_with_the_wrappers_errors(tmp_path):
+    """A CPU-only session is run through the pybind session directly (the
+    Python wrapper's checks cost ~4 µs a call); its outputs are the
+    wrapper's, and a failure reads as the wrapper's own error."""
+    import numpy as np
+
+    from pyserver.backends.onnxruntime import OnnxRuntimeBackend
+    from pyserver.core.config import load_config_file
+    from pyserver.testing import write_add_sub
+
+    folder = write_add_sub(tmp_path)
+    cfg = normalize(load_config_file(folder / "config.pbtxt"), "add_sub")
+    backend = OnnxRuntimeBackend(str(folder / "1" / "model.onnx"), cfg, "add_sub_0", "cpu", 1)
+    assert backend._native_run is not None
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.ones((2, 16), np.float32)
+    out = backend.execute({"INPUT0": a, "INPUT1": b})
+    expected = backend.session.run(backend.output_names, {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(out["OUTPUT0"], expected[0])
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+    with pytest.raises(ValueError) as native_error:
+        backend.execute({"INPUT0": a})
+    with pytest.raises(ValueError) as wrapper_error:
+        backend.session.run(backend.output_names, {"INPUT0": a})
+    assert str(native_error.value) == str(wrapper_error.value)
