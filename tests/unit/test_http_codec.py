@@ -588,6 +588,7 @@ def _json_variants():
     yield [1, 2]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 @pytest.mark.parametrize("document", list(_json_variants()), ids=str)
 def test_compiled_json_path_decodes_as_python_does(document):
     fast, python_only = _decode_both(json.dumps(document).encode())
