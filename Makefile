@@ -7,14 +7,18 @@ CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 XXHASH_HEADER := /usr/include/xxhash.h
+# llhttp's C sources (the HTTP/1.1 parser) from Debian's node-llhttp,
+# unpacked into build/ (installing the package would pull in Node.js).
+LLHTTP_DIR := build/llhttp
+LLHTTP_SOURCE := $(LLHTTP_DIR)/usr/share/llhttp/llhttp.c
 # perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
 LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
 .PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize sanitize-python bench clean system-deps
 
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
-# frontend's HTTP/2, xxHash for the response cache, libb64 for perf_analyzer
-# (each installed when missing).
+# frontend's HTTP/2, llhttp for the HTTP frontend's HTTP/1.1, xxHash for the
+# response cache, libb64 for perf_analyzer (each installed when missing).
 system-deps:
 	@if [ ! -f $(GTEST_HEADER) ]; then \
 	  echo "installing libgtest-dev"; \
@@ -30,6 +34,13 @@ system-deps:
 	  echo "installing libb64-0d"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libb64-0d >/dev/null; \
+	fi
+	@if [ ! -f $(LLHTTP_SOURCE) ]; then \
+	  echo "unpacking node-llhttp (llhttp's C sources) into $(LLHTTP_DIR)"; \
+	  rm -rf $(LLHTTP_DIR) && mkdir -p $(LLHTTP_DIR) && \
+	  (cd $(LLHTTP_DIR) && (apt-get download node-llhttp >/dev/null 2>&1 || \
+	    { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; $$SUDO apt-get update -qq && apt-get download node-llhttp >/dev/null; }) && \
+	   dpkg -x node-llhttp_*.deb . && rm -f node-llhttp_*.deb); \
 	fi
 	@if [ ! -f $(XXHASH_HEADER) ]; then \
 	  echo "installing libxxhash-dev"; \

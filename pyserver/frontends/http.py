@@ -1,7 +1,8 @@
-"""HTTP/1.1 KServe v2 frontend: asyncio.Protocol + httptools + orjson.
+"""HTTP/1.1 KServe v2 frontend: asyncio.Protocol + llhttp + orjson.
 
 No framework and no per-request Task: each connection is one
-``asyncio.Protocol`` feeding an ``httptools.HttpRequestParser``; an infer
+``asyncio.Protocol`` feeding a RequestParser (engine/http1.pyx: llhttp with
+its callbacks in C, one call back per request); an infer
 request is handed to ``server.submit()`` and answered from the returned
 future's done-callback. Keep-alive and pipelining are supported: responses are
 written in request order even when a later request finishes first.
@@ -37,11 +38,11 @@ import inspect
 import zlib
 from urllib.parse import unquote
 
-import httptools
 import orjson
 
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
+from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,
     decode_infer_request,
@@ -281,31 +282,21 @@ class _StreamSlot(_Slot):
 
 class _HttpConnection(asyncio.Protocol):
     __slots__ = (
-        "_frontend", "_server", "_transport", "_parser", "_url", "_headers", "_body",
-        "_method", "_keep_alive", "_http10", "_pending", "_closing", "_write_paused",
-        "_read_paused", "_in_head", "_head_size", "_head_raw", "_body_size", "_eof",
-        "last_active",
+        "_frontend", "_server", "_transport", "_parser", "_http10", "_pending", "_closing",
+        "_write_paused", "_read_paused", "_eof", "last_active",
     )
 
     def __init__(self, frontend: "HttpFrontend"):
         self._frontend = frontend
         self._server = frontend._server
         self._transport = None
-        self._parser = httptools.HttpRequestParser(self)
-        self._url = b""
-        self._headers = {}
-        self._body = []
-        self._method = _GET
-        self._keep_alive = True
+        self._parser = RequestParser(self, frontend.max_header_size, frontend.max_body_size,
+                                     _Reject)
         self._http10 = False
         self._pending = collections.deque()
         self._closing = False
         self._write_paused = False
         self._read_paused = False
-        self._in_head = False
-        self._head_size = 0
-        self._head_raw = 0
-        self._body_size = 0
         self._eof = False
         self.last_active = 0.0
 
@@ -321,8 +312,6 @@ class _HttpConnection(asyncio.Protocol):
         self._transport = None
         self._closing = True
         self._pending.clear()
-        self._body = []
-        self._headers = {}
         self._frontend._connections.discard(self)
 
     def eof_received(self):
@@ -360,17 +349,9 @@ class _HttpConnection(asyncio.Protocol):
         frontend = self._frontend
         if frontend.idle_timeout:
             self.last_active = frontend._loop_time()
-        in_head = self._in_head
         try:
-            self._parser.feed_data(data)
-            if in_head and self._in_head:
-                # the whole chunk was still request head (an endless header line
-                # never reaches on_header): bound it here
-                self._head_raw += len(data)
-                if self._head_raw > frontend.max_header_size:
-                    raise _Reject(431, "request header fields exceed the maximum allowed size "
-                                       f"of {frontend.max_header_size} bytes")
-        except httptools.HttpParserUpgrade:
+            self._parser.feed(data)
+        except Upgrade:
             # Upgrade (h2c, websocket) / CONNECT: we speak only HTTP/1.1. The
             # request itself was answered normally; finish queued responses,
             # then close.
@@ -379,12 +360,10 @@ class _HttpConnection(asyncio.Protocol):
                 self._pending[-1].close = True
             elif self._transport is not None:
                 self._transport.close()
-        except (httptools.HttpParserError, _Reject) as e:
-            reject = e if isinstance(e, _Reject) else e.__context__
+        except (ParseError, _Reject) as e:
             self._closing = True
-            self._body = []
-            if isinstance(reject, _Reject):
-                status, body = reject.status, encode_json({"error": reject.message})
+            if isinstance(e, _Reject):
+                status, body = e.status, encode_json({"error": e.message})
             else:
                 status, body = 400, encode_json({"error": f"malformed HTTP request: {e}"})
             self._emit(self._build(status, _JSON_HEADERS, body, False, False), True)
@@ -397,79 +376,22 @@ class _HttpConnection(asyncio.Protocol):
         if t is not None:
             t.close()
 
-    # ------------------------------------------------------------ parser callbacks
+    # ------------------------------------------------------------ from the parser
 
-    def on_message_begin(self):
-        self._url = b""
-        self._headers = {}
-        self._body = []
-        self._in_head = True
-        self._head_size = 0
-        self._head_raw = 0
-        self._body_size = 0
-
-    def on_url(self, url: bytes):
-        self._url += url
-        self._head_size += len(url)
-        if self._head_size > self._frontend.max_header_size:
-            raise _Reject(431, "request header fields exceed the maximum allowed size of "
-                               f"{self._frontend.max_header_size} bytes")
-
-    def on_header(self, name: bytes, value: bytes):
-        self._head_size += len(name) + len(value) + 4
-        if self._head_size > self._frontend.max_header_size:
-            raise _Reject(431, "request header fields exceed the maximum allowed size of "
-                               f"{self._frontend.max_header_size} bytes")
-        self._headers[name.lower()] = value
-
-    def on_headers_complete(self):
-        self._in_head = False
-        p = self._parser
-        self._method = p.get_method().decode("latin-1")
-        self._keep_alive = p.should_keep_alive()
-        self._http10 = p.get_http_version() == "1.0"
-        headers = self._headers
-        length = headers.get(b"content-length")
-        if length is not None:
-            self._check_content_length(length)
-        expect = headers.get(b"expect")
-        if (expect is not None and expect.lower() == b"100-continue" and not self._pending
-                and self._transport is not None and not self._closing):
+    def on_continue(self):
+        """The request waits for "100 Continue" before sending its body."""
+        if not self._pending and self._transport is not None and not self._closing:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def _check_content_length(self, value: bytes):
-        try:
-            n = int(value)
-        except ValueError:
-            return  # the parser rejects it
-        if n > _INT32_MAX:
-            raise _Reject(400, "Unable to parse Content-Length, value is out of range "
-                               f"[ {-_INT32_MAX - 1}, {_INT32_MAX} ], got: "
-                               + value.decode("latin-1"))
-        limit = self._frontend.max_body_size
-        if n > limit:
-            raise _Reject(413, f"request body of {n} bytes exceeds the maximum allowed size of "
-                               f"{limit} bytes")
-
-    def on_body(self, body: bytes):
-        self._body_size += len(body)
-        if self._body_size > self._frontend.max_body_size:  # chunked bodies
-            raise _Reject(413, f"request body exceeds the maximum allowed size of "
-                               f"{self._frontend.max_body_size} bytes")
-        self._body.append(body)
-
-    def on_message_complete(self):
+    def on_request(self, method: str, url: bytes, headers: dict, body: bytes,
+                   keep_alive: bool, http10: bool):
         if self._closing:
             return  # after "Connection: close" or an error: ignore pipelined leftovers
-        chunks = self._body
-        self._body = []
-        self._body_size = 0
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        keep_alive = self._keep_alive
+        self._http10 = http10
         if not keep_alive:
             self._closing = True
         try:
-            self._dispatch(self._method, self._url, self._headers, body, keep_alive)
+            self._dispatch(method, url, headers, body, keep_alive)
         except Exception as e:  # never drop the connection on a bug
             self._respond_exception(e, keep_alive)
 

@@ -1,0 +1,37 @@
+# HTTP/1.1 request parsing over llhttp (Debian's node-llhttp sources).
+from libc.stdint cimport uint8_t
+from libcpp.string cimport string
+
+
+cdef extern from "llhttp.h" nogil:
+    ctypedef struct llhttp_t:
+        uint8_t method
+        uint8_t http_major
+        uint8_t http_minor
+        uint8_t upgrade
+        void* data
+
+
+cdef class RequestParser:
+    cdef llhttp_t parser
+    cdef object protocol              # on_request(...), on_continue()
+    cdef object reject                # reject(status, message) -> the exception to raise
+    cdef Py_ssize_t max_header_size
+    cdef Py_ssize_t max_body_size
+    cdef object error                 # raised in a callback, re-raised by feed
+    # the request being parsed
+    cdef string url
+    cdef string field
+    cdef string value
+    cdef dict headers
+    cdef list body
+    cdef str method
+    cdef bint keep_alive
+    cdef bint http10
+    cdef bint in_head
+    cdef Py_ssize_t head_size
+    cdef Py_ssize_t head_raw
+    cdef Py_ssize_t body_size
+
+    cdef int fail_head(self) noexcept
+    cdef int check_length(self, bytes value) except -1
