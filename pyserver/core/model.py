@@ -29,7 +29,15 @@ from pyserver.core.inline_instance import InlineInstance, can_inline, inline_set
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-from pyserver.engine import Batch, CompletionQueue, ModelStats, Scheduler, gather, now_ns
+from pyserver.engine import (
+    Batch,
+    CompletionQueue,
+    ModelStats,
+    Scheduler,
+    gather,
+    gather_batch,
+    now_ns,
+)
 from pyserver.engine.request_path import RequestPath
 
 log = logging.getLogger("pyserver")
@@ -486,6 +494,9 @@ class ModelVersion:
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if len(requests) == 1:
             return requests[0].arrays  # a batch of one is zero-copy
+        batched = gather_batch(requests)  # the common case, in C
+        if batched is not None:
+            return batched
         total = sum(p.batch_size for p in requests)
         batched = {}
         for name in requests[0].arrays:

@@ -19,7 +19,8 @@ if _os.environ.get("PYSERVER_ENGINE_DIR"):
 from pyserver.engine.batcher import Batch, Scheduler
 from pyserver.engine.clock import now_ns
 from pyserver.engine.completion import CompletionQueue
-from pyserver.engine.memory import gather
+from pyserver.engine.memory import gather, gather_batch
 from pyserver.engine.stats import FAILURE_REASONS, ModelStats
 
-__all__ = ["Batch", "CompletionQueue", "FAILURE_REASONS", "ModelStats", "Scheduler", "gather", "now_ns"]
+__all__ = ["Batch", "CompletionQueue", "FAILURE_REASONS", "ModelStats", "Scheduler", "gather",
+           "gather_batch", "now_ns"]

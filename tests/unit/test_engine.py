@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pyserver.core.errors import Code, ServerError
-from pyserver.engine import CompletionQueue, ModelStats, Scheduler, gather, now_ns
+from pyserver.engine import CompletionQueue, ModelStats, Scheduler, gather, gather_batch, now_ns
 
 
 class Item:
@@ -220,6 +220,39 @@ def test_pass_through_scheduler():
     b = sched.next_batch()
     assert [x.n for x in b.requests] == [1] and b.batch_size == 4
     assert stats.snapshot()["pending_count"] == 1
+
+
+class _Pending:
+    def __init__(self, arrays, batch_size):
+        self.arrays = arrays
+        self.batch_size = batch_size
+
+
+def test_gather_batch_is_each_input_concatenated():
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float16, np.int8, np.uint64, np.bool_):
+        rows = [1, 3, 2]
+        requests = [_Pending({"A": rng.integers(0, 2, (r, 4, 2)).astype(dtype),
+                              "B": rng.integers(0, 9, (r,)).astype(dtype)}, r) for r in rows]
+        batched = gather_batch(requests)
+        assert list(batched) == ["A", "B"]
+        for name in ("A", "B"):
+            expected = np.concatenate([p.arrays[name] for p in requests])
+            assert batched[name].dtype == expected.dtype
+            np.testing.assert_array_equal(batched[name], expected)
+    big = [_Pending({"X": np.full((1, 40000), i, np.float32)}, 1) for i in range(3)]  # copied
+    np.testing.assert_array_equal(gather_batch(big)["X"][:, 0], [0, 1, 2])  # without the GIL
+
+
+def test_gather_batch_leaves_objects_and_strided_sources_to_the_caller():
+    objects = [_Pending({"S": np.array([b"x"], dtype=object)}, 1) for _ in range(2)]
+    assert gather_batch(objects) is None
+    strided = np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]
+    assert gather_batch([_Pending({"A": strided}, 2), _Pending({"A": strided}, 2)]) is None
+    with pytest.raises(ValueError):  # rows that do not fit the first one's shape
+        gather_batch([_Pending({"A": np.ones((1, 2))}, 1), _Pending({"A": np.ones((1, 5))}, 1)])
+    with pytest.raises(KeyError):  # a batch's requests share their inputs
+        gather_batch([_Pending({"A": np.ones(1)}, 1), _Pending({"B": np.ones(1)}, 1)])
 
 
 def test_gather_copies_back_to_back():
