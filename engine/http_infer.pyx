@@ -230,6 +230,79 @@ cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatyp
     return arr
 
 
+def decode_common(loads, dict wire_to_numpy, dict json_kinds, model_name, model_version,
+                  dict headers, body, Py_ssize_t max_input_size):
+    """http_codec.decode_infer_request for an uncompressed request whose
+    Inference-Header-Content-Length is absent or plain digits within the
+    body, its JSON header parsed by ``loads`` and then decode_plain's case;
+    else None (the caller's decoder then says what is wrong, or handles it)."""
+    cdef Py_ssize_t total = len(body), hlen
+    hval = headers.get(b"inference-header-content-length")
+    if hval is None:
+        hlen = total
+        src = body
+    else:
+        if not hval.isdigit() or len(hval) > 10:
+            return None
+        hlen = int(hval)
+        if hlen > total:
+            return None
+        src = body if hlen == total else memoryview(body)[:hlen]
+    if hlen == 0 or hlen > max_input_size:
+        return None
+    try:
+        doc = loads(src)
+    except ValueError:
+        return None
+    return decode_plain(model_name, model_version, doc, body, hlen, max_input_size,
+                        wire_to_numpy, json_kinds)
+
+
+cpdef list http_message(bytes status_line, headers, body, bint keep_alive, bint http10):
+    """A response as written: the status line, ``headers`` ((name, value)
+    byte pairs), Content-Length, Connection when it is not the default,
+    then ``body`` (bytes, or a list of buffers). One bytes object when the
+    body is bytes under 64 KiB."""
+    cdef Py_ssize_t length = 0
+    cdef list parts
+    if type(body) is list:
+        for b in <list>body:
+            length += len(b)
+    else:
+        length = len(body)
+    if headers:
+        parts = [status_line]
+        for k, v in headers:
+            parts.append(k)
+            parts.append(b": ")
+            parts.append(v)
+            parts.append(b"\r\n")
+        parts.append(b"Content-Length: %d\r\n" % length)
+    else:
+        parts = [status_line, b"Content-Length: %d\r\n" % length]
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    elif http10:
+        parts.append(b"Connection: keep-alive\r\n")
+    parts.append(b"\r\n")
+    if type(body) is list:
+        return [b"".join(parts), *(<list>body)]
+    if length < 65536:
+        parts.append(body)
+        return [b"".join(parts)]
+    return [b"".join(parts), body]
+
+
+def respond_plain(dumps, option, json_headers, response, request, bint keep_alive,
+                  bint http10):
+    """The whole 200 answer (http_message) to an infer request in
+    encode_plain's case, else None."""
+    encoded = encode_plain(response, request, dumps, option, json_headers)
+    if encoded is None:
+        return None
+    return http_message(b"HTTP/1.1 200 OK\r\n", encoded[0], encoded[1], keep_alive, http10)
+
+
 def encode_plain(response, request, dumps, option, json_headers):
     """``(headers, body)`` as http_codec.encode_infer_response makes them,
     for a response whose outputs are all numeric arrays (not BYTES or BF16)

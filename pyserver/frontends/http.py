@@ -43,13 +43,16 @@ import orjson
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
 from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
+from pyserver.engine.http_infer import http_message
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,
+    decode_common_request,
     decode_infer_request,
     encode_error,
     encode_infer_response,
     encode_json,
     release_shm,
+    respond_common,
 )
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
 
@@ -82,7 +85,6 @@ _JSON_CT = (b"Content-Type", b"application/json")
 _JSON_HEADERS = [_JSON_CT]
 _NO_HEADERS: list = []
 _CONN_CLOSE = b"Connection: close\r\n"
-_CONN_KEEP = b"Connection: keep-alive\r\n"
 
 _NOT_FOUND = b'{"error":"Not Found"}'
 _NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
@@ -398,28 +400,7 @@ class _HttpConnection(asyncio.Protocol):
     # ------------------------------------------------------------ responses
 
     def _build(self, status: int, headers, body, keep_alive: bool, http10: bool) -> list:
-        if type(body) is list:
-            length = 0
-            for b in body:
-                length += len(b)
-        else:
-            length = len(body)
-        if headers:
-            hdrs = b"".join([k + b": " + v + b"\r\n" for k, v in headers])
-        else:
-            hdrs = b""
-        if not keep_alive:
-            conn = _CONN_CLOSE
-        elif http10:
-            conn = _CONN_KEEP
-        else:
-            conn = b""
-        head = b"%s%sContent-Length: %d\r\n%s\r\n" % (_status_line(status), hdrs, length, conn)
-        if type(body) is list:
-            return [head, *body]
-        if length < 65536:
-            return [head + body]
-        return [head, body]
+        return http_message(_status_line(status), headers, body, keep_alive, http10)
 
     def _emit(self, data: list, close: bool):
         """Queue (or write, when nothing is ahead of it) a ready response."""
@@ -845,12 +826,16 @@ class _HttpConnection(asyncio.Protocol):
         request = None
         try:
             enc = headers.get(b"content-encoding")
-            if enc is not None:
+            if enc is None:
+                request = decode_common_request(model, version, headers, body,
+                                                frontend.max_input_size)
+            else:
                 body = _decompress(enc, body, frontend.max_input_size)
-            request = decode_infer_request(
-                model, version, lambda k: headers.get(k.encode()), body,
-                frontend.max_input_size, frontend.shared_memory,
-                lambda: server.model_config(model, version))
+            if request is None:
+                request = decode_infer_request(
+                    model, version, lambda k: headers.get(k.encode()), body,
+                    frontend.max_input_size, frontend.shared_memory,
+                    lambda: server.model_config(model, version))
             fut = server.submit(request)
         except Exception as e:
             if request is not None:
@@ -937,11 +922,16 @@ class _HttpConnection(asyncio.Protocol):
             exc = fut.exception()
             if exc is not None:
                 raise exc
-            headers, body = encode_infer_response(fut.result(), request)
-            if encoding is not None:
-                body = _compress(encoding, body)
-                headers = [*headers, (b"Content-Encoding", encoding.encode())]
-            slot.data = self._build(200, headers, body, keep_alive, http10)
+            response = fut.result()
+            data = None if encoding is not None else \
+                respond_common(response, request, keep_alive, http10)
+            if data is None:
+                headers, body = encode_infer_response(response, request)
+                if encoding is not None:
+                    body = _compress(encoding, body)
+                    headers = [*headers, (b"Content-Encoding", encoding.encode())]
+                data = self._build(200, headers, body, keep_alive, http10)
+            slot.data = data
         except Exception as e:
             slot.data = self._error_data(e, keep_alive, http10)
         finally:

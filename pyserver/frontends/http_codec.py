@@ -12,6 +12,7 @@ clients or tests match on them; every decode error is INVALID_ARG (HTTP 400).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -23,16 +24,20 @@ from pyserver.core.types import InferRequest, InferResponse, InferTensor, Reques
 from pyserver.engine.http_infer import (
     binary_entry,
     data_entry,
+    decode_common,
     decode_plain,
     document,
     encode_plain,
+    respond_plain,
 )
 
 __all__ = [
     "INFER_HEADER_LENGTH",
     "DEFAULT_MAX_INPUT_SIZE",
+    "decode_common_request",
     "decode_infer_request",
     "encode_infer_response",
+    "respond_common",
     "ShmInferRequest",
     "release_shm",
     "encode_error",
@@ -77,6 +82,16 @@ _JSON_KINDS = {
 }
 
 _JSON_HEADERS = [(b"Content-Type", b"application/json")]
+
+# The common case of a whole infer exchange, one C call each way
+# (engine/http_infer.pyx): ``decode_common_request(model_name, model_version,
+# headers, body, max_input_size)`` is decode_infer_request's result for an
+# uncompressed request with lower-case byte header names, or None (then
+# decode_infer_request decides); ``respond_common(response, request,
+# keep_alive, http10)`` is the whole 200 answer as written, or None (then
+# encode_infer_response and the frontend's framing).
+decode_common_request = functools.partial(decode_common, _loads, WIRE_TO_NUMPY, _JSON_KINDS)
+respond_common = functools.partial(respond_plain, _dumps, _OPT_NUMPY, _JSON_HEADERS)
 _REQ_BOOL_PARAMS = ("sequence_start", "sequence_end", "binary_data_output")
 
 

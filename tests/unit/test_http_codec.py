@@ -680,3 +680,66 @@ def test_compiled_encoding_matches_python(case):
     taken = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
                                codec._JSON_HEADERS) is not None
     assert taken == (case not in (4, 5, 6))
+    # the whole answer in one call: the framing the frontend would add
+    from pyserver.engine.http_infer import http_message
+
+    for keep_alive, http10 in ((True, False), (False, False), (True, True)):
+        whole = codec.respond_common(response, request, keep_alive, http10)
+        assert (whole is not None) == taken
+        if whole is not None:
+            headers, body = codec.encode_infer_response(response, request)
+            framed = http_message(b"HTTP/1.1 200 OK\r\n", headers, body, keep_alive, http10)
+            assert b"".join(bytes(p) for p in whole) == b"".join(bytes(p) for p in framed)
+
+
+def _common_or_python(body: bytes, headers: dict):
+    """decode_common_request's answer (None: not its case) and the Python
+    decoder's, for the same request."""
+    import pyserver.frontends.http_codec as codec
+
+    common = codec.decode_common_request("m", "", headers, body, 1 << 26)
+    try:
+        python = codec.decode_infer_request("m", "", lambda k: headers.get(k.encode()), body)
+    except ServerError as e:
+        python = e
+    return common, python
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("document", list(_json_variants()), ids=str)
+def test_common_request_decodes_as_python_does_or_declines(document):
+    common, python = _common_or_python(json.dumps(document).encode(), {})
+    if common is not None:
+        assert not isinstance(python, ServerError) and _same(common, python)
+
+
+@pytest.mark.parametrize("hval", [None, b"%d", b" %d", b"+%d", b"%d0", b"0", b"-1", b"x",
+                                  b"99999999999999999999"])
+def test_common_request_header_length_cases(hval):
+    a = np.arange(2, dtype=np.float32)
+    header = json.dumps({"inputs": [{"name": "A", "datatype": "FP32", "shape": [2],
+                                     "parameters": {"binary_data_size": 8}}]}).encode()
+    body = header + a.tobytes()
+    headers = {}
+    if hval is not None:
+        headers[b"inference-header-content-length"] = hval % len(header) if b"%d" in hval else hval
+    common, python = _common_or_python(body, headers)
+    if common is not None:
+        assert not isinstance(python, ServerError) and _same(common, python)
+    if hval in (b"%d",):
+        assert common is not None  # the plain case is taken
+
+
+def test_frontend_message_framing():
+    from pyserver.engine.http_infer import http_message
+
+    assert http_message(b"HTTP/1.1 404 Not Found\r\n", [(b"A", b"1")], b"{}", True, False) == \
+        [b"HTTP/1.1 404 Not Found\r\nA: 1\r\nContent-Length: 2\r\n\r\n{}"]
+    assert http_message(b"HTTP/1.1 200 OK\r\n", [], b"", False, False) == \
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"]
+    assert http_message(b"HTTP/1.1 200 OK\r\n", None, [b"ab", memoryview(b"cde")], True, True) \
+        == [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n", b"ab",
+            memoryview(b"cde")]
+    big = b"x" * 70000
+    head, body = http_message(b"HTTP/1.1 200 OK\r\n", [], big, True, False)
+    assert body is big and head.endswith(b"Content-Length: 70000\r\n\r\n")
