@@ -32,6 +32,16 @@ cdef class InferResponse:
     cdef public object parameters
 
 
+cdef class PendingRequest:
+    cdef public object request
+    cdef public object future
+    cdef public object arrays
+    cdef public object batch_size
+    cdef public object response
+    cdef public object id
+    cdef public object trace
+
+
 cdef InferTensor new_tensor(object name, object datatype, list shape, object data,
                             dict parameters)
 cdef InferResponse new_response(object model_name, object model_version, object id,

@@ -81,6 +81,22 @@ cdef class InferResponse:
         return f"InferResponse({self.model_name!r}, {self.model_version!r}, id={self.id!r})"
 
 
+cdef class PendingRequest:
+    """A request in flight: what the engine carries through its queue (as an
+    opaque token) and hands back in a Batch; ``response`` is set when its
+    batch has run, ``id`` is its queue token, ``trace`` its trace record
+    while it is traced."""
+
+    def __init__(self, request, future, arrays, batch_size):
+        self.request = request
+        self.future = future
+        self.arrays = arrays
+        self.batch_size = batch_size
+        self.response = None
+        self.id = 0
+        self.trace = None
+
+
 cdef InferTensor new_tensor(object name, object datatype, list shape, object data,
                             dict parameters):
     """An InferTensor without the call: ``shape`` is taken, not copied."""

@@ -28,7 +28,13 @@ from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
 from pyserver.core.sequence import SequenceControls
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.core.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    PendingRequest,
+    RequestedOutput,
+)
 from pyserver.engine import (
     Batch,
     CompletionQueue,
@@ -86,22 +92,6 @@ def _rid(request) -> str:
 
 def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
-
-
-class PendingRequest:
-    """A request in flight: what the engine carries through its queue (as an
-    opaque token) and hands back in a Batch."""
-
-    __slots__ = ("request", "future", "arrays", "batch_size", "response", "id", "trace")
-
-    def __init__(self, request: InferRequest, future, arrays: dict, batch_size: int):
-        self.request = request
-        self.future = future
-        self.arrays = arrays
-        self.batch_size = batch_size
-        self.response = None
-        self.id = 0
-        self.trace = None  # a trace record while the request is traced
 
 
 class ModelInstance:

@@ -1,5 +1,6 @@
 """Protocol-neutral request and response objects shared by every frontend:
-``InferRequest``, ``InferTensor``, ``RequestedOutput``, ``InferResponse``.
+``InferRequest``, ``InferTensor``, ``RequestedOutput``, ``InferResponse``, and
+the server's ``PendingRequest`` (a request in flight).
 
 A frontend decodes its wire format into an ``InferRequest`` (tensors as numpy
 arrays, views over the received bytes where possible), awaits
@@ -8,6 +9,12 @@ classes are built in the engine (engine/types.pyx), where they are cheaper
 to make.
 """
 
-from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.engine.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    PendingRequest,
+    RequestedOutput,
+)
 
-__all__ = ["InferRequest", "InferResponse", "InferTensor", "RequestedOutput"]
+__all__ = ["InferRequest", "InferResponse", "InferTensor", "PendingRequest", "RequestedOutput"]
