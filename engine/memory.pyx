@@ -18,11 +18,14 @@ from libcpp.vector cimport vector
 from pyserver.engine.status cimport Status, check_status
 
 
-def gather(list sources, out):
-    """Copies each buffer in ``sources`` back to back into ``out`` (a
-    writable C-contiguous buffer, e.g. a numpy array) with the GIL released.
-    Returns the number of bytes written. A source that is not C-contiguous
-    raises BufferError (the caller makes it so and calls again)."""
+cdef size_t _NOGIL_BYTES = 64 << 10  # smaller copies cost less than a GIL hand-off
+cdef object _empty = None
+
+
+cdef size_t _copy_into(list sources, out, size_t nogil_from) except? 0:
+    """Copies each buffer in ``sources`` back to back into ``out``; the GIL
+    is released for copies of ``nogil_from`` bytes and more. A source that
+    is not C-contiguous raises BufferError."""
     cdef Py_buffer dst
     cdef vector[Py_buffer] bufs
     cdef vector[const void*] ptrs
@@ -44,8 +47,11 @@ def gather(list sources, out):
             total += <size_t>b.len
         if total > <size_t>dst.len:
             raise ValueError(f"gather needs {total} bytes, destination has {dst.len}")
-        # Safe without the GIL: every buffer is pinned by its Py_buffer export.
-        with nogil:
+        if total >= nogil_from:
+            # Safe without the GIL: every buffer is pinned by its Py_buffer export.
+            with nogil:
+                written = GatherCopy(ptrs.data(), sizes.data(), <size_t>n, dst.buf)
+        else:
             written = GatherCopy(ptrs.data(), sizes.data(), <size_t>n, dst.buf)
         return written
     finally:
@@ -54,8 +60,12 @@ def gather(list sources, out):
         PyBuffer_Release(&dst)
 
 
-cdef size_t _NOGIL_BYTES = 64 << 10  # smaller copies cost less than a GIL hand-off
-cdef object _empty = None
+def gather(list sources, out):
+    """Copies each buffer in ``sources`` back to back into ``out`` (a
+    writable C-contiguous buffer, e.g. a numpy array) with the GIL released.
+    Returns the number of bytes written. A source that is not C-contiguous
+    raises BufferError (the caller makes it so and calls again)."""
+    return _copy_into(sources, out, 0)
 
 
 def gather_batch(list requests):
@@ -63,58 +73,27 @@ def gather_batch(list requests):
     numpy arrays by input name, all with the same names, and
     ``batch_size``): each input's arrays back to back in one new array, its
     first dimension the batch. The same result as gathering each input in
-    Python (np.empty, then gather), without the per-request Python steps.
-    None when an input holds Python objects (BYTES) or a source is not
-    row-major: the caller's path handles those."""
+    Python (np.empty, then gather), without the per-request Python steps;
+    the GIL is released only for copies of 64 KiB and more. None when an
+    input holds Python objects (BYTES) or a source is not row-major: the
+    caller's path handles those."""
     global _empty
-    cdef Py_ssize_t n = len(requests), i, j
     cdef Py_ssize_t total = 0
-    cdef Py_buffer dst
-    cdef vector[Py_buffer] bufs
-    cdef vector[const void*] ptrs
-    cdef vector[size_t] sizes
-    cdef Py_buffer b
-    cdef size_t bytes_in
     cdef dict batched = {}
     if _empty is None:
         import numpy
         _empty = numpy.empty
-    for i in range(n):
-        total += requests[i].batch_size
-    first = <dict>requests[0].arrays
-    for name, value in first.items():
+    for r in requests:
+        total += r.batch_size
+    for name, value in (<dict>requests[0].arrays).items():
         dtype = value.dtype
         if dtype.hasobject:
             return None
         out = _empty((total,) + value.shape[1:], dtype)
-        PyObject_GetBuffer(out, &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
-        bufs.clear()
-        ptrs.clear()
-        sizes.clear()
-        bytes_in = 0
         try:
-            for j in range(n):
-                part = (<dict>requests[j].arrays)[name]
-                try:
-                    PyObject_GetBuffer(part, &b, PyBUF_C_CONTIGUOUS)
-                except (ValueError, BufferError):
-                    return None  # not row-major: the caller copies it first
-                bufs.push_back(b)
-                ptrs.push_back(b.buf)
-                sizes.push_back(<size_t>b.len)
-                bytes_in += <size_t>b.len
-            if bytes_in > <size_t>dst.len:
-                raise ValueError(f"gather needs {bytes_in} bytes, destination has {dst.len}")
-            if bytes_in >= _NOGIL_BYTES:
-                # Safe without the GIL: every buffer is pinned by its export.
-                with nogil:
-                    GatherCopy(ptrs.data(), sizes.data(), <size_t>n, dst.buf)
-            else:
-                GatherCopy(ptrs.data(), sizes.data(), <size_t>n, dst.buf)
-        finally:
-            for j in range(<Py_ssize_t>bufs.size()):
-                PyBuffer_Release(&bufs[j])
-            PyBuffer_Release(&dst)
+            _copy_into([(<dict>r.arrays)[name] for r in requests], out, _NOGIL_BYTES)
+        except BufferError:
+            return None  # not row-major: the caller copies it first
         batched[name] = out
     return batched
 
