@@ -22,6 +22,7 @@ from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport new_output, new_request, new_tensor
 
 from pyserver.core.dtypes import serialize_bytes_tensor
+from pyserver.engine.types import ImmediateFuture
 from pyserver.core.errors import Code, ServerError
 
 
@@ -538,7 +539,8 @@ cdef class InferHandler:
     answers the stream from the future's done-callback, with no Python frame
     on the way.
 
-    ``submit(InferRequest) -> Future`` (``Server.submit``); ``loop`` for
+    ``submit(InferRequest, future) -> Future`` (``Server.submit``, handed an
+    ImmediateFuture so that the answer goes out as the batch completes); ``loop`` for
     deadlines; ``contents_decoder`` for typed contents; ``shm_resolver(request)
     -> use or None`` when the request names shared-memory regions (``use``
     has ``write(response)`` and ``release()``); ``on_error(stream, exc)``
@@ -576,7 +578,8 @@ cdef class InferHandler:
                 if self.shm_resolver is None:
                     raise ServerError(Code.UNSUPPORTED, "shared memory is not supported here")
                 use = self.shm_resolver(request)
-            fut = self.submit(request)
+            # answered as the request's batch completes, not an iteration later
+            fut = self.submit(request, ImmediateFuture())
         except Exception as e:
             if use is not None:
                 use.release()

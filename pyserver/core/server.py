@@ -434,9 +434,12 @@ class Server:
 
     # -- inference -------------------------------------------------------------
 
-    def submit(self, request: InferRequest) -> asyncio.Future:
+    def submit(self, request: InferRequest, future=None) -> asyncio.Future:
         """Queues a request; the future resolves to its InferResponse or fails
-        with a ServerError. Validation errors raise here, synchronously."""
+        with a ServerError. Validation errors raise here, synchronously.
+        ``future``: the one to resolve (an ImmediateFuture, whose callback
+        runs as the batch completes) when the request goes to a model's queue;
+        an ensemble or a cached model gives its own, which is returned."""
         # _admit's steps, inline: this runs for every request
         if self._stopping:
             raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
@@ -453,7 +456,7 @@ class Server:
             return self._loop.create_task(run_ensemble(self, mv, request))
         if self.response_cache is not None and self._uses_cache(mv):
             return submit_cached(self, mv, request, self.response_cache)
-        return self._enqueue(mv, request)
+        return self._enqueue(mv, request, None, future)
 
     def _admit(self, request: InferRequest) -> ModelVersion:
         """The model version a new request goes to, once the server takes
@@ -477,8 +480,9 @@ class Server:
         return uses
 
     def _enqueue(self, mv: ModelVersion, request: InferRequest,
-                 validated: tuple | None = None) -> asyncio.Future:
-        future = self._loop.create_future()
+                 validated: tuple | None = None, future=None) -> asyncio.Future:
+        if future is None:
+            future = self._loop.create_future()
         if self.tracer.active:
             pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()),
                                 validated)

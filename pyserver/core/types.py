@@ -10,6 +10,7 @@ to make.
 """
 
 from pyserver.engine.types import (
+    ImmediateFuture,
     InferRequest,
     InferResponse,
     InferTensor,
@@ -17,4 +18,5 @@ from pyserver.engine.types import (
     RequestedOutput,
 )
 
-__all__ = ["InferRequest", "InferResponse", "InferTensor", "PendingRequest", "RequestedOutput"]
+__all__ = ["ImmediateFuture", "InferRequest", "InferResponse", "InferTensor", "PendingRequest",
+           "RequestedOutput"]

@@ -9,7 +9,8 @@ written in request order even when a later request finishes first.
 
 The ``server`` object provides ``is_live()``, ``is_ready()``, ``metadata()``,
 ``model_ready(name, version)``, ``model_metadata(name, version)``,
-``model_config(name, version)``, ``submit(InferRequest) -> Future``,
+``model_config(name, version)``, ``submit(InferRequest, future) -> Future`` (it
+may resolve the ImmediateFuture it is given, or return another),
 ``statistics(name, version)``, ``repository_index(ready_only)``,
 ``load_model(name, config=, files=)`` and ``unload_model(name,
 unload_dependents=)`` (coroutines), ``trace_settings(model, update)``,
@@ -42,6 +43,7 @@ import orjson
 
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
+from pyserver.core.types import ImmediateFuture
 from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
 from pyserver.engine.http_infer import http_message
 from pyserver.frontends.http_codec import (
@@ -836,7 +838,8 @@ class _HttpConnection(asyncio.Protocol):
                     model, version, lambda k: headers.get(k.encode()), body,
                     frontend.max_input_size, frontend.shared_memory,
                     lambda: server.model_config(model, version))
-            fut = server.submit(request)
+            # answered as the request's batch completes, not an iteration later
+            fut = server.submit(request, ImmediateFuture())
         except Exception as e:
             if request is not None:
                 release_shm(request)

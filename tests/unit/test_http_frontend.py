@@ -112,7 +112,7 @@ class FakeServer:
             request.model_name, "1", request.id,
             [InferTensor(n, "FP32", list(outs[n].shape), outs[n]) for n in wanted])
 
-    def submit(self, request):
+    def submit(self, request, future=None):
         self.requests.append(request)
         name = request.model_name
         if name == "boom":
