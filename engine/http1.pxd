@@ -33,5 +33,6 @@ cdef class RequestParser:
     cdef Py_ssize_t head_raw
     cdef Py_ssize_t body_size
 
-    cdef int fail_head(self) noexcept
+    cdef object head_too_large(self)
+    cdef int count_head(self, size_t n) noexcept
     cdef int check_length(self, bytes value) except -1

@@ -30,7 +30,6 @@ cdef extern from "llhttp.h" nogil:
         HTTP_REQUEST
 
 
-
 # The callbacks run inside llhttp_execute, which feed() calls holding the GIL.
 cdef extern from "llhttp.h":
     ctypedef int (*llhttp_data_cb)(llhttp_t*, const char* at, size_t length) noexcept
@@ -99,10 +98,7 @@ cdef int _on_message_begin(llhttp_t* p) noexcept:
 cdef int _on_url(llhttp_t* p, const char* at, size_t n) noexcept:
     cdef RequestParser self = _of(p)
     self.url.append(at, n)
-    self.head_size += n
-    if self.head_size > self.max_header_size:
-        return self.fail_head()
-    return 0
+    return self.count_head(n)
 
 
 # RFC 9110 token characters, the only ones a header name may hold (this
@@ -120,28 +116,21 @@ cdef int _on_header_field(llhttp_t* p, const char* at, size_t n) noexcept:
             self.error = ParseError("Invalid header token")
             return -1
     self.field.append(at, n)
-    self.head_size += n
-    if self.head_size > self.max_header_size:
-        return self.fail_head()
-    return 0
+    return self.count_head(n)
 
 
 cdef int _on_header_value(llhttp_t* p, const char* at, size_t n) noexcept:
     cdef RequestParser self = _of(p)
     self.value.append(at, n)
-    self.head_size += n
-    if self.head_size > self.max_header_size:
-        return self.fail_head()
-    return 0
+    return self.count_head(n)
 
 
 cdef int _on_header_value_complete(llhttp_t* p) noexcept:
     cdef RequestParser self = _of(p)
     cdef size_t i
     cdef char c
-    self.head_size += 4  # ": " and CRLF, as the size limit counts them
-    if self.head_size > self.max_header_size:
-        return self.fail_head()
+    if self.count_head(4):  # ": " and CRLF, as the size limit counts them
+        return -1
     for i in range(self.field.size()):
         c = self.field[i]
         if b'A' <= c <= b'Z':
@@ -262,17 +251,20 @@ cdef class RequestParser:
             # never completes a field): bound it here
             self.head_raw += n
             if self.head_raw > self.max_header_size:
-                raise self.reject(431, "request header fields exceed the maximum allowed "
-                                       f"size of {self.max_header_size} bytes")
+                raise self.head_too_large()
 
-    @property
-    def in_request_head(self):
-        return self.in_head
+    cdef object head_too_large(self):
+        return self.reject(431, "request header fields exceed the maximum allowed size of "
+                                f"{self.max_header_size} bytes")
 
-    cdef int fail_head(self) noexcept:
+    cdef int count_head(self, size_t n) noexcept:
+        """Adds ``n`` bytes of request head; -1 (the refusal pending) past
+        the limit."""
+        self.head_size += n
+        if self.head_size <= self.max_header_size:
+            return 0
         try:
-            self.error = self.reject(431, "request header fields exceed the maximum allowed "
-                                          f"size of {self.max_header_size} bytes")
+            self.error = self.head_too_large()
         except BaseException as e:
             self.error = e
         return -1

@@ -117,20 +117,18 @@ def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
             if type(jdata) is not list or count > max_input_size // itemsize:
                 return None
             data = _filled(<list>jdata, count, shape, npdt, datatype)
-            if data is not None:
-                inputs.append(new_tensor(name, datatype, shape, data, iparams))
-                continue
-            try:
-                arr = _array(jdata)
-            except (ValueError, TypeError, OverflowError):
-                return None  # ragged: the Python decoder flattens it
-            kind = arr.dtype.kind
-            kinds = json_kinds[datatype][0]
-            if kind not in kinds or arr.size != count:
-                return None
-            if kind == "i" and kinds == "ui" and arr.min() < 0:
-                return None
-            data = arr.astype(npdt, copy=False).reshape(shape)
+            if data is None:  # numpy's way
+                try:
+                    arr = _array(jdata)
+                except (ValueError, TypeError, OverflowError):
+                    return None  # ragged: the Python decoder flattens it
+                kind = arr.dtype.kind
+                kinds = json_kinds[datatype][0]
+                if kind not in kinds or arr.size != count:
+                    return None
+                if kind == "i" and kinds == "ui" and arr.min() < 0:
+                    return None
+                data = arr.astype(npdt, copy=False).reshape(shape)
         inputs.append(new_tensor(name, datatype, shape, data, iparams))
     if offset != total:
         return None

@@ -440,15 +440,7 @@ class Server:
         ``future``: the one to resolve (an ImmediateFuture, whose callback
         runs as the batch completes) when the request goes to a model's queue;
         an ensemble or a cached model gives its own, which is returned."""
-        # _admit's steps, inline: this runs for every request
-        if self._stopping:
-            raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
-        if request.parameters:
-            self._check_parameters(request)
-        models = self.models
-        if models is None:
-            raise ServerError(Code.UNAVAILABLE, "Server is not running")
-        mv = models.resolve(request.model_name, request.model_version or "")
+        mv = self._admit(request)
         if mv.decoupled:
             raise DecoupledModelError()
         if mv.ensemble is not None:
@@ -463,15 +455,11 @@ class Server:
         requests and its parameters leave Triton's keys alone."""
         if self._stopping:
             raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
-        self._check_parameters(request)
-        return self._resolve(request.model_name, request.model_version)
-
-    @staticmethod
-    def _check_parameters(request: InferRequest) -> None:
         for key in request.parameters:
             if key.startswith("triton_"):
                 raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
                                   f"Triton usage and should not be specified: '{key}'")
+        return self._resolve(request.model_name, request.model_version)
 
     def _uses_cache(self, mv) -> bool:
         uses = mv.__dict__.get("_uses_response_cache")
@@ -490,8 +478,8 @@ class Server:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
         self._inflight += 1
-        for driver in mv.loop_drivers:  # ModelVersion.dispatch, inline
-            driver.dispatch()
+        if mv.loop_drivers:
+            mv.dispatch()
         if self._inflight == 1 and not self._spin_scheduled and mv.low_load_spin_s:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)

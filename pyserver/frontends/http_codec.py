@@ -92,6 +92,7 @@ _JSON_HEADERS = [(b"Content-Type", b"application/json")]
 # encode_infer_response and the frontend's framing).
 decode_common_request = functools.partial(decode_common, _loads, WIRE_TO_NUMPY, _JSON_KINDS)
 respond_common = functools.partial(respond_plain, _dumps, _OPT_NUMPY, _JSON_HEADERS)
+
 _REQ_BOOL_PARAMS = ("sequence_start", "sequence_end", "binary_data_output")
 
 
