@@ -18,6 +18,7 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import threading
@@ -37,48 +38,72 @@ def can_drive(mv, instance) -> bool:
     return bool(getattr(instance.backend, "loop_drivable", False))
 
 
+# At most this many batches go to a worker in one message (see dispatch).
+MAX_GROUP = 32
+
+
 class LoopDrivenInstance:
-    """One instance's batches, one at a time, from the event loop thread."""
+    """One instance's batches, a group at a time, from the event loop thread.
+
+    What is queued when the worker is free goes to it in one message: the
+    worker still runs each batch as its own execute() call and answers each
+    as it ends, but the send, the worker's wake-up and the loop's reads are
+    paid once per group rather than once per request. Each instance takes
+    its share of the queue (queued / instances), so a group never keeps
+    work from an idle sibling instance for long."""
 
     def __init__(self, mv, instance, loop):
         self.mv = mv
         self.instance = instance
         self.backend = instance.backend
         self.loop = loop
-        self.batch = None  # the batch in the worker, if any
+        self.batches = collections.deque()  # in the worker, not yet answered, in order
         self.idle = threading.Event()  # no batch in flight (stop() waits for it)
         self.idle.set()
         self._worker = None  # the worker whose socket is watched
         self._watch_fd = -1  # our duplicate of its descriptor (see _watch)
-        self._t_start = 0
+        self._t_start = 0  # when the group in flight was sent
         self._stopped = False
 
     # -- the loop thread ----------------------------------------------------------
 
+    def _take_group(self) -> list:
+        """This instance's share of what is queued: 1/instances of it (at
+        least one batch, at most MAX_GROUP)."""
+        scheduler = self.mv.scheduler
+        share = -(-scheduler.queued_count // len(self.mv.loop_drivers))
+        group = []
+        for _ in range(min(max(share, 1), MAX_GROUP)):
+            batch = scheduler.try_next_batch()
+            if batch is None:
+                break
+            group.append(batch)
+        return group
+
     def dispatch(self) -> None:
-        """Starts the next queued batch if this instance is free."""
-        if self.batch is not None or self._stopped:
+        """Sends what is queued to the worker if this instance is free."""
+        if self.batches or self._stopped:
             return
-        batch = self.mv.scheduler.try_next_batch()
-        if batch is None:
+        group = self._take_group()
+        if not group:
             return
-        self.batch = batch
+        self.batches.extend(group)
         self.idle.clear()
         self._t_start = now_ns()
         backend = self.backend
         worker = backend.take_worker()
         if worker is None:  # down, restarting: the blocking path waits for it
-            self.loop.run_in_executor(None, self._run_blocking, batch)
+            self.loop.run_in_executor(None, self._run_blocking, group)
             return
         try:
-            backend.send_batch(worker, batch.requests)
+            backend.send_batches(worker, [b.requests for b in group])
         except OSError:  # it died just now
             self._unwatch()
-            self.loop.run_in_executor(None, self._fail_exited, batch, worker)
+            self.loop.run_in_executor(None, self._fail_exited, group, worker)
             return
-        except Exception as err:  # the batch could not be written
+        except Exception as err:  # the group could not be written
             backend.release_worker()
-            self._finish(batch, self.mv.failed_batch(self._t_start, err))
+            self._finish_all(self.mv.failed_batch(self._t_start, err))
             return
         if worker is not self._worker:
             self._watch(worker)
@@ -86,45 +111,64 @@ class LoopDrivenInstance:
     def _on_readable(self) -> None:
         worker = self._worker
         backend = self.backend
+        batches = self.batches
+        mv = self.mv
         read = True  # one read per wake-up; then what that read brought
         while True:
-            batch = self.batch
             try:
                 msg = backend.poll_main(worker, read)
                 read = False
             except EOFError:
                 self._unwatch()
-                if batch is not None:
-                    self.loop.run_in_executor(None, self._fail_exited, batch, worker)
+                if batches:  # they stay in flight until _fail_exited ends them
+                    self.loop.run_in_executor(None, self._fail_exited, list(batches), worker)
                 return
             if msg is None:
                 return
-            if batch is None:
+            if not batches:
                 log.error("python model '%s' instance '%s': a message from its worker with no "
-                          "batch in it: %r", self.mv.name, self.instance.name, msg[:1])
+                          "batch in it: %r", mv.name, self.instance.name, msg[:1])
                 continue
+            batch = batches[0]
             try:
                 results = backend.on_main_message(worker, msg, batch.requests)
             except OSError:  # answering its question: it is gone
                 continue  # the EOF follows
             except Exception as err:  # the batch failed in the worker
+                outcome = mv.failed_batch(backend.batch_start(msg, self._t_start), err)
+            else:
+                if results is None:
+                    continue  # a question about the batch, answered
+                outcome = mv.requests_outcome(batch.requests, results,
+                                              backend.batch_start(msg, self._t_start))
+            batches.popleft()
+            if batches:
+                finish_on_loop(mv, batch, outcome)
+            else:
                 backend.release_worker()
-                self._finish(batch, self.mv.failed_batch(self._t_start, err))
-                continue
-            if results is None:
-                continue  # a question about the batch, answered
-            backend.release_worker()
-            self._finish(batch, self.mv.requests_outcome(batch.requests, results,
-                                                         self._t_start))
+                self._finish(batch, outcome)
 
     def _finish(self, batch, outcome: tuple) -> None:
+        # The next group goes to the worker before this batch's answers go
+        # out: writing an answer to a client on loopback runs the client's
+        # side of TCP and may hand it the core, and the worker would idle
+        # meanwhile.
+        self.dispatch()
         finish_on_loop(self.mv, batch, outcome)
+        if not self.batches:
+            self.idle.set()
+
+    def _finish_all(self, outcome: tuple) -> None:
+        """Every batch in flight ends with ``outcome`` (a failure)."""
+        group = list(self.batches)
+        self.batches.clear()
+        for batch in group:
+            finish_on_loop(self.mv, batch, outcome)
         self._done()
 
     def _done(self) -> None:
-        self.batch = None
         self.dispatch()
-        if self.batch is None:
+        if not self.batches:
             self.idle.set()
 
     def _watch(self, worker) -> None:
@@ -146,20 +190,19 @@ class LoopDrivenInstance:
 
     def detach(self) -> None:
         """No more batches; the socket is no longer watched (the backend may
-        then talk to its worker directly, e.g. to finalize it). A batch still
-        in the worker fails; its worker stays reserved, so closing the
+        then talk to its worker directly, e.g. to finalize it). Batches still
+        in the worker fail; its worker stays reserved, so closing the
         backend ends the process rather than finalizing it."""
         self._stopped = True
         self._unwatch()
-        batch = self.batch
-        if batch is not None:
-            self._finish(batch, self.mv.failed_batch(self._t_start, ServerError(
+        if self.batches:
+            self._finish_all(self.mv.failed_batch(self._t_start, ServerError(
                 Code.UNAVAILABLE, f"model '{self.mv.name}' was unloaded while it executed "
                                   "this request")))
 
     def stop(self, timeout: float) -> None:
-        """From a thread other than the loop's: lets the batch in flight end
-        (its answer arrives through the loop), then detaches."""
+        """From a thread other than the loop's: lets the batches in flight
+        end (their answers arrive through the loop), then detaches."""
         loop = self.loop
         if not loop.is_running() or running_loop() is loop:
             self.detach()
@@ -181,24 +224,40 @@ class LoopDrivenInstance:
 
     # -- executor threads -------------------------------------------------------
 
-    def _run_blocking(self, batch) -> None:
-        self._complete_off_loop(batch, self.mv.execute_requests(self.instance, batch))
+    def _run_blocking(self, group: list) -> None:
+        for batch in group:
+            self._complete_off_loop(batch, self.mv.execute_requests(self.instance, batch))
+        self._back_on_loop(group)
 
-    def _fail_exited(self, batch, worker) -> None:
-        error = self.backend.exited_error(worker, len(batch.requests))
+    def _fail_exited(self, group: list, worker) -> None:
+        error = self.backend.exited_error(worker, sum(len(b.requests) for b in group))
         self.backend.release_worker()
-        self._complete_off_loop(batch, self.mv.failed_batch(self._t_start, error))
+        outcome = self.mv.failed_batch(self._t_start, error)
+        for batch in group:
+            self._complete_off_loop(batch, outcome)
+        self._back_on_loop(group)
 
     def _complete_off_loop(self, batch, outcome: tuple) -> None:
-        """Through the completion queue (thread-safe), then back to the loop."""
+        """Through the completion queue (thread-safe)."""
         mv = self.mv
         if mv.tracing:
             mv.stamp_traces(batch, outcome)
         mv.scheduler.complete(batch, *outcome)
+
+    def _back_on_loop(self, group: list) -> None:
+        """The group is done: the loop takes the next one."""
+        def done():
+            for batch in group:
+                try:
+                    self.batches.remove(batch)
+                except ValueError:  # _on_readable already let go of it
+                    pass
+            self._done()
+
         try:
-            self.loop.call_soon_threadsafe(self._done)
+            self.loop.call_soon_threadsafe(done)
         except RuntimeError:  # the loop is closed: nothing more runs here
-            self.batch = None
+            self.batches.clear()
             self.idle.set()
 
 

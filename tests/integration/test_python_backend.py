@@ -360,6 +360,46 @@ def test_two_instances_run_in_parallel_processes(tmp_path, start_server):
     assert peak == 2
 
 
+def test_queued_requests_each_get_their_own_execute(tmp_path, start_server):
+    """Requests that queue while the worker is busy go to it in one message
+    (core/loop_instance.py), yet each is still its own execute() call and
+    its own outcome: a raise or an error response fails that request only,
+    and every request is counted once in the statistics."""
+    server = start_server(repo_with(tmp_path, "one_at_a_time"))
+    values = [1.0, 2.0, -3.0, 4.0, 0.0, 6.0, 7.0, 8.0, -9.0, 10.0, 11.0, 12.0]
+
+    def call(v):
+        try:
+            r = infer_one(server.url, "one_at_a_time", "IN", np.array([v], np.float32), "FP32")
+        except InferenceServerException as err:
+            return err
+        return r.as_numpy("OUT")[0], int(r.as_numpy("SEEN")[0]), int(r.as_numpy("CALL")[0])
+
+    with ThreadPoolExecutor(len(values)) as pool:
+        results = list(pool.map(call, values))
+    calls = []
+    for v, r in zip(values, results):
+        if v < 0:
+            assert isinstance(r, InferenceServerException) and r.status() == "500", r
+            assert f"negative input {v:g}" in r.message()
+        elif v == 0:
+            assert isinstance(r, InferenceServerException) and r.status() == "400", r
+            assert r.message() == "zero input"
+        else:
+            assert r[:2] == (2 * v, 1)
+            calls.append(r[2])
+    assert len(set(calls)) == len(calls)  # one execute() per request
+    client = httpclient.InferenceServerClient(server.url)
+    stats = client.get_inference_statistics("one_at_a_time")["model_stats"][0]
+    # A raising execute() counts as a failed request and no execution; an
+    # error response is the model's answer to an executed request.
+    assert stats["execution_count"] == len(values) - 2
+    assert stats["inference_stats"]["success"]["count"] == len(values) - 2
+    assert stats["inference_stats"]["fail"]["count"] == 2
+    assert infer_one(server.url, "one_at_a_time", "IN", np.array([5.0], np.float32),
+                     "FP32").as_numpy("OUT")[0] == 10.0
+
+
 def test_which_instances_the_event_loop_drives(tmp_path, start_server):
     """Each request its own batch and not decoupled: the event loop sends
     batches to the worker and reads its answers (no instance thread)."""

@@ -654,21 +654,34 @@ class PythonBackend:
     def send_batch(self, worker: _Worker, pending: list) -> None:
         """Writes the batch's tensors into the worker's input region and
         sends it the batch (a short message; OSError when it is gone)."""
+        self.send_batches(worker, [pending])
+
+    def send_batches(self, worker: _Worker, batches: list) -> None:
+        """send_batch for several batches in one message: the worker runs
+        them one after the other, each as its own execute() call, and
+        answers each as it ends (in order, on the same socket)."""
         region = worker.inp
         all_outputs = self.output_names
-        packed = pack_inputs(region, [p.arrays for p in pending], self.input_codes,
-                             _code_of, _BYTES)
-        items = [_request_item(p.request, all_outputs, inputs, p.id)
-                 for p, inputs in zip(pending, packed)]
+        requests = [p for pending in batches for p in pending]
+        packed = iter(pack_inputs(region, [p.arrays for p in requests], self.input_codes,
+                                  _code_of, _BYTES))
+        groups = [[_request_item(p.request, all_outputs, next(packed), p.id) for p in pending]
+                  for pending in batches]
         if self.decoupled:
             # Open until their final response: the worker may answer after
             # this batch is done, from any of its threads.
             started = now_ns()
             with self._open_lock:
-                for p in pending:
+                for p in requests:
                     self._open[p.id] = p
                     self._marks[p.id] = [0, started]
-        worker.main.send(("exec", region.size, items, self.model_name, self.version))
+        worker.main.send(("exec", region.size, groups, self.model_name, self.version))
+
+    @staticmethod
+    def batch_start(reply, default: int) -> int:
+        """When the worker started the batch ``reply`` answers (its clock
+        is the engine's: CLOCK_MONOTONIC), else ``default``."""
+        return reply[-1] if reply[0] in ("result", "fail") else default
 
     def on_main_message(self, worker: _Worker, reply, pending: list) -> list | None:
         """Handles one message of the worker about the batch in it: the

@@ -41,6 +41,7 @@ import json  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -445,6 +446,7 @@ class Worker:
         self.model = None
         self.pb = None
         self.instance_name = ""
+        self._out_end = 0  # the end of the outputs written for this message
 
     # -- start ---------------------------------------------------------------
 
@@ -499,7 +501,7 @@ class Worker:
                 return  # the server is gone
             kind = msg[0]
             if kind == "exec":
-                main.send(self.execute(msg))
+                self.execute_group(msg)
             elif kind == "finalize":
                 main.send(("finalized", self.finalize()))
                 return
@@ -556,11 +558,22 @@ class Worker:
             return describe(err)
         return None
 
-    def execute(self, msg):
+    def execute_group(self, msg):
+        """Runs the batches of one "exec" message in order, each its own
+        execute() call, and answers each as it ends. Their outputs lie one
+        after the other in the output region, which the server reads before
+        it sends the next message."""
+        _, in_size, groups, model_name, model_version = msg
+        self.inp.follow(in_size)
+        self._out_end = 0
+        main = self.main
+        for items in groups:
+            started = time.monotonic_ns()
+            main.send(self.execute(items, model_name, model_version) + (started,))
+
+    def execute(self, items, model_name, model_version):
         pb = self.pb
         Tensor, Request = pb.Tensor, pb.InferenceRequest
-        _, in_size, items, model_name, model_version = msg
-        self.inp.follow(in_size)
         mm = self.inp.mm
         requests = []
         numpy_of = _NUMPY_OF
@@ -639,7 +652,7 @@ class Worker:
 
     def _encode(self, responses, requests):
         region = self.out
-        offset = 0
+        offset = self._out_end
         encoded = []
         bytes_code = _BYTES
         for response, request in zip(responses, requests):
@@ -677,6 +690,7 @@ class Worker:
                     offset = start + size
                 outputs.append((name, t._dtype, array.shape, start, size, None))
             encoded.append(("ok", outputs, response._parameters_dict))
+        self._out_end = offset
         return (region.size, encoded)
 
 

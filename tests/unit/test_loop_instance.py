@@ -1,0 +1,167 @@
+"""core/loop_instance.py: what the event loop sends a Python-model worker
+and in which order it answers, with the scheduler and the worker faked."""
+
+import asyncio
+import socket
+
+import pytest
+
+from pyserver.core import loop_instance
+from pyserver.core.errors import Code, ServerError
+from pyserver.core.loop_instance import MAX_GROUP, LoopDrivenInstance
+
+
+class FakeBatch:
+    def __init__(self, n):
+        self.n = n
+        self.requests = [f"r{n}"]
+
+
+class FakeScheduler:
+    def __init__(self, events):
+        self.queue = []
+        self.events = events
+
+    @property
+    def queued_count(self):
+        return len(self.queue)
+
+    def try_next_batch(self):
+        return self.queue.pop(0) if self.queue else None
+
+    def complete(self, batch, *outcome):
+        self.events.append(("answered", batch.n, outcome[4] if len(outcome) > 4 else 0))
+
+
+class FakeModel:
+    name = "m"
+    tracing = False
+    server = None  # finish_on_loop then completes through the scheduler
+
+    def __init__(self, events, drivers):
+        self.scheduler = FakeScheduler(events)
+        self.loop_drivers = [None] * drivers
+
+    def requests_outcome(self, requests, results, t_start):
+        return (t_start, t_start, t_start, t_start)
+
+    def failed_batch(self, t_start, err):
+        return (t_start, t_start, t_start, t_start, int(err.code), err.message)
+
+
+class FakeBackend:
+    """A worker that is always free; its replies are queued by the test."""
+
+    def __init__(self, events):
+        self.events = events
+        self.replies = []
+        self.mine, self.theirs = socket.socketpair()
+        self.worker = object()
+
+    def take_worker(self):
+        return self.worker
+
+    def release_worker(self):
+        pass
+
+    def main_fd(self, worker):
+        return self.mine.fileno()
+
+    def send_batches(self, worker, batches):
+        self.events.append(("sent", [r[0] for r in batches]))
+
+    def poll_main(self, worker, read=True):
+        return self.replies.pop(0) if self.replies else None
+
+    def on_main_message(self, worker, msg, pending):
+        if msg[0] == "fail":
+            raise ServerError(Code.INTERNAL, msg[1])
+        if msg[0] == "query":
+            self.events.append(("asked", pending))
+            return None
+        return [{}] * len(pending)
+
+    @staticmethod
+    def batch_start(msg, default):
+        return default
+
+
+class FakeInstance:
+    name = "m_0"
+
+    def __init__(self, backend):
+        self.backend = backend
+
+
+def driver(drivers=1):
+    events = []
+    mv = FakeModel(events, drivers)
+    backend = FakeBackend(events)
+    loop = asyncio.new_event_loop()
+    d = LoopDrivenInstance(mv, FakeInstance(backend), loop)
+    return d, mv, backend, events
+
+
+def close(d):
+    d.detach()
+    d.loop.close()
+    d.backend.mine.close()
+    d.backend.theirs.close()
+
+
+@pytest.mark.parametrize("drivers, queued, taken", [(1, 10, 10), (2, 10, 5), (3, 10, 4),
+                                                     (2, 1, 1), (1, 100, MAX_GROUP)])
+def test_a_free_worker_gets_its_share_of_the_queue_in_one_message(drivers, queued, taken):
+    d, mv, backend, events = driver(drivers)
+    try:
+        mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
+        d.dispatch()
+        assert events == [("sent", [f"r{i}" for i in range(taken)])]
+        assert mv.scheduler.queued_count == queued - taken
+        d.dispatch()  # busy: nothing more goes to it
+        assert len(events) == 1
+    finally:
+        close(d)
+
+
+def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first():
+    d, mv, backend, events = driver()
+    try:
+        mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
+        d.dispatch()
+        mv.scheduler.queue = [FakeBatch(i) for i in range(3, 5)]  # queued meanwhile
+        backend.replies = [("result", 0, [], 0), ("fail", "boom", 0)]
+        d._on_readable()
+        assert events[1:] == [("answered", 0, 0), ("answered", 1, int(Code.INTERNAL))]
+        assert not d.idle.is_set()
+        backend.replies = [("query", "cancelled", 0)]  # a question about batch 2
+        d._on_readable()
+        assert events[3:] == [("asked", ["r2"])]
+        del events[3]
+        backend.replies = [("result", 0, [], 0)]
+        d._on_readable()
+        # The worker gets the next group before batch 2's answer goes out.
+        assert events[3:] == [("sent", ["r3", "r4"]), ("answered", 2, 0)]
+        backend.replies = [("result", 0, [], 0), ("result", 0, [], 0)]
+        d._on_readable()
+        assert events[5:] == [("answered", 3, 0), ("answered", 4, 0)]
+        assert d.idle.is_set() and not d.batches
+    finally:
+        close(d)
+
+
+def test_detach_fails_every_batch_in_flight():
+    d, mv, backend, events = driver()
+    try:
+        mv.scheduler.queue = [FakeBatch(i) for i in range(2)]
+        d.dispatch()
+        d.detach()
+        assert events[1:] == [("answered", 0, int(Code.UNAVAILABLE)),
+                              ("answered", 1, int(Code.UNAVAILABLE))]
+        assert d.idle.is_set()
+    finally:
+        close(d)
+
+
+def test_max_group_is_a_sane_bound():
+    assert 1 < loop_instance.MAX_GROUP <= 64
