@@ -92,6 +92,23 @@ def test_every_shared_memory_kind(tmp_path, start_server, monkeypatch, kind):
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
+@pytest.mark.parametrize("setting, policy", [(None, "SCHED_BATCH"), ("normal", "SCHED_OTHER")])
+def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, policy):
+    """Workers run SCHED_BATCH (a worker woken with work does not preempt
+    the event loop that sent it); PYSERVER_PYTHON_SCHED=normal opts out."""
+    if setting is None:
+        monkeypatch.delenv("PYSERVER_PYTHON_SCHED", raising=False)
+    else:
+        monkeypatch.setenv("PYSERVER_PYTHON_SCHED", setting)
+    server = start_server(repo_with(tmp_path, "add_sub"))
+    pid = backends(server, "add_sub")[0].pid
+    assert os.sched_getscheduler(pid) == getattr(os, policy)
+    a = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(infer_add_sub(server.url, "add_sub", a, a).as_numpy("OUTPUT0"),
+                                  a * 2)
+
+
 def test_model_logs_reach_the_server_log(tmp_path, start_server, caplog):
     caplog.set_level(logging.INFO, logger="pyserver")
     server = start_server(repo_with(tmp_path, "add_sub"), model_control_mode="explicit",
