@@ -96,7 +96,8 @@ class LoopDrivenInstance:
             self.loop.run_in_executor(None, self._run_blocking, group)
             return
         try:
-            backend.send_batches(worker, [b.requests for b in group])
+            backend.send_batches(worker, [b.requests for b in group],
+                                 len(group) == 1 and not self.mv.scheduler.queued_count)
         except OSError:  # it died just now
             self._unwatch()
             self.loop.run_in_executor(None, self._fail_exited, group, worker)

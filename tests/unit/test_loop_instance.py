@@ -67,8 +67,9 @@ class FakeBackend:
     def main_fd(self, worker):
         return self.mine.fileno()
 
-    def send_batches(self, worker, batches):
+    def send_batches(self, worker, batches, low_load=False):
         self.events.append(("sent", [r[0] for r in batches]))
+        self.low_load = low_load
 
     def poll_main(self, worker, read=True):
         return self.replies.pop(0) if self.replies else None
@@ -165,3 +166,17 @@ def test_detach_fails_every_batch_in_flight():
 
 def test_max_group_is_a_sane_bound():
     assert 1 < loop_instance.MAX_GROUP <= 64
+
+
+@pytest.mark.parametrize("drivers, queued, low_load", [(1, 1, True), (2, 1, True), (1, 3, False),
+                                                      (2, 2, False)])
+def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, low_load):
+    """A group of one with nothing left queued: the worker then spins for
+    its next message (a client's round trip away) rather than sleeping."""
+    d, mv, backend, events = driver(drivers)
+    try:
+        mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
+        d.dispatch()
+        assert backend.low_load is low_load
+    finally:
+        close(d)

@@ -656,10 +656,12 @@ class PythonBackend:
         sends it the batch (a short message; OSError when it is gone)."""
         self.send_batches(worker, [pending])
 
-    def send_batches(self, worker: _Worker, batches: list) -> None:
+    def send_batches(self, worker: _Worker, batches: list, low_load: bool = False) -> None:
         """send_batch for several batches in one message: the worker runs
         them one after the other, each as its own execute() call, and
-        answers each as it ends (in order, on the same socket)."""
+        answers each as it ends (in order, on the same socket).
+        ``low_load``: nothing else is queued (the worker then spins for its
+        next message, see stub.py)."""
         region = worker.inp
         all_outputs = self.output_names
         requests = [p for pending in batches for p in pending]
@@ -675,7 +677,7 @@ class PythonBackend:
                 for p in requests:
                     self._open[p.id] = p
                     self._marks[p.id] = [0, started]
-        worker.main.send(("exec", region.size, groups, self.model_name, self.version))
+        worker.main.send(("exec", region.size, groups, self.model_name, self.version, low_load))
 
     @staticmethod
     def batch_start(reply, default: int) -> int:

@@ -111,13 +111,17 @@ class Channel:
                 self.sock.sendall(_HEADER.pack(len(data)))
                 self.sock.sendall(data)
 
-    def recv(self):
+    def recv(self, spin_ns: int | None = None):
+        """The next message (blocking); ``spin_ns``: this call's spin, in
+        place of the channel's."""
+        if spin_ns is None:
+            spin_ns = self.spin_ns
         while True:
             obj = self._take()
             if obj is not _INCOMPLETE:
                 return obj
-            if self.spin_ns:
-                _spin_readable(self._fd, self.spin_ns)  # then the read rarely sleeps
+            if spin_ns:
+                _spin_readable(self._fd, spin_ns)  # then the read rarely sleeps
             self._fill(0)
 
     def poll(self, read: bool = True):

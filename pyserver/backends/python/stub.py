@@ -494,14 +494,20 @@ class Worker:
 
     def serve(self):
         main = self.main
+        spin_ns = None  # the channel's own
         while True:
             try:
-                msg = main.recv()
+                msg = main.recv(spin_ns)
             except EOFError:
                 return  # the server is gone
             kind = msg[0]
             if kind == "exec":
                 self.execute_group(msg)
+                # Sent at low load (nothing else queued): the next request
+                # is a client's round trip away and a core is free, so the
+                # worker spins for it even where its instances fill the
+                # cores and it would not spin under load.
+                spin_ns = max(_LOW_LOAD_SPIN_NS, main.spin_ns) if msg[5] else None
             elif kind == "finalize":
                 main.send(("finalized", self.finalize()))
                 return
@@ -563,7 +569,7 @@ class Worker:
         execute() call, and answers each as it ends. Their outputs lie one
         after the other in the output region, which the server reads before
         it sends the next message."""
-        _, in_size, groups, model_name, model_version = msg
+        _, in_size, groups, model_name, model_version, _low_load = msg
         self.inp.follow(in_size)
         self._out_end = 0
         main = self.main
@@ -699,6 +705,7 @@ class _Reported(Exception):
 
 
 _BYTES = 13
+_LOW_LOAD_SPIN_NS = int(os.environ.get("PYSERVER_PYTHON_LOW_LOAD_SPIN_US", "300")) * 1000
 _NUMPY_OF = {1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64, 6: np.int8,
              7: np.int16, 8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32,
              12: np.float64, 14: np.uint16}
@@ -723,8 +730,6 @@ def main(argv):
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         except OSError:
             pass
-    if os.environ.get("PYSERVER_EXPERIMENT_BATCH") == "1":
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     faulthandler.enable(file=crash_fd, all_threads=True)
     # Between batches the worker spins briefly for the next one: under load
     # it comes within microseconds, and a sleeping worker's wake-up was the
