@@ -114,18 +114,14 @@ class LoopDrivenInstance:
         backend = self.backend
         batches = self.batches
         mv = self.mv
-        read = True  # one read per wake-up; then what that read brought
-        while True:
-            try:
-                msg = backend.poll_main(worker, read)
-                read = False
-            except EOFError:
-                self._unwatch()
-                if batches:  # they stay in flight until _fail_exited ends them
-                    self.loop.run_in_executor(None, self._fail_exited, list(batches), worker)
-                return
-            if msg is None:
-                return
+        try:
+            messages = backend.drain_main(worker)  # one read per wake-up
+        except EOFError:
+            self._unwatch()
+            if batches:  # they stay in flight until _fail_exited ends them
+                self.loop.run_in_executor(None, self._fail_exited, list(batches), worker)
+            return
+        for msg in messages:
             if not batches:
                 log.error("python model '%s' instance '%s': a message from its worker with no "
                           "batch in it: %r", mv.name, self.instance.name, msg[:1])

@@ -71,8 +71,9 @@ class FakeBackend:
         self.events.append(("sent", [r[0] for r in batches]))
         self.low_load = low_load
 
-    def poll_main(self, worker, read=True):
-        return self.replies.pop(0) if self.replies else None
+    def drain_main(self, worker):
+        out, self.replies = self.replies, []
+        return out
 
     def on_main_message(self, worker, msg, pending):
         if msg[0] == "fail":

@@ -11,10 +11,9 @@ import pytest
 from pyserver.backends.python import channel
 
 
-@pytest.mark.parametrize("keep_gil", [False, True])
-def test_channel_frames_small_and_large_messages(keep_gil):
+def test_channel_frames_small_and_large_messages():
     a, b = socket.socketpair()
-    left, right = channel.Channel(a, keep_gil=keep_gil), channel.Channel(b)
+    left, right = channel.Channel(a), channel.Channel(b)
     big = os.urandom(300_000)  # larger than the receive buffer and the socket buffer
     messages = [("exec", 1, [("x", (2, 3))]), ("blob", big), ("empty",), ("tail", "é" * 10)]
 
@@ -138,9 +137,57 @@ def test_arena_is_safe_from_many_threads():
     arena.region.close()
 
 
+def test_drain_takes_every_message_that_has_arrived():
+    a, b = socket.socketpair()
+    left, right = channel.Channel(a), channel.Channel(b)
+    try:
+        assert right.drain() == []  # nothing yet: no wait, no error
+        for i in range(5):
+            left.send(("result", i))
+        frame = channel._HEADER.pack(100) + b"x" * 40  # a message cut short
+        a.sendall(frame)
+        assert right.drain() == [("result", i) for i in range(5)]
+        assert right.drain(read=False) == []
+        left.close()
+        a.close()
+        with pytest.raises(EOFError):
+            right.drain()
+    finally:
+        right.close()
+
+
+def test_send_reports_a_full_socket_buffer_by_blocking_not_dropping():
+    """send_held returns -EAGAIN on a full buffer: the rest then goes out
+    with a blocking sendall, so a message is never cut."""
+    from pyserver.engine.ipc import send_held
+
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        chunk = b"y" * 4096
+        while (n := send_held(a.fileno(), chunk)) > 0:
+            pass
+        assert n < 0 and -n in (11, 35)  # EAGAIN / EWOULDBLOCK
+        assert send_held(a.fileno(), b"") == 0
+    finally:
+        a.close()
+        b.close()
+    c, d = socket.socketpair()
+    left, right = channel.Channel(c), channel.Channel(d)
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(right.recv() for _ in range(200)))
+    reader.start()
+    for i in range(200):
+        left.send(("m", i, b"z" * 3000))  # ~600 KB: more than the socket buffer holds
+    reader.join(30)
+    assert got == [("m", i, b"z" * 3000) for i in range(200)]
+    left.close()
+    right.close()
+
+
 def test_send_after_close_fails_instead_of_writing_to_a_reused_descriptor():
     a, b = socket.socketpair()
-    ch = channel.Channel(a, keep_gil=True)
+    ch = channel.Channel(a)
     ch.close()
     c, d = socket.socketpair()  # likely reuses a's descriptor number
     try:

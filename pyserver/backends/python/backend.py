@@ -44,7 +44,7 @@ from pyserver.backends.python import channel
 from pyserver.core.dtypes import config_type_name, numpy_to_wire
 from pyserver.core.errors import Code, ServerError
 from pyserver.engine import now_ns
-from pyserver.engine.region_io import pack_inputs, read_copies
+from pyserver.engine.region_io import pack_inputs, read_results
 
 log = logging.getLogger("pyserver")
 
@@ -134,7 +134,7 @@ class _Worker:
             main_child.close()
             ctrl_child.close()
         self.pid = self.proc.pid
-        self.main = channel.Channel(main_parent, keep_gil=True)
+        self.main = channel.Channel(main_parent)
         self.ctrl = channel.Channel(ctrl_parent)
         self.exited = threading.Event()
         self.returncode: int | None = None
@@ -643,11 +643,11 @@ class PythonBackend:
         return worker.main.sock.fileno()
 
     @staticmethod
-    def poll_main(worker: _Worker, read: bool = True):
-        """The worker's next message if it has all arrived, else None (see
-        Channel.poll); EOFError once the worker is gone."""
+    def drain_main(worker: _Worker) -> list:
+        """The worker's messages that have all arrived, after one
+        non-blocking read (Channel.drain); EOFError once it is gone."""
         try:
-            return worker.main.poll(read)
+            return worker.main.drain()
         except OSError:  # the channel was closed under us (the worker is gone)
             raise EOFError("worker channel closed") from None
 
@@ -721,20 +721,7 @@ class PythonBackend:
     def _decode(self, worker: _Worker, out_size: int, encoded: list) -> list:
         region = worker.out
         region.follow(out_size)
-        mm = region.mm
-        results = []
-        for entry in encoded:
-            if entry is None:  # decoupled: answered through its stream
-                results.append(None)
-                continue
-            if entry[0] == "err":
-                code = Code.__members__.get(entry[1], Code.INTERNAL)
-                results.append(ServerError(code, entry[2]))
-                continue
-            outputs = read_copies(mm, entry[1], _NUMPY)
-            params = entry[2]
-            results.append((outputs, params) if params else outputs)
-        return results
+        return read_results(region.mm, encoded, _NUMPY, _worker_error)
 
     # -- what the worker asks of the server (its control reader thread) ------------------
 
@@ -946,6 +933,11 @@ def _crash_summary(text: str) -> str:
         if current:
             keep.append(line)
     return "\n".join(keep)
+
+
+def _worker_error(code_name: str, message: str) -> ServerError:
+    """A request's error response from its worker (TritonError's code name)."""
+    return ServerError(Code.__members__.get(code_name, Code.INTERNAL), message)
 
 
 def _code_of(array) -> int:

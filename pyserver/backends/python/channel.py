@@ -35,6 +35,7 @@ import struct
 import tempfile
 import threading
 
+from pyserver.engine.ipc import send_held as _send_held
 from pyserver.engine.ipc import spin_readable as _spin_readable
 
 _HEADER = struct.Struct("<I")
@@ -45,23 +46,7 @@ DEFAULT_REGION_SIZE = 1 << 20
 _DEVSHM_MIN_FREE = 256 << 20
 
 
-def _libc_send():
-    """libc's send() called *without* releasing the GIL (ctypes.PyDLL), or
-    None where that is not available."""
-    try:
-        import ctypes
-
-        libc = ctypes.PyDLL(None, use_errno=True)
-        fn = libc.send
-        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
-        fn.restype = ctypes.c_ssize_t
-        return fn
-    except (OSError, AttributeError, ImportError):
-        return None
-
-
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0x40)
-_SEND_FLAGS = _MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0x4000)
 _INCOMPLETE = object()  # _take(): no whole message buffered yet
 
 
@@ -69,15 +54,14 @@ class Channel:
     """Framed messages over a connected stream socket. ``recv`` raises
     EOFError when the peer is gone; ``send`` is safe from several threads.
 
-    ``keep_gil=True`` (the server's side): a message that fits the socket
-    buffer is sent without releasing the GIL. Python's socket.send releases
-    and retakes the GIL around the syscall, and under load taking it back
-    from the event loop thread can wait for the interpreter's switch
-    interval (5 ms); a non-blocking send of a small message never waits, so
-    keeping the GIL is cheaper.
+    A message that fits the socket buffer goes out in one non-blocking send
+    made without releasing the GIL (engine/ipc.pyx send_held): Python's
+    socket.send releases and retakes it around the syscall, and under load
+    taking it back from the event loop thread can wait for the
+    interpreter's switch interval (5 ms).
     """
 
-    def __init__(self, sock: socket.socket, keep_gil: bool = False, spin_ns: int = 0):
+    def __init__(self, sock: socket.socket, spin_ns: int = 0):
         self.sock = sock
         # recv spins this long (GIL released) for a message before it
         # blocks: an answer due within microseconds then costs no wake-up.
@@ -87,7 +71,6 @@ class Channel:
         self._start = 0
         self._end = 0
         self._send_lock = threading.Lock()
-        self._raw_send = _libc_send() if keep_gil else None
         self._fd = sock.fileno()
 
     def send(self, obj) -> None:
@@ -95,18 +78,16 @@ class Channel:
         with self._send_lock:
             if len(data) < 65536:
                 frame = _HEADER.pack(len(data)) + data
-                raw = self._raw_send
-                if raw is not None:
-                    sent = raw(self._fd, frame, len(frame), _SEND_FLAGS)
-                    if sent == len(frame):
-                        return
-                    if sent < 0:
-                        err = ctypes_errno()
-                        if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                            raise OSError(err, os.strerror(err))
-                        sent = 0
-                    frame = frame[sent:]
-                self.sock.sendall(frame)
+                if self._fd < 0:
+                    raise OSError(errno.EBADF, "channel closed")
+                sent = _send_held(self._fd, frame)
+                if sent == len(frame):
+                    return
+                if sent < 0:
+                    if -sent not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                        raise OSError(-sent, os.strerror(-sent))
+                    sent = 0
+                self.sock.sendall(frame[sent:])
             else:
                 self.sock.sendall(_HEADER.pack(len(data)))
                 self.sock.sendall(data)
@@ -124,20 +105,21 @@ class Channel:
                 _spin_readable(self._fd, spin_ns)  # then the read rarely sleeps
             self._fill(0)
 
-    def poll(self, read: bool = True):
-        """The next message if it is all here, else None: for a reader on an
-        event loop, called when the socket is readable. ``read``: one
-        non-blocking read of what the socket holds first, if need be (else
-        only what was read before). EOFError when the peer is gone."""
-        obj = self._take()
-        if obj is not _INCOMPLETE or not read:
-            return None if obj is _INCOMPLETE else obj
-        try:
-            self._fill(_MSG_DONTWAIT)
-        except BlockingIOError:
-            return None
-        obj = self._take()
-        return None if obj is _INCOMPLETE else obj
+    def drain(self, read: bool = True) -> list:
+        """Every message that has all arrived, after one non-blocking read
+        of what the socket holds (``read``), for a reader on an event loop.
+        EOFError when the peer is gone."""
+        if read:
+            try:
+                self._fill(_MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+        out = []
+        while True:
+            obj = self._take()
+            if obj is _INCOMPLETE:
+                return out
+            out.append(obj)
 
     def _take(self):
         """A whole buffered message, or _INCOMPLETE (with room made for it)."""
@@ -179,21 +161,14 @@ class Channel:
         self._start, self._end = 0, avail
 
     def close(self) -> None:
-        # Under the send lock, and forgetting the raw descriptor: a send
-        # after close must fail, not write into whatever reuses the number.
+        # Under the send lock, and forgetting the descriptor: a send after
+        # close must fail, not write into whatever reuses the number.
         with self._send_lock:
-            self._raw_send = None
             self._fd = -1
             try:
                 self.sock.close()
             except OSError:
                 pass
-
-
-def ctypes_errno() -> int:
-    import ctypes
-
-    return ctypes.get_errno()
 
 
 # -- shared memory ----------------------------------------------------------------------
