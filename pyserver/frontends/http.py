@@ -254,6 +254,9 @@ def _b64decode(value: str, name: str) -> bytes:
             raise _bad(f"unable to decode base64 data of '{name}'") from None
 
 
+_INFER_ROUTES_MAX = 1024  # targets remembered (a client making up URLs only resets it)
+
+
 class _Slot:
     """A queued response, in request order; ``data`` is None until ready."""
 
@@ -395,7 +398,13 @@ class _HttpConnection(asyncio.Protocol):
         if not keep_alive:
             self._closing = True
         try:
-            self._dispatch(method, url, headers, body, keep_alive)
+            # An infer target seen before skips the routing: most requests
+            # a server gets are those.
+            route = self._frontend._infer_routes.get(url)
+            if route is not None and method == _POST:
+                self._infer(route[0], route[1], headers, body, keep_alive)
+            else:
+                self._dispatch(method, url, headers, body, keep_alive)
         except Exception as e:  # never drop the connection on a bug
             self._respond_exception(e, keep_alive)
 
@@ -531,6 +540,7 @@ class _HttpConnection(asyncio.Protocol):
     # ------------------------------------------------------------ routing
 
     def _dispatch(self, method: str, url: bytes, headers: dict, body: bytes, keep_alive: bool):
+        target = url
         q = url.find(b"?")
         if q >= 0:
             url = url[:q]
@@ -579,6 +589,11 @@ class _HttpConnection(asyncio.Protocol):
                     return
                 if method != _POST:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
+                if not restricted:
+                    routes = self._frontend._infer_routes
+                    if len(routes) >= _INFER_ROUTES_MAX:
+                        routes.clear()
+                    routes[target] = (model, version)
                 return self._infer(model, version, headers, body, keep_alive)
             if kind == "generate" or kind == "generate_stream":
                 if restricted and self._restricted("inference", headers, keep_alive):
@@ -970,6 +985,9 @@ class HttpFrontend:
         self._loop_time = None
         self._idle_handle = None
         self._restrictions: dict = {}
+        # request target -> (model, version) of infer routes already seen
+        # (see _HttpConnection.on_request); only without restricted APIs.
+        self._infer_routes: dict = {}
         for group, (key, value) in (restricted_apis or {}).items():
             if group not in RESTRICTED_API_GROUPS:
                 raise ValueError(f"unknown restricted api '{group}' ")

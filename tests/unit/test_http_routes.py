@@ -64,6 +64,10 @@ class RecordingServer:
         self.calls.append(("log", update))
         return {"log_info": True}
 
+    def submit(self, request, future=None):
+        self.calls.append(("infer", request.model_name, request.model_version))
+        raise ServerError(Code.UNAVAILABLE, "recorded")
+
 
 @pytest.fixture(scope="module")
 def loop():
@@ -272,3 +276,32 @@ def test_json_body_above_max_input_size(front):
     assert (status, body) == (400, {"error": (
         "request JSON size of 19 bytes exceeds the maximum allowed input size of 16 bytes. "
         "Use --http-max-input-size to increase the limit.")})
+
+
+INFER_BODY = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}'
+
+
+def test_infer_targets_are_remembered_and_still_checked(front):
+    """A repeated infer target skips the routing (HttpFrontend._infer_routes)
+    but keeps its model and version, and other methods on it still get 405."""
+    server, fe = front()
+    for _ in range(2):
+        assert exchange(fe, req("POST", "/v2/models/m/versions/2/infer", INFER_BODY))[0][::2] == (
+            503, {"error": "recorded"})
+        assert exchange(fe, req("POST", "/v2/models/a%20b/infer?x=1", INFER_BODY))[0][0] == 503
+    assert server.calls == [("infer", "m", "2"), ("infer", "a b", "")] * 2
+    assert exchange(fe, req("GET", "/v2/models/m/versions/2/infer"))[0][::2] == (
+        405, {"error": "Method Not Allowed"})
+    assert len(fe._infer_routes) == 2
+
+
+def test_restricted_infer_is_checked_every_time(front):
+    restrictions = parse_restricted_api(["inference:my-key=my-value"])
+    server, fe = front(restricted_apis=restrictions)
+    allowed = req("POST", "/v2/models/m/infer", INFER_BODY, b"my-key: my-value\r\n")
+    denied = req("POST", "/v2/models/m/infer", INFER_BODY)
+    assert exchange(fe, allowed)[0][0] == 503
+    assert exchange(fe, denied)[0][0] == 403
+    assert exchange(fe, allowed)[0][0] == 503
+    assert server.calls == [("infer", "m", "")] * 2
+    assert fe._infer_routes == {}
