@@ -481,6 +481,40 @@ def test_crash_fails_the_request_and_the_worker_restarts(tmp_path, start_server,
     assert backend.healthy() and backend.restarts == 1 and backend.pid == new_pid
 
 
+def test_a_crash_inside_a_group_of_queued_requests(tmp_path, start_server):
+    """Requests queued behind a busy worker go to it in one message; when
+    one of them kills the worker, each of them still gets exactly one
+    answer (its output, or the crash error), and the restarted worker
+    serves what comes next."""
+    server = start_server(repo_with(tmp_path, "crash"))
+    backend = backends(server, "crash")[0]
+    old_pid = backend.pid
+
+    def call(v):
+        try:
+            r = infer_one(server.url, "crash", "IN", np.array([v], np.int32), "INT32")
+        except InferenceServerException as err:
+            return err
+        return int(r.as_numpy("OUT")[0])
+
+    with ThreadPoolExecutor(6) as pool:
+        busy = pool.submit(call, 1300)  # holds the worker for 0.3 s
+        time.sleep(0.1)
+        queued = {v: pool.submit(call, v) for v in (1, 2, 3, 4, 5)}
+        assert busy.result(30) == 1300
+        results = {v: f.result(30) for v, f in queued.items()}
+    crashed = results.pop(3)
+    assert isinstance(crashed, InferenceServerException) and crashed.status() == "500"
+    assert f"(pid {old_pid}) exited with code 3 while executing a batch of" in crashed.message()
+    for v, r in results.items():  # answered before the crash, or failed with it
+        assert r == v or (isinstance(r, InferenceServerException)
+                          and r.message() == crashed.message()), (v, r)
+    deadline = time.monotonic() + 30
+    while not backend.healthy() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert call(7) == 7 and backend.pid != old_pid
+
+
 def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_server):
     repo = repo_with(tmp_path, "crash")
     server = start_server(repo)

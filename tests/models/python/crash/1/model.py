@@ -1,5 +1,6 @@
 """IN = 3: the process exits with code 3 (os._exit); IN = 11: it kills
-itself with SIGSEGV; anything else is echoed with the worker's pid.
+itself with SIGSEGV; IN >= 1000: sleeps IN - 1000 ms, then answers; anything
+is echoed with the worker's pid.
 initialize() takes 1.5 s when a file "slow_init" is in the model folder (so a
 test can watch the instance while it restarts) and fails when "fail_init" is."""
 
@@ -26,6 +27,8 @@ class TritonPythonModel:
                 os._exit(3)
             if x[0] == 11:
                 os.kill(os.getpid(), signal.SIGSEGV)
+            if x[0] >= 1000:
+                time.sleep((x[0] - 1000) / 1000)
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUT", x),
                 pb_utils.Tensor("PID", np.array([os.getpid()], np.int64)),
