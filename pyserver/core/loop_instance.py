@@ -69,11 +69,11 @@ class LoopDrivenInstance:
 
     def _take_group(self) -> list:
         """This instance's share of what is queued: 1/instances of it (at
-        least one batch, at most MAX_GROUP)."""
+        least one batch, at most MAX_GROUP, or what the backend allows)."""
         scheduler = self.mv.scheduler
         share = -(-scheduler.queued_count // len(self.mv.loop_drivers))
         group = []
-        for _ in range(min(max(share, 1), MAX_GROUP)):
+        for _ in range(min(max(share, 1), self.backend.group_limit(MAX_GROUP))):
             batch = scheduler.try_next_batch()
             if batch is None:
                 break

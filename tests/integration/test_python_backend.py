@@ -417,6 +417,25 @@ def test_queued_requests_each_get_their_own_execute(tmp_path, start_server):
                      "FP32").as_numpy("OUT")[0] == 10.0
 
 
+def test_large_outputs_do_not_pile_up_in_the_output_region(tmp_path, start_server):
+    """Outputs of megabytes go one batch per message (GROUP_REGION_LIMIT):
+    a group's outputs would all sit in the worker's output region at once."""
+    server = start_server(repo_with(tmp_path, "large_output"))
+    out = httpclient.InferRequestedOutput("OUT", binary_data=True)
+
+    def call(v):
+        r = infer_one(server.url, "large_output", "IN", np.array([v], np.float32), "FP32",
+                      outputs=[out])
+        return r.as_numpy("OUT")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, [float(v) for v in range(1, 9)]))
+    for v, got in zip(range(1, 9), results):
+        assert got.shape == (2097152,) and got[0] == v and got[-1] == v
+    worker = backends(server, "large_output")[0]._worker
+    assert worker.out.size <= 32 << 20, worker.out.size
+
+
 def test_which_instances_the_event_loop_drives(tmp_path, start_server):
     """Each request its own batch and not decoupled: the event loop sends
     batches to the worker and reads its answers (no instance thread)."""

@@ -58,8 +58,13 @@ class FakeBackend:
         self.mine, self.theirs = socket.socketpair()
         self.worker = object()
 
+    limit = None  # group_limit: as asked
+
     def take_worker(self):
         return self.worker
+
+    def group_limit(self, limit):
+        return limit if self.limit is None else min(limit, self.limit)
 
     def release_worker(self):
         pass
@@ -179,5 +184,17 @@ def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, low_lo
         mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
         d.dispatch()
         assert backend.low_load is low_load
+    finally:
+        close(d)
+
+
+def test_the_backend_can_hold_groups_to_one_batch():
+    """Large tensors (PythonBackend.group_limit): one batch per message."""
+    d, mv, backend, events = driver()
+    try:
+        backend.limit = 1
+        mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
+        d.dispatch()
+        assert events == [("sent", ["r0"])]
     finally:
         close(d)

@@ -48,6 +48,13 @@ from pyserver.engine.region_io import pack_inputs, read_results
 
 log = logging.getLogger("pyserver")
 
+# Queued batches go to a worker in groups (core/loop_instance.py) while its
+# regions stay this small. A group's outputs all stay in the output region
+# until the server has read the last of them, so for tensors of megabytes a
+# group would grow the region by that many batches at once: those go one
+# batch per message.
+GROUP_REGION_LIMIT = 8 << 20
+
 STUB_PATH = str(Path(__file__).with_name("stub.py"))
 # Thread pools of numeric libraries read these at import; each worker gets
 # its share of the cores unless the server's environment already says.
@@ -650,6 +657,15 @@ class PythonBackend:
             return worker.main.drain()
         except OSError:  # the channel was closed under us (the worker is gone)
             raise EOFError("worker channel closed") from None
+
+    def group_limit(self, limit: int) -> int:
+        """How many batches may go to the worker in one message: ``limit``
+        while its two regions together stay under GROUP_REGION_LIMIT, else
+        one (see there)."""
+        worker = self._worker
+        if worker is None or worker.inp.size + worker.out.size > GROUP_REGION_LIMIT:
+            return 1
+        return limit
 
     def send_batch(self, worker: _Worker, pending: list) -> None:
         """Writes the batch's tensors into the worker's input region and
