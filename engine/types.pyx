@@ -125,15 +125,15 @@ cdef class ImmediateFuture:
         return self._state == 2
 
     def set_result(self, result):
+        self._settle(result, None)
+
+    def set_exception(self, exception):
+        self._settle(None, exception)
+
+    cdef _settle(self, result, exception):
         if self._state:
             raise asyncio.InvalidStateError("the outcome is already set")
         self._result = result
-        self._state = 1
-        self._fire()
-
-    def set_exception(self, exception):
-        if self._state:
-            raise asyncio.InvalidStateError("the outcome is already set")
         self._exception = exception
         self._state = 1
         self._fire()

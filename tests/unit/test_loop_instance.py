@@ -100,74 +100,71 @@ class FakeInstance:
         self.backend = backend
 
 
-def driver(drivers=1):
-    events = []
-    mv = FakeModel(events, drivers)
-    backend = FakeBackend(events)
-    loop = asyncio.new_event_loop()
-    d = LoopDrivenInstance(mv, FakeInstance(backend), loop)
-    return d, mv, backend, events
+@pytest.fixture
+def driver():
+    """driver(instances) -> (LoopDrivenInstance, its model, its backend, the
+    events they record); each is detached and closed after the test."""
+    made = []
 
+    def make(drivers=1):
+        events = []
+        mv = FakeModel(events, drivers)
+        backend = FakeBackend(events)
+        d = LoopDrivenInstance(mv, FakeInstance(backend), asyncio.new_event_loop())
+        made.append(d)
+        return d, mv, backend, events
 
-def close(d):
-    d.detach()
-    d.loop.close()
-    d.backend.mine.close()
-    d.backend.theirs.close()
+    yield make
+    for d in made:
+        d.detach()
+        d.loop.close()
+        d.backend.mine.close()
+        d.backend.theirs.close()
 
 
 @pytest.mark.parametrize("drivers, queued, taken", [(1, 10, 10), (2, 10, 5), (3, 10, 4),
                                                      (2, 1, 1), (1, 100, MAX_GROUP)])
-def test_a_free_worker_gets_its_share_of_the_queue_in_one_message(drivers, queued, taken):
+def test_a_free_worker_gets_its_share_of_the_queue_in_one_message(drivers, queued, taken, driver):
     d, mv, backend, events = driver(drivers)
-    try:
-        mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
-        d.dispatch()
-        assert events == [("sent", [f"r{i}" for i in range(taken)])]
-        assert mv.scheduler.queued_count == queued - taken
-        d.dispatch()  # busy: nothing more goes to it
-        assert len(events) == 1
-    finally:
-        close(d)
+    mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
+    d.dispatch()
+    assert events == [("sent", [f"r{i}" for i in range(taken)])]
+    assert mv.scheduler.queued_count == queued - taken
+    d.dispatch()  # busy: nothing more goes to it
+    assert len(events) == 1
 
 
-def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first():
+def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first(driver):
     d, mv, backend, events = driver()
-    try:
-        mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
-        d.dispatch()
-        mv.scheduler.queue = [FakeBatch(i) for i in range(3, 5)]  # queued meanwhile
-        backend.replies = [("result", 0, [], 0), ("fail", "boom", 0)]
-        d._on_readable()
-        assert events[1:] == [("answered", 0, 0), ("answered", 1, int(Code.INTERNAL))]
-        assert not d.idle.is_set()
-        backend.replies = [("query", "cancelled", 0)]  # a question about batch 2
-        d._on_readable()
-        assert events[3:] == [("asked", ["r2"])]
-        del events[3]
-        backend.replies = [("result", 0, [], 0)]
-        d._on_readable()
-        # The worker gets the next group before batch 2's answer goes out.
-        assert events[3:] == [("sent", ["r3", "r4"]), ("answered", 2, 0)]
-        backend.replies = [("result", 0, [], 0), ("result", 0, [], 0)]
-        d._on_readable()
-        assert events[5:] == [("answered", 3, 0), ("answered", 4, 0)]
-        assert d.idle.is_set() and not d.batches
-    finally:
-        close(d)
+    mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
+    d.dispatch()
+    mv.scheduler.queue = [FakeBatch(i) for i in range(3, 5)]  # queued meanwhile
+    backend.replies = [("result", 0, [], 0), ("fail", "boom", 0)]
+    d._on_readable()
+    assert events[1:] == [("answered", 0, 0), ("answered", 1, int(Code.INTERNAL))]
+    assert not d.idle.is_set()
+    backend.replies = [("query", "cancelled", 0)]  # a question about batch 2
+    d._on_readable()
+    assert events[3:] == [("asked", ["r2"])]
+    del events[3]
+    backend.replies = [("result", 0, [], 0)]
+    d._on_readable()
+    # The worker gets the next group before batch 2's answer goes out.
+    assert events[3:] == [("sent", ["r3", "r4"]), ("answered", 2, 0)]
+    backend.replies = [("result", 0, [], 0), ("result", 0, [], 0)]
+    d._on_readable()
+    assert events[5:] == [("answered", 3, 0), ("answered", 4, 0)]
+    assert d.idle.is_set() and not d.batches
 
 
-def test_detach_fails_every_batch_in_flight():
+def test_detach_fails_every_batch_in_flight(driver):
     d, mv, backend, events = driver()
-    try:
-        mv.scheduler.queue = [FakeBatch(i) for i in range(2)]
-        d.dispatch()
-        d.detach()
-        assert events[1:] == [("answered", 0, int(Code.UNAVAILABLE)),
-                              ("answered", 1, int(Code.UNAVAILABLE))]
-        assert d.idle.is_set()
-    finally:
-        close(d)
+    mv.scheduler.queue = [FakeBatch(i) for i in range(2)]
+    d.dispatch()
+    d.detach()
+    assert events[1:] == [("answered", 0, int(Code.UNAVAILABLE)),
+                          ("answered", 1, int(Code.UNAVAILABLE))]
+    assert d.idle.is_set()
 
 
 def test_max_group_is_a_sane_bound():
@@ -176,25 +173,19 @@ def test_max_group_is_a_sane_bound():
 
 @pytest.mark.parametrize("drivers, queued, low_load", [(1, 1, True), (2, 1, True), (1, 3, False),
                                                       (2, 2, False)])
-def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, low_load):
+def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, low_load, driver):
     """A group of one with nothing left queued: the worker then spins for
     its next message (a client's round trip away) rather than sleeping."""
     d, mv, backend, events = driver(drivers)
-    try:
-        mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
-        d.dispatch()
-        assert backend.low_load is low_load
-    finally:
-        close(d)
+    mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
+    d.dispatch()
+    assert backend.low_load is low_load
 
 
-def test_the_backend_can_hold_groups_to_one_batch():
+def test_the_backend_can_hold_groups_to_one_batch(driver):
     """Large tensors (PythonBackend.group_limit): one batch per message."""
     d, mv, backend, events = driver()
-    try:
-        backend.limit = 1
-        mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
-        d.dispatch()
-        assert events == [("sent", ["r0"])]
-    finally:
-        close(d)
+    backend.limit = 1
+    mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
+    d.dispatch()
+    assert events == [("sent", ["r0"])]

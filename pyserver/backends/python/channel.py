@@ -105,15 +105,14 @@ class Channel:
                 _spin_readable(self._fd, spin_ns)  # then the read rarely sleeps
             self._fill(0)
 
-    def drain(self, read: bool = True) -> list:
+    def drain(self) -> list:
         """Every message that has all arrived, after one non-blocking read
-        of what the socket holds (``read``), for a reader on an event loop.
-        EOFError when the peer is gone."""
-        if read:
-            try:
-                self._fill(_MSG_DONTWAIT)
-            except BlockingIOError:
-                pass
+        of what the socket holds, for a reader on an event loop. EOFError
+        when the peer is gone."""
+        try:
+            self._fill(_MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
         out = []
         while True:
             obj = self._take()
