@@ -3,6 +3,7 @@ on a uvloop loop in a background thread, bound to 127.0.0.1 on a free port."""
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -56,3 +57,24 @@ def start_server():
     yield start
     for s in started:
         s.close()
+
+
+# Where a Python model's instances run (pyserver_execution_mode): tests of
+# what a model sees and may do run in both.
+PYTHON_MODES = ("process", "thread")
+THREAD_MODE = 'parameters { key: "pyserver_execution_mode" value { string_value: "thread" } }'
+
+
+def use_execution_mode(repo, mode: str) -> None:
+    """Makes every Python model in ``repo`` run in ``mode``."""
+    if mode == "process":
+        return
+    for config in Path(repo).glob("*/config.pbtxt"):
+        text = config.read_text()
+        if 'backend: "python"' in text:
+            config.write_text(text + "\n" + THREAD_MODE + "\n")
+
+
+@pytest.fixture(params=PYTHON_MODES)
+def python_mode(request):
+    return request.param

@@ -14,14 +14,18 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.integration.conftest import use_execution_mode
+
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 
 
-def repo_with(tmp_path, *names):
+def repo_with(tmp_path, *names, mode="process"):
+    """A repository of these test models, run in ``mode`` (process or thread)."""
     repo = tmp_path / "models"
     repo.mkdir(exist_ok=True)
     for name in names:
         shutil.copytree(MODELS / name, repo / name)
+    use_execution_mode(repo, mode)
     return repo
 
 
@@ -50,8 +54,8 @@ def infer_one(url, model, name, array, datatype, **kwargs):
 
 @pytest.mark.parametrize("model", ["add_sub", "add_sub_async"])
 @pytest.mark.parametrize("binary", [True, False])
-def test_add_sub(tmp_path, start_server, model, binary):
-    server = start_server(repo_with(tmp_path, model))
+def test_add_sub(tmp_path, start_server, model, binary, python_mode):
+    server = start_server(repo_with(tmp_path, model, mode=python_mode))
     a = np.array([1, 2, 3, 4], np.float32)
     b = np.array([10, 20, 30, 40], np.float32)
     result = infer_add_sub(server.url, model, a, b, binary=binary)
@@ -65,8 +69,8 @@ def test_add_sub(tmp_path, start_server, model, binary):
         assert result.get_response()["parameters"] == {"same_loop": True}
 
 
-def test_add_sub_requested_output_only(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "add_sub"))
+def test_add_sub_requested_output_only(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "add_sub", mode=python_mode))
     a = np.ones(4, np.float32)
     out = httpclient.InferRequestedOutput("OUTPUT1")
     result = infer_add_sub(server.url, "add_sub", a, a, outputs=[out])
@@ -109,9 +113,9 @@ def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, 
                                   a * 2)
 
 
-def test_model_logs_reach_the_server_log(tmp_path, start_server, caplog):
+def test_model_logs_reach_the_server_log(tmp_path, start_server, caplog, python_mode):
     caplog.set_level(logging.INFO, logger="pyserver")
-    server = start_server(repo_with(tmp_path, "add_sub"), model_control_mode="explicit",
+    server = start_server(repo_with(tmp_path, "add_sub", mode=python_mode), model_control_mode="explicit",
                           load_models=["add_sub"])
     server.call(server.server.unload_model("add_sub"))
     deadline = time.monotonic() + 5
@@ -138,8 +142,8 @@ def test_add_sub_large_tensors_grow_shared_memory(tmp_path, start_server):
 
 # -- initialize args --------------------------------------------------------------------
 
-def test_initialize_args(tmp_path, start_server):
-    repo = repo_with(tmp_path, "init_args")
+def test_initialize_args(tmp_path, start_server, python_mode):
+    repo = repo_with(tmp_path, "init_args", mode=python_mode)
     server = start_server(repo)
     result = infer_one(server.url, "init_args", "IN", np.zeros(1, np.float32), "FP32")
     info = json.loads(result.as_numpy("OUT")[0])
@@ -160,11 +164,17 @@ def test_initialize_args(tmp_path, start_server):
     assert config["input"][0]["name"] == "IN" and config["input"][0]["data_type"] == "TYPE_FP32"
     assert config["output"][0]["data_type"] == "TYPE_STRING"
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    assert info["model_dir"] == str(repo / "init_args" / "1")
+    if python_mode == "thread":
+        # this process, the model imported as a module of its own per instance
+        assert info["pid"] == os.getpid()
+        assert info["module"] == "_pyserver_model_init_args_1_init_args_0_0"
+        assert str(repo / "init_args" / "1") in info["sys_path_tail"]
+        return
     # the worker: its own process, imported as Triton does ("<version>.model"),
     # pb_utils' folder on sys.path, a thread cap in its environment
     assert info["pid"] != os.getpid()
     assert info["module"] == "1.model"
-    assert info["model_dir"] == str(repo / "init_args" / "1")
     assert info["sys_path_tail"][-1].endswith(os.path.join("backends", "python"))
     if "OMP_NUM_THREADS" in os.environ:
         assert info["omp_num_threads"] == os.environ["OMP_NUM_THREADS"]
@@ -175,8 +185,8 @@ def test_initialize_args(tmp_path, start_server):
 
 # -- BYTES and parameters --------------------------------------------------------------------
 
-def test_bytes_in_and_out(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "bytes_echo"))
+def test_bytes_in_and_out(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "bytes_echo", mode=python_mode))
     text = np.array([[b"hello", b"", "grüße".encode()]], dtype=np.object_)
     result = infer_one(server.url, "bytes_echo", "TEXT", text, "BYTES", request_id="r-1",
                        parameters={"key": "value", "n": 3, "flag": True})
@@ -193,8 +203,8 @@ def test_bytes_in_and_out(tmp_path, start_server):
     assert result.get_response()["id"] == "r-1"
 
 
-def test_sequence_and_timeout_request_properties(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "bytes_echo"))
+def test_sequence_and_timeout_request_properties(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "bytes_echo", mode=python_mode))
     text = np.array([[b"x"]], dtype=np.object_)
     result = infer_one(server.url, "bytes_echo", "TEXT", text, "BYTES", sequence_id=42,
                        sequence_start=True, sequence_end=True, timeout=5_000_000,
@@ -209,8 +219,8 @@ def test_sequence_and_timeout_request_properties(tmp_path, start_server):
     assert result.get_response()["parameters"]["correlation_id"] == "abc"
 
 
-def test_bytes_json_and_batched(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "bytes_echo"))
+def test_bytes_json_and_batched(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "bytes_echo", mode=python_mode))
 
     def one(i):
         client = httpclient.InferenceServerClient(server.url)  # one per thread
@@ -240,8 +250,8 @@ def run_error(server, mode):
     return info.value
 
 
-def test_error_codes(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "errors"))
+def test_error_codes(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "errors", mode=python_mode))
     for name, status in ERROR_STATUS.items():
         err = run_error(server, f"code:{name}")
         assert err.status() == status, name
@@ -252,8 +262,8 @@ def test_error_codes(tmp_path, start_server):
     assert ok.as_numpy("OUT").tolist() == [7]
 
 
-def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "errors"))
+def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "errors", mode=python_mode))
     prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
     err = run_error(server, "model_exception")
     assert err.status() == "500"
@@ -270,8 +280,8 @@ def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server):
     assert ok.as_numpy("OUT").tolist() == [7]
 
 
-def test_wrong_responses(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "errors"))
+def test_wrong_responses(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "errors", mode=python_mode))
     prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
     err = run_error(server, "two_responses")
     assert err.status() == "500"
@@ -289,8 +299,8 @@ def test_wrong_responses(tmp_path, start_server):
     assert stats["inference_stats"]["fail"]["count"] >= 3
 
 
-def test_wrong_response_count_fails_every_request_of_the_batch(tmp_path, start_server):
-    repo = repo_with(tmp_path, "errors")
+def test_wrong_response_count_fails_every_request_of_the_batch(tmp_path, start_server, python_mode):
+    repo = repo_with(tmp_path, "errors", mode=python_mode)
     config = repo / "errors" / "config.pbtxt"
     config.write_text(config.read_text().replace("max_batch_size: 0", "max_batch_size: 8")
                       + "dynamic_batching { max_queue_delay_microseconds: 200000 }\n")
@@ -377,12 +387,58 @@ def test_two_instances_run_in_parallel_processes(tmp_path, start_server):
     assert peak == 2
 
 
-def test_queued_requests_each_get_their_own_execute(tmp_path, start_server):
+def test_thread_mode_runs_instances_in_the_server_process(tmp_path, start_server):
+    """pyserver_execution_mode "thread": no worker processes; each instance
+    imports its own copy of model.py, runs on its own thread (the two
+    instances' executions overlap), and unloading finalizes it and takes
+    its module and folders off sys.modules and sys.path."""
+    import sys
+
+    from pyserver.backends.python.in_process import ThreadPythonBackend
+
+    repo = repo_with(tmp_path, "parallel", mode="thread")
+    server = start_server(repo, model_control_mode="explicit", load_models=["parallel"])
+    instances = backends(server, "parallel")
+    assert [type(b) for b in instances] == [ThreadPythonBackend] * 2
+    modules = [sys.modules[b._module_name] for b in instances]
+    assert modules[0] is not modules[1]
+    assert modules[0].TritonPythonModel is not modules[1].TritonPythonModel
+
+    def call(v):
+        r = infer_one(server.url, "parallel", "IN", np.array([v], np.float32), "FP32")
+        return r.as_numpy("OUT")[0], tuple(r.as_numpy("SPAN")), int(r.as_numpy("PID")[0])
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(call, [1.0, 2.0]))
+    assert [r[0] for r in results] == [2.0, 4.0]
+    assert {r[2] for r in results} == {os.getpid()}
+    (s1, e1), (s2, e2) = results[0][1], results[1][1]
+    assert s1 < e2 and s2 < e1  # both instances were executing at once
+    folder = str(repo / "parallel" / "1")
+    assert folder in sys.path
+    server.call(server.server.unload_model("parallel"))
+    assert not any(b._module_name in sys.modules for b in instances)
+    assert folder not in sys.path and str(repo / "parallel") not in sys.path
+
+
+def test_thread_mode_setting_is_checked(tmp_path, start_server):
+    repo = repo_with(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "pyserver_execution_mode" '
+                      'value { string_value: "fiber" } }\n')
+    server = start_server(repo, exit_on_error=False)
+    index = {row["name"]: row for row in server.run(server.server.repository_index)}
+    assert index["add_sub"]["state"] == "UNAVAILABLE"
+    assert ("parameter 'pyserver_execution_mode' must be \"process\" or \"thread\", got "
+            "\"fiber\"") in index["add_sub"]["reason"]
+
+
+def test_queued_requests_each_get_their_own_execute(tmp_path, start_server, python_mode):
     """Requests that queue while the worker is busy go to it in one message
     (core/loop_instance.py), yet each is still its own execute() call and
     its own outcome: a raise or an error response fails that request only,
     and every request is counted once in the statistics."""
-    server = start_server(repo_with(tmp_path, "one_at_a_time"))
+    server = start_server(repo_with(tmp_path, "one_at_a_time", mode=python_mode))
     values = [1.0, 2.0, -3.0, 4.0, 0.0, 6.0, 7.0, 8.0, -9.0, 10.0, 11.0, 12.0]
 
     def call(v):
@@ -564,8 +620,8 @@ def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_s
     assert result.as_numpy("OUT").tolist() == [4]
 
 
-def test_model_is_ready(tmp_path, start_server):
-    server = start_server(repo_with(tmp_path, "readiness"))
+def test_model_is_ready(tmp_path, start_server, python_mode):
+    server = start_server(repo_with(tmp_path, "readiness", mode=python_mode))
     backend = backends(server, "readiness")[0]
     assert backend.is_ready()
     result = infer_one(server.url, "readiness", "READY", np.array([False]), "BOOL")
@@ -592,8 +648,8 @@ def test_unload_finalizes_and_ends_workers(tmp_path, start_server):
             pytest.fail(f"worker {pid} still running after unload")
 
 
-def test_load_error_in_initialize(tmp_path, start_server):
-    repo = repo_with(tmp_path, "add_sub")
+def test_load_error_in_initialize(tmp_path, start_server, python_mode):
+    repo = repo_with(tmp_path, "add_sub", mode=python_mode)
     model = repo / "add_sub" / "1" / "model.py"
     model.write_text(model.read_text().replace(
         "config = json.loads(args[\"model_config\"])",

@@ -16,16 +16,18 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pyserver.frontends.grpc import GrpcFrontend
+from tests.integration.conftest import use_execution_mode
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 
 
 @pytest.fixture
-def repeat(tmp_path, start_server):
+def repeat(tmp_path, start_server, python_mode):
     repo = tmp_path / "models"
     repo.mkdir()
     for name in ("repeat", "repeat_async", "add_sub"):
         shutil.copytree(MODELS / name, repo / name)
+    use_execution_mode(repo, python_mode)
     s = start_server(repo)
     frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
     s.call(frontend.start())
@@ -304,6 +306,7 @@ def test_non_decoupled_model_answers_through_its_sender(tmp_path, start_server):
     assert infer(1).as_numpy("OUT").tolist() == [10]
 
 
+@pytest.mark.parametrize("python_mode", ["process"])  # in-process, the exit is the server's
 def test_worker_exit_ends_open_requests_with_an_error(repeat):
     stream = Stream(repeat.grpc_url)
     try:

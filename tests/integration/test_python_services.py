@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 
 from pyserver.frontends.metrics_http import MetricsFrontend
 from pyserver.metrics import MetricsConfig
+from tests.integration.conftest import use_execution_mode
 from tests.integration.test_metrics import parse, value
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
@@ -27,11 +28,12 @@ def run(url, data, **params):
 
 
 @pytest.fixture
-def control(tmp_path, start_server):
+def control(tmp_path, start_server, python_mode):
     repo = tmp_path / "models"
     repo.mkdir()
     for name in ("control", "add_sub"):
         shutil.copytree(MODELS / name, repo / name)
+    use_execution_mode(repo, python_mode)
     s = start_server(repo, model_control_mode="explicit", load_models=["control"])
     metrics = MetricsFrontend(s.server, MetricsConfig.from_cli(
         metrics_address="127.0.0.1", metrics_port=0))

@@ -215,6 +215,12 @@ class _Worker:
         except OSError:
             pass  # it is gone; its waiters went with it
 
+    def write_tensors(self, tensors) -> tuple:
+        """(name, code, array)s into blocks of the region the worker reads
+        (it frees them once copied out): (the region's size, their encoding)."""
+        encoded, _offsets = self.down.write(tensors)
+        return self.down.region.size, encoded
+
     def exit_text(self) -> str:
         return describe_exit(self.returncode)
 
@@ -292,15 +298,14 @@ class _Worker:
             pass
 
 
-class PythonBackend:
-    """One instance of a Triton Python model (``backend: "python"``)."""
+class ServedInstance:
+    """What an instance of a Python model is to the server, wherever the
+    model runs (a worker process: PythonBackend; this process:
+    in_process.ThreadPythonBackend): its initialize() arguments, the server
+    it serves, what it asks of it (services.py), and the decoupled requests
+    it has yet to finish."""
 
-    # ModelVersion hands this backend the batch as separate requests
-    # (Triton's execute(requests) API) through execute_requests.
-    takes_requests = True
-    out_of_process = True  # each instance executes in its worker process
-
-    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+    def __init__(self, model_path: str, config, instance_name: str):
         if "EXECUTION_ENV_PATH" in config.parameters and instance_name.endswith("_0"):
             log.warning("python model '%s': parameter EXECUTION_ENV_PATH is not supported yet; "
                         "the model runs with the server's Python (%s)", config.name, sys.executable)
@@ -315,7 +320,6 @@ class PythonBackend:
             name = config_type_name(spec.data_type)
             wire = "BYTES" if name == "TYPE_STRING" else name[5:]
             self.input_codes[spec.name] = _WIRE_TO_CODE.get(wire, 0)
-        self.threads = max(1, int(threads))
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self._mv = None  # the ModelVersion (attach)
         self._open: dict[int, object] = {}  # decoupled requests not answered in full, by id
@@ -324,6 +328,133 @@ class PythonBackend:
         self._marks: dict[int, list] = {}
         self._open_lock = threading.Lock()
         self._services = None
+
+    def _init_args(self, instance_name: str) -> dict:
+        from pyserver.core.config import config_to_json
+
+        config = self.config
+        kind, device_id = "CPU", "0"
+        group_name = instance_name.rsplit("_", 1)[0]
+        for group in config.instance_group:
+            if group.name == group_name:
+                kind = _KIND_NAMES.get(group.kind, "CPU")
+                if group.gpus:
+                    device_id = str(group.gpus[0])
+                break
+        return {
+            "model_config": json.dumps(config_to_json(config)),
+            "model_instance_kind": kind,
+            "model_instance_name": instance_name,
+            "model_instance_device_id": device_id,
+            "model_repository": str(Path(self.model_path).parent.parent),
+            "model_version": self.version,
+            "model_name": self.model_name,
+        }
+
+    def attach(self, mv) -> None:
+        """Called by the ModelVersion this instance serves."""
+        self._mv = mv
+
+    def _server(self):
+        from pyserver.core import server as core
+
+        if self._mv is not None:
+            server = core.server_for(self._mv.completions)
+        else:
+            # Still loading (initialize may create metrics or call other
+            # models): the server whose repository holds this model, or the
+            # only one running.
+            repo = str(Path(self.model_path).resolve().parents[2])
+            running = list(core._RUNNING)
+            found = [s for s in running
+                     if any(str(Path(r).resolve()) == repo for r in s.repositories)]
+            server = found[0] if len(found) == 1 else (running[0] if len(running) == 1 else None)
+        if server is None:
+            raise ServerError(Code.UNAVAILABLE,
+                              f"python model '{self.model_name}' is not served by a running server")
+        return server
+
+    def services(self):
+        if self._services is None:
+            from pyserver.backends.python.services import Services
+
+            self._services = Services(self)
+        return self._services
+
+    def release_services(self) -> None:
+        if self._services is not None:
+            self._services.release()
+
+    # -- decoupled requests ------------------------------------------------------------
+
+    def _open_requests(self, pending, started: int) -> None:
+        """Open until their final response: the model may answer after the
+        batch is done, from any of its threads."""
+        with self._open_lock:
+            for p in pending:
+                self._open[p.id] = p
+                self._marks[p.id] = [0, started]
+
+    def deliver(self, key: int, outputs, params, error, final: bool, arrived: int) -> str | None:
+        """A response (or the final flag) a decoupled model sent for request
+        ``key``: into the request's stream, counted in the statistics.
+        Returns why it could not go, or None."""
+        with self._open_lock:
+            p = self._open.pop(key, None) if final else self._open.get(key)
+            marks = self._marks.pop(key, None) if final else self._marks.get(key)
+        if p is None:
+            return "Unable to send response. Response sender has been closed."
+        response = None
+        if outputs is not None:
+            response = self._mv._request_response(p, outputs, params or None)
+        if marks is not None:
+            done = now_ns()
+            outcome = "fail" if error is not None else "success" if response is not None \
+                else "empty"
+            self._mv.stats.record_response(marks[0], outcome, max(0, arrived - marks[1]),
+                                           done - arrived)
+            marks[0] += 1
+            marks[1] = done
+        # Queued on the loop before the sender hears back, so it is ahead of
+        # whatever the model does next (another response, a failed batch).
+        p.future.push(response, error, final)
+        return None
+
+    def _close_open(self, pending) -> None:
+        with self._open_lock:
+            for p in pending:
+                self._open.pop(p.id, None)
+                self._marks.pop(p.id, None)
+
+    def _fail_open(self, error: ServerError) -> None:
+        with self._open_lock:
+            open_requests, self._open = list(self._open.values()), {}
+            self._marks = {}
+        for p in open_requests:
+            p.future.push(None, error, True)
+
+
+class PythonBackend(ServedInstance):
+    """One instance of a Triton Python model (``backend: "python"``) in its
+    own worker process; with ``pyserver_execution_mode: "thread"`` in the
+    config, an in_process.ThreadPythonBackend instead."""
+
+    # ModelVersion hands this backend the batch as separate requests
+    # (Triton's execute(requests) API) through execute_requests.
+    takes_requests = True
+    out_of_process = True  # each instance executes in its worker process
+
+    def __new__(cls, model_path: str, config, *args, **kwargs):
+        if cls is PythonBackend:
+            from pyserver.backends.python.in_process import ThreadPythonBackend, execution_mode
+
+            if execution_mode(config) == "thread":
+                return ThreadPythonBackend(model_path, config, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+        super().__init__(model_path, config, instance_name)
+        self.threads = max(1, int(threads))
         self.shm_kind = channel.shm_kind()
         self._env = _worker_env(self.threads, sum(g.count for g in config.instance_group))
         self._lock = threading.Lock()  # held while a batch is in the worker
@@ -357,28 +488,6 @@ class PythonBackend:
         log.info("python model '%s' instance '%s': worker pid %d ready in %.0f ms "
                  "(tensors through %s shared memory)", self.model_name, instance_name,
                  worker.pid, self.start_seconds * 1000, self.shm_kind)
-
-    def _init_args(self, instance_name: str) -> dict:
-        from pyserver.core.config import config_to_json
-
-        config = self.config
-        kind, device_id = "CPU", "0"
-        group_name = instance_name.rsplit("_", 1)[0]
-        for group in config.instance_group:
-            if group.name == group_name:
-                kind = _KIND_NAMES.get(group.kind, "CPU")
-                if group.gpus:
-                    device_id = str(group.gpus[0])
-                break
-        return {
-            "model_config": json.dumps(config_to_json(config)),
-            "model_instance_kind": kind,
-            "model_instance_name": instance_name,
-            "model_instance_device_id": device_id,
-            "model_repository": str(Path(self.model_path).parent.parent),
-            "model_version": self.version,
-            "model_name": self.model_name,
-        }
 
     # -- worker lifecycle ---------------------------------------------------------------
 
@@ -558,8 +667,7 @@ class PythonBackend:
         with self._state:
             self._closing = True
             self._state.notify_all()
-        if self._services is not None:
-            self._services.release()
+        self.release_services()
         restart = self._restart_thread
         if restart is not None and restart is not threading.current_thread():
             restart.join(FINALIZE_TIMEOUT_S)  # it stops the worker it was starting
@@ -686,13 +794,7 @@ class PythonBackend:
         groups = [[_request_item(p.request, all_outputs, next(packed), p.id) for p in pending]
                   for pending in batches]
         if self.decoupled:
-            # Open until their final response: the worker may answer after
-            # this batch is done, from any of its threads.
-            started = now_ns()
-            with self._open_lock:
-                for p in requests:
-                    self._open[p.id] = p
-                    self._marks[p.id] = [0, started]
+            self._open_requests(requests, now_ns())
         worker.main.send(("exec", region.size, groups, self.model_name, self.version, low_load))
 
     @staticmethod
@@ -741,29 +843,6 @@ class PythonBackend:
 
     # -- what the worker asks of the server (its control reader thread) ------------------
 
-    def attach(self, mv) -> None:
-        """Called by the ModelVersion this instance serves."""
-        self._mv = mv
-
-    def _server(self):
-        from pyserver.core import server as core
-
-        if self._mv is not None:
-            server = core.server_for(self._mv.completions)
-        else:
-            # Still loading (initialize may create metrics or call other
-            # models): the server whose repository holds this model, or the
-            # only one running.
-            repo = str(Path(self.model_path).resolve().parents[2])
-            running = list(core._RUNNING)
-            found = [s for s in running
-                     if any(str(Path(r).resolve()) == repo for r in s.repositories)]
-            server = found[0] if len(found) == 1 else (running[0] if len(running) == 1 else None)
-        if server is None:
-            raise ServerError(Code.UNAVAILABLE,
-                              f"python model '{self.model_name}' is not served by a running server")
-        return server
-
     def _on_worker_message(self, worker: _Worker, msg) -> None:
         kind = msg[0]
         if kind == "resp":
@@ -772,11 +851,7 @@ class PythonBackend:
             p = self._open.get(msg[2])
             worker.reply(msg[1], bool(p is not None and p.future.cancelled()))
         elif kind in ("bls", "bls_cancel", "metric", "model"):
-            if self._services is None:
-                from pyserver.backends.python.services import Services
-
-                self._services = Services(self)
-            self._services.handle(worker, msg)
+            self.services().handle(worker, msg)
         else:
             log.warning("python model '%s': unexpected message %r from its worker",
                         self.model_name, kind)
@@ -787,43 +862,14 @@ class PythonBackend:
         sender is told it went (it waits, as Triton's does)."""
         _, seq, key, size, encoded, params, error, final = msg
         arrived = now_ns()
-        with self._open_lock:
-            p = self._open.pop(key, None) if final else self._open.get(key)
-            marks = self._marks.pop(key, None) if final else self._marks.get(key)
-        if p is None:
-            worker.reply(seq, "Unable to send response. Response sender has been closed.")
-            return
-        response = None
+        outputs = None
         if encoded is not None:
             outputs = channel.read_tensors(worker.up, size, encoded, _NUMPY, copy=True)
-            response = self._mv._request_response(p, outputs, params or None)
         err = None
         if error is not None:
             err = ServerError(Code.__members__.get(error[0], Code.INTERNAL), error[1])
-        if marks is not None:
-            done = now_ns()
-            outcome = "fail" if err is not None else "success" if response is not None else "empty"
-            self._mv.stats.record_response(marks[0], outcome, max(0, arrived - marks[1]),
-                                           done - arrived)
-            marks[0] += 1
-            marks[1] = done
-        # Queued on the loop before the sender hears back, so it is ahead of
-        # whatever the model does next (another response, a failed batch).
-        p.future.push(response, err, final)
-        worker.reply(seq, None)  # the data is copied out: its blocks may be reused
-
-    def _close_open(self, pending) -> None:
-        with self._open_lock:
-            for p in pending:
-                self._open.pop(p.id, None)
-                self._marks.pop(p.id, None)
-
-    def _fail_open(self, error: ServerError) -> None:
-        with self._open_lock:
-            open_requests, self._open = list(self._open.values()), {}
-            self._marks = {}
-        for p in open_requests:
-            p.future.push(None, error, True)
+        # The data is copied out: its blocks may be reused.
+        worker.reply(seq, self.deliver(key, outputs, params, err, final, arrived))
 
     # -- auto-complete (load time) ----------------------------------------------------
 

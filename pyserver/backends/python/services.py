@@ -138,8 +138,8 @@ class Services:
         from pyserver.backends.python.backend import _WIRE_TO_CODE
 
         tensors = [(t.name, _WIRE_TO_CODE.get(t.datatype, 0), t.data) for t in response.outputs]
-        encoded, _offsets = worker.down.write(tensors)
-        return ("bls", worker.down.region.size, encoded, response.parameters or None, None)
+        size, encoded = worker.write_tensors(tensors)
+        return ("bls", size, encoded, response.parameters or None, None)
 
     # -- custom metrics ------------------------------------------------------------------
 

@@ -47,85 +47,20 @@ import traceback  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _load_channel_module():
-    name = "_pyserver_python_channel"
-    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, "channel.py"))
+def _load_module(name, filename):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, filename))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-channel = _load_channel_module()
-_OUR_FILES = {os.path.join(_HERE, "stub.py"), os.path.join(_HERE, "channel.py"),
-              os.path.join(_HERE, "triton_python_backend_utils.py")}
-
-
-def describe(err: BaseException) -> str:
-    """An exception as Triton's stub reports it: "Type: message", then the
-    model's frames, innermost first."""
-    text = f"{type(err).__name__}: {err}"
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if os.path.abspath(f.filename) not in _OUR_FILES]
-    if frames:
-        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
-                                      for f in reversed(frames))
-    return text
-
-
-def _awaitable(obj) -> bool:
-    # What `async def` methods return; asyncio itself is imported only by
-    # models that use it (it costs ~60 ms of worker start).
-    return hasattr(obj, "__await__")
-
-
-async def _await(awaitable):
-    return await awaitable
-
-
-class _AsyncRunner:
-    """The instance's asyncio loop, on a daemon thread as in Triton, so
-    tasks a model starts keep running between executes."""
-
-    def __init__(self):
-        self.loop = None
-        self._lock = threading.Lock()
-
-    def _ensure_loop(self):
-        import asyncio
-
-        with self._lock:
-            if self.loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="model-asyncio",
-                                 daemon=True).start()
-                asyncio.set_event_loop(loop)
-                self.loop = loop
-
-    def run(self, awaitable, timeout=None):
-        import asyncio
-
-        self._ensure_loop()
-        if not asyncio.iscoroutine(awaitable):
-            awaitable = _await(awaitable)
-        return asyncio.run_coroutine_threadsafe(awaitable, self.loop).result(timeout)
-
-    def spawn(self, awaitable, name):
-        """Runs a coroutine on the loop without waiting; its failure is
-        logged (a decoupled model's async execute)."""
-        import asyncio
-
-        self._ensure_loop()
-        if not asyncio.iscoroutine(awaitable):
-            awaitable = _await(awaitable)
-        future = asyncio.run_coroutine_threadsafe(awaitable, self.loop)
-
-        def done(f):
-            err = f.exception()
-            if err is not None:
-                sys.stderr.write(f"model '{name}': async execute failed: {describe(err)}\n")
-
-        future.add_done_callback(done)
+channel = _load_module("_pyserver_python_channel", "channel.py")
+# What models import as pb_utils; it also holds what running a model takes
+# here and in the server's in-process runner (describing errors, checking
+# execute()'s answer, the instance's asyncio loop).
+pb_utils = _load_module("triton_python_backend_utils", "triton_python_backend_utils.py")
+describe = pb_utils._describe
 
 
 class _Runtime:
@@ -193,6 +128,10 @@ class _Runtime:
 
     # -- requests and responses ----------------------------------------------------
 
+    def for_request(self, request):
+        """The runtime a request's sender answers through: this one."""
+        return self
+
     def is_cancelled(self, index, key=None):
         if self.decoupled and key is not None:
             return bool(self.ask(("cancelled", key)))
@@ -220,7 +159,7 @@ class _Runtime:
             if response._error is not None:
                 error = (response._error.code().name, response._error.message())
             else:
-                tensors = _response_tensors(pb, response, request._requested_output_names)
+                tensors = pb._response_tensors(response, request._requested_output_names)
                 encoded, offsets = self.up.write(tensors)
                 params = response._parameters_dict
         final = flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -256,26 +195,11 @@ class _Runtime:
 
     def _bls_send(self, request, decoupled, on_reply):
         """Sends a BLS request; ``on_reply(response or None, final)`` runs on
-        the control thread with the decoded pb_utils.InferenceResponse."""
+        the control thread with the decoded pb_utils.InferenceResponse.
+        Returns the function that cancels it."""
         pb = self.pb
-        for t in request._inputs:
-            if not isinstance(t, pb.Tensor):
-                raise pb.TritonModelException(
-                    f"BLS request inputs must be pb_utils.Tensor objects, got {type(t)}")
-        tensors = [(t._name, t._dtype, _bytes_array(pb, t._array) if t._dtype == _BYTES
-                    else t._array) for t in request._inputs]
-        encoded, offsets = self.up.write(tensors)
-        corr = request._correlation_id
-        desc = {
-            "model_name": request._model_name,
-            "model_version": request._model_version,
-            "request_id": request._request_id,
-            "correlation_id": corr,
-            "flags": request._flags,
-            "timeout": request._timeout,
-            "parameters": request._parameters,
-            "outputs": request._requested_output_names,
-        }
+        encoded, offsets = self.up.write(pb._bls_inputs(request))
+        desc = pb._bls_description(request)
 
         def handler(payload, final):
             response = self._bls_response(payload)
@@ -284,19 +208,20 @@ class _Runtime:
             on_reply(response, final)
 
         try:
-            return self.call(("bls", self.up.region.size, desc, encoded, decoupled), handler)
+            seq = self.call(("bls", self.up.region.size, desc, encoded, decoupled), handler)
         except BaseException:
             self.up.free(offsets)
             raise
+        return lambda: self._bls_cancel(seq)
 
     def _bls_response(self, payload):
         """A reply's pb_utils.InferenceResponse (None: the final flag alone)."""
         pb = self.pb
         if payload[0] == "error":
-            return pb.InferenceResponse(error=_triton_error(pb, payload[1], payload[2]))
+            return pb.InferenceResponse(error=pb._error_from(payload[1], payload[2]))
         _, size, encoded, params, error = payload
         if error is not None:
-            return pb.InferenceResponse(error=_triton_error(pb, error[0], error[1]))
+            return pb.InferenceResponse(error=pb._error_from(error[0], error[1]))
         if encoded is None:
             return None
         arrays = channel.read_tensors(self.down, size, encoded, _NUMPY_OF, copy=True)
@@ -311,51 +236,16 @@ class _Runtime:
         return response
 
     def bls_exec(self, request, decoupled):
-        if decoupled:
-            call = _StreamedCall(self.pb, self)
-            call.seq = self._bls_send(request, True, call.put)
-            return self.pb.ResponseIterator(call)
-        box = []
-        done = threading.Event()
-
-        def on_reply(response, final):
-            box.append(response)
-            done.set()
-
-        self._bls_send(request, False, on_reply)
-        done.wait()
-        return box[0] if box[0] is not None else self.pb.InferenceResponse()
+        return self.pb._bls_exec(self._bls_send, request, decoupled)
 
     def bls_async_exec(self, request, decoupled):
-        import asyncio
+        return self.pb._bls_async_exec(self._bls_send, request, decoupled)
 
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def settle(value):
-            if not future.done():
-                future.set_result(value)
-
-        if decoupled:
-            call = _StreamedCall(self.pb, self)
-            iterator = self.pb.ResponseIterator(call)
-            first = []
-
-            def on_first(response, final):
-                call.put(response, final)
-                if not first:
-                    first.append(True)
-                    loop.call_soon_threadsafe(settle, iterator)
-
-            call.seq = self._bls_send(request, True, on_first)
-            return future
-
-        def on_reply(response, final):
-            loop.call_soon_threadsafe(
-                settle, response if response is not None else self.pb.InferenceResponse())
-
-        self._bls_send(request, False, on_reply)
-        return future
+    def _bls_cancel(self, seq):
+        try:
+            self.ctrl.send(("bls_cancel", seq))
+        except OSError:
+            pass
 
     # -- logs ---------------------------------------------------------------------------
 
@@ -364,73 +254,6 @@ class _Runtime:
             self.ctrl.send(("log", level, message, filename, line))
         except OSError:
             sys.stderr.write(f"{filename}:{line}] {message}\n")
-
-
-class _StreamedCall:
-    """The responses of one decoupled BLS call, queued for its iterator."""
-
-    def __init__(self, pb, runtime):
-        import queue
-
-        self.pb = pb
-        self.runtime = runtime
-        self.seq = None
-        self.queue = queue.SimpleQueue()
-        self.finished = False
-        self.cancelled = False
-
-    def put(self, response, final):
-        if response is None:
-            response = self.pb.InferenceResponse()  # the final flag alone
-        self.queue.put(response)
-        if final:
-            self.queue.put(None)
-
-    def next(self):
-        if self.finished:
-            return None
-        item = self.queue.get()
-        if item is None:
-            self.finished = True
-        return item
-
-    def cancel(self):
-        """Asks the server to cancel the request: the model it runs on sees
-        is_cancelled() (a queued one ends at once, CANCELLED); responses it
-        still sends arrive, up to the final one."""
-        if self.cancelled or self.finished or self.seq is None:
-            return
-        self.cancelled = True
-        try:
-            self.runtime.ctrl.send(("bls_cancel", self.seq))
-        except OSError:
-            pass
-
-
-def _triton_error(pb, code_name, message):
-    code = getattr(pb.TritonError, code_name, pb.TritonError.INTERNAL)
-    return pb.TritonError(message, code)
-
-
-def _bytes_array(pb, array):
-    items = pb._bytes_items(array)
-    data = np.empty(len(items), dtype=np.object_)
-    data[:] = items
-    return data.reshape(array.shape)
-
-
-def _response_tensors(pb, response, wanted):
-    """(name, code, array) of the outputs the request asked for (Triton
-    prunes the others), BYTES as object arrays of bytes."""
-    out = []
-    for t in response._output_tensors:
-        if wanted is not None and t._name not in wanted:
-            continue
-        array = t._array
-        if t._dtype == _BYTES:
-            array = _bytes_array(pb, array)
-        out.append((t._name, t._dtype, array))
-    return out
 
 
 class Worker:
@@ -442,7 +265,7 @@ class Worker:
         self.up, self.down = async_regions
         self.decoupled = False
         self.crash_fd = crash_fd
-        self.runner = _AsyncRunner()
+        self.runner = pb_utils._AsyncRunner()
         self.model = None
         self.pb = None
         self.instance_name = ""
@@ -461,7 +284,7 @@ class Worker:
         sys.path.append(version_dir)
         sys.path.append(model_dir)
         sys.path.append(_HERE)
-        self.pb = importlib.import_module("triton_python_backend_utils")
+        self.pb = pb_utils
         self.pb._runtime = _Runtime(self.main, self.ctrl, version_dir, self.up, self.down, self.pb)
         stem = os.path.basename(model_path)[:-3]
         module = importlib.import_module(f"{os.path.basename(version_dir)}.{stem}")
@@ -486,7 +309,7 @@ class Worker:
         init = getattr(self.model, "initialize", None)
         if init is not None:
             result = init(dict(info["args"]))
-            if _awaitable(result):
+            if pb_utils._awaitable(result):
                 self.runner.run(result)
         return ("ready", hasattr(self.model, "is_ready"), os.getpid())
 
@@ -543,7 +366,7 @@ class Worker:
     def _is_ready(self):
         try:
             result = self.model.is_ready()
-            if _awaitable(result):
+            if pb_utils._awaitable(result):
                 result = self.runner.run(result, timeout=5.0)
             if not isinstance(result, (bool, np.bool_)):
                 return (False, "is_ready() must return a boolean, got "
@@ -558,7 +381,7 @@ class Worker:
             return None
         try:
             result = fin()
-            if _awaitable(result):
+            if pb_utils._awaitable(result):
                 self.runner.run(result)
         except Exception as err:
             return describe(err)
@@ -602,13 +425,12 @@ class Worker:
         try:
             result = self.model.execute(requests)
             if decoupled:
-                reply = self._decoupled_result(result, requests)
+                pb._decoupled_result(result, self.runner, self.instance_name)
                 runtime.flush_responses()
-                return reply
-            if type(result) is not list and _awaitable(result):
+                return ("result", 0, [None] * len(requests))
+            if type(result) is not list and pb_utils._awaitable(result):
                 result = self.runner.run(result)
-            self._current = requests
-            self._check(result, len(requests))
+            pb._check_responses(result, requests)
             return ("result",) + self._encode(result, requests)
         except Exception as err:
             if decoupled:
@@ -617,8 +439,7 @@ class Worker:
                 for request in requests:
                     request.get_response_sender()._close()
                 runtime.flush_responses()
-            return ("fail", f"Failed to process the request(s) for model '{self.instance_name}', "
-                            f"message: {describe(err) if not isinstance(err, _Reported) else err}")
+            return ("fail", pb._execute_failure(self.instance_name, err))
         finally:
             with runtime.lock:
                 runtime.executing = False
@@ -626,35 +447,6 @@ class Worker:
                 for request in requests:
                     if request._sender is not None:
                         request._sender._close()
-
-    def _decoupled_result(self, result, requests):
-        if result is not None and type(result) is not list and _awaitable(result):
-            # As Triton: an async decoupled execute runs on in the background.
-            self.runner.spawn(result, self.instance_name)
-        elif result is not None:
-            raise _Reported(f"Python model '{self.instance_name}' is using the decoupled mode "
-                            "and the execute function must return None.")
-        return ("result", 0, [None] * len(requests))
-
-    def _check(self, responses, count):
-        Response = self.pb.InferenceResponse
-        if type(responses) is not list:
-            raise _Reported(f"Expected a list in the execute return, found type "
-                            f"'{type(responses)}'.")
-        if len(responses) != count:
-            raise _Reported(
-                "Number of InferenceResponse objects do not match the number of "
-                f"InferenceRequest objects. InferenceRequest(s) size is:{count}, and "
-                f"InferenceResponse(s) size is:{len(responses)}\n")
-        for r in responses:
-            if r is not None and not isinstance(r, Response):
-                raise _Reported("Expected an 'InferenceResponse' object in the execute function "
-                                f"return list, found type '{type(r)}'.")
-        for r, request in zip(responses, self._current):
-            sender = request._sender
-            if r is not None and sender is not None and sender._count:
-                raise _Reported("Unable to send response. Non-decoupled model cannot send more "
-                                "than one response.")
 
     def _encode(self, responses, requests):
         region = self.out
@@ -665,9 +457,7 @@ class Worker:
             if response is None and request._sender is not None:
                 response = request._sender._response  # sent through the sender instead
             if response is None:
-                encoded.append(("err", "INTERNAL",
-                                "Expected an 'InferenceResponse' object in the execute function "
-                                "return list, found type '<class 'NoneType'>'."))
+                encoded.append(("err", "INTERNAL", self.pb._MISSING_RESPONSE))
                 continue
             error = response._error
             if error is not None:
@@ -681,10 +471,8 @@ class Worker:
                     continue  # Triton prunes outputs the request did not ask for
                 array = t._array
                 if t._dtype == bytes_code:
-                    items = self.pb._bytes_items(array)
-                    data = np.empty(len(items), dtype=np.object_)
-                    data[:] = items
-                    outputs.append((name, bytes_code, array.shape, -1, 0, data.reshape(array.shape)))
+                    outputs.append((name, bytes_code, array.shape, -1, 0,
+                                    self.pb._bytes_array(array)))
                     continue
                 if not array.flags.c_contiguous:
                     array = np.ascontiguousarray(array)
@@ -698,10 +486,6 @@ class Worker:
             encoded.append(("ok", outputs, response._parameters_dict))
         self._out_end = offset
         return (region.size, encoded)
-
-
-class _Reported(Exception):
-    """A contract violation reported with Triton's own text (no type name)."""
 
 
 _BYTES = 13

@@ -602,7 +602,7 @@ class InferenceResponseSender:
             raise TritonModelException(
                 "Inference Response object must be provided when the response flags is set "
                 "to zero.")
-        runtime = _need_runtime("InferenceResponseSender.send")
+        runtime = _need_runtime("InferenceResponseSender.send").for_request(self._request)
         decoupled = runtime.decoupled
         with self._lock:
             if not decoupled:
@@ -940,5 +940,287 @@ class ModelConfig:
             policy["decoupled"] = new
 
 
-# Set by the worker process: the link to the server (cancellation, logs).
+# -- running a model: shared by the worker process (stub.py) and the in-process
+# runner (in_process.py) --------------------------------------------------------------------
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _describe(err):
+    """An exception as Triton's stub reports it: "Type: message", then the
+    model's frames (not pyserver's), innermost first."""
+    import traceback
+
+    text = f"{type(err).__name__}: {err}"
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if os.path.dirname(os.path.abspath(f.filename)) != _HERE]
+    if frames:
+        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
+                                      for f in reversed(frames))
+    return text
+
+
+class _Reported(Exception):
+    """A contract violation reported with Triton's own text (no type name)."""
+
+
+def _execute_failure(instance_name, err):
+    """The message every request of a batch whose execute() failed gets."""
+    detail = str(err) if isinstance(err, _Reported) else _describe(err)
+    return f"Failed to process the request(s) for model '{instance_name}', message: {detail}"
+
+
+def _awaitable(obj):
+    # What `async def` methods return; asyncio itself is imported only by
+    # models that use it (it costs ~60 ms of worker start).
+    return hasattr(obj, "__await__")
+
+
+async def _await(awaitable):
+    return await awaitable
+
+
+class _AsyncRunner:
+    """An instance's asyncio loop, on a daemon thread as in Triton, so
+    tasks a model starts keep running between executes. ``on_start`` runs
+    first on that thread."""
+
+    def __init__(self, on_start=None):
+        import threading
+
+        self.loop = None
+        self._on_start = on_start
+        self._lock = threading.Lock()
+
+    def _ensure_loop(self):
+        import asyncio
+        import threading
+
+        with self._lock:
+            if self.loop is None:
+                loop = asyncio.new_event_loop()
+                on_start = self._on_start
+
+                def run():
+                    if on_start is not None:
+                        on_start()
+                    loop.run_forever()
+
+                threading.Thread(target=run, name="model-asyncio", daemon=True).start()
+                asyncio.set_event_loop(loop)
+                self.loop = loop
+
+    def run(self, awaitable, timeout=None):
+        import asyncio
+
+        self._ensure_loop()
+        if not asyncio.iscoroutine(awaitable):
+            awaitable = _await(awaitable)
+        return asyncio.run_coroutine_threadsafe(awaitable, self.loop).result(timeout)
+
+    def spawn(self, awaitable, name):
+        """Runs a coroutine on the loop without waiting; its failure is
+        logged (a decoupled model's async execute)."""
+        import asyncio
+
+        self._ensure_loop()
+        if not asyncio.iscoroutine(awaitable):
+            awaitable = _await(awaitable)
+        future = asyncio.run_coroutine_threadsafe(awaitable, self.loop)
+
+        def done(f):
+            err = f.exception()
+            if err is not None:
+                sys.stderr.write(f"model '{name}': async execute failed: {_describe(err)}\n")
+
+        future.add_done_callback(done)
+
+    def stop(self):
+        loop = self.loop
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+
+def _decoupled_result(result, runner, instance_name):
+    """What a decoupled execute() returned: None, or a coroutine (an async
+    execute, which runs on in the background as in Triton)."""
+    if result is not None and type(result) is not list and _awaitable(result):
+        runner.spawn(result, instance_name)
+    elif result is not None:
+        raise _Reported(f"Python model '{instance_name}' is using the decoupled mode "
+                        "and the execute function must return None.")
+
+
+def _check_responses(responses, requests):
+    """Raises _Reported unless execute() returned one InferenceResponse (or
+    None, having sent it through the sender) per request."""
+    if type(responses) is not list:
+        raise _Reported(f"Expected a list in the execute return, found type "
+                        f"'{type(responses)}'.")
+    if len(responses) != len(requests):
+        raise _Reported(
+            "Number of InferenceResponse objects do not match the number of "
+            f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+            f"InferenceResponse(s) size is:{len(responses)}\n")
+    for r in responses:
+        if r is not None and not isinstance(r, InferenceResponse):
+            raise _Reported("Expected an 'InferenceResponse' object in the execute function "
+                            f"return list, found type '{type(r)}'.")
+    for r, request in zip(responses, requests):
+        sender = request._sender
+        if r is not None and sender is not None and sender._count:
+            raise _Reported("Unable to send response. Non-decoupled model cannot send more "
+                            "than one response.")
+
+
+_MISSING_RESPONSE = ("Expected an 'InferenceResponse' object in the execute function return "
+                     "list, found type '<class 'NoneType'>'.")
+
+
+def _bytes_array(array):
+    """A BYTES tensor's array as an object array of bytes (str items encoded)."""
+    items = _bytes_items(array)
+    data = np.empty(len(items), dtype=np.object_)
+    data[:] = items
+    return data.reshape(array.shape)
+
+
+def _response_tensors(response, wanted):
+    """(name, code, array) of the outputs the request asked for (Triton
+    prunes the others), BYTES as object arrays of bytes."""
+    out = []
+    for t in response._output_tensors:
+        if wanted is not None and t._name not in wanted:
+            continue
+        array = t._array
+        if t._dtype == TYPE_BYTES:
+            array = _bytes_array(array)
+        out.append((t._name, t._dtype, array))
+    return out
+
+
+def _error_from(code_name, message):
+    """A TritonError from the server's error code name ("INVALID_ARG" ...)."""
+    return TritonError(message, getattr(TritonError, code_name, TritonError.INTERNAL))
+
+
+def _bls_inputs(request):
+    """A BLS request's inputs as (name, code, array), BYTES as object arrays."""
+    for t in request._inputs:
+        if not isinstance(t, Tensor):
+            raise TritonModelException(
+                f"BLS request inputs must be pb_utils.Tensor objects, got {type(t)}")
+    return [(t._name, t._dtype, _bytes_array(t._array) if t._dtype == TYPE_BYTES else t._array)
+            for t in request._inputs]
+
+
+def _bls_description(request):
+    """What the server needs of a BLS request besides its tensors."""
+    return {
+        "model_name": request._model_name,
+        "model_version": request._model_version,
+        "request_id": request._request_id,
+        "correlation_id": request._correlation_id,
+        "flags": request._flags,
+        "timeout": request._timeout,
+        "parameters": request._parameters,
+        "outputs": request._requested_output_names,
+    }
+
+
+class _StreamedCall:
+    """The responses of one decoupled BLS call, queued for its iterator.
+    ``on_cancel`` (set once the call is sent) asks the server to cancel it."""
+
+    def __init__(self):
+        import queue
+
+        self.queue = queue.SimpleQueue()
+        self.finished = False
+        self.cancelled = False
+        self.on_cancel = None
+
+    def put(self, response, final):
+        if response is None:
+            response = InferenceResponse()  # the final flag alone
+        self.queue.put(response)
+        if final:
+            self.queue.put(None)
+
+    def next(self):
+        if self.finished:
+            return None
+        item = self.queue.get()
+        if item is None:
+            self.finished = True
+        return item
+
+    def cancel(self):
+        """Asks the server to cancel the request: the model it runs on sees
+        is_cancelled() (a queued one ends at once, CANCELLED); responses it
+        still sends arrive, up to the final one."""
+        if self.cancelled or self.finished or self.on_cancel is None:
+            return
+        self.cancelled = True
+        self.on_cancel()
+
+
+def _bls_exec(send, request, decoupled):
+    """InferenceRequest.exec over a runtime's ``send(request, decoupled,
+    on_reply)``: it sends the request, calls ``on_reply(response or None,
+    final)`` from another thread as answers arrive, and returns a function
+    that cancels the call."""
+    import threading
+
+    if decoupled:
+        call = _StreamedCall()
+        call.on_cancel = send(request, True, call.put)
+        return ResponseIterator(call)
+    box = []
+    done = threading.Event()
+
+    def on_reply(response, final):
+        box.append(response)
+        done.set()
+
+    send(request, False, on_reply)
+    done.wait()
+    return box[0] if box[0] is not None else InferenceResponse()
+
+
+def _bls_async_exec(send, request, decoupled):
+    """InferenceRequest.async_exec over ``send`` (see _bls_exec): a future
+    of the running asyncio loop."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value):
+        if not future.done():
+            future.set_result(value)
+
+    if decoupled:
+        call = _StreamedCall()
+        iterator = ResponseIterator(call)
+        first = []
+
+        def on_first(response, final):
+            call.put(response, final)
+            if not first:
+                first.append(True)
+                loop.call_soon_threadsafe(settle, iterator)
+
+        call.on_cancel = send(request, True, on_first)
+        return future
+
+    def on_reply(response, final):
+        loop.call_soon_threadsafe(settle, response if response is not None else InferenceResponse())
+
+    send(request, False, on_reply)
+    return future
+
+
+# Set where the model runs: the link to the server (the worker's, or the
+# in-process runner's).
 _runtime = None
