@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.loadgen import grpc_frame
+from pyserver.core.dtypes import WIRE_TO_NUMPY
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -39,14 +40,14 @@ GRPC, HTTP_JSON, HTTP_BINARY = "grpc", "http-json", "http-binary"
 @dataclass
 class Tensor:
     name: str
-    datatype: str  # "FP32" or "BYTES"
+    datatype: str  # "BYTES" or a numeric type ("FP32", "INT32", ...)
     value: np.ndarray
 
     @property
     def raw(self) -> bytes:
         if self.datatype == "BYTES":
             return b"".join(struct.pack("<I", len(s)) + s for s in self.value.reshape(-1))
-        return self.value.astype(np.float32).tobytes()
+        return self.value.astype(WIRE_TO_NUMPY[self.datatype]).tobytes()
 
     def json_data(self) -> list:
         if self.datatype == "BYTES":
