@@ -590,6 +590,59 @@ def test_a_crash_inside_a_group_of_queued_requests(tmp_path, start_server):
     assert call(7) == 7 and backend.pid != old_pid
 
 
+def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_server):
+    """pyserver_execute_timeout_seconds: a batch with no answer in time
+    fails with an error that names the model, the timeout and where the
+    model was stuck; the worker restarts; a slow batch within the limit and
+    another model are not disturbed."""
+    repo = repo_with(tmp_path, "crash", "add_sub")
+    config = repo / "crash" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "pyserver_execute_timeout_seconds" '
+                      'value { string_value: "1" } }\n')
+    server = start_server(repo)
+    backend = backends(server, "crash")[0]
+    slow = infer_one(server.url, "crash", "IN", np.array([1000 + 400], np.int32), "INT32")
+    old_pid = int(slow.as_numpy("PID")[0])
+
+    with ThreadPoolExecutor(1) as pool:
+        hung = pool.submit(infer_one, server.url, "crash", "IN",
+                           np.array([1000 + 60_000], np.int32), "INT32")
+        time.sleep(0.3)
+        a = np.arange(4, dtype=np.float32)  # another model keeps serving meanwhile
+        np.testing.assert_array_equal(infer_add_sub(server.url, "add_sub", a, a)
+                                      .as_numpy("OUTPUT0"), a * 2)
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as info:
+            hung.result(30)
+    assert time.monotonic() - started < 10
+    message = info.value.message()
+    assert info.value.status() == "500"
+    assert (f"python model 'crash' instance 'crash_0_0': the worker process (pid {old_pid}) did "
+            "not finish a batch within 1 s (pyserver_execute_timeout_seconds) and was killed "
+            "while executing a batch of 1 request(s); it is being restarted") in message, message
+    assert "Where its threads were when it was stopped:" in message
+    assert "model.py\", line" in message and " in execute" in message, message
+    deadline = time.monotonic() + 30
+    while not backend.healthy() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = infer_one(server.url, "crash", "IN", np.array([7], np.int32), "INT32")
+    assert after.as_numpy("OUT").tolist() == [7]
+    assert int(after.as_numpy("PID")[0]) not in (old_pid, 0)
+    assert backend.restarts == 1
+
+
+def test_execute_timeout_setting_is_checked(tmp_path, start_server):
+    repo = repo_with(tmp_path, "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "pyserver_execute_timeout_seconds" '
+                      'value { string_value: "soon" } }\n')
+    server = start_server(repo, exit_on_error=False)
+    index = {row["name"]: row for row in server.run(server.server.repository_index)}
+    assert index["add_sub"]["state"] == "UNAVAILABLE"
+    assert ("parameter 'pyserver_execute_timeout_seconds' must be a number of seconds (0: no "
+            "limit), got \"soon\"") in index["add_sub"]["reason"]
+
+
 def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_server):
     repo = repo_with(tmp_path, "crash")
     server = start_server(repo)

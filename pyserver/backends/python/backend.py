@@ -65,6 +65,10 @@ RESTART_WAIT_S = 30.0  # how long a request waits for a restarting worker
 ASYNC_REGION_SIZE = 64 << 10  # each of the two asynchronous regions, to start with
 IS_READY_TIMEOUT_S = 5.0
 _RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A worker that has not finished a batch this many seconds after it got it
+# (or after its previous answer) is hung: it is stopped, with its stacks, and
+# restarted. Off unless the config sets it: a long execute() may be legitimate.
+EXECUTE_TIMEOUT_PARAMETER = "pyserver_execute_timeout_seconds"
 
 _BYTES = 13
 # TRITONSERVER_DataType numbers (what pb_utils.Tensor.triton_dtype() gives) <-> wire names
@@ -146,6 +150,11 @@ class _Worker:
         self.exited = threading.Event()
         self.returncode: int | None = None
         self.crash_report = ""
+        # Batches sent and not yet answered, and when it last made progress
+        # (a batch sent or answered): what the hang watch looks at.
+        self.outstanding = 0
+        self.progress = 0.0
+        self.hung_after = 0.0  # set when it was stopped as hung (seconds)
         self.has_is_ready = False
         self.ready = False
         self.closing = False
@@ -222,12 +231,45 @@ class _Worker:
         return self.down.region.size, encoded
 
     def exit_text(self) -> str:
+        if self.hung_after:
+            return (f"did not finish a batch within {self.hung_after:g} s "
+                    f"({EXECUTE_TIMEOUT_PARAMETER}) and was killed")
         return describe_exit(self.returncode)
 
     def report(self) -> str:
         """What the worker wrote before dying (faulthandler's traceback of
-        the crashing thread, or our own last traceback), or ""."""
+        the crashing thread, or our own last traceback; for a hung one, the
+        stacks of its threads when it was stopped), or ""."""
+        if self.hung_after and self.crash_report:
+            # The thread that took the signal (the one executing) first.
+            stacks = sorted(self.crash_report.split("\n\n"),
+                            key=lambda text: not text.startswith("Current thread"))
+            return "Where its threads were when it was stopped:\n" + "\n\n".join(stacks)
         return _crash_summary(self.crash_report)
+
+    def stop_hung(self, timeout: float) -> None:
+        """Stops a worker that has not answered a batch for ``timeout`` s:
+        its threads' stacks go to the crash descriptor first (faulthandler
+        on SIGUSR1, see stub.py), then it is killed. Its exit is then
+        handled as a crash's: the batch fails, the worker is restarted."""
+        self.hung_after = timeout
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        deadline = time.monotonic() + 1.0  # a stopped process never writes
+        while time.monotonic() < deadline and not self.exited.is_set():
+            try:
+                if os.pread(self.crash_fd, 1, 0):
+                    time.sleep(0.05)  # the rest of the dump
+                    break
+            except OSError:
+                break
+            time.sleep(0.01)
+        try:
+            self.proc.kill()  # not kill(): that is a planned stop, not restarted
+        except OSError:
+            pass
 
     # -- requests (the caller's thread) ---------------------------------------------
 
@@ -465,6 +507,7 @@ class PythonBackend(ServedInstance):
         self._restarts = 0
         self._restart_thread: threading.Thread | None = None
         self._worker: _Worker | None = None
+        self.execute_timeout = execute_timeout(config)
         worker = _prestarted.claim(self.model_path, config, instance_name)
         if worker is None:
             worker = self._launch(instance_name)
@@ -485,6 +528,9 @@ class PythonBackend(ServedInstance):
         if worker.exited.is_set():  # it died between its answer and now
             self._worker_exited(worker)
         self.start_seconds = time.monotonic() - worker.started
+        if self.execute_timeout:
+            threading.Thread(target=self._watch_for_hangs, name=f"python-hangs:{instance_name}",
+                             daemon=True).start()
         log.info("python model '%s' instance '%s': worker pid %d ready in %.0f ms "
                  "(tensors through %s shared memory)", self.model_name, instance_name,
                  worker.pid, self.start_seconds * 1000, self.shm_kind)
@@ -605,6 +651,24 @@ class PythonBackend(ServedInstance):
             if worker.exited.is_set():  # it died already: go round again
                 self._worker_exited(worker)
             return
+
+    def _watch_for_hangs(self) -> None:
+        """Own thread, with pyserver_execute_timeout_seconds set: stops the
+        worker when a batch gets no answer within the timeout."""
+        timeout = self.execute_timeout
+        tick = min(1.0, timeout / 4)
+        while True:
+            with self._state:
+                if self._state.wait_for(lambda: self._closing, tick):
+                    return
+            worker = self._worker
+            if (worker is None or not worker.outstanding or worker.hung_after
+                    or worker.exited.is_set() or time.monotonic() - worker.progress < timeout):
+                continue
+            log.error("python model '%s' instance '%s': its worker (pid %d) has not finished a "
+                      "batch within %g s (%s): stopping it", self.model_name,
+                      self.instance_name, worker.pid, timeout, EXECUTE_TIMEOUT_PARAMETER)
+            worker.stop_hung(timeout)
 
     def _live_worker(self) -> _Worker:
         """The worker to send a batch to, waiting for a restart in progress."""
@@ -795,6 +859,8 @@ class PythonBackend(ServedInstance):
                   for pending in batches]
         if self.decoupled:
             self._open_requests(requests, now_ns())
+        worker.outstanding += len(groups)
+        worker.progress = time.monotonic()
         worker.main.send(("exec", region.size, groups, self.model_name, self.version, low_load))
 
     @staticmethod
@@ -808,6 +874,9 @@ class PythonBackend(ServedInstance):
         batch's results (returned), a question answered (None), or its
         failure (raised as ServerError)."""
         kind = reply[0]
+        worker.progress = time.monotonic()
+        if kind != "query":
+            worker.outstanding -= 1
         if kind == "result":
             return self._decode(worker, reply[1], reply[2])
         if kind == "fail":
@@ -921,6 +990,23 @@ class PythonBackend(ServedInstance):
         if not completed.backend and not completed.platform:
             completed.backend = "python"
         config.CopyFrom(completed)
+
+
+def execute_timeout(config) -> float:
+    """The config's pyserver_execute_timeout_seconds (0: none)."""
+    params = config.parameters
+    if EXECUTE_TIMEOUT_PARAMETER not in params:
+        return 0.0
+    text = params[EXECUTE_TIMEOUT_PARAMETER].string_value
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ServerError(Code.INVALID_ARG,
+                          f"model '{config.name}': parameter '{EXECUTE_TIMEOUT_PARAMETER}' must be "
+                          f"a number of seconds (0: no limit), got \"{text}\"")
+    return value
 
 
 def _log_from_model(instance_name, level, message, filename, line):

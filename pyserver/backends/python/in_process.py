@@ -42,11 +42,13 @@ from pyserver.backends.python.backend import (
     _BYTES,
     _CODES,
     _NUMPY,
+    EXECUTE_TIMEOUT_PARAMETER,
     ServedInstance,
     _code_of,
     _log_from_model,
     _request_item,
     _worker_error,
+    execute_timeout,
 )
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferTensor
@@ -81,13 +83,24 @@ class _Router:
         self._lock = threading.Lock()
 
     def add(self, instance) -> None:
+        """Registers an instance; the first links pb_utils to the router."""
         with self._lock:
+            if not self._instances:
+                sys.modules.setdefault("triton_python_backend_utils", pb)
+                if pb._runtime is None:
+                    pb._runtime = self
             self._instances.append(instance)
 
     def remove(self, instance) -> None:
+        """Unregisters an instance; after the last, pb_utils is as it was."""
         with self._lock:
             if instance in self._instances:
                 self._instances.remove(instance)
+            if not self._instances:
+                if pb._runtime is self:
+                    pb._runtime = None
+                if sys.modules.get("triton_python_backend_utils") is pb:
+                    del sys.modules["triton_python_backend_utils"]
 
     def enter(self, instance):
         """Makes ``instance`` this thread's; returns the one it replaces."""
@@ -142,13 +155,6 @@ class _Router:
 
 
 _router = _Router()
-
-
-def _install_router() -> None:
-    """Models here import this process's pb_utils, linked to the router."""
-    sys.modules.setdefault("triton_python_backend_utils", pb)
-    if pb._runtime is None:
-        pb._runtime = _router
 
 
 class _SysPath:
@@ -222,6 +228,9 @@ class ThreadPythonBackend(ServedInstance):
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
         super().__init__(model_path, config, instance_name)
+        if execute_timeout(config) and instance_name.endswith("_0"):
+            log.warning("python model '%s': parameter %s has no effect in thread mode (a thread "
+                        "cannot be stopped)", self.model_name, EXECUTE_TIMEOUT_PARAMETER)
         started = time.monotonic()
         self.version_dir = str(Path(self.model_path).parent)
         self._peer = _LocalPeer()
@@ -229,8 +238,7 @@ class ThreadPythonBackend(ServedInstance):
         self._module_name = ""
         self._paths: list[str] = []
         self.runner = pb._AsyncRunner(on_start=lambda: _router.enter(self))
-        _install_router()
-        _router.add(self)
+        _router.add(self)  # models here import this process's pb_utils, linked to it
         previous = _router.enter(self)
         try:
             cls = self._import_model()

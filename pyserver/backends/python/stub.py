@@ -515,6 +515,10 @@ def main(argv):
         except OSError:
             pass
     faulthandler.enable(file=crash_fd, all_threads=True)
+    # The server asks for the stacks of a worker it is about to stop as
+    # hung (pyserver_execute_timeout_seconds): written from the signal
+    # handler, so a thread stuck with the GIL held does not keep them back.
+    faulthandler.register(signal.SIGUSR1, file=crash_fd, all_threads=True)
     # Between batches the worker spins briefly for the next one: under load
     # it comes within microseconds, and a sleeping worker's wake-up was the
     # largest part of a request's round trip (bench/python_backend.py: +30-40%
