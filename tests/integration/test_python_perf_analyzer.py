@@ -1,6 +1,7 @@
 """Triton's perf_analyzer against a decoupled Python model over gRPC
-streaming: it detects the decoupled model from its config, asks for empty
-final responses and counts every response until triton_final_response."""
+streaming (in a worker process, and on a server thread): it detects the
+decoupled model from its config, asks for empty final responses and counts
+every response until triton_final_response."""
 
 import json
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import use_execution_mode
 from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
 from tests.integration.test_perf_analyzer import _perf_analyzer, run
 
@@ -20,10 +22,11 @@ def perf_analyzer():
     return _perf_analyzer()
 
 
-def test_perf_analyzer_streams_a_decoupled_python_model(perf_analyzer, tmp_path,
+def test_perf_analyzer_streams_a_decoupled_python_model(perf_analyzer, tmp_path, python_mode,
                                                         start_grpc):  # noqa: F811
     repo = tmp_path / "models"
     shutil.copytree(MODELS / "repeat", repo / "repeat")
+    use_execution_mode(repo, python_mode)
     served = start_grpc(repo)
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"IN": [3]}]}))  # three responses per request
