@@ -421,18 +421,6 @@ def test_thread_mode_runs_instances_in_the_server_process(tmp_path, start_server
     assert folder not in sys.path and str(repo / "parallel") not in sys.path
 
 
-def test_thread_mode_setting_is_checked(tmp_path, start_server):
-    repo = repo_with(tmp_path, "add_sub")
-    config = repo / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "pyserver_execution_mode" '
-                      'value { string_value: "fiber" } }\n')
-    server = start_server(repo, exit_on_error=False)
-    index = {row["name"]: row for row in server.run(server.server.repository_index)}
-    assert index["add_sub"]["state"] == "UNAVAILABLE"
-    assert ("parameter 'pyserver_execution_mode' must be \"process\" or \"thread\", got "
-            "\"fiber\"") in index["add_sub"]["reason"]
-
-
 def test_queued_requests_each_get_their_own_execute(tmp_path, start_server, python_mode):
     """Requests that queue while the worker is busy go to it in one message
     (core/loop_instance.py), yet each is still its own execute() call and
@@ -631,16 +619,22 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
     assert backend.restarts == 1
 
 
-def test_execute_timeout_setting_is_checked(tmp_path, start_server):
+@pytest.mark.parametrize("key, value, expected", [
+    ("pyserver_execution_mode", "fiber", "must be \"process\" or \"thread\", got \"fiber\""),
+    ("pyserver_execute_timeout_seconds", "soon",
+     "must be a number of seconds (0: no limit), got \"soon\""),
+    ("pyserver_execute_timeout_seconds", "-1",
+     "must be a number of seconds (0: no limit), got \"-1\""),
+])
+def test_bad_python_settings_fail_the_load(tmp_path, start_server, key, value, expected):
     repo = repo_with(tmp_path, "add_sub")
     config = repo / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "pyserver_execute_timeout_seconds" '
-                      'value { string_value: "soon" } }\n')
+    config.write_text(config.read_text() + f'parameters {{ key: "{key}" '
+                      f'value {{ string_value: "{value}" }} }}\n')
     server = start_server(repo, exit_on_error=False)
     index = {row["name"]: row for row in server.run(server.server.repository_index)}
     assert index["add_sub"]["state"] == "UNAVAILABLE"
-    assert ("parameter 'pyserver_execute_timeout_seconds' must be a number of seconds (0: no "
-            "limit), got \"soon\"") in index["add_sub"]["reason"]
+    assert f"model 'add_sub': parameter '{key}' {expected}" in index["add_sub"]["reason"]
 
 
 def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_server):

@@ -402,17 +402,9 @@ class ThreadPythonBackend(ServedInstance):
 
     def ask(self, msg):
         """A metric or model-control call (services.py), answered once."""
-        box = []
-        done = threading.Event()
-
-        def on_reply(payload, _final):
-            box.append(payload)
-            done.set()
-
-        seq = self._peer.register(on_reply)
-        self.services().handle(self._peer, (msg[0], seq) + tuple(msg[1:]))
-        done.wait()
-        return box[0]
+        peer = self._peer
+        return pb._one_reply(lambda on_reply: self.services().handle(
+            peer, (msg[0], peer.register(on_reply)) + tuple(msg[1:])))
 
     # -- health and lifecycle ---------------------------------------------------------
 

@@ -109,16 +109,7 @@ class _Runtime:
 
     def ask(self, msg):
         """A call answered once; waits for the answer."""
-        box = []
-        done = threading.Event()
-
-        def on_reply(payload, final):
-            box.append(payload)
-            done.set()
-
-        self.call(msg, on_reply)
-        done.wait()
-        return box[0]
+        return self.pb._one_reply(lambda on_reply: self.call(msg, on_reply))
 
     def dispatch(self, seq, payload, final):
         with self._calls_lock:

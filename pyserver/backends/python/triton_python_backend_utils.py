@@ -1165,27 +1165,35 @@ class _StreamedCall:
         self.on_cancel()
 
 
+def _one_reply(send):
+    """Calls ``send(on_reply)``, which arranges for ``on_reply(payload,
+    final)`` to be called from another thread, and waits for that call:
+    its payload."""
+    import threading
+
+    box = []
+    done = threading.Event()
+
+    def on_reply(payload, _final):
+        box.append(payload)
+        done.set()
+
+    send(on_reply)
+    done.wait()
+    return box[0]
+
+
 def _bls_exec(send, request, decoupled):
     """InferenceRequest.exec over a runtime's ``send(request, decoupled,
     on_reply)``: it sends the request, calls ``on_reply(response or None,
     final)`` from another thread as answers arrive, and returns a function
     that cancels the call."""
-    import threading
-
     if decoupled:
         call = _StreamedCall()
         call.on_cancel = send(request, True, call.put)
         return ResponseIterator(call)
-    box = []
-    done = threading.Event()
-
-    def on_reply(response, final):
-        box.append(response)
-        done.set()
-
-    send(request, False, on_reply)
-    done.wait()
-    return box[0] if box[0] is not None else InferenceResponse()
+    response = _one_reply(lambda on_reply: send(request, False, on_reply))
+    return response if response is not None else InferenceResponse()
 
 
 def _bls_async_exec(send, request, decoupled):
