@@ -461,11 +461,10 @@ class ThreadPythonBackend(ServedInstance):
 def _bls_response(payload):
     """A BLS reply (services.py) as a pb_utils.InferenceResponse (None: the
     final flag alone)."""
-    if payload[0] == "error":
-        return pb.InferenceResponse(error=pb._error_from(payload[1], payload[2]))
-    _, _size, tensors, params, error = payload
-    if error is not None:
-        return pb.InferenceResponse(error=pb._error_from(error[0], error[1]))
+    failed = pb._bls_failure(payload)
+    if failed is not None:
+        return failed
+    _, _size, tensors, params, _error = payload
     if tensors is None:
         return None
     return pb.InferenceResponse(

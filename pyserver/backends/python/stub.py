@@ -208,11 +208,10 @@ class _Runtime:
     def _bls_response(self, payload):
         """A reply's pb_utils.InferenceResponse (None: the final flag alone)."""
         pb = self.pb
-        if payload[0] == "error":
-            return pb.InferenceResponse(error=pb._error_from(payload[1], payload[2]))
-        _, size, encoded, params, error = payload
-        if error is not None:
-            return pb.InferenceResponse(error=pb._error_from(error[0], error[1]))
+        failed = pb._bls_failure(payload)
+        if failed is not None:
+            return failed
+        _, size, encoded, params, _error = payload
         if encoded is None:
             return None
         arrays = channel.read_tensors(self.down, size, encoded, _NUMPY_OF, copy=True)

@@ -1104,6 +1104,17 @@ def _error_from(code_name, message):
     return TritonError(message, getattr(TritonError, code_name, TritonError.INTERNAL))
 
 
+def _bls_failure(payload):
+    """The InferenceResponse of a BLS reply that carries an error, else None
+    (a reply: ("error", code, message) or ("bls", size, tensors, parameters,
+    (code, message) or None), see services.py)."""
+    if payload[0] == "error":
+        return InferenceResponse(error=_error_from(payload[1], payload[2]))
+    if payload[4] is not None:
+        return InferenceResponse(error=_error_from(payload[4][0], payload[4][1]))
+    return None
+
+
 def _bls_inputs(request):
     """A BLS request's inputs as (name, code, array), BYTES as object arrays."""
     for t in request._inputs:
