@@ -3,7 +3,7 @@
 gRPC at concurrency 16, against calling onnxruntime directly with the
 same session options at the batch sizes pyserver formed.
 
-  python bench/backend_overhead.py [--duration 10] [--concurrency 16]
+  python bench/backend_overhead.py [--duration 3] [--rounds 7] [--concurrency 16]
                                    [--inputs 1024] [--hidden 4096]
 
 1. A pyserver process (Server + GrpcFrontend, as bench/grpc_protocol.py
@@ -14,13 +14,15 @@ same session options at the batch sizes pyserver formed.
    how many batches of each size pyserver executed.
 3. With the server idle (the cores to itself), the same model runs in
    this process through onnxruntime.InferenceSession.run at each of those
-   batch sizes; its throughput is the rows/s those batches would take:
+   batch sizes (the batches replayed in their proportions, shuffled); its
+   throughput is the rows/s those batches would take:
    sum(count_b * b) / sum(count_b * time_b).
 4. ratio = pyserver infer/s / direct infer/s (target >= 0.9). The server's
    own compute_infer time per batch gives the backend-only "execution
-   ratio" beside it. Steps 2-3 repeat (--rounds) and the median round
-   counts, so that a burst of other work on the machine moves one round
-   and not the answer.
+   ratio" beside it. Steps 2-3 repeat (--rounds, short windows, so each
+   load window and its direct measurement lie seconds apart and see the
+   same machine) and the median round counts: a burst of other work on
+   the machine moves one round, not the answer.
 
 Prints JSON. Needs h2load (Debian package nghttp2-client).
 """
@@ -100,29 +102,36 @@ class DirectRunner:
         self.features = features
         self.rng = np.random.default_rng(0)
 
-    def seconds_per_batch(self, sizes, budget_s: float) -> dict:
-        """Seconds one run takes at each batch size: the median of groups of
-        20 runs. (Not the best group: the server's compute_infer is a mean
-        over every batch, lucky or not, and on a shared VM the best group
-        runs ~25% faster than a typical one.)"""
+    def seconds_per_batch(self, batches: dict, budget_s: float) -> dict:
+        """Mean seconds of one run at each batch size, measured by replaying
+        the server's batches in their proportions (a shuffled plan of about
+        300 runs, repeated for ``budget_s``, at least twice): sizes
+        interleave as they did in the server, and a burst of other work on
+        the machine hits every size alike. (Means, as the server's
+        compute_infer is a mean over every batch, lucky or not.)"""
         import numpy as np
 
-        per_size = max(0.2, budget_s / max(1, len(sizes)))
-        result = {}
-        for size in sizes:
-            x = self.rng.standard_normal((size, self.features)).astype(np.float32)
-            for _ in range(10):  # warm-up
-                self.session.run(["OUTPUT0"], {"INPUT0": x}, self.run_options)
-            groups = []
-            deadline = time.perf_counter() + per_size
-            while time.perf_counter() < deadline or len(groups) < 3:
-                n = 20
-                start = time.perf_counter()
-                for _ in range(n):
-                    self.session.run(["OUTPUT0"], {"INPUT0": x}, self.run_options)
-                groups.append((time.perf_counter() - start) / n)
-            result[size] = sorted(groups)[len(groups) // 2]
-        return result
+        total = sum(batches.values())
+        plan = [size for size, n in batches.items() for _ in range(max(1, round(300 * n / total)))]
+        self.rng.shuffle(plan)
+        inputs = {size: self.rng.standard_normal((size, self.features)).astype(np.float32)
+                  for size in batches}
+        run, options = self.session.run, self.run_options
+        for size in plan:  # warm-up
+            run(["OUTPUT0"], {"INPUT0": inputs[size]}, options)
+        spent = dict.fromkeys(batches, 0.0)
+        runs = dict.fromkeys(batches, 0)
+        clock = time.perf_counter
+        deadline = clock() + budget_s
+        passes = 0
+        while passes < 2 or clock() < deadline:
+            for size in plan:
+                start = clock()
+                run(["OUTPUT0"], {"INPUT0": inputs[size]}, options)
+                spent[size] += clock() - start
+                runs[size] += 1
+            passes += 1
+        return {size: spent[size] / runs[size] for size in batches}
 
 
 def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log: Path) -> dict:
@@ -138,7 +147,7 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
     rows = sum(b * n for b, n in batches.items())
     if not batches or rows == 0:
         raise RuntimeError("pyserver executed no batches: " + json.dumps(served))
-    seconds = direct.seconds_per_batch(sorted(batches), budget_s=max(2.0, args.duration / 2))
+    seconds = direct.seconds_per_batch(batches, budget_s=max(1.0, args.duration / 2))
     direct_busy = sum(n * seconds[b] for b, n in batches.items())
     direct_rate = rows / direct_busy
     requests = max(1, ok1 - ok0)
@@ -167,10 +176,11 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--duration", type=float, default=3.0, help="seconds of load per round")
     p.add_argument("--warmup", type=float, default=2.0)
-    p.add_argument("--rounds", type=int, default=3,
-                   help="load windows, each followed by its direct measurement; the median counts")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="load windows, each followed at once by its direct measurement; the "
+                        "median round counts")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--inputs", type=int, default=1024, help="MLP input features")
     p.add_argument("--hidden", type=int, default=4096, help="MLP hidden units")
