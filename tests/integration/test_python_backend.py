@@ -578,23 +578,32 @@ def test_a_crash_inside_a_group_of_queued_requests(tmp_path, start_server):
     assert call(7) == 7 and backend.pid != old_pid
 
 
-def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_server):
+@pytest.mark.parametrize("batching", [False, True])  # the event loop's path, the thread's
+def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_server, batching):
     """pyserver_execute_timeout_seconds: a batch with no answer in time
     fails with an error that names the model, the timeout and where the
     model was stuck; the worker restarts; a slow batch within the limit and
     another model are not disturbed."""
     repo = repo_with(tmp_path, "crash", "add_sub")
     config = repo / "crash" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "pyserver_execute_timeout_seconds" '
+    text = config.read_text()
+    if batching:
+        text = text.replace("max_batch_size: 0", "max_batch_size: 4") + "dynamic_batching { }\n"
+    config.write_text(text + 'parameters { key: "pyserver_execute_timeout_seconds" '
                       'value { string_value: "1" } }\n')
     server = start_server(repo)
     backend = backends(server, "crash")[0]
-    slow = infer_one(server.url, "crash", "IN", np.array([1000 + 400], np.int32), "INT32")
-    old_pid = int(slow.as_numpy("PID")[0])
+    mv = server.run(server.server.models.resolve, "crash", "")
+    assert len(mv.loop_drivers) == (0 if batching else 1)
+
+    def value(v):
+        return np.array([[v]] if batching else [v], np.int32)
+
+    slow = infer_one(server.url, "crash", "IN", value(1000 + 400), "INT32")
+    old_pid = int(slow.as_numpy("PID").reshape(-1)[0])
 
     with ThreadPoolExecutor(1) as pool:
-        hung = pool.submit(infer_one, server.url, "crash", "IN",
-                           np.array([1000 + 60_000], np.int32), "INT32")
+        hung = pool.submit(infer_one, server.url, "crash", "IN", value(1000 + 60_000), "INT32")
         time.sleep(0.3)
         a = np.arange(4, dtype=np.float32)  # another model keeps serving meanwhile
         np.testing.assert_array_equal(infer_add_sub(server.url, "add_sub", a, a)
@@ -613,9 +622,9 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
     deadline = time.monotonic() + 30
     while not backend.healthy() and time.monotonic() < deadline:
         time.sleep(0.1)
-    after = infer_one(server.url, "crash", "IN", np.array([7], np.int32), "INT32")
-    assert after.as_numpy("OUT").tolist() == [7]
-    assert int(after.as_numpy("PID")[0]) not in (old_pid, 0)
+    after = infer_one(server.url, "crash", "IN", value(7), "INT32")
+    assert after.as_numpy("OUT").reshape(-1).tolist() == [7]
+    assert int(after.as_numpy("PID").reshape(-1)[0]) not in (old_pid, 0)
     assert backend.restarts == 1
 
 

@@ -23,14 +23,15 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            if x[0] == 3:
+            v = int(x.reshape(-1)[0])  # (batched or not)
+            if v == 3:
                 os._exit(3)
-            if x[0] == 11:
+            if v == 11:
                 os.kill(os.getpid(), signal.SIGSEGV)
-            if x[0] >= 1000:
-                time.sleep((x[0] - 1000) / 1000)
+            if v >= 1000:
+                time.sleep((v - 1000) / 1000)
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUT", x),
-                pb_utils.Tensor("PID", np.array([os.getpid()], np.int64)),
+                pb_utils.Tensor("PID", np.full(x.shape, os.getpid(), np.int64)),
             ]))
         return responses
