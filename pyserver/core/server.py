@@ -340,6 +340,30 @@ class Server:
             return False
         return not self._stopping and mv.healthy()
 
+    def model_ready_check(self, name: str, version: str = ""):
+        """What the model-ready endpoints answer: model_ready, and then, for
+        a Python model that defines ``is_ready()``, what that says on each
+        instance (as Triton's Python backend asks it on every such request,
+        within 5 s). A bool, or an awaitable of one when the model's own
+        check has to run (off the event loop: it waits on the model)."""
+        try:
+            mv = self._resolve(name, version)
+        except ServerError:
+            return False
+        if self._stopping or not mv.healthy():
+            return False
+        checks = [i.backend.is_ready for i in mv.instances
+                  if getattr(i.backend, "checks_readiness", False)]
+        if not checks:
+            return True
+        loop = self._loop
+
+        async def ask_the_model() -> bool:
+            answers = await asyncio.gather(*(loop.run_in_executor(None, c) for c in checks))
+            return all(answers)
+
+        return ask_the_model()
+
     def model_metadata(self, name: str, version: str = "") -> dict:
         mv = self._resolve(name, version)
         versions = [str(v) for v in sorted(self.models.versions[name])]

@@ -566,9 +566,20 @@ class GrpcFrontend:
 
     def _model_ready(self, req):
         try:
-            ready = bool(self._server.model_ready(req.name, req.version))
+            ready = self._server.model_ready_check(req.name, req.version)
         except ServerError:
             ready = False  # an unknown model is simply not ready
+        if asyncio.iscoroutine(ready):
+            return self._model_ready_later(ready)
+        return _m("inference.ModelReadyResponse")(ready=bool(ready))
+
+    @staticmethod
+    async def _model_ready_later(check):
+        """ModelReady for a model whose own is_ready() is asked."""
+        try:
+            ready = bool(await check)
+        except Exception:
+            ready = False
         return _m("inference.ModelReadyResponse")(ready=ready)
 
     def _server_metadata(self, req):

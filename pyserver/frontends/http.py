@@ -8,7 +8,8 @@ future's done-callback. Keep-alive and pipelining are supported: responses are
 written in request order even when a later request finishes first.
 
 The ``server`` object provides ``is_live()``, ``is_ready()``, ``metadata()``,
-``model_ready(name, version)``, ``model_metadata(name, version)``,
+``model_ready_check(name, version)`` (a bool, or an awaitable of one),
+``model_metadata(name, version)``,
 ``model_config(name, version)``, ``submit(InferRequest, future) -> Future`` (it
 may resolve the ImmediateFuture it is given, or return another),
 ``statistics(name, version)``, ``repository_index(ready_only)``,
@@ -526,6 +527,23 @@ class _HttpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._flush()
 
+    def _ready_later(self, fut, keep_alive: bool) -> None:
+        """A model-ready answer that waits for the model's own is_ready()."""
+        slot = _Slot(not keep_alive)
+        self._pending.append(slot)
+        http10 = self._http10
+
+        def done(fut):
+            ok = not fut.cancelled() and fut.exception() is None and fut.result()
+            slot.data = self._build(200, _NO_HEADERS, b"", keep_alive, http10) if ok else \
+                self._build(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive, http10)
+            if self._transport is not None:
+                self._flush()
+
+        fut.add_done_callback(done)
+        if len(self._pending) >= _PIPELINE_HIGH:
+            self._update_reading()
+
     def _restricted(self, group: str, headers: dict, keep_alive: bool) -> bool:
         """RETURN_AND_RESPOND_IF_RESTRICTED: True when answered with 403."""
         rule = self._frontend._restrictions.get(group)
@@ -607,9 +625,11 @@ class _HttpConnection(asyncio.Protocol):
                 if method != _GET:
                     return self._respond(405, _JSON_HEADERS, _NOT_ALLOWED, keep_alive)
                 try:
-                    ready = self._server.model_ready(model, version)
+                    ready = self._server.model_ready_check(model, version)
                 except Exception as e:
                     return self._respond_exception(e, keep_alive)
+                if inspect.isawaitable(ready):
+                    return self._ready_later(asyncio.ensure_future(ready), keep_alive)
                 if ready:
                     return self._respond(200, _NO_HEADERS, b"", keep_alive)
                 return self._respond(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive)

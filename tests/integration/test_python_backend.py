@@ -677,14 +677,52 @@ def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_s
 
 
 def test_model_is_ready(tmp_path, start_server, python_mode):
+    """The model-ready endpoints (HTTP and gRPC) ask the model's own
+    is_ready() each time, as Triton's Python backend does: False, an
+    exception, a non-boolean answer or no answer within 5 s read as not
+    ready; the server's own readiness and the model's serving are not
+    affected."""
+    import tritonclient.grpc as grpcclient
+
+    from pyserver.frontends.grpc import GrpcFrontend
+
     server = start_server(repo_with(tmp_path, "readiness", mode=python_mode))
+    grpc = GrpcFrontend(server.server, "127.0.0.1", 0)
+    server.call(grpc.start())
+    http = httpclient.InferenceServerClient(server.url)
+    rpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
     backend = backends(server, "readiness")[0]
-    assert backend.is_ready()
-    result = infer_one(server.url, "readiness", "READY", np.array([False]), "BOOL")
-    assert result.as_numpy("OUT").tolist() == [False]
-    assert backend.healthy() and not backend.is_ready()
-    infer_one(server.url, "readiness", "READY", np.array([True]), "BOOL")
-    assert backend.is_ready()
+
+    def ready():
+        answers = {http.is_model_ready("readiness"), rpc.is_model_ready("readiness")}
+        assert len(answers) == 1, "HTTP and gRPC disagree"
+        return answers.pop()
+
+    def set_state(value, mode=""):
+        result = infer_one(server.url, "readiness", "READY", np.array([value]), "BOOL",
+                           parameters={"mode": mode} if mode else None)
+        assert result.as_numpy("OUT").tolist() == [value]
+
+    try:
+        assert ready() and backend.is_ready()
+        set_state(False)
+        assert not ready() and not backend.is_ready()
+        assert backend.healthy() and http.is_server_ready()  # the model still serves
+        set_state(True)
+        assert ready()
+        for mode in ("raise", "non_bool"):
+            set_state(True, mode)
+            assert not ready(), mode
+        set_state(True)
+        assert ready()
+        if python_mode == "process":  # (5 s each way: once is enough)
+            set_state(True, "slow")
+            started = time.monotonic()
+            assert not http.is_model_ready("readiness")
+            assert time.monotonic() - started < 7.5
+    finally:
+        rpc.close()
+        server.call(grpc.stop(1))
 
 
 def test_unload_finalizes_and_ends_workers(tmp_path, start_server):

@@ -47,7 +47,7 @@ class FakeServer:
     ``delay_ms``), "boom" (non-ServerError exceptions) and "async_error"
     (the future resolves with a ServerError)."""
 
-    MODELS = ("add_sub", "slow_add_sub", "boom", "async_error")
+    MODELS = ("add_sub", "slow_add_sub", "boom", "async_error", "slow_ready")
 
     def __init__(self):
         self.live = True
@@ -71,9 +71,14 @@ class FakeServer:
         if name not in self.MODELS:
             raise unknown_model(name)
 
-    def model_ready(self, name, version):
+    def model_ready_check(self, name, version):
         self.calls.append(("ready", name, version))
         self._check(name)
+        if name == "slow_ready":  # a model whose own is_ready() is asked
+            async def later():
+                await asyncio.sleep(0.05)
+                return version in ("", "1")
+            return later()
         return version in ("", "1")
 
     def model_metadata(self, name, version):
@@ -410,6 +415,24 @@ def test_pipelined_responses_keep_request_order(server):
     np.testing.assert_allclose(third["outputs"][1]["data"], (b - a).reshape(-1))
     assert json.loads(responses[3][2]) == {"error": "Not Found"}
     assert json.loads(responses[4][2])["id"] == "fifth"
+
+
+def test_a_ready_check_that_waits_keeps_its_place(server, client):
+    """A model whose own is_ready() is asked answers later; a pipelined
+    request behind it waits its turn."""
+    assert client.is_model_ready("slow_ready") is True
+    assert client.is_model_ready("slow_ready", model_version="2") is False
+    s, f = connect(server)
+    try:
+        s.sendall(b"GET /v2/models/slow_ready/versions/2/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /v2/models/add_sub/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /v2/models/slow_ready/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        responses = [read_response(f) for _ in range(3)]
+    finally:
+        s.close()
+    assert [r[0] for r in responses] == [400, 200, 200]
+    assert json.loads(responses[0][2]) == {"error": "Model version not ready"}
+    assert responses[1][2] == b"" and responses[2][2] == b""
 
 
 def test_not_found_and_method_not_allowed(server):

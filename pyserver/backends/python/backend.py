@@ -698,6 +698,12 @@ class PythonBackend(ServedInstance):
                           f"python model '{self.model_name}' instance '{self.instance_name}' "
                           f"is not available: {reason}")
 
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether the model defines is_ready() (asked by is_ready)."""
+        worker = self._worker
+        return bool(worker is not None and worker.has_is_ready)
+
     def healthy(self) -> bool:
         """True while the instance's worker is running and initialized."""
         worker = self._worker

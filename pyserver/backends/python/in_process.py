@@ -411,6 +411,11 @@ class ThreadPythonBackend(ServedInstance):
     def healthy(self) -> bool:
         return not self._closed
 
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether the model defines is_ready() (asked by is_ready)."""
+        return hasattr(self.model, "is_ready")
+
     def is_ready(self, timeout: float = 5.0) -> bool:
         """The model's own is_ready(), when it defines one."""
         check = getattr(self.model, "is_ready", None)
