@@ -1,6 +1,6 @@
 """The link between the server and a Python-model worker process, used on
-both sides (the worker loads this file by path, so it imports nothing from
-pyserver).
+both sides (the worker loads this file by path; of pyserver it imports only
+the engine's IPC helpers).
 
 - ``Channel``: length-prefixed pickled messages over a Unix stream socket
   (small: names, shapes, offsets, ids; never tensor data, except BYTES).

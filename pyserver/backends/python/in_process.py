@@ -127,8 +127,10 @@ class _Router:
 
     @property
     def model_dir(self) -> str:
-        instance = getattr(self._local, "instance", None)
-        return instance.version_dir if instance is not None else ""
+        try:
+            return self.current().version_dir
+        except pb.TritonModelException:
+            return ""
 
     @staticmethod
     def for_request(request):
@@ -237,7 +239,7 @@ class ThreadPythonBackend(ServedInstance):
         self._closed = False
         self._module_name = ""
         self._paths: list[str] = []
-        self.runner = pb._AsyncRunner(on_start=lambda: _router.enter(self))
+        self.runner = pb._AsyncRunner(on_start=lambda: _router.enter(self), bind_caller=False)
         _router.add(self)  # models here import this process's pb_utils, linked to it
         previous = _router.enter(self)
         try:

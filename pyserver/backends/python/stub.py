@@ -2,8 +2,10 @@
 
 Started by pyserver.backends.python.backend as
 ``python stub.py <mode> <main_fd> <ctrl_fd> <in_fd> <out_fd> <crash_fd> <region_size>
-<up_fd> <down_fd> <async_size>`` with the descriptors inherited; it imports nothing from pyserver, so it
-starts as fast as the interpreter and numpy allow.
+<up_fd> <down_fd> <async_size>`` with the descriptors inherited. Of pyserver it
+loads only this folder's channel.py and triton_python_backend_utils.py (by path)
+and the engine's small IPC extensions, so it starts as fast as the
+interpreter and numpy allow.
 
 mode ``instance``: imports the model, builds ``TritonPythonModel``, calls
 ``initialize(args)``, answers ``ready``, then serves ``exec`` messages (one

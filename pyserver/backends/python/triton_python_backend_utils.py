@@ -983,13 +983,16 @@ async def _await(awaitable):
 class _AsyncRunner:
     """An instance's asyncio loop, on a daemon thread as in Triton, so
     tasks a model starts keep running between executes. ``on_start`` runs
-    first on that thread."""
+    first on that thread; ``bind_caller``: the thread that first needs the
+    loop gets it as its current event loop (a worker's main thread; not a
+    thread of the server's)."""
 
-    def __init__(self, on_start=None):
+    def __init__(self, on_start=None, bind_caller=True):
         import threading
 
         self.loop = None
         self._on_start = on_start
+        self._bind_caller = bind_caller
         self._lock = threading.Lock()
 
     def _ensure_loop(self):
@@ -1007,7 +1010,8 @@ class _AsyncRunner:
                     loop.run_forever()
 
                 threading.Thread(target=run, name="model-asyncio", daemon=True).start()
-                asyncio.set_event_loop(loop)
+                if self._bind_caller:
+                    asyncio.set_event_loop(loop)
                 self.loop = loop
 
     def run(self, awaitable, timeout=None):
