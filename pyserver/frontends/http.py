@@ -506,14 +506,23 @@ class _HttpConnection(asyncio.Protocol):
             fut = asyncio.ensure_future(result)
         except Exception as e:
             return self._respond_exception(e, keep_alive)
+        self._answer_later(fut, keep_alive, functools.partial(self._call_data, encode))
+
+    def _answer_later(self, fut, keep_alive: bool, build) -> None:
+        """Holds a place, in request order, for the answer to ``fut``:
+        ``build(fut, keep_alive, http10)`` makes it once ``fut`` is done."""
         slot = _Slot(not keep_alive)
         self._pending.append(slot)
-        fut.add_done_callback(functools.partial(self._call_done, slot, encode, self._http10))
+        fut.add_done_callback(functools.partial(self._answered, slot, build, self._http10))
         if len(self._pending) >= _PIPELINE_HIGH:
             self._update_reading()
 
-    def _call_done(self, slot: _Slot, encode, http10: bool, fut):
-        keep_alive = not slot.close
+    def _answered(self, slot: _Slot, build, http10: bool, fut):
+        slot.data = build(fut, not slot.close, http10)
+        if self._transport is not None:
+            self._flush()
+
+    def _call_data(self, encode, fut, keep_alive: bool, http10: bool) -> list:
         try:
             if fut.cancelled():
                 raise ServerError(Code.CANCELLED, "request was cancelled")
@@ -521,28 +530,15 @@ class _HttpConnection(asyncio.Protocol):
             if exc is not None:
                 raise exc
             payload = _EMPTY_JSON if encode is None else encode(fut.result())
-            slot.data = self._build(200, _JSON_HEADERS, payload, keep_alive, http10)
+            return self._build(200, _JSON_HEADERS, payload, keep_alive, http10)
         except Exception as e:
-            slot.data = self._error_data(e, keep_alive, http10)
-        if self._transport is not None:
-            self._flush()
+            return self._error_data(e, keep_alive, http10)
 
-    def _ready_later(self, fut, keep_alive: bool) -> None:
-        """A model-ready answer that waits for the model's own is_ready()."""
-        slot = _Slot(not keep_alive)
-        self._pending.append(slot)
-        http10 = self._http10
-
-        def done(fut):
-            ok = not fut.cancelled() and fut.exception() is None and fut.result()
-            slot.data = self._build(200, _NO_HEADERS, b"", keep_alive, http10) if ok else \
-                self._build(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive, http10)
-            if self._transport is not None:
-                self._flush()
-
-        fut.add_done_callback(done)
-        if len(self._pending) >= _PIPELINE_HIGH:
-            self._update_reading()
+    def _ready_data(self, fut, keep_alive: bool, http10: bool) -> list:
+        """A model-ready answer that waited for the model's own is_ready()."""
+        if not fut.cancelled() and fut.exception() is None and fut.result():
+            return self._build(200, _NO_HEADERS, b"", keep_alive, http10)
+        return self._build(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive, http10)
 
     def _restricted(self, group: str, headers: dict, keep_alive: bool) -> bool:
         """RETURN_AND_RESPOND_IF_RESTRICTED: True when answered with 403."""
@@ -629,7 +625,8 @@ class _HttpConnection(asyncio.Protocol):
                 except Exception as e:
                     return self._respond_exception(e, keep_alive)
                 if inspect.isawaitable(ready):
-                    return self._ready_later(asyncio.ensure_future(ready), keep_alive)
+                    return self._answer_later(asyncio.ensure_future(ready), keep_alive,
+                                              self._ready_data)
                 if ready:
                     return self._respond(200, _NO_HEADERS, b"", keep_alive)
                 return self._respond(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive)

@@ -940,9 +940,7 @@ class PythonBackend(ServedInstance):
         outputs = None
         if encoded is not None:
             outputs = channel.read_tensors(worker.up, size, encoded, _NUMPY, copy=True)
-        err = None
-        if error is not None:
-            err = ServerError(Code.__members__.get(error[0], Code.INTERNAL), error[1])
+        err = _worker_error(*error) if error is not None else None
         # The data is copied out: its blocks may be reused.
         worker.reply(seq, self.deliver(key, outputs, params, err, final, arrived))
 

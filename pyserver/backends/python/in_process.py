@@ -360,9 +360,7 @@ class ThreadPythonBackend(ServedInstance):
         outputs = params = error = None
         if response is not None:
             if response._error is not None:
-                error = ServerError(Code.__members__.get(response._error.code().name,
-                                                         Code.INTERNAL),
-                                    response._error.message())
+                error = _worker_error(response._error.code().name, response._error.message())
             else:
                 outputs = {name: array for name, _code, array in pb._response_tensors(
                     response, request._requested_output_names)}
