@@ -45,6 +45,88 @@ def test_channel_many_messages_in_one_read():
     right.close()
 
 
+def _voluntary_switches(tid: int) -> int:
+    status = open(f"/proc/self/task/{tid}/status").read()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+@pytest.mark.parametrize("split", [True, False])
+def test_a_reader_waiting_on_a_channel_sleeps_while_its_peer_reads(split):
+    """channel_pair(): a socket per direction. With one socket for both, the
+    peer reading what this end wrote wakes this end's blocked reader for
+    nothing, once per read (the worker between batches, woken as the server
+    reads each answer): the case with one socket shows the test can tell."""
+    if split:
+        (a_read, a_write), (b_read, b_write) = channel.channel_pair()
+        server = channel.Channel(a_read, send_sock=a_write)
+        worker = channel.Channel(b_read, send_sock=b_write)
+    else:
+        a, b = socket.socketpair()
+        server, worker = channel.Channel(a), channel.Channel(b)
+    rounds = 200
+    try:
+        tid = []
+        started = threading.Event()
+
+        def blocked_reader():
+            tid.append(threading.get_native_id())
+            started.set()
+            assert worker.recv() == ("exec", "last")
+
+        reader = threading.Thread(target=blocked_reader)
+        reader.start()
+        started.wait(10)
+        # The reader is asleep in recv once its switch count stops moving.
+        before = _voluntary_switches(tid[0])
+        for _ in range(100):
+            threading.Event().wait(0.01)
+            now = _voluntary_switches(tid[0])
+            if now == before:
+                break
+            before = now
+        for i in range(rounds):  # the worker answers (from another thread); the server reads
+            worker.send(("result", i))
+            assert server.recv() == ("result", i)
+            threading.Event().wait(0.0002)  # let a woken reader run and sleep again
+        woken = _voluntary_switches(tid[0]) - before
+        server.send(("exec", "last"))
+        reader.join(10)
+        assert not reader.is_alive()
+        if split:
+            assert woken <= 5, f"the blocked reader woke {woken} times"
+        else:
+            assert woken >= rounds // 4
+    finally:
+        server.close()
+        worker.close()
+
+
+def test_a_two_socket_channel_ends_like_one():
+    """A channel of two sockets: messages both ways, EOF when the peer
+    closes, shutdown() wakes a blocked reader, send after close fails."""
+    (a_read, a_write), (b_read, b_write) = channel.channel_pair()
+    left = channel.Channel(a_read, send_sock=a_write)
+    right = channel.Channel(b_read, send_sock=b_write)
+    assert left.fileno() == a_read.fileno() != a_write.fileno()
+    left.send(("ping", 1))
+    assert right.recv() == ("ping", 1)
+    right.send(("pong", b"x" * 200_000))  # larger than a socket buffer
+    assert left.recv() == ("pong", b"x" * 200_000)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pytest.raises(EOFError, right.recv)))
+    reader.start()
+    right.shutdown()
+    reader.join(10)
+    assert not reader.is_alive() and got
+    right.close()
+    with pytest.raises(EOFError):
+        left.recv()
+    left.close()
+    with pytest.raises(OSError):
+        left.send(("late",))
+
+
 @pytest.mark.parametrize("kind", ["memfd", "devshm", "file"])
 def test_regions_grow_and_readers_follow(kind):
     if kind == "memfd" and not hasattr(os, "memfd_create"):

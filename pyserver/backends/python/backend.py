@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -111,8 +110,9 @@ class _Worker:
         kind = channel.shm_kind()
         self.kind = kind
         self.label = label
-        main_parent, main_child = socket.socketpair()
-        ctrl_parent, ctrl_child = socket.socketpair()
+        main_parent, main_child = channel.channel_pair()
+        ctrl_parent, ctrl_child = channel.channel_pair()
+        child_socks = (*main_child, *ctrl_child)
         fds = [channel.create_fd(kind, f"{label}-in"), channel.create_fd(kind, f"{label}-out"),
                channel.create_fd(kind, f"{label}-crash"), channel.create_fd(kind, f"{label}-up"),
                channel.create_fd(kind, f"{label}-down")]
@@ -125,28 +125,28 @@ class _Worker:
             # written by the worker, "down" by us, block by block.
             self.up = channel.Region(fds[3], ASYNC_REGION_SIZE, reserve=True)
             self.down = channel.Arena(channel.Region(fds[4], ASYNC_REGION_SIZE, reserve=True))
-            args = [sys.executable, STUB_PATH, mode, str(main_child.fileno()),
-                    str(ctrl_child.fileno()), str(fds[0]), str(fds[1]), str(fds[2]), str(size),
+            args = [sys.executable, STUB_PATH, mode, _fd_pair(main_child), _fd_pair(ctrl_child),
+                    str(fds[0]), str(fds[1]), str(fds[2]), str(size),
                     str(fds[3]), str(fds[4]), str(ASYNC_REGION_SIZE)]
             self.started = time.monotonic()
             self.proc = subprocess.Popen(
                 args, env=env, stdin=subprocess.DEVNULL, close_fds=True,
-                pass_fds=(main_child.fileno(), ctrl_child.fileno(), *fds))
+                pass_fds=(*(s.fileno() for s in child_socks), *fds))
         except BaseException:
             for fd in fds:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-            main_parent.close()
-            ctrl_parent.close()
+            for sock in (*main_parent, *ctrl_parent):
+                sock.close()
             raise
         finally:
-            main_child.close()
-            ctrl_child.close()
+            for sock in child_socks:
+                sock.close()
         self.pid = self.proc.pid
-        self.main = channel.Channel(main_parent)
-        self.ctrl = channel.Channel(ctrl_parent)
+        self.main = channel.Channel(main_parent[0], send_sock=main_parent[1])
+        self.ctrl = channel.Channel(ctrl_parent[0], send_sock=ctrl_parent[1])
         self.exited = threading.Event()
         self.returncode: int | None = None
         self.crash_report = ""
@@ -182,10 +182,7 @@ class _Worker:
         # Unblock whoever is waiting on the sockets (a process the model
         # forked may still hold the worker's ends open).
         for ch in (self.main, self.ctrl):
-            try:
-                ch.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            ch.shutdown()
         self.exited.set()
         with self._ready_cv:
             self._ready_cv.notify_all()
@@ -825,7 +822,7 @@ class PythonBackend(ServedInstance):
     @staticmethod
     def main_fd(worker: _Worker) -> int:
         """The descriptor that becomes readable when the worker answers."""
-        return worker.main.sock.fileno()
+        return worker.main.fileno()
 
     @staticmethod
     def drain_main(worker: _Worker) -> list:
@@ -1090,6 +1087,11 @@ def _crash_summary(text: str) -> str:
 def _worker_error(code_name: str, message: str) -> ServerError:
     """A request's error response from its worker (TritonError's code name)."""
     return ServerError(Code.__members__.get(code_name, Code.INTERNAL), message)
+
+
+def _fd_pair(socks: tuple) -> str:
+    """How a worker is told the (read, write) descriptors of a channel."""
+    return f"{socks[0].fileno()},{socks[1].fileno()}"
 
 
 def _code_of(array) -> int:

@@ -2,8 +2,9 @@
 both sides (the worker loads this file by path; of pyserver it imports only
 the engine's IPC helpers).
 
-- ``Channel``: length-prefixed pickled messages over a Unix stream socket
-  (small: names, shapes, offsets, ids; never tensor data, except BYTES).
+- ``Channel``: length-prefixed pickled messages over Unix stream sockets,
+  one per direction (``channel_pair``) (small: names, shapes, offsets, ids;
+  never tensor data, except BYTES).
 - ``Region``: a shared memory file both processes map. Tensor data goes
   through two regions per worker, one per direction: the writer copies each
   tensor in at an aligned offset, the reader maps it (the worker reads its
@@ -51,8 +52,14 @@ _INCOMPLETE = object()  # _take(): no whole message buffered yet
 
 
 class Channel:
-    """Framed messages over a connected stream socket. ``recv`` raises
-    EOFError when the peer is gone; ``send`` is safe from several threads.
+    """Framed messages over a connected stream socket, or over two: one
+    read (``sock``), one written (``send_sock``). ``recv`` raises EOFError
+    when the peer is gone; ``send`` is safe from several threads.
+
+    A socket per direction keeps a reader blocked in recv asleep while the
+    peer reads what it wrote: reading a Unix socket wakes every thread
+    sleeping on the writer's socket (to say there is room to write), and a
+    reader waiting for data on that same socket wakes for nothing.
 
     A message that fits the socket buffer goes out in one non-blocking send
     made without releasing the GIL (engine/ipc.pyx send_held): Python's
@@ -61,8 +68,10 @@ class Channel:
     interpreter's switch interval (5 ms).
     """
 
-    def __init__(self, sock: socket.socket, spin_ns: int = 0):
+    def __init__(self, sock: socket.socket, spin_ns: int = 0,
+                 send_sock: socket.socket | None = None):
         self.sock = sock
+        self.send_sock = sock if send_sock is None else send_sock
         # recv spins this long (GIL released) for a message before it
         # blocks: an answer due within microseconds then costs no wake-up.
         self.spin_ns = spin_ns
@@ -71,7 +80,8 @@ class Channel:
         self._start = 0
         self._end = 0
         self._send_lock = threading.Lock()
-        self._fd = sock.fileno()
+        self._fd = self.send_sock.fileno()  # written; -1 once closed
+        self._read_fd = sock.fileno()
 
     def send(self, obj) -> None:
         data = pickle.dumps(obj, _PICKLE)
@@ -87,10 +97,10 @@ class Channel:
                     if -sent not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                         raise OSError(-sent, os.strerror(-sent))
                     sent = 0
-                self.sock.sendall(frame[sent:])
+                self.send_sock.sendall(frame[sent:])
             else:
-                self.sock.sendall(_HEADER.pack(len(data)))
-                self.sock.sendall(data)
+                self.send_sock.sendall(_HEADER.pack(len(data)))
+                self.send_sock.sendall(data)
 
     def recv(self, spin_ns: int | None = None):
         """The next message (blocking); ``spin_ns``: this call's spin, in
@@ -102,7 +112,7 @@ class Channel:
             if obj is not _INCOMPLETE:
                 return obj
             if spin_ns:
-                _spin_readable(self._fd, spin_ns)  # then the read rarely sleeps
+                _spin_readable(self._read_fd, spin_ns)  # then the read rarely sleeps
             self._fill(0)
 
     def drain(self) -> list:
@@ -159,15 +169,28 @@ class Channel:
             self._view = memoryview(bigger)
         self._start, self._end = 0, avail
 
+    def fileno(self) -> int:
+        """The descriptor that becomes readable when a message arrives."""
+        return self._read_fd
+
+    def shutdown(self) -> None:
+        """Wakes whoever is blocked on the channel (each call then fails)."""
+        for sock in {self.sock, self.send_sock}:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         # Under the send lock, and forgetting the descriptor: a send after
         # close must fail, not write into whatever reuses the number.
         with self._send_lock:
             self._fd = -1
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            for sock in {self.sock, self.send_sock}:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
 
 
 # -- shared memory ----------------------------------------------------------------------
@@ -199,6 +222,14 @@ def _choose_kind(forced: str) -> str:
     except OSError:
         pass
     return "file"
+
+
+def channel_pair() -> tuple[tuple, tuple]:
+    """Two ends of a Channel with a socket per direction: ((read, write)
+    sockets of one end, (read, write) of the other)."""
+    a_read, b_write = socket.socketpair()
+    b_read, a_write = socket.socketpair()
+    return (a_read, a_write), (b_read, b_write)
 
 
 def create_fd(kind: str, label: str) -> int:

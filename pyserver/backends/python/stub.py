@@ -13,7 +13,8 @@ batch of requests at a time, on the main thread) until ``finalize``.
 mode ``autocomplete``: runs the model's ``auto_complete_config`` staticmethod
 on the config it is sent, answers the completed config, and exits.
 
-Two sockets: ``main`` carries the request/response exchange the server's
+Two channels (each a socket per direction): ``main`` carries the
+request/response exchange the server's
 instance thread drives (plus the questions a model asks while it executes,
 such as ``is_cancelled``); ``ctrl`` carries what may happen at any time
 (``is_ready`` checks, log records, and the model's own requests: decoupled
@@ -489,7 +490,9 @@ _NUMPY_OF = {1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64,
 
 def main(argv):
     mode = argv[1]
-    main_fd, ctrl_fd, in_fd, out_fd, crash_fd = (int(a) for a in argv[2:7])
+    # Each channel is two sockets, one read, one written: "read,write".
+    main_fds, ctrl_fds = ([int(fd) for fd in a.split(",")] for a in argv[2:4])
+    in_fd, out_fd, crash_fd = (int(a) for a in argv[4:7])
     region_size = int(argv[7])
     up_fd, down_fd, async_size = (int(a) for a in argv[8:11])
     # Ctrl-C in a terminal reaches the whole process group: the server
@@ -515,9 +518,11 @@ def main(argv):
     # it comes within microseconds, and a sleeping worker's wake-up was the
     # largest part of a request's round trip (bench/python_backend.py: +30-40%
     # at c16 on 2 cores). PYSERVER_PYTHON_EXEC_SPIN_US=0 turns it off.
-    main_ch = channel.Channel(socket.socket(fileno=main_fd),
-                              spin_ns=int(os.environ.get("PYSERVER_PYTHON_EXEC_SPIN_US", "300")) * 1000)
-    ctrl_ch = channel.Channel(socket.socket(fileno=ctrl_fd))
+    main_ch = channel.Channel(socket.socket(fileno=main_fds[0]),
+                              spin_ns=int(os.environ.get("PYSERVER_PYTHON_EXEC_SPIN_US", "300")) * 1000,
+                              send_sock=socket.socket(fileno=main_fds[1]))
+    ctrl_ch = channel.Channel(socket.socket(fileno=ctrl_fds[0]),
+                              send_sock=socket.socket(fileno=ctrl_fds[1]))
     regions = (channel.Region(in_fd, region_size, reserve=False),
                channel.Region(out_fd, region_size, reserve=False))
     async_regions = (channel.Arena(channel.Region(up_fd, async_size, reserve=False)),
