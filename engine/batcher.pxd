@@ -53,6 +53,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)
+        cbool EndSequence(uint64_t correlation_id)
         void Stop()
         size_t QueuedCount()
         void CompleteBatch(const CBatch& batch, const BatchTimes& times, Token token,
@@ -113,6 +114,7 @@ cdef extern from "pyserver/sequence_batch_scheduler.h" namespace "pyserver" nogi
         vector[uint32_t] preferred_batch_sizes
         uint64_t max_queue_delay_us
         cbool preserve_ordering
+        cbool iterative
 
     cdef cppclass SequenceBatchScheduler:
         @staticmethod

@@ -95,7 +95,7 @@ cdef class Scheduler:
         max_batch_size, instance_count, max_sequence_idle_microseconds,
         strategy ("direct" or "oldest"), max_candidate_sequences,
         preferred_batch_size, max_queue_delay_microseconds,
-        preserve_ordering. Requests need ``correlation_id`` and
+        preserve_ordering, iterative. Requests need ``correlation_id`` and
         ``sequence_flags`` at enqueue."""
         cdef SequenceBatcherConfig c
         cdef Scheduler self = Scheduler.__new__(Scheduler)
@@ -109,6 +109,7 @@ cdef class Scheduler:
             c.preferred_batch_sizes.push_back(size)
         c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
         c.preserve_ordering = config.get("preserve_ordering", False)
+        c.iterative = config.get("iterative", False)
         check_status(SequenceBatchScheduler.Create(c, stats.c, completions.c, &self.c))
         self.stats = stats
         self.completions = completions
@@ -244,6 +245,11 @@ cdef class Scheduler:
     def cancel(self, uint64_t request_id):
         """Fails a still-queued request as CANCELLED; False if not queued."""
         return self.c.get().Cancel(request_id)
+
+    def end_sequence(self, uint64_t correlation_id):
+        """An iterative sequence's request was released for good: its slot
+        goes to the next sequence. False when no such sequence is active."""
+        return self.c.get().EndSequence(correlation_id)
 
     def stop(self):
         with nogil:

@@ -108,18 +108,21 @@ def read_copies(mm, list tensors, dict dtypes):
         PyBuffer_Release(&src)
 
 
-def read_results(mm, list encoded, dict dtypes, object error_of):
+def read_results(mm, list encoded, dict dtypes, object error_of, object again=None):
     """Each request's result from a worker's answer to one batch (``encoded``:
     per request ``("ok", tensors, parameters)``, ``("err", code name,
-    message)`` or None): the dict of its outputs, copied out of ``mm`` (see
-    read_copies), or ``(outputs, parameters)`` when it set parameters,
-    ``error_of(code name, message)``, or None (answered through its stream)."""
+    message)``, ``("again",)`` or None): the dict of its outputs, copied out
+    of ``mm`` (see read_copies), or ``(outputs, parameters)`` when it set
+    parameters, ``error_of(code name, message)``, ``again`` (released to run
+    again), or None (answered through its stream)."""
     cdef list results = []
     for entry in encoded:
         if entry is None:
             results.append(None)
         elif entry[0] == "err":
             results.append(error_of(entry[1], entry[2]))
+        elif entry[0] == "again":
+            results.append(again)
         else:
             outputs = read_copies(mm, entry[1], dtypes)
             params = entry[2]

@@ -250,9 +250,8 @@ bool SequenceBatchScheduler::NextBatch(Batch* batch) {
           batch->requests.push_back(slot.queue.front());
           slot.queue.pop_front();
           slot.last_activity_ns = now;
-          if ((batch->requests.back().sequence_flags & kSequenceEnd) != 0 && slot.queue.empty()) {
-            ReleaseSlot(index);
-          }
+          // Its END (or EndSequence) came and nothing of it is left.
+          if (slot.end_queued && slot.queue.empty()) ReleaseSlot(index);
         }
         batch->batch_size = static_cast<uint32_t>(batch->requests.size());
         batch->dequeue_ns = now;
@@ -288,9 +287,15 @@ bool SequenceBatchScheduler::Cancel(uint64_t id) {
       return true;
     };
     bool found = false;
-    for (Slot& slot : slots_) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& slot = slots_[i];
       if (take(&slot.queue)) {
         found = true;
+        // An iterative sequence is its one request: cancelled, it is over.
+        if (config_.iterative && slot.queue.empty()) {
+          slot.end_queued = true;
+          ReleaseSlot(i);
+        }
         break;
       }
     }
@@ -305,8 +310,31 @@ bool SequenceBatchScheduler::Cancel(uint64_t id) {
     if (!found) return false;
     --queued_;
   }
+  // A released slot may have bound a backlogged sequence.
+  cv_.notify_all();
   FailRequests(&cancelled, Status(StatusCode::kCancelled, "Request was cancelled"),
                FailureReason::kCanceled);
+  return true;
+}
+
+bool SequenceBatchScheduler::EndSequence(uint64_t correlation_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto active = active_.find(correlation_id);
+    if (active != active_.end()) {
+      const size_t index = active->second;
+      Slot& slot = slots_[index];
+      slot.end_queued = true;
+      active_.erase(active);
+      if (slot.queue.empty()) ReleaseSlot(index);
+    } else {
+      auto backlogged = backlog_index_.find(correlation_id);
+      if (backlogged == backlog_index_.end()) return false;
+      backlogged->second->end_queued = true;
+      backlog_index_.erase(backlogged);
+    }
+  }
+  cv_.notify_all();
   return true;
 }
 

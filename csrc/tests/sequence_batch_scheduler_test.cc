@@ -222,6 +222,71 @@ TEST(SequenceBatcher, CancelAndStop) {
   EXPECT_EQ(s->Enqueue(Seq(31, 3, kStart), &id).code(), StatusCode::kUnavailable);
 }
 
+TEST(SequenceBatcher, IterativeSequencesRunAgainUntilEnded) {
+  Harness h;
+  SequenceBatcherConfig c;
+  c.max_batch_size = 0;  // one slot
+  c.iterative = true;
+  auto s = Make(h, c);
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
+  ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());  // backlog
+  Batch b;
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{11});
+  EXPECT_EQ(b.requests[0].sequence_flags, kStart);
+  // Rescheduled: the same request again, without START, keeps its slot.
+  ASSERT_TRUE(s->Enqueue(Seq(11, 1), &id).ok());
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{11});
+  EXPECT_EQ(b.requests[0].sequence_flags, 0u);
+  EXPECT_EQ(AsSeq(s)->BackloggedSequences(), 1u);
+  // Released for good: the slot goes to the backlogged sequence.
+  EXPECT_TRUE(s->EndSequence(1));
+  EXPECT_FALSE(s->EndSequence(1));
+  EXPECT_EQ(AsSeq(s)->BackloggedSequences(), 0u);
+  EXPECT_EQ(s->Enqueue(Seq(12, 1), &id).code(), StatusCode::kInvalidArg);  // over
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{21});
+  // A sequence ended while it waits in the backlog runs what it has queued,
+  // then frees its slot.
+  ASSERT_TRUE(s->Enqueue(Seq(31, 3, kStart), &id).ok());
+  EXPECT_TRUE(s->EndSequence(3));
+  // Sequence 2 is rescheduled, then cancelled while queued: it is over, and
+  // its slot goes to sequence 3.
+  ASSERT_TRUE(s->Enqueue(Seq(22, 2), &id).ok());
+  EXPECT_TRUE(s->Cancel(id));
+  EXPECT_EQ(AsSeq(s)->ActiveSequences(), 1u);
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{31});
+  EXPECT_EQ(AsSeq(s)->ActiveSequences(), 0u);
+  auto items = h.Drain();
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].code, StatusCode::kCancelled);
+  EXPECT_EQ(items[0].token, 22u);
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
+}
+
+TEST(SequenceBatcher, EndSequenceWithRequestsStillQueued) {
+  Harness h;
+  SequenceBatcherConfig c;
+  c.max_batch_size = 2;
+  auto s = Make(h, c);
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
+  ASSERT_TRUE(s->Enqueue(Seq(12, 1), &id).ok());
+  EXPECT_TRUE(s->EndSequence(1));
+  EXPECT_FALSE(s->EndSequence(7));  // never started
+  EXPECT_EQ(s->Enqueue(Seq(13, 1), &id).code(), StatusCode::kInvalidArg);
+  Batch b;
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{11});
+  EXPECT_EQ(AsSeq(s)->ActiveSequences(), 1u);  // 12 still to run
+  ASSERT_TRUE(s->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{12});
+  EXPECT_EQ(AsSeq(s)->ActiveSequences(), 0u);
+}
+
 }  // namespace
 }  // namespace pyserver
 

@@ -27,7 +27,7 @@ from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
-from pyserver.core.sequence import SequenceControls
+from pyserver.core.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
 from pyserver.core.types import (
     InferRequest,
     InferResponse,
@@ -126,6 +126,8 @@ class ModelInstance:
                 inline.observe(thread_time_ns() - cpu_ns)
             if model.tracing:
                 model.stamp_traces(batch, outcome)
+            if model.iterative:
+                model.end_iterations(batch.requests)
             # Completes this batch and waits for the next, GIL released.
             batch = scheduler.complete_and_next(batch, *outcome)
 
@@ -165,6 +167,9 @@ class ModelVersion:
         self.stats = ModelStats()
         # Stateful models: sequence_batching's controls (csrc schedules).
         self.sequence = SequenceControls(config) if config.HasField("sequence_batching") else None
+        # Iterative sequences: requests its model reschedules run again.
+        self.iterative = self.sequence is not None and self.sequence.iterative
+        self._reschedule = Reschedule(self)
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
         # it is the only request in flight: the batching delay plus a short
@@ -451,12 +456,56 @@ class ModelVersion:
                     p.response = self._request_response(p, result[0], result[1])
                 elif result is None:  # decoupled: its responses go through its stream
                     p.response = None
+                elif result is RESCHEDULED:  # released to run again
+                    if self.iterative:
+                        p.response = self._reschedule
+                    elif self.decoupled:  # after what it sent: through its stream
+                        p.response = None
+                        p.future.push(None, ServerError(Code.INVALID_ARG, NOT_ITERATIVE), True)
+                    else:
+                        p.response = ServerError(Code.INVALID_ARG, NOT_ITERATIVE)
                 else:
                     p.response = self._request_response(p, result, None)
             t_end = now_ns()
         except Exception as err:
             return self.failed_batch(t_start, err)
         return (t_start, t_start, t_output, t_end)
+
+    def end_iterations(self, requests: list) -> None:
+        """Iterative sequences: a request its model released for good ends
+        its sequence, and the sequence's slot goes to the next one."""
+        correlation = self.sequence.correlation
+        end = self.scheduler.end_sequence
+        for p in requests:
+            if type(p.response) is not Reschedule:
+                end(correlation(p.request))
+
+    def requeue(self, p: PendingRequest) -> int:
+        """Queues a request its model rescheduled (an iterative sequence)
+        again, in its sequence, without START; returns its queue id. A
+        sequence that lost its slot meanwhile (idle for longer than
+        max_sequence_idle_microseconds) starts again. Raises ServerError
+        when the model stops."""
+        request = p.request
+        p.response = None
+        request.parameters = {**request.parameters, "sequence_start": False}
+        try:
+            return self._enqueue_sequence(p)
+        except ServerError as err:
+            if err.code != Code.INVALID_ARG:  # anything but "must START"
+                raise
+        request.parameters["sequence_start"] = True
+        return self._enqueue_sequence(p)
+
+    def end_sequence_of(self, p: PendingRequest) -> None:
+        """Ends the iterative sequence of a request that will not run again."""
+        self.scheduler.end_sequence(self.sequence.correlation(p.request))
+
+    def _enqueue_sequence(self, p: PendingRequest) -> int:
+        request = p.request
+        corr, flags, label = self.sequence.prepare(request, p.arrays, self.max_batch_size > 0)
+        return self.scheduler.enqueue(p, p.batch_size, request.priority, request.timeout_us, 0,
+                                      corr, flags, label)
 
     def _request_response(self, p: PendingRequest, outputs: dict, parameters) -> InferResponse:
         """One request's response from the outputs its backend produced for

@@ -10,20 +10,57 @@ integer or a non-empty string) and mark its ends with ``sequence_start`` /
 inputs the config declares, as Triton fills them: START and END (1 on the
 first / last request), READY (always 1: batches hold only ready requests)
 and CORRID (the correlation ID, in the declared datatype).
+
+Iterative sequences (``iterative_sequence: true``), as Triton runs them: a
+request with no sequence ID gets one of its own and START; its model may
+release it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its backend returns
+RESCHEDULED for it), and the request runs again in a later batch, on the same
+sequence slot, without START. Released for good, it ends its sequence.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
 from pyserver.core import dtypes
 from pyserver.core.errors import Code, ServerError
 
-__all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END"]
+__all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END", "RESCHEDULED", "Reschedule",
+           "NOT_ITERATIVE"]
 
 SEQUENCE_START = 1
 SEQUENCE_END = 2
 _U64 = (1 << 64) - 1
+
+# Triton's error for a request released with RESCHEDULE by a model that is
+# not an iterative sequence model.
+NOT_ITERATIVE = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
+                 "model is not configured to handle such a flag.")
+
+
+class _Rescheduled:
+    """A backend's result for a request its model released with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = _Rescheduled()
+
+
+class Reschedule:
+    """The response of a request that runs again (an iterative sequence):
+    the Server queues it into ``model`` once its batch is answered."""
+
+    __slots__ = ("model",)
+
+    def __init__(self, model):
+        self.model = model
 
 # inference.ModelSequenceBatching.Control.Kind
 _START, _READY, _END, _CORRID = 0, 1, 2, 3
@@ -72,6 +109,8 @@ class SequenceControls:
                 f"model '{model}': implicit state (sequence_batching.state) is not supported by "
                 "this server; keep the state in the model, keyed by the CORRID control input")
         self.strategy = "oldest" if sb.HasField("oldest") else "direct"
+        self.iterative = bool(sb.iterative_sequence)
+        self._iterative_ids = itertools.count(1)  # as Triton numbers them
         self.max_sequence_idle_us = int(sb.max_sequence_idle_microseconds) or 1000000
         self.booleans: list[_BoolControl] = []
         self.corrid: tuple[str, np.dtype | None] | None = None
@@ -103,6 +142,7 @@ class SequenceControls:
             "instance_count": max(1, sum(g.count for g in config.instance_group)),
             "max_sequence_idle_microseconds": self.max_sequence_idle_us,
             "strategy": self.strategy,
+            "iterative": self.iterative,
         }
         if self.strategy == "oldest":
             oldest = sb.oldest
@@ -118,19 +158,18 @@ class SequenceControls:
         string IDs)."""
         params = request.parameters
         sequence_id = params.get("sequence_id", 0)
+        if self.iterative and not sequence_id:
+            # A sequence of its own, started by this request (a new dict:
+            # the decoders may share an empty one between requests).
+            sequence_id = next(self._iterative_ids)
+            params = request.parameters = {**params, "sequence_id": sequence_id,
+                                           "sequence_start": True}
         flags = 0
         if params.get("sequence_start") is True:
             flags |= SEQUENCE_START
         if params.get("sequence_end") is True:
             flags |= SEQUENCE_END
-        label = None
-        if type(sequence_id) is str:
-            label = sequence_id
-            # Strings are tracked by a 64-bit digest (the top bit set keeps
-            # them apart from small numeric IDs); "" means no ID.
-            corr = ((hash(sequence_id) & _U64) | (1 << 63)) if sequence_id else 0
-        else:
-            corr = int(sequence_id) & _U64
+        corr, label = _correlation(sequence_id)
         if corr == 0:
             return 0, flags, label  # the scheduler refuses it with Triton's text
         for control in self.booleans:
@@ -150,3 +189,17 @@ class SequenceControls:
                 value = np.array([int(sequence_id)], dtype=dtype)
             arrays[name] = value.reshape(1, 1) if batching else value
         return corr, flags, label
+
+    @staticmethod
+    def correlation(request) -> int:
+        """The scheduler's correlation ID of a request prepare() queued."""
+        return _correlation(request.parameters.get("sequence_id", 0))[0]
+
+
+def _correlation(sequence_id) -> tuple[int, str | None]:
+    """(correlation ID as a uint64, 0 for none; label for a string ID)."""
+    if type(sequence_id) is str:
+        # Strings are tracked by a 64-bit digest (the top bit set keeps them
+        # apart from small numeric IDs); "" means no ID.
+        return (((hash(sequence_id) & _U64) | (1 << 63)) if sequence_id else 0), sequence_id
+    return int(sequence_id) & _U64, None

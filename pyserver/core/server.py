@@ -21,6 +21,7 @@ from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
 from pyserver.core.model_manager import ModelManager
 from pyserver.core.response_cache import ServerResponseCache, cache_usable, submit_cached
+from pyserver.core.sequence import Reschedule
 from pyserver.core.settings import LogSettings, TraceSettings
 from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
@@ -266,6 +267,29 @@ class Server:
         if self._drained is not None and self._inflight == 0:
             self._drained.set()
 
+    def _requeue(self, p, mv) -> None:
+        """Queues a request its model rescheduled (an iterative sequence)
+        again: it stays in flight, and cancel() finds it in the queue."""
+        future = p.future
+        error = None
+        if not future.done():  # else it was cancelled while it ran: it is over
+            try:
+                request_id = mv.requeue(p)
+            except ServerError as err:  # the model is stopping
+                error = err
+            else:
+                self._inflight += 1
+                self._handles[future] = (mv.scheduler, request_id)
+                if mv.loop_drivers:
+                    mv.dispatch()
+                return
+        del self._handles[future]
+        mv.end_sequence_of(p)
+        if p.trace is not None:
+            self.tracer.finish(p.trace, now_ns())
+        if error is not None:
+            future.set_exception(error)
+
     def resolve(self, obj, code: int, message) -> None:
         """Answers the requests of a finished batch (or of one request the
         engine failed): what the completion queue carries; an instance the
@@ -275,6 +299,9 @@ class Server:
             self._inflight -= len(obj.requests)
             for p in obj.requests:
                 future = p.future
+                if type(p.response) is Reschedule:  # it runs again
+                    self._requeue(p, p.response.model)
+                    continue
                 del handles[future]
                 if p.trace is not None:
                     self.tracer.finish(p.trace, now_ns())

@@ -114,6 +114,14 @@ class Scheduler {
   // false when the request is no longer queued (executing or done).
   virtual bool Cancel(uint64_t id) = 0;
 
+  // Ends a sequence that will send no END request (an iterative sequence,
+  // whose request the backend released for good). Returns false when there
+  // is no such sequence. Default: schedulers without sequences have none.
+  virtual bool EndSequence(uint64_t correlation_id) {
+    (void)correlation_id;
+    return false;
+  }
+
   // Stops accepting requests, fails everything still queued with UNAVAILABLE
   // and releases every instance blocked in NextBatch().
   virtual void Stop() = 0;

@@ -14,6 +14,12 @@
 // max_queue_delay for a fuller (preferred) batch. Batches hold only ready
 // requests; rows are not pinned to slot positions (the control tensors, not
 // the row, tell a model which sequence a row belongs to).
+//
+// Iterative sequences (iterative_sequence: true): a sequence is one request
+// that the model runs again and again (the backend releases it with
+// RESCHEDULE and it is enqueued anew, without START). It has no END
+// request: the sequence ends when the backend releases the request for good
+// (EndSequence) or when its queued request is cancelled.
 #pragma once
 
 #include <condition_variable>
@@ -40,6 +46,7 @@ struct SequenceBatcherConfig {
   std::vector<uint32_t> preferred_batch_sizes;  // oldest
   uint64_t max_queue_delay_us = 0;              // oldest
   bool preserve_ordering = false;
+  bool iterative = false;                       // iterative_sequence
 };
 
 class SequenceBatchScheduler : public Scheduler {
@@ -54,6 +61,10 @@ class SequenceBatchScheduler : public Scheduler {
   // to the next instance index, and it only ever gets its own sequences.
   bool NextBatch(Batch* batch) override;
   bool Cancel(uint64_t id) override;
+  // The sequence `correlation_id` sends nothing more: its slot goes to the
+  // next sequence once its queued requests are taken (at once when none
+  // are). Returns false when the sequence is not active.
+  bool EndSequence(uint64_t correlation_id) override;
   void Stop() override;
   size_t QueuedCount() const override;
 

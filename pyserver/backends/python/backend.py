@@ -42,6 +42,7 @@ import numpy as np
 from pyserver.backends.python import channel
 from pyserver.core.dtypes import config_type_name, numpy_to_wire
 from pyserver.core.errors import Code, ServerError
+from pyserver.core.sequence import RESCHEDULED
 from pyserver.engine import now_ns
 from pyserver.engine.region_io import pack_inputs, read_results
 
@@ -881,7 +882,10 @@ class PythonBackend(ServedInstance):
         if kind != "query":
             worker.outstanding -= 1
         if kind == "result":
-            return self._decode(worker, reply[1], reply[2])
+            results = self._decode(worker, reply[1], reply[2])
+            if self.decoupled:  # a rescheduled request opens again when it runs again
+                self._close_open([p for p, r in zip(pending, results) if r is RESCHEDULED])
+            return results
         if kind == "fail":
             error = ServerError(Code.INTERNAL, reply[1])
             if self.decoupled:
@@ -911,7 +915,7 @@ class PythonBackend(ServedInstance):
     def _decode(self, worker: _Worker, out_size: int, encoded: list) -> list:
         region = worker.out
         region.follow(out_size)
-        return read_results(region.mm, encoded, _NUMPY, _worker_error)
+        return read_results(region.mm, encoded, _NUMPY, _worker_error, RESCHEDULED)
 
     # -- what the worker asks of the server (its control reader thread) ------------------
 

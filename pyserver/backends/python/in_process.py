@@ -51,6 +51,7 @@ from pyserver.backends.python.backend import (
     execute_timeout,
 )
 from pyserver.core.errors import Code, ServerError
+from pyserver.core.sequence import RESCHEDULED
 from pyserver.core.types import InferTensor
 from pyserver.engine import now_ns
 
@@ -301,11 +302,15 @@ class ThreadPythonBackend(ServedInstance):
             result = self.model.execute(requests)
             if decoupled:
                 pb._decoupled_result(result, self.runner, self.instance_name)
-                return [None] * len(pending)
+                results = [RESCHEDULED if pb._rescheduled(q) else None for q in requests]
+                # A rescheduled request opens again when it runs again.
+                self._close_open([p for p, r in zip(pending, results) if r is RESCHEDULED])
+                return results
             if type(result) is not list and pb._awaitable(result):
                 result = self.runner.run(result)
             pb._check_responses(result, requests)
-            return [self._result(r, q) for r, q in zip(result, requests)]
+            return [RESCHEDULED if pb._rescheduled(q) else self._result(r, q)
+                    for r, q in zip(result, requests)]
         except Exception as err:
             error = ServerError(Code.INTERNAL, pb._execute_failure(self.instance_name, err))
             if decoupled:

@@ -420,7 +420,7 @@ class Worker:
             if decoupled:
                 pb._decoupled_result(result, self.runner, self.instance_name)
                 runtime.flush_responses()
-                return ("result", 0, [None] * len(requests))
+                return ("result", 0, [_AGAIN if pb._rescheduled(r) else None for r in requests])
             if type(result) is not list and pb_utils._awaitable(result):
                 result = self.runner.run(result)
             pb._check_responses(result, requests)
@@ -447,6 +447,9 @@ class Worker:
         encoded = []
         bytes_code = _BYTES
         for response, request in zip(responses, requests):
+            if self.pb._rescheduled(request):
+                encoded.append(_AGAIN)
+                continue
             if response is None and request._sender is not None:
                 response = request._sender._response  # sent through the sender instead
             if response is None:
@@ -482,6 +485,7 @@ class Worker:
 
 
 _BYTES = 13
+_AGAIN = ("again",)  # a request released to run again (region_io.read_results)
 _LOW_LOAD_SPIN_NS = int(os.environ.get("PYSERVER_PYTHON_LOW_LOAD_SPIN_US", "300")) * 1000
 _NUMPY_OF = {1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64, 6: np.int8,
              7: np.int16, 8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32,

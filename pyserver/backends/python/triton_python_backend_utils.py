@@ -1066,8 +1066,13 @@ def _check_responses(responses, requests):
             "Number of InferenceResponse objects do not match the number of "
             f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
             f"InferenceResponse(s) size is:{len(responses)}\n")
-    for r in responses:
-        if r is not None and not isinstance(r, InferenceResponse):
+    for r, request in zip(responses, requests):
+        if r is None:
+            continue
+        if _rescheduled(request):  # it runs again: its answer comes later
+            raise _Reported("Expected a None object in the execute function return list for "
+                            f"reschduled request, found type '{type(r)}'.")
+        if not isinstance(r, InferenceResponse):
             raise _Reported("Expected an 'InferenceResponse' object in the execute function "
                             f"return list, found type '{type(r)}'.")
     for r, request in zip(responses, requests):
@@ -1075,6 +1080,12 @@ def _check_responses(responses, requests):
         if r is not None and sender is not None and sender._count:
             raise _Reported("Unable to send response. Non-decoupled model cannot send more "
                             "than one response.")
+
+
+def _rescheduled(request):
+    """Whether execute() released ``request`` to run again (iterative
+    sequences), as Triton's stub tells: the flags are exactly RESCHEDULE."""
+    return request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
 _MISSING_RESPONSE = ("Expected an 'InferenceResponse' object in the execute function return "
