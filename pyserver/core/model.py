@@ -55,6 +55,13 @@ EAGER_PARAMETER = "pyserver_batching"
 QUEUE_STALL_S = 1.0
 
 
+def _outputs_of(result) -> dict | None:
+    """The outputs in a backend's per-request result (None: it failed)."""
+    if type(result) is tuple:
+        return result[0]
+    return result if type(result) is dict else None
+
+
 class TensorSpec:
     """One input or output as the config declares it (wire datatype, dims
     without the batch dimension)."""
@@ -166,7 +173,9 @@ class ModelVersion:
         self.completions = completions
         self.stats = ModelStats()
         # Stateful models: sequence_batching's controls (csrc schedules).
-        self.sequence = SequenceControls(config) if config.HasField("sequence_batching") else None
+        self.sequence = SequenceControls(config, str(Path(version_dir).parent)) \
+            if config.HasField("sequence_batching") else None
+        self.states = bool(self.sequence is not None and self.sequence.states)  # implicit state
         # Iterative sequences: requests its model reschedules run again.
         self.iterative = self.sequence is not None and self.sequence.iterative
         self._reschedule = Reschedule(self)
@@ -416,10 +425,16 @@ class ModelVersion:
         t_start = now_ns()
         requests = batch.requests
         try:
+            if self.states:
+                self.sequence.feed_states(requests)
             inputs = self._gather_inputs(requests)
             t_input = now_ns()
             outputs = instance.backend.execute(inputs)
             t_output = now_ns()
+            if self.states:  # one row per request (a sequence batch)
+                batching = self.max_batch_size > 0
+                self.sequence.keep_states(requests, lambda i: {
+                    name: value[i:i + 1] if batching else value for name, value in outputs.items()})
             self._scatter_outputs(requests, outputs, batch.batch_size)
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
@@ -434,7 +449,11 @@ class ModelVersion:
         by the backend fails the whole batch."""
         t_start = now_ns()
         try:
+            if self.states:
+                self.sequence.feed_states(batch.requests)
             results = instance.backend.execute_requests(batch.requests)
+            if self.states and len(results) == len(batch.requests):
+                self.sequence.keep_states(batch.requests, lambda i: _outputs_of(results[i]))
         except Exception as err:  # the model failed: fail this batch only
             return self.failed_batch(t_start, err)
         return self.requests_outcome(batch.requests, results, t_start)
@@ -478,7 +497,9 @@ class ModelVersion:
         end = self.scheduler.end_sequence
         for p in requests:
             if type(p.response) is not Reschedule:
-                end(correlation(p.request))
+                corr = correlation(p.request)
+                end(corr)
+                self.sequence.forget(corr)
 
     def requeue(self, p: PendingRequest) -> int:
         """Queues a request its model rescheduled (an iterative sequence)
@@ -499,7 +520,9 @@ class ModelVersion:
 
     def end_sequence_of(self, p: PendingRequest) -> None:
         """Ends the iterative sequence of a request that will not run again."""
-        self.scheduler.end_sequence(self.sequence.correlation(p.request))
+        corr = self.sequence.correlation(p.request)
+        self.scheduler.end_sequence(corr)
+        self.sequence.forget(corr)
 
     def _enqueue_sequence(self, p: PendingRequest) -> int:
         request = p.request

@@ -2,6 +2,10 @@
 for (``sequence_batching``), the request's sequence parameters, and the
 control tensors each request carries into the model.
 
+Implicit state (``state [...]``): the server keeps each sequence's state
+tensors, feeds them to the model as inputs and takes them back from its
+outputs, as Triton does for the framework backends.
+
 The scheduling itself (slots, backlog, idle timeout, one request per
 sequence per batch, instance affinity) is csrc's SequenceBatchScheduler.
 Requests name their sequence with the ``sequence_id`` parameter (a non-zero
@@ -21,6 +25,8 @@ sequence slot, without START. Released for good, it ends its sequence.
 from __future__ import annotations
 
 import itertools
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -98,16 +104,95 @@ class _BoolControl:
         self.values = (np.array([pair[0]], dtype=dtype), np.array([pair[1]], dtype=dtype))
 
 
-class SequenceControls:
-    """A model's ``sequence_batching`` settings and control inputs."""
+class _State:
+    """One implicit state (``sequence_batching.state``): each request of a
+    sequence gets it as input ``input_name``; the model's output
+    ``output_name`` becomes the state the next request gets. A sequence's
+    first request gets ``initial``: the config's initial_state, else zeros
+    (variable dimensions 1), as Triton starts it."""
 
-    def __init__(self, config):
+    __slots__ = ("input_name", "output_name", "initial")
+
+    def __init__(self, model: str, model_dir: str | None, state, batching: bool):
+        self.input_name = state.input_name
+        self.output_name = state.output_name
+        if not self.input_name or not self.output_name:
+            raise _bad_config(f"model '{model}': a sequence_batching state needs both "
+                              "input_name and output_name")
+        wire = dtypes.config_to_wire(dtypes.config_type_name(state.data_type))
+        dims = [1 if d == -1 else int(d) for d in state.dims]
+        if len(state.initial_state) > 1:
+            raise _unsupported(f"model '{model}': state '{self.input_name}' has "
+                               f"{len(state.initial_state)} initial_state entries; one is supported")
+        if state.initial_state:
+            initial = state.initial_state[0]
+            if initial.data_type != state.data_type:
+                raise _bad_config(
+                    f"model '{model}': the initial_state of state '{self.input_name}' must have "
+                    "the state's data_type")
+            dims = [int(d) for d in initial.dims]
+            if any(d < 0 for d in dims):
+                raise _bad_config(f"model '{model}': the initial_state of state "
+                                  f"'{self.input_name}' must have fixed dims")
+            if initial.WhichOneof("state_data") == "data_file":
+                value = _read_initial_state(model, model_dir, initial.data_file, wire, dims)
+            else:
+                value = _zeros(wire, dims)
+        else:
+            value = _zeros(wire, dims)
+        self.initial = value.reshape([1] + dims) if batching else value
+
+
+def _zeros(wire: str, dims: list) -> np.ndarray:
+    if wire == "BYTES":
+        value = np.empty(dims, dtype=np.object_)
+        value.fill(b"")
+        return value
+    return np.zeros(dims, dtype=dtypes.WIRE_TO_NUMPY[wire])
+
+
+def _read_initial_state(model: str, model_dir: str | None, name: str, wire: str,
+                        dims: list) -> np.ndarray:
+    """An initial_state's data_file: raw little-endian elements (BYTES:
+    each a 4-byte length and its bytes), in <model>/initial_state/."""
+    path = Path(model_dir or ".") / "initial_state" / name
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise _bad_config(f"model '{model}': failed to read initial_state data_file "
+                          f"'{path}': {err.strerror}") from None
+    count = int(np.prod(dims, dtype=np.int64))
+    try:
+        if wire == "BYTES":
+            return dtypes.deserialize_bytes_tensor(data, count).reshape(dims)
+        value = np.frombuffer(data, dtype=dtypes.WIRE_TO_NUMPY[wire])
+        if value.size != count:
+            raise ValueError(f"{len(data)} bytes hold {value.size} elements, dims want {count}")
+    except ValueError as err:
+        raise _bad_config(f"model '{model}': initial_state data_file '{path}' does not fit "
+                          f"the state: {err}") from None
+    return value.reshape(dims).copy()
+
+
+class SequenceControls:
+    """A model's ``sequence_batching`` settings, control inputs and
+    implicit states (``model_dir``: where initial_state data files are)."""
+
+    def __init__(self, config, model_dir: str | None = None):
         sb = config.sequence_batching
         model = config.name
-        if len(sb.state):
-            raise _unsupported(
-                f"model '{model}': implicit state (sequence_batching.state) is not supported by "
-                "this server; keep the state in the model, keyed by the CORRID control input")
+        self.name = model
+        batching = config.max_batch_size > 0
+        self.states = [_State(model, model_dir, state, batching) for state in sb.state]
+        inputs = {t.name for t in config.input}
+        for state in self.states:
+            if state.input_name in inputs:
+                raise _bad_config(f"model '{model}': state input '{state.input_name}' is also "
+                                  "declared as an input")
+        # Each sequence's current state values, and when it last ran (a
+        # sequence that loses its slot while idle is forgotten later).
+        self._values: dict[int, tuple[list, float]] = {}
+        self._forget_after_s = 2 * (int(sb.max_sequence_idle_microseconds) or 1000000) / 1e6
         self.strategy = "oldest" if sb.HasField("oldest") else "direct"
         self.iterative = bool(sb.iterative_sequence)
         self._iterative_ids = itertools.count(1)  # as Triton numbers them
@@ -189,6 +274,64 @@ class SequenceControls:
                 value = np.array([int(sequence_id)], dtype=dtype)
             arrays[name] = value.reshape(1, 1) if batching else value
         return corr, flags, label
+
+    # -- implicit state (the instance thread of the sequence's slot) ---------------
+
+    def feed_states(self, requests: list) -> None:
+        """Before a batch runs: each request gets its sequence's states as
+        inputs (the initial ones on START)."""
+        values = self._values
+        for p in requests:
+            params = p.request.parameters
+            corr = self.correlation(p.request)
+            if params.get("sequence_start") is True:
+                self._forget_idle()
+                current = None
+            else:
+                current = values.get(corr)
+            arrays = p.arrays
+            if current is None:
+                for state in self.states:
+                    arrays[state.input_name] = state.initial
+            else:
+                for state, value in zip(self.states, current[0]):
+                    arrays[state.input_name] = value
+
+    def keep_states(self, requests: list, outputs_of) -> None:
+        """After a batch ran: each request's state outputs become its
+        sequence's states; ``outputs_of(i)`` is request i's outputs (a
+        dict, None when it failed). A sequence that ended forgets them."""
+        values = self._values
+        now = time.monotonic()
+        for i, p in enumerate(requests):
+            params = p.request.parameters
+            corr = self.correlation(p.request)
+            if params.get("sequence_end") is True:
+                values.pop(corr, None)
+                continue
+            outputs = outputs_of(i)
+            if outputs is None:  # it failed: its sequence keeps what it had
+                continue
+            kept = []
+            for state in self.states:
+                value = outputs.get(state.output_name)
+                if value is None:
+                    raise ServerError(Code.INTERNAL, f"model '{self.name}' did not produce the "
+                                                     f"state output '{state.output_name}'")
+                kept.append(np.array(value, copy=True))  # its batch's buffer may be reused
+            values[corr] = (kept, now)
+
+    def forget(self, corr: int) -> None:
+        self._values.pop(corr, None)
+
+    def _forget_idle(self) -> None:
+        """Drops the states of sequences idle for long (their slot is gone)."""
+        values = self._values
+        if not values:
+            return
+        oldest = time.monotonic() - self._forget_after_s
+        for corr in [c for c, (_, used) in values.items() if used < oldest]:
+            values.pop(corr, None)
 
     @staticmethod
     def correlation(request) -> int:

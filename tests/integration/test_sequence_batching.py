@@ -252,10 +252,120 @@ def test_more_sequences_than_slots_wait_in_the_backlog(tmp_path, start_server):
     assert all(float(r.as_numpy("OUTPUT0")[0, 0]) == 111.0 for r in ends)
 
 
-def test_implicit_state_is_refused_with_a_reason(tmp_path, start_server):
-    write_accumulator(tmp_path, extra='state [ { input_name: "IN_STATE" output_name: "OUT_STATE" '
-                                      'data_type: TYPE_INT32 dims: [ 1 ] } ]')
+def write_onnx_state(repo, name="state_acc", state_extra="", max_batch_size=4):
+    """An ONNX accumulator kept in implicit state: OUTPUT = OUT_STATE =
+    IN_STATE + INPUT (INT32)."""
+    from onnx import TensorProto, helper
+
+    batch = ["b", 1] if max_batch_size else [1]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, batch) for n in ("INPUT", "IN_STATE")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.INT32, batch)
+            for n in ("OUTPUT", "OUT_STATE")]
+    nodes = [helper.make_node("Add", ["IN_STATE", "INPUT"], ["OUTPUT"]),
+             helper.make_node("Identity", ["OUTPUT"], ["OUT_STATE"])]
+    graph = helper.make_graph(nodes, name, ins, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    (d / "config.pbtxt").write_text(f'''
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+sequence_batching {{
+  state [ {{
+    input_name: "IN_STATE" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]
+    {state_extra}
+  }} ]
+}}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+''')
+
+
+STATE_ACC_PY = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            state = pb_utils.get_input_tensor_by_name(request, "IN_STATE").as_numpy()
+            total = (state + value).astype(np.int32)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("OUT_STATE", total)]))
+        return responses
+'''
+
+
+@pytest.mark.parametrize("kind", ["onnx", "python"])
+def test_implicit_state_carries_each_sequence_forward(tmp_path, start_server, kind):
+    # A first request starts from the initial state (100, from a data file);
+    # each next one gets the state the one before it left.
+    write_onnx_state(tmp_path, state_extra='initial_state { data_type: TYPE_INT32 dims: [ 1 ] '
+                                           'data_file: "hundred" name: "from_file" }')
+    model_dir = tmp_path / "state_acc"
+    if kind == "python":
+        (model_dir / "1" / "model.onnx").unlink()
+        (model_dir / "1" / "model.py").write_text(STATE_ACC_PY)
+        config = model_dir / "config.pbtxt"
+        config.write_text(config.read_text().replace('platform: "onnxruntime_onnx"',
+                                                     'backend: "python"'))
+    (model_dir / "initial_state").mkdir()
+    (model_dir / "initial_state" / "hundred").write_bytes(np.array([100], np.int32).tobytes())
+    s = start_server(tmp_path)
+    with httpclient.InferenceServerClient(s.url) as client:
+        def step(seq, value, start=False, end=False, outputs=None):
+            r = client.infer("state_acc", one(value), sequence_id=seq, sequence_start=start,
+                             sequence_end=end, outputs=outputs)
+            return int(r.as_numpy("OUTPUT")[0, 0]), r.get_response()
+
+        assert step(1, 1, start=True)[0] == 101
+        assert step(2, 10, start=True)[0] == 110  # interleaved sequences keep their own
+        assert step(1, 2)[0] == 103
+        assert step(2, 20)[0] == 130
+        total, response = step(1, 3, end=True)
+        assert total == 106
+        assert [o["name"] for o in response["outputs"]] == ["OUTPUT"]  # the state stays inside
+        assert step(1, 5, start=True)[0] == 105  # a new sequence starts from the initial state
+        # The state output is no output of the model's to ask for.
+        with pytest.raises(InferenceServerException) as e:
+            step(2, 1, outputs=[httpclient.InferRequestedOutput("OUT_STATE")])
+        assert "unexpected inference output 'OUT_STATE' for model 'state_acc'" in str(e.value)
+    assert s.run(s.server.model_statistics, "state_acc")["pending_count"] == 0
+
+
+def test_implicit_state_starts_at_zero_without_initial_state(tmp_path, start_server):
+    write_onnx_state(tmp_path, max_batch_size=0)
+    s = start_server(tmp_path)
+    with httpclient.InferenceServerClient(s.url) as client:
+        def step(seq, value, start=False):
+            inp = httpclient.InferInput("INPUT", [1], "INT32")
+            inp.set_data_from_numpy(np.array([value], dtype=np.int32))
+            r = client.infer("state_acc", [inp], sequence_id=seq, sequence_start=start)
+            return int(r.as_numpy("OUTPUT")[0])
+
+        assert [step(4, 7, start=True), step(4, 8), step(4, 9)] == [7, 15, 24]
+
+
+@pytest.mark.parametrize("state, reason", [
+    ('input_name: "INPUT" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]',
+     "state input 'INPUT' is also declared as an input"),
+    ('input_name: "IN_STATE" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] '
+     'initial_state { data_type: TYPE_INT32 dims: [ 1 ] data_file: "missing" }',
+     "failed to read initial_state data_file"),
+    ('input_name: "IN_STATE" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] '
+     'initial_state { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true }',
+     "must have the state's data_type"),
+])
+def test_bad_implicit_state_fails_the_load_with_a_reason(tmp_path, start_server, state, reason):
+    write_accumulator(tmp_path, extra=f"state [ {{ {state} }} ]")
     s = start_server(tmp_path, exit_on_error=False)
     index = {r["name"]: r for r in s.run(s.server.repository_index)}
     assert index["acc"]["state"] == "UNAVAILABLE"
-    assert "implicit state (sequence_batching.state) is not supported" in index["acc"]["reason"]
+    assert reason in index["acc"]["reason"]

@@ -355,6 +355,9 @@ class ServedInstance:
         self.version = Path(self.model_path).parent.name
         self.config = config
         self.output_names = [o.name for o in config.output]
+        # Implicit state outputs (sequence_batching.state): always wanted
+        # back from the model, whatever the request asks for.
+        self.state_outputs = [st.output_name for st in config.sequence_batching.state]
         self.input_codes = {}
         for spec in config.input:
             name = config_type_name(spec.data_type)
@@ -859,8 +862,9 @@ class PythonBackend(ServedInstance):
         requests = [p for pending in batches for p in pending]
         packed = iter(pack_inputs(region, [p.arrays for p in requests], self.input_codes,
                                   _code_of, _BYTES))
-        groups = [[_request_item(p.request, all_outputs, next(packed), p.id) for p in pending]
-                  for pending in batches]
+        states = self.state_outputs
+        groups = [[_request_item(p.request, all_outputs, next(packed), p.id, states)
+                   for p in pending] for pending in batches]
         if self.decoupled:
             self._open_requests(requests, now_ns())
         worker.outstanding += len(groups)
@@ -1104,7 +1108,7 @@ def _code_of(array) -> int:
     return _WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
 
 
-def _request_item(req, all_outputs, inputs, key):
+def _request_item(req, all_outputs, inputs, key, state_outputs=()):
     params = req.parameters
     correlation_id = 0
     flags = 0
@@ -1119,6 +1123,8 @@ def _request_item(req, all_outputs, inputs, key):
     else:
         params_json = "{}"
     wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
+    if state_outputs:
+        wanted = [*wanted, *state_outputs]
     return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key)
 
 

@@ -337,7 +337,7 @@ class ThreadPythonBackend(ServedInstance):
             tensors = [Tensor._wrap(name, array, codes.get(name) or _code_of(array))
                        for name, array in p.arrays.items()]
             rid, corr, flags, timeout, params, wanted, _, _ = _request_item(
-                p.request, self.output_names, None, None)
+                p.request, self.output_names, None, None, self.state_outputs)
             requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
                                               tensors, self.model_name, self.version, (self, p)))
         return requests
