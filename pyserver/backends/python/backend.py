@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.backends.python import channel
+from pyserver.backends.python.execution_env import execution_env
 from pyserver.core.dtypes import config_type_name, numpy_to_wire
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.sequence import RESCHEDULED
@@ -107,7 +108,8 @@ def describe_exit(returncode: int | None) -> str:
 class _Worker:
     """One worker process and the channels and regions to it."""
 
-    def __init__(self, mode: str, label: str, env: dict, on_exit=None):
+    def __init__(self, mode: str, label: str, env: dict, on_exit=None,
+                 python: str = sys.executable):
         kind = channel.shm_kind()
         self.kind = kind
         self.label = label
@@ -126,7 +128,7 @@ class _Worker:
             # written by the worker, "down" by us, block by block.
             self.up = channel.Region(fds[3], ASYNC_REGION_SIZE, reserve=True)
             self.down = channel.Arena(channel.Region(fds[4], ASYNC_REGION_SIZE, reserve=True))
-            args = [sys.executable, STUB_PATH, mode, _fd_pair(main_child), _fd_pair(ctrl_child),
+            args = [python, STUB_PATH, mode, _fd_pair(main_child), _fd_pair(ctrl_child),
                     str(fds[0]), str(fds[1]), str(fds[2]), str(size),
                     str(fds[3]), str(fds[4]), str(ASYNC_REGION_SIZE)]
             self.started = time.monotonic()
@@ -346,9 +348,6 @@ class ServedInstance:
     it has yet to finish."""
 
     def __init__(self, model_path: str, config, instance_name: str):
-        if "EXECUTION_ENV_PATH" in config.parameters and instance_name.endswith("_0"):
-            log.warning("python model '%s': parameter EXECUTION_ENV_PATH is not supported yet; "
-                        "the model runs with the server's Python (%s)", config.name, sys.executable)
         self.model_path = str(model_path)
         self.model_name = config.name
         self.instance_name = instance_name
@@ -500,6 +499,11 @@ class PythonBackend(ServedInstance):
         self.threads = max(1, int(threads))
         self.shm_kind = channel.shm_kind()
         self._env = _worker_env(self.threads, sum(g.count for g in config.instance_group))
+        # EXECUTION_ENV_PATH: the model's own Python environment.
+        exec_env = execution_env(config, str(Path(self.model_path).parent.parent))
+        self._python = sys.executable if exec_env is None else exec_env.python
+        if exec_env is not None:
+            self._env = exec_env.apply(self._env)
         self._lock = threading.Lock()  # held while a batch is in the worker
         self._state = threading.Condition()
         self._closing = False
@@ -540,7 +544,7 @@ class PythonBackend(ServedInstance):
 
     def _launch(self, instance_name: str) -> _Worker:
         """Starts a worker and sends it its initialize request (no waiting)."""
-        worker = _Worker("instance", instance_name, self._env)
+        worker = _Worker("instance", instance_name, self._env, python=self._python)
         worker.on_log = functools.partial(_log_from_model, instance_name)
         worker.on_message = self._on_worker_message
         info = {"model_path": self.model_path, "model_name": self.model_name,
@@ -968,8 +972,12 @@ class PythonBackend(ServedInstance):
         name = config.name or Path(model_path).parent.parent.name
         if not config.name:
             config.name = name
-        worker = _Worker("autocomplete", f"{name}-autocomplete",
-                         _worker_env(max(1, (os.cpu_count() or 1)), 1))
+        env = _worker_env(max(1, (os.cpu_count() or 1)), 1)
+        exec_env = execution_env(config, str(Path(model_path).parent.parent))
+        if exec_env is not None:
+            env = exec_env.apply(env)
+        worker = _Worker("autocomplete", f"{name}-autocomplete", env,
+                         python=sys.executable if exec_env is None else exec_env.python)
         try:
             info = {"model_path": str(model_path), "model_name": name,
                     "config_json": json.dumps(config_to_json(config))}

@@ -28,16 +28,46 @@ forces one.
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.machinery
+import importlib.util
 import mmap
 import os
 import pickle
 import socket
 import struct
+import sys
 import tempfile
 import threading
 
-from pyserver.engine.ipc import send_held as _send_held
-from pyserver.engine.ipc import spin_readable as _spin_readable
+
+def _engine(name: str):
+    """The engine's extension ``pyserver.engine.<name>``. A worker loads it
+    alone, by its file: importing the pyserver package would pull in the
+    whole server (~0.2 s of every worker's start), and a model's own
+    environment (EXECUTION_ENV_PATH) has none of the server's packages."""
+    full = f"pyserver.engine.{name}"
+    module = sys.modules.get(full)
+    if module is not None:
+        return module
+    if "pyserver" in sys.modules:  # the server: its package is loaded
+        return importlib.import_module(full)
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "engine")
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(folder, name + suffix)
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location(full, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[full] = module
+            return module
+    return importlib.import_module(full)
+
+
+_ipc = _engine("ipc")
+_send_held = _ipc.send_held
+_spin_readable = _ipc.spin_readable
 
 _HEADER = struct.Struct("<I")
 _PICKLE = 5
@@ -405,9 +435,7 @@ def read_tensors(region: Region, size: int, encoded, dtypes, copy: bool) -> dict
     region.follow(size)
     mm = region.mm
     if copy:
-        from pyserver.engine.region_io import read_copies
-
-        return read_copies(mm, encoded, dtypes)
+        return _engine("region_io").read_copies(mm, encoded, dtypes)
     out = {}
     for name, code, shape, start, nbytes, data in encoded:
         if data is None:

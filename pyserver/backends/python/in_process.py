@@ -50,6 +50,7 @@ from pyserver.backends.python.backend import (
     _worker_error,
     execute_timeout,
 )
+from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.sequence import RESCHEDULED
 from pyserver.core.types import InferTensor
@@ -231,6 +232,11 @@ class ThreadPythonBackend(ServedInstance):
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
         super().__init__(model_path, config, instance_name)
+        if ENV_PARAMETER in config.parameters:
+            raise ServerError(Code.INVALID_ARG,
+                              f"python model '{config.name}': {ENV_PARAMETER} needs "
+                              f"{EXECUTION_MODE_PARAMETER} \"process\": in a thread the model runs "
+                              "in the server's own Python")
         if execute_timeout(config) and instance_name.endswith("_0"):
             log.warning("python model '%s': parameter %s has no effect in thread mode (a thread "
                         "cannot be stopped)", self.model_name, EXECUTE_TIMEOUT_PARAMETER)

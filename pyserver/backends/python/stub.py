@@ -36,6 +36,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # `import triton_python_backend_utils`.
 if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
     del sys.path[0]
+# Run by a model's own environment (EXECUTION_ENV_PATH): its packages come
+# first, pyserver's folder last (for the engine's IPC helpers).
+_HOME = os.environ.get("PYSERVER_HOME")
+if _HOME and _HOME not in sys.path:
+    sys.path.append(_HOME)
 
 import faulthandler  # noqa: E402
 import importlib  # noqa: E402
