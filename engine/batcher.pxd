@@ -113,6 +113,7 @@ cdef extern from "pyserver/sequence_batch_scheduler.h" namespace "pyserver" nogi
         uint32_t max_candidate_sequences
         vector[uint32_t] preferred_batch_sizes
         uint64_t max_queue_delay_us
+        float minimum_slot_utilization
         cbool preserve_ordering
         cbool iterative
 

@@ -95,7 +95,7 @@ cdef class Scheduler:
         max_batch_size, instance_count, max_sequence_idle_microseconds,
         strategy ("direct" or "oldest"), max_candidate_sequences,
         preferred_batch_size, max_queue_delay_microseconds,
-        preserve_ordering, iterative. Requests need ``correlation_id`` and
+        minimum_slot_utilization, preserve_ordering, iterative. Requests need ``correlation_id`` and
         ``sequence_flags`` at enqueue."""
         cdef SequenceBatcherConfig c
         cdef Scheduler self = Scheduler.__new__(Scheduler)
@@ -108,6 +108,7 @@ cdef class Scheduler:
         for size in config.get("preferred_batch_size", ()):
             c.preferred_batch_sizes.push_back(size)
         c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
+        c.minimum_slot_utilization = config.get("minimum_slot_utilization", 0.0)
         c.preserve_ordering = config.get("preserve_ordering", False)
         c.iterative = config.get("iterative", False)
         check_status(SequenceBatchScheduler.Create(c, stats.c, completions.c, &self.c))

@@ -227,15 +227,21 @@ bool SequenceBatchScheduler::NextBatch(Batch* batch) {
     uint64_t wake_ns = NextIdleDeadline();
     if (!ready.empty()) {
       bool go = true;
-      if (config_.oldest && config_.max_queue_delay_us > 0 && ready.size() < max_rows_) {
-        // Oldest strategy: wait for a preferred (or full) batch until the
-        // oldest request has waited max_queue_delay.
-        const auto& preferred = config_.preferred_batch_sizes;
-        const bool at_preferred =
-            std::find(preferred.begin(), preferred.end(), ready.size()) != preferred.end();
+      if (config_.max_queue_delay_us > 0 && ready.size() < max_rows_) {
+        // Wait for a fuller batch until the oldest request has waited
+        // max_queue_delay: oldest, for a preferred (or full) batch; direct,
+        // for minimum_slot_utilization of the slots.
+        bool enough;
+        if (config_.oldest) {
+          const auto& preferred = config_.preferred_batch_sizes;
+          enough = std::find(preferred.begin(), preferred.end(), ready.size()) != preferred.end();
+        } else {
+          enough = static_cast<double>(ready.size()) >=
+                   static_cast<double>(config_.minimum_slot_utilization) * slots_per_instance_;
+        }
         const uint64_t due =
             slots_[ready.front()].queue.front().enqueue_ns + config_.max_queue_delay_us * 1000;
-        if (!at_preferred && now < due) {
+        if (!enough && now < due) {
           go = false;
           if (wake_ns == 0 || due < wake_ns) wake_ns = due;
         }

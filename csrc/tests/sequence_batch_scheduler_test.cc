@@ -36,6 +36,14 @@ SequenceBatchScheduler* AsSeq(const std::unique_ptr<Scheduler>& s) {
   return static_cast<SequenceBatchScheduler*>(s.get());
 }
 
+// The tokens of the next batch, taken by an instance on its own thread.
+std::future<std::vector<Token>> NextAsync(Scheduler* s) {
+  return std::async(std::launch::async, [s] {
+    Batch b;
+    return s->NextBatch(&b) ? Tokens(b) : std::vector<Token>{};
+  });
+}
+
 TEST(SequenceBatcher, TritonsErrorsForBadSequenceRequests) {
   Harness h;
   SequenceBatcherConfig c;
@@ -186,10 +194,7 @@ TEST(SequenceBatcher, OldestWaitsForAPreferredBatch) {
   auto s = Make(h, c);
   uint64_t id;
   ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
-  auto fut = std::async(std::launch::async, [&] {
-    Batch b;
-    return s->NextBatch(&b) ? Tokens(b) : std::vector<Token>{};
-  });
+  auto fut = NextAsync(s.get());
   EXPECT_EQ(fut.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());
   ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
@@ -220,6 +225,41 @@ TEST(SequenceBatcher, CancelAndStop) {
   EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
   uint64_t id;
   EXPECT_EQ(s->Enqueue(Seq(31, 3, kStart), &id).code(), StatusCode::kUnavailable);
+}
+
+TEST(SequenceBatcher, DirectWaitsForMinimumSlotUtilization) {
+  Harness h;
+  SequenceBatcherConfig c;
+  c.max_batch_size = 4;  // four slots
+  c.max_queue_delay_us = 10000000;  // 10 s: never reached here
+  c.minimum_slot_utilization = 0.5f;
+  auto s = Make(h, c);
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
+  auto fut = NextAsync(s.get());
+  // One slot of four ready: it waits for a second.
+  EXPECT_EQ(fut.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), (std::vector<Token>{11, 21}));
+  // Below the utilization, the delay still bounds the wait.
+  Harness h2;
+  c.max_queue_delay_us = 50000;  // 50 ms
+  auto s2 = Make(h2, c);
+  ASSERT_TRUE(s2->Enqueue(Seq(31, 3, kStart), &id).ok());
+  Batch b;
+  ASSERT_TRUE(s2->NextBatch(&b));
+  EXPECT_EQ(Tokens(b), std::vector<Token>{31});
+  EXPECT_GE(b.dequeue_ns - b.requests[0].enqueue_ns, 50000000u);
+  // Without a utilization (Triton's default 0) direct never waits.
+  Harness h3;
+  c.minimum_slot_utilization = 0;
+  c.max_queue_delay_us = 10000000;
+  auto s3 = Make(h3, c);
+  ASSERT_TRUE(s3->Enqueue(Seq(41, 4, kStart), &id).ok());
+  auto fut3 = NextAsync(s3.get());
+  ASSERT_EQ(fut3.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut3.get(), std::vector<Token>{41});
 }
 
 TEST(SequenceBatcher, IterativeSequencesRunAgainUntilEnded) {

@@ -229,6 +229,9 @@ class SequenceControls:
             "strategy": self.strategy,
             "iterative": self.iterative,
         }
+        if self.strategy == "direct" and sb.HasField("direct"):
+            settings["max_queue_delay_microseconds"] = int(sb.direct.max_queue_delay_microseconds)
+            settings["minimum_slot_utilization"] = float(sb.direct.minimum_slot_utilization)
         if self.strategy == "oldest":
             oldest = sb.oldest
             settings["max_candidate_sequences"] = int(oldest.max_candidate_sequences)

@@ -5,6 +5,7 @@ missing IDs, missing START and batch size; string IDs; interleaved and
 concurrent sequences batched together; the idle timeout."""
 
 import asyncio
+import concurrent.futures
 import time
 
 import numpy as np
@@ -79,7 +80,18 @@ def write_accumulator(repo, name="acc", **kwargs):
     (d / "config.pbtxt").write_text(accumulator_config(name, **kwargs))
 
 
-def write_onnx_controls(repo, name="ctl", instances=1):
+def _save_onnx(folder, graph, config: str) -> None:
+    """A model folder: ``graph`` as version 1's model.onnx, and its config."""
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    (folder / "config.pbtxt").write_text(config)
+
+
+def write_onnx_controls(repo, name="ctl", instances=1, strategy=""):
     """OUTPUT0 = INPUT + 1000*START + 100*END + 10*READY (FP32 controls),
     OUTPUT1 = CORRID (UINT64)."""
     from onnx import TensorProto, helper
@@ -96,12 +108,7 @@ def write_onnx_controls(repo, name="ctl", instances=1):
              helper.make_node("Sum", ["INPUT", "s", "e", "r"], ["OUTPUT0"]),
              helper.make_node("Identity", ["CORRID"], ["OUTPUT1"])]
     graph = helper.make_graph(nodes, name, fp + [corr], outs, initializer=consts)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    d = repo / name
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model.onnx").write_bytes(model.SerializeToString())
-    (d / "config.pbtxt").write_text(f'''
+    _save_onnx(repo / name, graph, f'''
 name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: 4
@@ -112,6 +119,7 @@ output [
 ]
 sequence_batching {{
   max_sequence_idle_microseconds: 5000000
+  {strategy}
   control_input [
     {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] }} ] }},
     {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] }} ] }},
@@ -224,6 +232,29 @@ def test_concurrent_sequences_batch_together_with_their_controls(tmp_path, start
     assert max(b["batch_size"] for b in st["batch_stats"]) <= 4
 
 
+def test_direct_strategy_waits_for_its_minimum_slot_utilization(tmp_path, start_server):
+    # Half of the 4 slots must be ready before the delay (10 s) runs out: the
+    # first START waits for the second, and both run in one batch.
+    write_onnx_controls(tmp_path, strategy="direct { max_queue_delay_microseconds: 10000000 "
+                                           "minimum_slot_utilization: 0.5 }")
+    s = start_server(tmp_path)
+
+    def start(corr):
+        with httpclient.InferenceServerClient(s.url) as client:
+            r = client.infer("ctl", one(1.0, httpclient, np.float32, "FP32"), sequence_id=corr,
+                             sequence_start=True, sequence_end=True)
+            return int(r.as_numpy("OUTPUT1")[0, 0])
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(start, 1)
+        time.sleep(0.3)
+        assert not first.done()  # one slot of four: below the utilization
+        assert start(2) == 2
+        assert first.result(timeout=5) == 1
+    st = s.run(s.server.model_statistics, "ctl")
+    assert st["execution_count"] == 1 and st["inference_count"] == 2
+
+
 def test_idle_sequence_loses_its_slot(tmp_path, start_server):
     write_accumulator(tmp_path, extra="max_sequence_idle_microseconds: 200000")
     s = start_server(tmp_path)
@@ -263,13 +294,7 @@ def write_onnx_state(repo, name="state_acc", state_extra="", max_batch_size=4):
             for n in ("OUTPUT", "OUT_STATE")]
     nodes = [helper.make_node("Add", ["IN_STATE", "INPUT"], ["OUTPUT"]),
              helper.make_node("Identity", ["OUTPUT"], ["OUT_STATE"])]
-    graph = helper.make_graph(nodes, name, ins, outs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    d = repo / name
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model.onnx").write_bytes(model.SerializeToString())
-    (d / "config.pbtxt").write_text(f'''
+    _save_onnx(repo / name, helper.make_graph(nodes, name, ins, outs), f'''
 name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: {max_batch_size}

@@ -10,8 +10,10 @@
 // loses its slot; its next request must START again.
 //
 // Slots per instance: max(1, max_batch_size) for the direct strategy,
-// max_candidate_sequences for oldest, which also waits up to
-// max_queue_delay for a fuller (preferred) batch. Batches hold only ready
+// max_candidate_sequences for oldest. Oldest waits up to max_queue_delay
+// for a preferred batch size; direct waits as long for at least
+// minimum_slot_utilization of its slots to be ready (at 0, the default, it
+// never waits). Batches hold only ready
 // requests; rows are not pinned to slot positions (the control tensors, not
 // the row, tell a model which sequence a row belongs to).
 //
@@ -44,7 +46,10 @@ struct SequenceBatcherConfig {
   bool oldest = false;                      // strategy: direct unless oldest
   uint32_t max_candidate_sequences = 0;     // oldest: slots per instance (0: batch size)
   std::vector<uint32_t> preferred_batch_sizes;  // oldest
-  uint64_t max_queue_delay_us = 0;              // oldest
+  // Both strategies: how long a ready request may wait for a fuller batch
+  // (oldest: a preferred size; direct: minimum_slot_utilization).
+  uint64_t max_queue_delay_us = 0;
+  float minimum_slot_utilization = 0;           // direct: fraction of slots ready
   bool preserve_ordering = false;
   bool iterative = false;                       // iterative_sequence
 };
