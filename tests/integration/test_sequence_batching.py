@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pyserver.frontends.grpc import GrpcFrontend
+from tests.integration.conftest import use_execution_mode
 
 ACCUMULATOR = '''
 import numpy as np
@@ -328,19 +329,20 @@ class TritonPythonModel:
 '''
 
 
-@pytest.mark.parametrize("kind", ["onnx", "python"])
+@pytest.mark.parametrize("kind", ["onnx", "python", "python-thread"])
 def test_implicit_state_carries_each_sequence_forward(tmp_path, start_server, kind):
     # A first request starts from the initial state (100, from a data file);
     # each next one gets the state the one before it left.
     write_onnx_state(tmp_path, state_extra='initial_state { data_type: TYPE_INT32 dims: [ 1 ] '
                                            'data_file: "hundred" name: "from_file" }')
     model_dir = tmp_path / "state_acc"
-    if kind == "python":
+    if kind.startswith("python"):
         (model_dir / "1" / "model.onnx").unlink()
         (model_dir / "1" / "model.py").write_text(STATE_ACC_PY)
         config = model_dir / "config.pbtxt"
         config.write_text(config.read_text().replace('platform: "onnxruntime_onnx"',
                                                      'backend: "python"'))
+        use_execution_mode(tmp_path, kind.partition("-")[2] or "process")
     (model_dir / "initial_state").mkdir()
     (model_dir / "initial_state" / "hundred").write_bytes(np.array([100], np.int32).tobytes())
     s = start_server(tmp_path)
