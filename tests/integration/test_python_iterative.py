@@ -188,3 +188,39 @@ def test_cancelling_a_rescheduled_request_ends_its_sequence(served):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: _http_infer(served.url, "iterative", 1), range(4)))
     assert [r.as_numpy("OUT").tolist() for r in results] == [[[1]]] * 4
+
+
+def test_a_client_that_goes_away_ends_its_iterative_stream(served):
+    got = queue.Queue()
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    client.start_stream(lambda result, error: got.put((result, error)))
+    inp = grpcclient.InferInput("IN", [1, 1], "INT32")
+    inp.set_data_from_numpy(np.array([[1_000_000]], np.int32))
+    client.async_stream_infer("iterative_stream", [inp])
+    for _ in range(3):  # it runs, and streams each run
+        result, error = got.get(timeout=30)
+        assert error is None
+    client.stop_stream(cancel_requests=True)
+    client.close()
+
+    def executions():
+        return served.server.model_statistics("iterative_stream")["execution_count"]
+
+    time.sleep(0.6)
+    settled = executions()
+    time.sleep(0.6)
+    assert executions() == settled  # it runs no more
+    # Its slot is free: four new sequences take all four.
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    done = queue.Queue()
+    client.start_stream(lambda result, error: done.put((result, error)))
+    try:
+        for k in range(4):
+            inp = grpcclient.InferInput("IN", [1, 1], "INT32")
+            inp.set_data_from_numpy(np.array([[1]], np.int32))
+            client.async_stream_infer("iterative_stream", [inp], request_id=str(k))
+        finals = [done.get(timeout=30) for _ in range(4)]
+        assert all(error is None for _, error in finals)
+    finally:
+        client.stop_stream()
+        client.close()
