@@ -52,16 +52,19 @@ def _engine(name: str):
         return module
     if "pyserver" in sys.modules:  # the server: its package is loaded
         return importlib.import_module(full)
-    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "engine")
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(folder, name + suffix)
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location(full, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules[full] = module
-            return module
+    folders = [os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "engine")]
+    if os.environ.get("PYSERVER_ENGINE_DIR"):  # searched first, as pyserver.engine does
+        folders.insert(0, os.environ["PYSERVER_ENGINE_DIR"])
+    for folder in folders:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, name + suffix)
+            if os.path.exists(path):
+                spec = importlib.util.spec_from_file_location(full, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[full] = module
+                return module
     return importlib.import_module(full)
 
 
