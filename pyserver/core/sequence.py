@@ -333,8 +333,11 @@ class SequenceControls:
         if not values:
             return
         oldest = time.monotonic() - self._forget_after_s
-        for corr in [c for c, (_, used) in values.items() if used < oldest]:
-            values.pop(corr, None)
+        # A snapshot taken in one C call: other instances' threads add and
+        # drop their sequences' states meanwhile.
+        for corr, (_, used) in list(values.items()):
+            if used < oldest:
+                values.pop(corr, None)
 
     @staticmethod
     def correlation(request) -> int:
