@@ -44,6 +44,18 @@ std::future<std::vector<Token>> NextAsync(Scheduler* s) {
   });
 }
 
+// One sequence starts and its batch waits (for `quiet`, at least); a
+// second one starts, and the two run together.
+void ExpectTheFirstWaitsForASecond(Scheduler* s, std::chrono::milliseconds quiet) {
+  uint64_t id;
+  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
+  auto fut = NextAsync(s);
+  EXPECT_EQ(fut.wait_for(quiet), std::future_status::timeout);
+  ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), (std::vector<Token>{11, 21}));
+}
+
 TEST(SequenceBatcher, TritonsErrorsForBadSequenceRequests) {
   Harness h;
   SequenceBatcherConfig c;
@@ -192,13 +204,7 @@ TEST(SequenceBatcher, OldestWaitsForAPreferredBatch) {
   c.preferred_batch_sizes = {2};
   c.max_queue_delay_us = 2000000;  // long: only the preferred size releases it
   auto s = Make(h, c);
-  uint64_t id;
-  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
-  auto fut = NextAsync(s.get());
-  EXPECT_EQ(fut.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
-  ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());
-  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(fut.get(), (std::vector<Token>{11, 21}));
+  ExpectTheFirstWaitsForASecond(s.get(), std::chrono::milliseconds(50));
 }
 
 TEST(SequenceBatcher, CancelAndStop) {
@@ -234,14 +240,9 @@ TEST(SequenceBatcher, DirectWaitsForMinimumSlotUtilization) {
   c.max_queue_delay_us = 10000000;  // 10 s: never reached here
   c.minimum_slot_utilization = 0.5f;
   auto s = Make(h, c);
-  uint64_t id;
-  ASSERT_TRUE(s->Enqueue(Seq(11, 1, kStart), &id).ok());
-  auto fut = NextAsync(s.get());
   // One slot of four ready: it waits for a second.
-  EXPECT_EQ(fut.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
-  ASSERT_TRUE(s->Enqueue(Seq(21, 2, kStart), &id).ok());
-  ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(fut.get(), (std::vector<Token>{11, 21}));
+  ExpectTheFirstWaitsForASecond(s.get(), std::chrono::milliseconds(100));
+  uint64_t id;
   // Below the utilization, the delay still bounds the wait.
   Harness h2;
   c.max_queue_delay_us = 50000;  // 50 ms
