@@ -6,7 +6,9 @@ the model batches) is handed to the instance's backend in one execution,
 ``count`` times (at least once); samples with ``batch_size: 0`` are skipped.
 The requests go straight to the backend, not through the scheduler, so every
 instance runs them and no statistics count them. Input data is zeros,
-random values, or the bytes of ``<model>/warmup/<input_data_file>``.
+random values, or the bytes of ``<model>/warmup/<input_data_file>``. A
+sample may give a sequence model's control inputs (their dims as they are,
+no batch dimension); implicit states start at their initial values.
 
 Any failure is a load failure: generation errors (a variable dimension, a
 short data file) with Triton's texts, execution errors as
@@ -44,6 +46,7 @@ def build_samples(config, model_dir: Path, batching: bool | None = None) -> list
     if batching is None:
         batching = config.max_batch_size > 0
     rng = np.random.default_rng()
+    originals = {t.name for t in config.input}
     samples = []
     for setting in config.model_warmup:
         if setting.batch_size == 0:
@@ -60,7 +63,9 @@ def build_samples(config, model_dir: Path, batching: bool | None = None) -> list
             if meta.data_type == 0 or type_name == "TYPE_INVALID":
                 raise invalid_arg(f"warmup setting expects input '{name}' to have a data_type")
             wire = dtypes.config_to_wire(type_name)
-            shape = ([1] if batching else []) + dims
+            # A sequence control or state input (not one of the model's
+            # declared inputs) has exactly its dims, as in Triton.
+            shape = ([1] if batching and name in originals else []) + dims
             count = int(np.prod(dims, dtype=np.int64)) if dims else 1
             which = meta.WhichOneof("input_data_type")
             if which is None:
@@ -136,8 +141,18 @@ def run(mv, samples: list[WarmupSample]) -> None:
                 for i, inputs in enumerate(sample.requests):
                     request = InferRequest(
                         mv.name, mv.version_str, f"warmup_{sample.name}_{i}",
-                        [InferTensor(n, wire, shape, a) for n, (wire, shape, a) in inputs.items()])
+                        [InferTensor(n, wire, shape, a) for n, (wire, shape, a) in inputs.items()
+                         if n in mv.inputs])
                     arrays, batch_size, _ = mv.validate(request)
+                    arrays = dict(arrays)
+                    # Sequence control inputs the sample gives go to the
+                    # model as they are; implicit states start at their
+                    # initial values unless it gives them.
+                    for name, (_, _, array) in inputs.items():
+                        if name not in mv.inputs:
+                            arrays[name] = array
+                    for state in mv.sequence.states if mv.sequence is not None else ():
+                        arrays.setdefault(state.input_name, state.initial)
                     pending.append(PendingRequest(request, None, arrays, batch_size))
                 try:
                     _execute(mv, instance, pending, takes_requests)

@@ -396,3 +396,33 @@ def test_bad_implicit_state_fails_the_load_with_a_reason(tmp_path, start_server,
     index = {r["name"]: r for r in s.run(s.server.repository_index)}
     assert index["acc"]["state"] == "UNAVAILABLE"
     assert reason in index["acc"]["reason"]
+
+
+def test_warmup_of_sequence_models(tmp_path, start_server):
+    # A sample gives the control inputs (their dims as they are, as in
+    # Triton); an implicit state starts at its initial value.
+    controls = "".join(
+        f'inputs {{ key: "{n}" value {{ data_type: TYPE_FP32 dims: [ 1, 1 ] zero_data: true }} }} '
+        for n in ("START", "END", "READY"))
+    write_onnx_controls(tmp_path)
+    config = tmp_path / "ctl" / "config.pbtxt"
+    config.write_text(config.read_text() + f'''
+model_warmup [ {{ name: "w" batch_size: 2 count: 2
+  inputs {{ key: "INPUT" value {{ data_type: TYPE_FP32 dims: [ 1 ] random_data: true }} }}
+  {controls}
+  inputs {{ key: "CORRID" value {{ data_type: TYPE_UINT64 dims: [ 1, 1 ] zero_data: true }} }}
+}} ]
+''')
+    write_onnx_state(tmp_path)
+    config = tmp_path / "state_acc" / "config.pbtxt"
+    config.write_text(config.read_text() + '''
+model_warmup [ { name: "w" batch_size: 1
+  inputs { key: "INPUT" value { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]
+''')
+    s = start_server(tmp_path)
+    index = {r["name"]: r["state"] for r in s.run(s.server.repository_index)}
+    assert index == {"ctl": "READY", "state_acc": "READY"}
+    with httpclient.InferenceServerClient(s.url) as client:  # warmup left no state behind
+        r = client.infer("state_acc", one(5), sequence_id=1, sequence_start=True)
+        assert int(r.as_numpy("OUTPUT")[0, 0]) == 5
+    assert s.run(s.server.model_statistics, "ctl")["execution_count"] == 0  # not counted
