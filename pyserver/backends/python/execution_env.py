@@ -106,8 +106,12 @@ def _unpack(archive: Path, bad) -> Path:
         folder = Path(tempfile.mkdtemp(prefix="pyserver-env-"))
         try:
             with tarfile.open(archive) as tar:
-                # "tar": no absolute paths, nothing outside the folder.
-                tar.extractall(folder, filter="tar")
+                # "tar": no absolute paths, nothing outside the folder (the
+                # filter argument exists from Python 3.11.4 and 3.12).
+                if hasattr(tarfile, "tar_filter"):
+                    tar.extractall(folder, filter="tar")
+                else:
+                    tar.extractall(folder)  # noqa: S202 - a model's own archive
         except (tarfile.TarError, OSError) as err:
             shutil.rmtree(folder, ignore_errors=True)
             raise bad(f"could not be unpacked: {err}") from None
