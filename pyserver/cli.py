@@ -71,6 +71,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-restricted-protocol", action="append", default=[],
                    metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE")
     p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--log-info", type=parse_bool, default=True)
+    p.add_argument("--log-warning", type=parse_bool, default=True)
+    p.add_argument("--log-error", type=parse_bool, default=True)
+    p.add_argument("--log-format", default="default", choices=["default", "ISO8601"])
+    p.add_argument("--log-file", default="", metavar="PATH",
+                   help="write the log to PATH instead of the console")
+    p.add_argument("--trace-config", action="append", default=[],
+                   metavar="[triton,]KEY=VALUE",
+                   help="trace setting (repeatable): level=OFF|TIMESTAMPS, rate=N, count=N, "
+                   "log-frequency=N, file=PATH, mode=triton")
+    # Accepted so that a tritonserver command line runs unchanged; they
+    # name what this server does not have (see the help of each).
+    p.add_argument("--http-thread-count", type=int, default=None,
+                   help="no effect: HTTP runs on the event loop, not a thread pool")
+    p.add_argument("--grpc-infer-thread-count", type=int, default=None,
+                   help="no effect: gRPC runs on the event loop, not a thread pool")
+    p.add_argument("--rate-limit", default="off", choices=["off", "execution_count"],
+                   help="only off: there is no rate limiter (execution_count is refused)")
+    p.add_argument("--rate-limit-resource", action="append", default=[],
+                   metavar="NAME:COUNT[:DEVICE]", help="no effect without a rate limiter")
+    p.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
+                   metavar="DEVICE:BYTES",
+                   help="no effect: device memory comes from each framework's own allocator")
     from pyserver.frontends import grpc_options
     grpc_options.add_cli_arguments(p)  # --grpc-use-ssl, ..., response compression
     from pyserver.metrics import add_cli_arguments
@@ -79,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args) -> int:
+    from pyserver.core.errors import ServerError
     from pyserver.core.response_cache import CacheConfigError, parse_cache_config
     from pyserver.core.server import Server
     from pyserver.frontends.http import HttpFrontend
@@ -88,6 +112,22 @@ async def serve(args) -> int:
         metrics_config = MetricsConfig.from_args(args)
         cache_bytes = parse_cache_config(args.cache_config, args.response_cache_byte_size)
     except (MetricsConfigError, CacheConfigError) as err:
+        log.error("%s", err)
+        return 1
+
+    if args.rate_limit != "off":
+        log.error("--rate-limit=%s: this server has no rate limiter; use --rate-limit=off "
+                  "(instances take batches as soon as they are free)", args.rate_limit)
+        return 1
+    for flag, given in (("--http-thread-count", args.http_thread_count),
+                        ("--grpc-infer-thread-count", args.grpc_infer_thread_count),
+                        ("--rate-limit-resource", args.rate_limit_resource),
+                        ("--cuda-memory-pool-byte-size", args.cuda_memory_pool_byte_size)):
+        if given:
+            log.info("%s has no effect on this server (see --help)", flag)
+    try:
+        trace_update = parse_trace_config(args.trace_config)
+    except ValueError as err:
         log.error("%s", err)
         return 1
 
@@ -112,6 +152,15 @@ async def serve(args) -> int:
                     model_config_name=args.model_config_name,
                     pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
                     response_cache_byte_size=cache_bytes)
+    try:  # the settings the log and trace APIs also change, from the command line
+        server.log_settings({"log_info": args.log_info, "log_warning": args.log_warning,
+                             "log_error": args.log_error, "log_format": args.log_format,
+                             "log_file": args.log_file, "log_verbose_level": args.log_verbose})
+        if trace_update:
+            server.trace_settings(None, trace_update)
+    except ServerError as err:
+        log.error("%s", err.message)
+        return 1
     await server.start()
     log.info("\n%s", model_table(server.repository_index()))
     server.opening_frontends = True  # not ready until every endpoint listens
@@ -173,6 +222,34 @@ async def serve(args) -> int:
         await f.stop()
     await server.stop()
     return 0
+
+
+# --trace-config KEY (as Triton spells it) -> the trace settings API's key.
+_TRACE_KEYS = {"level": "trace_level", "rate": "trace_rate", "count": "trace_count",
+               "log-frequency": "log_frequency", "log_frequency": "log_frequency",
+               "file": "trace_file", "mode": "trace_mode"}
+
+
+def parse_trace_config(items: list[str]) -> dict:
+    """--trace-config values ("[triton,]key=value") as a trace settings
+    update; ValueError names what is wrong."""
+    update: dict = {}
+    for item in items:
+        mode, _, setting = item.rpartition(",")
+        if mode and mode != "triton":
+            raise ValueError(f"--trace-config {item}: trace mode '{mode}' is not supported "
+                             "(only triton)")
+        key, eq, value = setting.partition("=")
+        if not eq or key not in _TRACE_KEYS:
+            raise ValueError(f"--trace-config {item}: expected [triton,]KEY=VALUE with KEY one "
+                             f"of {', '.join(sorted(set(_TRACE_KEYS) - {'log_frequency'}))}")
+        name = _TRACE_KEYS[key]
+        if name == "trace_level":  # repeatable, as in Triton: each adds a level
+            levels = [] if update.get(name) in (None, ["OFF"]) else update[name]
+            update[name] = ["OFF"] if value.upper() == "OFF" else [*levels, value.upper()]
+        else:
+            update[name] = value
+    return update
 
 
 def model_table(rows: list[dict]) -> str:

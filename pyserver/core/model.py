@@ -260,6 +260,9 @@ class ModelVersion:
         from pyserver.core.server import server_for  # (the server imports this module)
 
         self.server = server_for(self.completions)
+        # Loaded while tracing is on (set at startup, or before a poll or
+        # explicit load): its batches stamp their traces too.
+        self.tracing = bool(self.server is not None and self.server.tracer.active)
         drivers = []
         if loop is not None and can_inline(self):
             self.inline = InlineInstance(self, loop)

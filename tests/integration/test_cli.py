@@ -1,6 +1,7 @@
 """`python -m pyserver` as a user runs it: the bundled example repository,
 and a broken repository that must explain itself and exit non-zero."""
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,3 +200,57 @@ def test_check_repo_reports_every_problem_with_file_and_line(tmp_path):
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout == ""
+
+
+def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
+    from pyserver.testing import write_add_sub
+    write_add_sub(tmp_path / "models")
+    log_file, trace_file = tmp_path / "server.log", tmp_path / "trace.json"
+    proc, client, ports = start_cli(
+        ["--model-repository", str(tmp_path / "models"), f"--log-file={log_file}",
+         "--log-format=ISO8601", "--log-info=true", f"--trace-config=triton,file={trace_file}",
+         "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1",
+         "--trace-config=triton,log-frequency=1",
+         # what a tritonserver command line often carries, with no effect here
+         "--http-thread-count=8", "--grpc-infer-thread-count=4", "--rate-limit=off",
+         "--cuda-memory-pool-byte-size=0:67108864"])
+    try:
+        deadline = time.monotonic() + 30
+        while not client.is_server_ready():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        settings = client.get_trace_settings()
+        assert settings["trace_level"] == ["TIMESTAMPS"] and settings["trace_rate"] == "1"
+        assert settings["trace_file"] == str(trace_file) and settings["log_frequency"] == "1"
+        assert client.get_log_settings()["log_file"] == str(log_file)
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for inp in inputs:
+            inp.set_data_from_numpy(a)
+        client.infer("add_sub", inputs)
+        written = trace_file.with_name(trace_file.name + ".0")  # log-frequency 1: a file each
+        deadline = time.monotonic() + 10
+        while not (written.exists() and written.read_text().strip()):
+            assert time.monotonic() < deadline, "no trace written"
+            time.sleep(0.1)
+        stamps = [t["name"] for t in json.loads(written.read_text())[0]["timestamps"]]
+        assert "COMPUTE_START" in stamps  # the model loaded after tracing was set stamps too
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "--http-thread-count has no effect" in out
+    assert "Started HTTPService at" in log_file.read_text()
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--rate-limit=execution_count", "this server has no rate limiter"),
+    ("--trace-config=opentelemetry,url=localhost:4318", "trace mode 'opentelemetry' is not supported"),
+    ("--trace-config=speed=3", "expected [triton,]KEY=VALUE"),
+    ("--trace-config=rate=-5", "invalid value for 'trace_rate'"),
+])
+def test_unusable_tritonserver_flags_stop_the_server_with_a_reason(tmp_path, flag, message):
+    proc = subprocess.run([sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path),
+                           "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
+                           flag], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert message in proc.stdout + proc.stderr
