@@ -175,10 +175,10 @@ class ModelVersion:
         # Stateful models: sequence_batching's controls (csrc schedules).
         self.sequence = SequenceControls(config, str(Path(version_dir).parent)) \
             if config.HasField("sequence_batching") else None
-        self.states = bool(self.sequence is not None and self.sequence.states)  # implicit state
+        self.has_implicit_state = bool(self.sequence is not None and self.sequence.states)
         # Iterative sequences: requests its model reschedules run again.
         self.iterative = self.sequence is not None and self.sequence.iterative
-        self._reschedule = Reschedule(self)
+        self._reschedule = Reschedule(self) if self.iterative else None
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
         # it is the only request in flight: the batching delay plus a short
@@ -428,13 +428,13 @@ class ModelVersion:
         t_start = now_ns()
         requests = batch.requests
         try:
-            if self.states:
+            if self.has_implicit_state:
                 self.sequence.feed_states(requests)
             inputs = self._gather_inputs(requests)
             t_input = now_ns()
             outputs = instance.backend.execute(inputs)
             t_output = now_ns()
-            if self.states:  # one row per request (a sequence batch)
+            if self.has_implicit_state:  # one row per request (a sequence batch)
                 batching = self.max_batch_size > 0
                 self.sequence.keep_states(requests, lambda i: {
                     name: value[i:i + 1] if batching else value for name, value in outputs.items()})
@@ -452,10 +452,10 @@ class ModelVersion:
         by the backend fails the whole batch."""
         t_start = now_ns()
         try:
-            if self.states:
+            if self.has_implicit_state:
                 self.sequence.feed_states(batch.requests)
             results = instance.backend.execute_requests(batch.requests)
-            if self.states and len(results) == len(batch.requests):
+            if self.has_implicit_state and len(results) == len(batch.requests):
                 self.sequence.keep_states(batch.requests, lambda i: _outputs_of(results[i]))
         except Exception as err:  # the model failed: fail this batch only
             return self.failed_batch(t_start, err)

@@ -536,7 +536,11 @@ class _HttpConnection(asyncio.Protocol):
 
     def _ready_data(self, fut, keep_alive: bool, http10: bool) -> list:
         """A model-ready answer that waited for the model's own is_ready()."""
-        if not fut.cancelled() and fut.exception() is None and fut.result():
+        ready = not fut.cancelled() and fut.exception() is None and fut.result()
+        return self._model_ready_answer(ready, keep_alive, http10)
+
+    def _model_ready_answer(self, ready, keep_alive: bool, http10: bool) -> list:
+        if ready:
             return self._build(200, _NO_HEADERS, b"", keep_alive, http10)
         return self._build(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive, http10)
 
@@ -627,9 +631,8 @@ class _HttpConnection(asyncio.Protocol):
                 if inspect.isawaitable(ready):
                     return self._answer_later(asyncio.ensure_future(ready), keep_alive,
                                               self._ready_data)
-                if ready:
-                    return self._respond(200, _NO_HEADERS, b"", keep_alive)
-                return self._respond(400, _JSON_HEADERS, _MODEL_NOT_READY, keep_alive)
+                return self._emit(self._model_ready_answer(ready, keep_alive, self._http10),
+                                  not keep_alive)
             if kind == "config" or kind == "":
                 if restricted and self._restricted("model-config" if kind else "metadata",
                                                    headers, keep_alive):

@@ -1,8 +1,9 @@
 """The worker process of one Python-model instance (Triton's "stub").
 
 Started by pyserver.backends.python.backend as
-``python stub.py <mode> <main_fd> <ctrl_fd> <in_fd> <out_fd> <crash_fd> <region_size>
-<up_fd> <down_fd> <async_size>`` with the descriptors inherited. Of pyserver it
+``python stub.py <mode> <main_fds> <ctrl_fds> <in_fd> <out_fd> <crash_fd> <region_size>
+<up_fd> <down_fd> <async_size>`` with the descriptors inherited (a channel's
+two as "read,write"). Of pyserver it
 loads only this folder's channel.py and triton_python_backend_utils.py (by path)
 and the engine's small IPC extensions, so it starts as fast as the
 interpreter and numpy allow.
