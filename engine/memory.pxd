@@ -1,5 +1,5 @@
 # csrc's host-memory and CUDA helpers: pyserver/gather.h, cuda_runtime.h,
-# pinned_memory_pool.h, cuda_stream_pool.h.
+# memory_pool.h (pinned_memory_pool.h, cuda_memory_pool.h), cuda_stream_pool.h.
 from libc.stdint cimport uint64_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport unique_ptr
@@ -31,15 +31,16 @@ cdef extern from "pyserver/cuda_runtime.h" namespace "pyserver" nogil:
         Status MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream)
 
 
-cdef extern from "pyserver/pinned_memory_pool.h" namespace "pyserver" nogil:
+cdef extern from "pyserver/memory_pool.h" namespace "pyserver" nogil:
     cdef cppclass MemoryBlock:
         void* data
         size_t size
         size_t capacity
         cbool pinned
         cbool pooled
+        int device
 
-    cdef cppclass PinnedMemoryPoolStats:
+    cdef cppclass MemoryPoolStats:
         size_t capacity
         size_t in_use_bytes
         size_t cached_bytes
@@ -47,14 +48,27 @@ cdef extern from "pyserver/pinned_memory_pool.h" namespace "pyserver" nogil:
         uint64_t allocations
         uint64_t unpooled
         cbool pinned
+        int device
 
-    cdef cppclass CPinnedMemoryPool "pyserver::PinnedMemoryPool":
-        CPinnedMemoryPool(size_t capacity, const CudaRuntime* runtime)
+    cdef cppclass CMemoryPool "pyserver::MemoryPool":
         Status Allocate(size_t bytes, MemoryBlock* block)
         void Release(const MemoryBlock& block)
         void Trim()
-        PinnedMemoryPoolStats stats()
+        MemoryPoolStats stats()
+
+
+cdef extern from "pyserver/pinned_memory_pool.h" namespace "pyserver" nogil:
+    cdef cppclass CPinnedMemoryPool "pyserver::PinnedMemoryPool"(CMemoryPool):
+        CPinnedMemoryPool(size_t capacity, const CudaRuntime* runtime)
         cbool pinned()
+
+
+cdef extern from "pyserver/cuda_memory_pool.h" namespace "pyserver" nogil:
+    cdef cppclass CCudaMemoryPool "pyserver::CudaMemoryPool"(CMemoryPool):
+        @staticmethod
+        Status Create(const CudaRuntime& runtime, int device, size_t capacity,
+                      unique_ptr[CCudaMemoryPool]* pool)
+        int device()
 
 
 cdef extern from "pyserver/cuda_stream_pool.h" namespace "pyserver" nogil:
@@ -77,3 +91,13 @@ cdef class HostBuffer:
     cdef PinnedMemoryPool pool  # keeps the pool alive while the block is out
     cdef MemoryBlock block
     cdef Py_ssize_t shape[1]
+
+
+cdef class CudaMemoryPool:
+    cdef unique_ptr[CCudaMemoryPool] c
+    cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
+
+
+cdef class DeviceBlock:
+    cdef CudaMemoryPool pool  # keeps the pool alive while the block is out
+    cdef MemoryBlock block

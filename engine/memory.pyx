@@ -1,7 +1,8 @@
 # cython: language_level=3
 """Host memory for batches: gathering many request tensors into one
 contiguous batch tensor, a pool of (CUDA-pinned when possible) host buffers,
-and CUDA stream handles; all in csrc, loaded without CUDA at build time."""
+pools of device memory per GPU, and CUDA stream handles; all in csrc, loaded
+without CUDA at build time."""
 from cpython.buffer cimport (
     PyBUF_ANY_CONTIGUOUS,
     PyBUF_C_CONTIGUOUS,
@@ -233,10 +234,14 @@ cdef class PinnedMemoryPool:
             self.c.get().Trim()
 
     def stats(self):
-        cdef PinnedMemoryPoolStats s = self.c.get().stats()
-        return {"capacity": s.capacity, "in_use_bytes": s.in_use_bytes,
-                "cached_bytes": s.cached_bytes, "reuses": s.reuses,
-                "allocations": s.allocations, "unpooled": s.unpooled, "pinned": s.pinned}
+        return _pool_stats(self.c.get().stats())
+
+
+cdef dict _pool_stats(MemoryPoolStats s):
+    return {"capacity": s.capacity, "in_use_bytes": s.in_use_bytes,
+            "cached_bytes": s.cached_bytes, "reuses": s.reuses,
+            "allocations": s.allocations, "unpooled": s.unpooled, "pinned": s.pinned,
+            "device": s.device}
 
 
 cdef class HostBuffer:
@@ -268,6 +273,88 @@ cdef class HostBuffer:
 
     def __dealloc__(self):
         # Views hold a reference to this object, so no export outlives it.
+        if self.pool is not None and self.block.data != NULL:
+            self.pool.c.get().Release(self.block)
+            self.block.data = NULL
+
+
+# ---------------------------------------------------------------- CUDA memory pool
+
+
+cdef class CudaMemoryPool:
+    """Device memory on GPU ``device`` from csrc's pool: blocks cached per
+    size class up to ``capacity`` bytes (--cuda-memory-pool-byte-size), plain
+    cudaMalloc beyond it. ``cuda_library``: a libcudart to load instead of
+    the process's runtime (tests)."""
+
+    def __cinit__(self, int device, size_t capacity, cuda_library=None):
+        cdef const CudaRuntime* rt
+        cdef vector[string] names
+        if cuda_library is None:
+            rt = &CudaRuntime.Get()
+        else:
+            names.push_back(str(cuda_library).encode())
+            self.own_runtime.reset(new CudaRuntime(names))
+            rt = self.own_runtime.get()
+        check_status(CCudaMemoryPool.Create(rt[0], device, capacity, &self.c))
+
+    @property
+    def device(self):
+        return self.c.get().device()
+
+    def allocate(self, size_t nbytes):
+        """A ``DeviceBlock`` of at least ``nbytes``; its memory returns to the
+        pool when the block is closed or collected."""
+        cdef DeviceBlock blk = DeviceBlock.__new__(DeviceBlock)
+        cdef Status st
+        with nogil:  # cudaMalloc may synchronize the device
+            st = self.c.get().Allocate(nbytes, &blk.block)
+        check_status(st)
+        blk.pool = self
+        return blk
+
+    def trim(self):
+        """Frees the cached (unused) blocks."""
+        with nogil:
+            self.c.get().Trim()
+
+    def stats(self):
+        return _pool_stats(self.c.get().stats())
+
+
+cdef class DeviceBlock:
+    """One block of a CudaMemoryPool: ``ptr`` (the device address) and
+    ``nbytes`` (what was asked for; the block may hold more)."""
+
+    @property
+    def ptr(self):
+        return <size_t>self.block.data
+
+    @property
+    def nbytes(self):
+        return self.block.size
+
+    @property
+    def capacity(self):
+        """What the block holds: ``nbytes`` rounded up to its size class."""
+        return self.block.capacity
+
+    @property
+    def device(self):
+        return self.block.device
+
+    @property
+    def pooled(self):
+        return self.block.pooled
+
+    def close(self):
+        """Returns the memory to the pool now; ``ptr`` is 0 after."""
+        if self.pool is not None and self.block.data != NULL:
+            with nogil:  # an unpooled block is cudaFree'd, which may synchronize
+                self.pool.c.get().Release(self.block)
+            self.block.data = NULL
+
+    def __dealloc__(self):
         if self.pool is not None and self.block.data != NULL:
             self.pool.c.get().Release(self.block)
             self.block.data = NULL

@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-limit-resource", action="append", default=[],
                    metavar="NAME:COUNT[:DEVICE]", help="no effect without a rate limiter")
     p.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
-                   metavar="DEVICE:BYTES",
-                   help="no effect: device memory comes from each framework's own allocator")
+                   metavar="GPU:BYTES",
+                   help="the CUDA memory pool of a GPU (repeatable; default 64 MiB each): "
+                   "device buffers the server keeps, e.g. TensorRT's I/O bindings")
     from pyserver.frontends import grpc_options
     grpc_options.add_cli_arguments(p)  # --grpc-use-ssl, ..., response compression
     from pyserver.metrics import add_cli_arguments
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args) -> int:
+    from pyserver.core.device_memory import parse_cuda_memory_pool_sizes
     from pyserver.core.errors import ServerError
     from pyserver.core.response_cache import CacheConfigError, parse_cache_config
     from pyserver.core.server import Server
@@ -121,12 +123,12 @@ async def serve(args) -> int:
         return 1
     for flag, given in (("--http-thread-count", args.http_thread_count),
                         ("--grpc-infer-thread-count", args.grpc_infer_thread_count),
-                        ("--rate-limit-resource", args.rate_limit_resource),
-                        ("--cuda-memory-pool-byte-size", args.cuda_memory_pool_byte_size)):
+                        ("--rate-limit-resource", args.rate_limit_resource)):
         if given:
             log.info("%s has no effect on this server (see --help)", flag)
     try:
         trace_update = parse_trace_config(args.trace_config)
+        cuda_pool_sizes = parse_cuda_memory_pool_sizes(args.cuda_memory_pool_byte_size)
     except ValueError as err:
         log.error("%s", err)
         return 1
@@ -151,7 +153,10 @@ async def serve(args) -> int:
                     repository_poll_secs=args.repository_poll_secs,
                     model_config_name=args.model_config_name,
                     pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
+                    cuda_memory_pool_byte_size=cuda_pool_sizes,
                     response_cache_byte_size=cache_bytes)
+    for reason in server.device_memory.unusable_sizes():
+        log.warning("%s", reason)
     try:  # the settings the log and trace APIs also change, from the command line
         server.log_settings({"log_info": args.log_info, "log_warning": args.log_warning,
                              "log_error": args.log_error, "log_format": args.log_format,

@@ -60,6 +60,7 @@ CudaRuntime::CudaRuntime(const std::vector<std::string>& candidates) {
   std::string missing;
   bool ok = Resolve(handle_, "cudaGetDeviceCount", &get_device_count_, &missing);
   ok &= Resolve(handle_, "cudaSetDevice", &set_device_, &missing);
+  ok &= Resolve(handle_, "cudaGetDevice", &get_device_, &missing);
   ok &= Resolve(handle_, "cudaHostAlloc", &host_alloc_, &missing);
   ok &= Resolve(handle_, "cudaFreeHost", &free_host_, &missing);
   ok &= Resolve(handle_, "cudaStreamCreateWithFlags", &stream_create_, &missing);
@@ -115,6 +116,11 @@ Status CudaRuntime::SetDevice(int device) const {
                                                std::to_string(device_count_) + " visible)");
   }
   return Check(set_device_(device), "cudaSetDevice");
+}
+
+Status CudaRuntime::GetDevice(int* device) const {
+  if (!available_) return Status(StatusCode::kUnavailable, reason_);
+  return Check(get_device_(device), "cudaGetDevice");
 }
 
 Status CudaRuntime::StreamCreate(void** stream) const {

@@ -1,6 +1,7 @@
 // A stand-in for libcudart with the entry points CudaRuntime resolves: host
-// memory instead of page-locked memory, integer handles for streams, and
-// counters the tests read to check that every block and stream is freed.
+// memory instead of page-locked and device memory, integer handles for
+// streams, a current device per thread, and counters the tests read to check
+// that every block and stream is freed.
 // FAKE_CUDART_DEVICES=<n> sets the device count (default 1); -1 makes
 // cudaGetDeviceCount fail as it does on a machine without a driver.
 #include <atomic>
@@ -10,6 +11,8 @@
 namespace {
 std::atomic<long> g_host_blocks{0};
 std::atomic<long> g_streams{0};
+std::atomic<long> g_device_blocks{0};
+std::atomic<int> g_last_malloc_device{-1};
 std::atomic<long> g_next_stream{1};
 thread_local int g_device = 0;
 constexpr int kErrorInvalidValue = 1;
@@ -28,6 +31,11 @@ int cudaGetDeviceCount(int* count) {
 
 int cudaSetDevice(int device) {
   g_device = device;
+  return 0;
+}
+
+int cudaGetDevice(int* device) {
+  *device = g_device;
   return 0;
 }
 
@@ -60,11 +68,16 @@ int cudaStreamSynchronize(void* stream) { return stream == nullptr ? kErrorInval
 
 int cudaMalloc(void** ptr, size_t bytes) {
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
-  return *ptr == nullptr ? 2 : 0;
+  if (*ptr == nullptr) return 2;
+  ++g_device_blocks;
+  g_last_malloc_device = g_device;
+  return 0;
 }
 
 int cudaFree(void* ptr) {
+  if (ptr == nullptr) return 0;
   std::free(ptr);
+  --g_device_blocks;
   return 0;
 }
 
@@ -85,5 +98,10 @@ const char* cudaGetErrorString(int err) {
 
 long fake_cudart_host_blocks() { return g_host_blocks.load(); }
 long fake_cudart_streams() { return g_streams.load(); }
+long fake_cudart_device_blocks() { return g_device_blocks.load(); }
+// The device that was current at the last cudaMalloc, and the calling
+// thread's current one (to check that a pool restores it).
+long fake_cudart_last_malloc_device() { return g_last_malloc_device.load(); }
+long fake_cudart_current_device() { return g_device; }
 
 }  // extern "C"

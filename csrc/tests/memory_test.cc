@@ -1,4 +1,4 @@
-// CudaRuntime (the dlopen loader), PinnedMemoryPool and CudaStreamPool, run
+// CudaRuntime (the dlopen loader), the memory pools and CudaStreamPool, run
 // against a stand-in libcudart (fake_cudart.cc) and without CUDA at all.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "pyserver/cuda_memory_pool.h"
 #include "pyserver/cuda_runtime.h"
 #include "pyserver/cuda_stream_pool.h"
 #include "pyserver/pinned_memory_pool.h"
@@ -102,7 +103,7 @@ TEST(PinnedMemoryPool, PlainMemoryIsReusedAndAligned) {
   MemoryBlock b;
   ASSERT_TRUE(pool.Allocate(8000, &b).ok());
   EXPECT_EQ(b.data, a.data);  // same class: the cached block
-  PinnedMemoryPoolStats s = pool.stats();
+  MemoryPoolStats s = pool.stats();
   EXPECT_EQ(s.reuses, 1u);
   EXPECT_EQ(s.allocations, 1u);
   EXPECT_EQ(s.cached_bytes, 0u);
@@ -135,7 +136,7 @@ TEST(PinnedMemoryPool, EvictsCachedBlocksToMakeRoom) {
   MemoryBlock whole;
   ASSERT_TRUE(pool.Allocate(16384, &whole).ok());
   EXPECT_TRUE(whole.pooled);  // the cached 4 KiB was freed to fit it
-  PinnedMemoryPoolStats s = pool.stats();
+  MemoryPoolStats s = pool.stats();
   EXPECT_EQ(s.cached_bytes, 0u);
   EXPECT_EQ(s.in_use_bytes, 16384u);
   pool.Release(whole);
@@ -183,7 +184,7 @@ TEST(PinnedMemoryPool, ConcurrentAllocateAndRelease) {
     });
   }
   for (std::thread& th : threads) th.join();
-  PinnedMemoryPoolStats s = pool.stats();
+  MemoryPoolStats s = pool.stats();
   EXPECT_EQ(s.in_use_bytes, 0u);
   EXPECT_EQ(s.reuses + s.allocations + s.unpooled, 8000u);
   EXPECT_LE(s.cached_bytes, s.capacity);
@@ -237,6 +238,70 @@ TEST(CudaRuntime, DeviceMemoryAndAsyncCopies) {
   EXPECT_TRUE(runtime.StreamDestroy(stream).ok());
   CudaRuntime missing({"/nonexistent.so"});
   EXPECT_EQ(missing.Malloc(&device, 8).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pyserver
+
+namespace pyserver {
+namespace {
+
+TEST(CudaMemoryPool, ReusesBlocksOnItsDeviceAndLeavesTheCallersDevice) {
+  ScopedEnv two_devices("FAKE_CUDART_DEVICES", "2");
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  ASSERT_EQ(runtime.device_count(), 2);
+  ASSERT_TRUE(runtime.SetDevice(0).ok());
+  long before = FakeCounter("fake_cudart_device_blocks");
+  {
+    std::unique_ptr<CudaMemoryPool> pool;
+    ASSERT_TRUE(CudaMemoryPool::Create(runtime, 1, 1 << 20, &pool).ok());
+    EXPECT_EQ(pool->device(), 1);
+    MemoryBlock a;
+    ASSERT_TRUE(pool->Allocate(1000, &a).ok());
+    EXPECT_TRUE(a.pooled);
+    EXPECT_FALSE(a.pinned);
+    EXPECT_EQ(a.device, 1);
+    EXPECT_EQ(a.capacity, MemoryPool::kMinBlock);
+    EXPECT_EQ(FakeCounter("fake_cudart_last_malloc_device"), 1);  // allocated on the pool's GPU
+    EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);      // and the caller's is back
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), before + 1);
+    void* first = a.data;
+    pool->Release(a);
+    MemoryBlock again;
+    ASSERT_TRUE(pool->Allocate(900, &again).ok());
+    EXPECT_EQ(again.data, first);  // same class: no second cudaMalloc
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), before + 1);
+    MemoryBlock over;
+    ASSERT_TRUE(pool->Allocate(2 << 20, &over).ok());
+    EXPECT_FALSE(over.pooled);  // past capacity: still device memory, not cached
+    EXPECT_EQ(over.device, 1);
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), before + 2);
+    pool->Release(over);
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), before + 1);
+    MemoryPoolStats s = pool->stats();
+    EXPECT_EQ(s.device, 1);
+    EXPECT_FALSE(s.pinned);
+    EXPECT_EQ(s.reuses, 1u);
+    EXPECT_EQ(s.allocations, 1u);
+    EXPECT_EQ(s.unpooled, 1u);
+    EXPECT_EQ(s.in_use_bytes, MemoryPool::kMinBlock);
+    pool->Release(again);
+  }
+  EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), before);  // cached blocks freed
+  EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);
+}
+
+TEST(CudaMemoryPool, NeedsCudaAndAnExistingDevice) {
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  std::unique_ptr<CudaMemoryPool> pool;
+  Status bad = CudaMemoryPool::Create(runtime, 3, 1 << 20, &pool);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArg);
+  EXPECT_EQ(bad.message(), "CUDA device 3 does not exist (1 visible)");
+  CudaRuntime missing({"/nonexistent.so"});
+  EXPECT_EQ(CudaMemoryPool::Create(missing, 0, 1 << 20, &pool).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(pool, nullptr);
 }
 
 }  // namespace

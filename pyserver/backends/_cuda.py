@@ -1,9 +1,9 @@
 """The CUDA runtime for backends that drive a GPU themselves (TensorRT):
-device count, current device, device memory, asynchronous copies and stream
-synchronization, over csrc's CudaRuntime (``pyserver.engine.memory``), the
-same loaded libcudart that gives the server its pinned memory pool and
-stream pools. Nothing here needs CUDA at build or import time; every call
-that waits releases the GIL.
+device count, current device, device buffers from the server's CUDA memory
+pools, asynchronous copies and stream synchronization, over csrc's
+CudaRuntime (``pyserver.engine.memory``), the same loaded libcudart that
+gives the server its pinned memory pool and stream pools. Nothing here
+needs CUDA at build or import time; every call that waits releases the GIL.
 """
 
 from __future__ import annotations
@@ -48,23 +48,29 @@ def synchronize(stream: int) -> None:
 
 
 class DeviceBuffer:
-    """Device memory that grows to the largest size asked for."""
+    """Device memory from a GPU's pool (``DeviceMemory.pool(device)``) that
+    grows to the largest size asked for and is held between executions, so
+    a steady workload neither allocates nor frees."""
 
-    def __init__(self):
-        self.ptr = 0
-        self.nbytes = 0
+    def __init__(self, pool):
+        self._pool = pool
+        self._block = None
+
+    @property
+    def ptr(self) -> int:
+        return self._block.ptr if self._block is not None else 0
 
     def reserve(self, nbytes: int) -> int:
-        if nbytes > self.nbytes:
-            self.close()
-            size = max(nbytes, 256)
-            self.ptr, self.nbytes = _call(memory.cuda_malloc, size), size
-        return self.ptr
+        block = self._block
+        if block is None or nbytes > block.capacity:
+            self.close()  # first: the pool may reuse its room for the larger block
+            self._block = _call(self._pool.allocate, max(nbytes, 256))
+        return self._block.ptr
 
     def close(self) -> None:
-        if self.ptr:
-            _call(memory.cuda_free, self.ptr)
-            self.ptr, self.nbytes = 0, 0
+        block, self._block = self._block, None
+        if block is not None:
+            block.close()
 
 
 def copy_to_device(dst: int, src: np.ndarray, stream: int) -> None:

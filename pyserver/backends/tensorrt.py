@@ -9,9 +9,11 @@ tensorrt backend runs a plan:
   [min, max] range holds every input shape and whose opt shape is nearest
   (Manhattan distance) is chosen, as Triton does;
 - each instance runs on a stream of the engine's CUDA stream pool for its
-  GPU (csrc); inputs are staged in blocks of the server's pinned memory
-  pool (--pinned-memory-pool-byte-size) and copied to the GPU
-  asynchronously on that stream; outputs come back the same way, and are
+  GPU (csrc); its I/O bindings are blocks of the GPU's CUDA memory pool
+  (--cuda-memory-pool-byte-size), held and grown as batches need; inputs
+  are staged in blocks of the server's pinned memory pool
+  (--pinned-memory-pool-byte-size) and copied to the GPU asynchronously on
+  that stream; outputs come back the same way, and are
   returned in their pinned blocks, which go back to the pool once sent.
 
 Without the tensorrt package, a CUDA runtime or a GPU, a model fails to
@@ -62,7 +64,7 @@ _CONFIG_TO_NUMPY = {
 _logger = trt.Logger(trt.Logger.WARNING)
 _STREAMS_PER_GPU = 8
 _stream_pools: dict = {}  # device -> CudaStreamPool
-_fallback_host_memory: list = []
+_fallback_memory: dict = {}  # attribute -> pool set, without a Server
 
 
 def _stream_for(device: int) -> int:
@@ -75,19 +77,32 @@ def _stream_for(device: int) -> int:
         return pool.next()
 
 
-def _host_memory():
-    """The running server's pinned pool; a default-sized one when this
-    backend runs without a Server (embedding, tools)."""
+def _server_memory(attribute: str, make):
+    """The running server's ``host_memory`` (pinned pool) or
+    ``device_memory`` (CUDA pools); a default-sized one when this backend
+    runs without a Server (embedding, tools)."""
     from pyserver.core import server as core
 
     for running in list(core._RUNNING):
-        memory = getattr(running, "host_memory", None)
+        memory = getattr(running, attribute, None)
         if memory is not None:
             return memory
-    if not _fallback_host_memory:
-        from pyserver.core.host_memory import HostMemory
-        _fallback_host_memory.append(HostMemory())
-    return _fallback_host_memory[0]
+    with _engines_lock:
+        if attribute not in _fallback_memory:
+            _fallback_memory[attribute] = make()
+        return _fallback_memory[attribute]
+
+
+def _host_memory():
+    from pyserver.core.host_memory import HostMemory
+    return _server_memory("host_memory", HostMemory)
+
+
+def _device_memory():
+    from pyserver.core.device_memory import DeviceMemory
+    return _server_memory("device_memory", DeviceMemory)
+
+
 _engines_lock = threading.Lock()
 _engines: dict = {}  # (plan path, device) -> [runtime, engine, users]
 
@@ -211,7 +226,8 @@ class TensorRTBackend:
             {i: "default" if engine.num_optimization_profiles == 1 else str(i) for i in chosen}
         self.profiles = [_Profile(engine, i, labels[i], self.inputs, self.stream) for i in chosen]
         _cuda.synchronize(self.stream)
-        self.device_buffers = {n: _cuda.DeviceBuffer() for n in self.inputs + self.outputs}
+        device_pool = _device_memory().pool(self.device)  # --cuda-memory-pool-byte-size
+        self.device_buffers = {n: _cuda.DeviceBuffer(device_pool) for n in self.inputs + self.outputs}
         self.output_reshape = {t.name: tuple(t.dims) for t in config.output if t.HasField("reshape")}
         self.batching = config.max_batch_size > 0
 

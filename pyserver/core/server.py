@@ -15,6 +15,7 @@ import logging
 
 from pyserver import __version__
 from pyserver.core import repository
+from pyserver.core.device_memory import DeviceMemory
 from pyserver.core.ensemble import run_ensemble
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
@@ -159,6 +160,7 @@ class Server:
                  summary_latencies: bool = False, repository_poll_secs: float = 15,
                  model_config_name: str = "",
                  pinned_memory_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTES,
+                 cuda_memory_pool_byte_size: dict[int, int] | None = None,
                  response_cache_byte_size: int = 0, histogram_latencies: bool = False):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
@@ -179,6 +181,8 @@ class Server:
         from pyserver.core.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
         self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
+        # Per-GPU pools ({device: bytes}, 64 MiB for others), created on first use
+        self.device_memory = DeviceMemory(cuda_memory_pool_byte_size)
         # --cache-config local,size=N: shared by models with response_cache.enable
         self.response_cache = ServerResponseCache(response_cache_byte_size) \
             if response_cache_byte_size > 0 else None

@@ -213,6 +213,7 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
          "--trace-config=triton,log-frequency=1",
          # what a tritonserver command line often carries, with no effect here
          "--http-thread-count=8", "--grpc-infer-thread-count=4", "--rate-limit=off",
+         # GPU 0's pool: without CUDA, said in the log and ignored
          "--cuda-memory-pool-byte-size=0:67108864"])
     try:
         deadline = time.monotonic() + 30
@@ -239,6 +240,10 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "--http-thread-count has no effect" in out
+    from pyserver.engine.memory import cuda_runtime_info
+    cuda = cuda_runtime_info()
+    if not cuda["available"]:
+        assert f"--cuda-memory-pool-byte-size has no effect: {cuda['reason']}" in out
     assert "Started HTTPService at" in log_file.read_text()
 
 
@@ -247,6 +252,9 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
     ("--trace-config=opentelemetry,url=localhost:4318", "trace mode 'opentelemetry' is not supported"),
     ("--trace-config=speed=3", "expected [triton,]KEY=VALUE"),
     ("--trace-config=rate=-5", "invalid value for 'trace_rate'"),
+    ("--cuda-memory-pool-byte-size=64MB",
+     "--cuda-memory-pool-byte-size expects <GPU device ID>:<pool byte size>, got '64MB'"),
+    ("--cuda-memory-pool-byte-size=0:-1", "the GPU device ID and the size must be >= 0"),
 ])
 def test_unusable_tritonserver_flags_stop_the_server_with_a_reason(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path),

@@ -1,7 +1,8 @@
-"""csrc's pinned memory pool and CUDA loader through pyserver.engine.memory
-and pyserver.core.host_memory: plain memory without CUDA, page-locked
-accounting with a CUDA runtime (a stand-in libcudart compiled here from
-csrc/tests/fake_cudart.cc), blocks returned when the last view goes."""
+"""csrc's memory pools and CUDA loader through pyserver.engine.memory,
+pyserver.core.host_memory and pyserver.core.device_memory: plain memory
+without CUDA, page-locked and device memory accounting with a CUDA runtime
+(a stand-in libcudart compiled here from csrc/tests/fake_cudart.cc), blocks
+returned when the last view goes."""
 
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pyserver.core.device_memory import DeviceMemory, parse_cuda_memory_pool_sizes
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.host_memory import HostMemory
 from pyserver.engine import memory
@@ -120,8 +122,11 @@ host = HostMemory(1 << 20)
 assert host.pinned
 src = host.empty((4, 16), np.float32)
 src[:] = np.arange(64, dtype=np.float32).reshape(4, 16)
-buf = _cuda.DeviceBuffer()
+from pyserver.core.device_memory import DeviceMemory
+device_memory = DeviceMemory({0: 1 << 20})
+buf = _cuda.DeviceBuffer(device_memory.pool(0))
 ptr = buf.reserve(src.nbytes)
+assert device_memory.stats()[0]["in_use_bytes"] == 4096
 _cuda.copy_to_device(ptr, src, stream)
 back = host.empty((4, 16), np.float32)
 _cuda.copy_to_host(back, ptr, stream)
@@ -130,8 +135,12 @@ assert (back == src).all()
 total, used = host.gauges()
 assert total == 1 << 20 and used == 2 * 4096, (total, used)
 buf.close()
+assert device_memory.stats()[0]["in_use_bytes"] == 0
 del src, back
 assert host.gauges() == (1 << 20, 0)
+assert device_memory.unusable_sizes() == []
+assert DeviceMemory({0: 1, 2: 5}).unusable_sizes() == [
+    "--cuda-memory-pool-byte-size 2:5: there is no GPU 2 (1 visible)"]
 try:
     _cuda.set_device(3)
 except _cuda.CudaError as err:
@@ -144,3 +153,69 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_cuda_memory_pool_reuses_device_blocks(fake_cudart):
+    pool = memory.CudaMemoryPool(0, 1 << 20, fake_cudart)
+    assert pool.device == 0
+    block = pool.allocate(1000)
+    assert block.ptr and block.device == 0 and block.pooled
+    assert block.nbytes == 1000 and block.capacity == 4096
+    first = block.ptr
+    block.close()
+    assert block.ptr == 0
+    block.close()  # twice is harmless
+    again = pool.allocate(900)
+    assert again.ptr == first  # the cached block, no second cudaMalloc
+    over = pool.allocate(2 << 20)
+    assert not over.pooled and over.device == 0  # past the pool's size: plain cudaMalloc
+    stats = pool.stats()
+    assert (stats["reuses"], stats["allocations"], stats["unpooled"]) == (1, 1, 1)
+    assert stats["in_use_bytes"] == 4096 and stats["device"] == 0 and not stats["pinned"]
+    del again, over  # collected blocks go back as well
+    assert pool.stats()["in_use_bytes"] == 0 and pool.stats()["cached_bytes"] == 4096
+    pool.trim()
+    assert pool.stats()["cached_bytes"] == 0
+
+
+def test_device_buffer_grows_within_and_past_its_size_class(fake_cudart):
+    from pyserver.backends._cuda import DeviceBuffer
+    pool = memory.CudaMemoryPool(0, 1 << 20, fake_cudart)
+    buf = DeviceBuffer(pool)
+    p = buf.reserve(100)
+    assert buf.reserve(4000) == p  # still within the 4 KiB block
+    buf.reserve(10000)
+    stats = pool.stats()
+    assert stats["in_use_bytes"] == 16384 and stats["cached_bytes"] == 4096
+    buf.close()
+    assert buf.ptr == 0 and pool.stats()["in_use_bytes"] == 0
+
+
+def test_cuda_memory_pool_needs_cuda_and_the_gpu(fake_cudart):
+    with pytest.raises(ServerError) as exc:
+        memory.CudaMemoryPool(2, 1 << 20, fake_cudart)
+    assert exc.value.code == Code.INVALID_ARG
+    assert "CUDA device 2 does not exist (1 visible)" in str(exc.value)
+    with pytest.raises(ServerError) as exc:
+        memory.CudaMemoryPool(0, 1 << 20, "/nonexistent/libcudart.so.99")
+    assert exc.value.code == Code.UNAVAILABLE and "could not be loaded" in str(exc.value)
+
+
+def test_cuda_memory_pool_sizes_from_the_command_line():
+    assert parse_cuda_memory_pool_sizes([]) == {}
+    # repeatable; a later value for the same GPU wins, as in Triton
+    assert parse_cuda_memory_pool_sizes(["0:1024", "1:0", "0:2048"]) == {0: 2048, 1: 0}
+    for bad in ("64MB", "0", "a:1", "0:1.5", "-1:5", "0:-5"):
+        with pytest.raises(ValueError, match="cuda-memory-pool-byte-size"):
+            parse_cuda_memory_pool_sizes([bad])
+    sizes = DeviceMemory({1: 1 << 20})
+    assert sizes.pool_bytes(1) == 1 << 20 and sizes.pool_bytes(0) == 64 << 20
+    info = memory.cuda_runtime_info()
+    if not info["available"]:  # this process's runtime: the reason is said once
+        assert DeviceMemory({0: 5}).unusable_sizes() == [
+            f"--cuda-memory-pool-byte-size has no effect: {info['reason']}"]
+        with pytest.raises(ServerError) as exc:
+            sizes.pool(0)
+        assert exc.value.code == Code.UNAVAILABLE
+    assert DeviceMemory().unusable_sizes() == []  # nothing asked, nothing to say
+

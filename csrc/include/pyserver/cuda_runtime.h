@@ -47,6 +47,8 @@ class CudaRuntime {
   Status HostAlloc(void** ptr, size_t bytes) const;
   Status FreeHost(void* ptr) const;
   Status SetDevice(int device) const;
+  // The calling thread's current device.
+  Status GetDevice(int* device) const;
   Status StreamCreate(void** stream) const;
   Status StreamDestroy(void* stream) const;
   Status StreamSynchronize(void* stream) const;
@@ -66,6 +68,7 @@ class CudaRuntime {
 
   int (*get_device_count_)(int*) = nullptr;
   int (*set_device_)(int) = nullptr;
+  int (*get_device_)(int*) = nullptr;
   int (*host_alloc_)(void**, size_t, unsigned) = nullptr;
   int (*free_host_)(void*) = nullptr;
   int (*stream_create_)(void**, unsigned) = nullptr;
