@@ -545,7 +545,8 @@ cdef class InferHandler:
     -> use or None`` when the request names shared-memory regions (``use``
     has ``write(response)`` and ``release()``); ``on_error(stream, exc)``
     ends a call with an exception's status; ``on_deadline(stream, future)``
-    when grpc-timeout passes first.
+    when grpc-timeout passes first; ``header_forwarder(headers, parameters)``
+    copies the call's forwarded headers into the request's parameters.
     """
 
     cdef object submit
@@ -555,10 +556,12 @@ cdef class InferHandler:
     cdef object on_error
     cdef object on_deadline
     cdef object canceller
+    cdef object header_forwarder
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
-                 on_error, on_deadline, canceller=None):
+                 on_error, on_deadline, canceller=None, header_forwarder=None):
         self.canceller = canceller
+        self.header_forwarder = header_forwarder
         self.submit = submit
         self.loop = loop
         self.contents_decoder = contents_decoder
@@ -574,6 +577,8 @@ cdef class InferHandler:
             decoded = _decode(msg, self.contents_decoder)
             request = decoded[0]
             flags = decoded[1]
+            if self.header_forwarder is not None:
+                self.header_forwarder(stream.headers or (), request.parameters)
             if flags is not None and "shared_memory" in flags:
                 if self.shm_resolver is None:
                     raise ServerError(Code.UNSUPPORTED, "shared memory is not supported here")

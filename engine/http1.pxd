@@ -24,6 +24,9 @@ cdef class RequestParser:
     cdef string field
     cdef string value
     cdef dict headers
+    # the headers as sent, (name, value) in order, when asked for (header
+    # forwarding names parameters as the client spelled them); else None
+    cdef public list raw_headers
     cdef list body
     cdef str method
     cdef bint keep_alive

@@ -87,6 +87,8 @@ cdef int _on_message_begin(llhttp_t* p) noexcept:
     self.field.clear()
     self.value.clear()
     self.headers = {}
+    if self.raw_headers is not None:
+        self.raw_headers = []
     self.body = []
     self.in_head = True
     self.head_size = 0
@@ -131,6 +133,14 @@ cdef int _on_header_value_complete(llhttp_t* p) noexcept:
     cdef char c
     if self.count_head(4):  # ": " and CRLF, as the size limit counts them
         return -1
+    if self.raw_headers is not None:
+        try:
+            self.raw_headers.append(
+                (PyBytes_FromStringAndSize(self.field.data(), self.field.size()),
+                 PyBytes_FromStringAndSize(self.value.data(), self.value.size())))
+        except BaseException as e:
+            self.error = e
+            return -1
     for i in range(self.field.size()):
         c = self.field[i]
         if b'A' <= c <= b'Z':
@@ -216,7 +226,7 @@ cdef class RequestParser:
     """The requests of one connection, fed as its bytes arrive."""
 
     def __cinit__(self, protocol, Py_ssize_t max_header_size, Py_ssize_t max_body_size,
-                  reject):
+                  reject, bint keep_raw_headers=False):
         llhttp_init(&self.parser, HTTP_REQUEST, &_SETTINGS)
         self.parser.data = <void*>self
         self.protocol = protocol
@@ -224,6 +234,7 @@ cdef class RequestParser:
         self.max_body_size = max_body_size
         self.reject = reject
         self.headers = {}
+        self.raw_headers = [] if keep_raw_headers else None
         self.body = []
         self.method = "GET"
 

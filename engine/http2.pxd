@@ -1,6 +1,6 @@
 # nghttp2's server session API (Debian's libnghttp2-dev, <nghttp2/nghttp2.h>),
 # and the HTTP/2 + gRPC framing classes built on it (engine/http2.pyx).
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.string cimport string
 
 
@@ -100,11 +100,13 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         NGHTTP2_HEADERS
         NGHTTP2_RST_STREAM
         NGHTTP2_SETTINGS
+        NGHTTP2_PING
         NGHTTP2_GOAWAY
 
         NGHTTP2_FLAG_NONE
         NGHTTP2_FLAG_END_STREAM
         NGHTTP2_FLAG_END_HEADERS
+        NGHTTP2_FLAG_ACK
 
         NGHTTP2_NV_FLAG_NONE
         NGHTTP2_NV_FLAG_NO_COPY_NAME
@@ -186,6 +188,7 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
                                const nghttp2_nv* nva, size_t nvlen)
     int nghttp2_submit_rst_stream(nghttp2_session* session, uint8_t flags, int32_t stream_id,
                                   uint32_t error_code)
+    int nghttp2_submit_ping(nghttp2_session* session, uint8_t flags, const uint8_t* opaque_data)
     int nghttp2_submit_goaway(nghttp2_session* session, uint8_t flags, int32_t last_stream_id,
                               uint32_t error_code, const uint8_t* opaque_data,
                               size_t opaque_data_len)
@@ -271,6 +274,12 @@ cdef class Connection:
     cdef bint write_paused
     cdef bint read_paused
     cdef bint goaway_sent
+    cdef bint close_after_flush  # goaway() inside a receive callback: close once written
+    # HEADERS and DATA frames sent so far: the keepalive policy reads it to
+    # tell whether the transport carried calls between two pings.
+    cdef readonly uint64_t frames_sent
+    # a grpc_keepalive.ConnectionKeepalive, or None: told of PING frames
+    cdef public object keepalive
 
     cdef int _close_transport(self) except -1
     cdef int _teardown(self) except -1

@@ -52,10 +52,11 @@ UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
 
-# HTTP/2 error codes for reset().
+# HTTP/2 error codes for reset() and goaway().
 NO_ERROR = NGHTTP2_NO_ERROR
 CANCEL = NGHTTP2_CANCEL
 REFUSED_STREAM = NGHTTP2_REFUSED_STREAM
+ENHANCE_YOUR_CALM = NGHTTP2_ENHANCE_YOUR_CALM
 
 cdef enum:
     FLUSH_BYTES = 1 << 20         # hand the transport at most this much per write
@@ -409,6 +410,8 @@ cdef int _on_header(nghttp2_session* session, const nghttp2_frame* frame, const 
 cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
                         void* user_data) noexcept:
     cdef uint8_t t = frame.hd.type
+    if t == NGHTTP2_PING:
+        return _on_ping(<Connection>user_data, frame.hd.flags & NGHTTP2_FLAG_ACK)
     if t != NGHTTP2_DATA and t != NGHTTP2_HEADERS:
         return 0
     cdef Stream stream = _stream_of(session, frame.hd.stream_id)
@@ -438,8 +441,27 @@ cdef int _on_data_chunk(nghttp2_session* session, uint8_t flags, int32_t stream_
     return 0
 
 
+cdef int _on_ping(Connection conn, bint ack) noexcept:
+    # nghttp2 answers a client's PING itself; the keepalive policy counts
+    # them (too many without calls between them: GOAWAY) and takes the ACKs
+    # of its own.
+    keepalive = conn.keepalive
+    if keepalive is None:
+        return 0
+    try:
+        if ack:
+            keepalive.ping_acked()
+        else:
+            keepalive.ping_received()
+    except BaseException:
+        _log.exception("gRPC keepalive failed")
+    return 0
+
+
 cdef int _on_frame_send(nghttp2_session* session, const nghttp2_frame* frame,
                         void* user_data) noexcept:
+    if frame.hd.type == NGHTTP2_DATA or frame.hd.type == NGHTTP2_HEADERS:
+        (<Connection>user_data).frames_sent += 1
     # After the final HEADERS of a call the client is still sending: tell it
     # to stop with RST_STREAM(NO_ERROR), as gRPC servers do.
     if frame.hd.type != NGHTTP2_HEADERS or not (frame.hd.flags & NGHTTP2_FLAG_END_STREAM):
@@ -576,6 +598,8 @@ cdef class Connection:
             self._close_transport()
             return
         self._flush()
+        if self.close_after_flush:
+            self.close()
 
     def eof_received(self):
         return False  # the transport closes itself
@@ -610,6 +634,29 @@ cdef class Connection:
         self._close_transport()
         self._teardown()
 
+    def ping(self):
+        """Sends a PING; its ACK goes to ``keepalive.ping_acked()``."""
+        if self.session == NULL:
+            return
+        nghttp2_submit_ping(self.session, NGHTTP2_FLAG_NONE, NULL)
+        self._flush()
+
+    def goaway(self, uint32_t error_code, bytes debug=b""):
+        """GOAWAY with an error code (e.g. ENHANCE_YOUR_CALM), then closes
+        once it is written; open streams are cancelled."""
+        if self.session == NULL:
+            return
+        self.goaway_sent = True
+        nghttp2_submit_goaway(self.session, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(self.session),
+                              error_code, <const uint8_t*>PyBytes_AS_STRING(debug),
+                              <size_t>PyBytes_GET_SIZE(debug))
+        if self.in_recv:  # the session is mid-receive: data_received closes it after
+            self.close_after_flush = True
+            return
+        self._flush()
+        self.close()
+
     # -- internals ---------------------------------------------------------------------
 
     cdef int _close_transport(self) except -1:
@@ -632,6 +679,9 @@ cdef class Connection:
         self.session = NULL
         self.transport = None
         self.outbuf.clear()
+        keepalive, self.keepalive = self.keepalive, None
+        if keepalive is not None:
+            keepalive.stop()
         cb, self.on_close = self.on_close, None
         if cb is not None:
             cb(self)

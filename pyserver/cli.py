@@ -22,6 +22,42 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got '{value}'")
 
 
+# flag -> (repeatable, why it changes nothing here)
+NO_EFFECT_FLAGS = {
+    "--http-thread-count": (False, "HTTP runs on the event loop, not a thread pool"),
+    "--grpc-infer-thread-count": (False, "gRPC runs on the event loop, not a thread pool"),
+    "--grpc-infer-allocation-pool-size": (False, "gRPC calls keep no pool of states"),
+    "--grpc-max-response-pool-size": (False, "gRPC calls keep no pool of responses"),
+    "--rate-limit-resource": (True, "there is no rate limiter"),
+    "--backend-directory": (False, "backends are part of the pyserver package"),
+    "--repoagent-directory": (False, "there are no repository agents"),
+    "--cache-directory": (False, "the response cache is built in (--cache-config local,...)"),
+    "--buffer-manager-thread-count": (False, "tensors are copied on the requesting thread"),
+    "--model-load-gpu-limit": (True, "models load without a GPU memory check"),
+    "--cuda-virtual-address-size": (True, "device memory comes from the CUDA memory pools "
+                                          "and the frameworks' allocators"),
+    "--min-supported-compute-capability": (False, "every GPU the frameworks accept is used"),
+    "--enable-peer-access": (False, "GPUs exchange no tensors directly"),
+    "--host-policy": (True, "instances are not pinned to NUMA nodes or cores"),
+    "--sagemaker-port": (False, "there is no SageMaker endpoint"),
+    "--sagemaker-safe-port-range": (False, "there is no SageMaker endpoint"),
+    "--sagemaker-thread-count": (False, "there is no SageMaker endpoint"),
+    "--vertex-ai-port": (False, "there is no Vertex AI endpoint"),
+    "--vertex-ai-thread-count": (False, "there is no Vertex AI endpoint"),
+    "--vertex-ai-default-model": (False, "there is no Vertex AI endpoint"),
+}
+# flag -> why true cannot be honoured
+OFF_ONLY_FLAGS = {
+    "--model-namespacing": "model names are unique across the repositories",
+    "--allow-sagemaker": "there is no SageMaker endpoint",
+    "--allow-vertex-ai": "there is no Vertex AI endpoint",
+}
+# deprecated trace flag -> the --trace-config key that replaced it
+_DEPRECATED_TRACE_FLAGS = {"--trace-file": "triton,file", "--trace-level": "level",
+                           "--trace-rate": "rate", "--trace-count": "count",
+                           "--trace-log-frequency": "triton,log-frequency"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyserver", description="Triton-compatible inference server")
     p.add_argument("--model-repository", "--model-store", dest="model_repository",
@@ -81,16 +117,30 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="[triton,]KEY=VALUE",
                    help="trace setting (repeatable): level=OFF|TIMESTAMPS, rate=N, count=N, "
                    "log-frequency=N, file=PATH, mode=triton")
-    # Accepted so that a tritonserver command line runs unchanged; they
-    # name what this server does not have (see the help of each).
-    p.add_argument("--http-thread-count", type=int, default=None,
-                   help="no effect: HTTP runs on the event loop, not a thread pool")
-    p.add_argument("--grpc-infer-thread-count", type=int, default=None,
-                   help="no effect: gRPC runs on the event loop, not a thread pool")
+    p.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
+                   help="try a model load that failed N more times")
+    p.add_argument("--http-header-forward-pattern", default="", metavar="REGEX",
+                   help="HTTP headers whose name this matches (case-insensitive unless it "
+                   "starts with (?-i)) become request parameters")
+    p.add_argument("--reuse-http-port", type=parse_bool, default=False,
+                   help="let several servers listen on the HTTP port (SO_REUSEPORT)")
     p.add_argument("--rate-limit", default="off", choices=["off", "execution_count"],
                    help="only off: there is no rate limiter (execution_count is refused)")
-    p.add_argument("--rate-limit-resource", action="append", default=[],
-                   metavar="NAME:COUNT[:DEVICE]", help="no effect without a rate limiter")
+    # tritonserver's deprecated trace flags: each is read as the --trace-config
+    # setting that replaced it, and --trace-config given beside it wins.
+    for flag, metavar in (("--trace-file", "PATH"), ("--trace-level", "LEVEL"),
+                          ("--trace-rate", "N"), ("--trace-count", "N"),
+                          ("--trace-log-frequency", "N")):
+        p.add_argument(flag, action="append", default=[], metavar=metavar,
+                       help=f"deprecated: --trace-config {_DEPRECATED_TRACE_FLAGS[flag]}=...")
+    # Accepted so that a tritonserver command line runs unchanged; each
+    # names something this server does not have, and the log says so.
+    for flag, (repeatable, reason) in NO_EFFECT_FLAGS.items():
+        p.add_argument(flag, action="append" if repeatable else "store",
+                       default=[] if repeatable else None, help=f"no effect: {reason}")
+    # Accepted when off; what they would turn on is not here.
+    for flag, reason in OFF_ONLY_FLAGS.items():
+        p.add_argument(flag, type=parse_bool, default=False, help=f"only false: {reason}")
     p.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
                    metavar="GPU:BYTES",
                    help="the CUDA memory pool of a GPU (repeatable; default 64 MiB each): "
@@ -107,6 +157,8 @@ async def serve(args) -> int:
     from pyserver.core.errors import ServerError
     from pyserver.core.response_cache import CacheConfigError, parse_cache_config
     from pyserver.core.server import Server
+    from pyserver.frontends import grpc_keepalive
+    from pyserver.frontends.header_forward import HeaderForwarder
     from pyserver.frontends.http import HttpFrontend
     from pyserver.metrics import MetricsConfig, MetricsConfigError
 
@@ -121,14 +173,21 @@ async def serve(args) -> int:
         log.error("--rate-limit=%s: this server has no rate limiter; use --rate-limit=off "
                   "(instances take batches as soon as they are free)", args.rate_limit)
         return 1
-    for flag, given in (("--http-thread-count", args.http_thread_count),
-                        ("--grpc-infer-thread-count", args.grpc_infer_thread_count),
-                        ("--rate-limit-resource", args.rate_limit_resource)):
-        if given:
+    for flag, reason in OFF_ONLY_FLAGS.items():
+        if getattr(args, _dest(flag)):
+            log.error("%s=true is not supported: %s", flag, reason)
+            return 1
+    for flag in NO_EFFECT_FLAGS:
+        if getattr(args, _dest(flag)):
             log.info("%s has no effect on this server (see --help)", flag)
     try:
-        trace_update = parse_trace_config(args.trace_config)
+        trace_update = parse_trace_config(deprecated_trace_config(args) + args.trace_config)
         cuda_pool_sizes = parse_cuda_memory_pool_sizes(args.cuda_memory_pool_byte_size)
+        if args.http_header_forward_pattern:  # checked before the models load
+            HeaderForwarder(args.http_header_forward_pattern)
+        if args.grpc_header_forward_pattern:
+            HeaderForwarder(args.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
+        grpc_keepalive.options_from_args(args)
     except ValueError as err:
         log.error("%s", err)
         return 1
@@ -148,6 +207,7 @@ async def serve(args) -> int:
                     histogram_latencies=metrics_config.histogram_latencies, server_id=args.server_id,
                     exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
                     model_load_thread_count=args.model_load_thread_count,
+                    model_load_retry_count=args.model_load_retry_count,
                     model_control_mode=args.model_control_mode, load_models=args.load_model,
                     allow_client_shm=args.allow_client_shm,
                     repository_poll_secs=args.repository_poll_secs,
@@ -171,13 +231,15 @@ async def serve(args) -> int:
     server.opening_frontends = True  # not ready until every endpoint listens
     frontends = []
     if args.allow_http:
-        kwargs = {"max_input_size": args.http_max_input_size}
+        kwargs = {"max_input_size": args.http_max_input_size,
+                  "header_forward_pattern": args.http_header_forward_pattern,
+                  "reuse_port": args.reuse_http_port}
         if args.http_restricted_api:
             from pyserver.frontends.http import parse_restricted_api
             kwargs["restricted_apis"] = parse_restricted_api(args.http_restricted_api)
         http = HttpFrontend(server, args.http_address, args.http_port, **kwargs)
-        await http.start()
-        frontends.append(http)
+        if not await _start_frontend(http, "HTTP service", frontends, server):
+            return 1
         log.info("Started HTTPService at %s:%d", args.http_address, http.port)
     if args.allow_grpc:
         from pyserver.frontends.grpc import GrpcFrontend, parse_restricted_protocols
@@ -193,14 +255,14 @@ async def serve(args) -> int:
             return 1
         grpc = GrpcFrontend(server, args.grpc_address, args.grpc_port,
                             restricted_protocols=restricted, **options)
-        await grpc.start()
-        frontends.append(grpc)
+        if not await _start_frontend(grpc, "GRPC service", frontends, server):
+            return 1
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, grpc.port)
     if metrics_config.allow_metrics:
         from pyserver.frontends.metrics_http import MetricsFrontend
         metrics = MetricsFrontend(server, metrics_config)
-        await metrics.start()
-        frontends.append(metrics)
+        if not await _start_frontend(metrics, "Metrics service", frontends, server):
+            return 1
         log.info("Started Metrics Service at %s:%d", metrics_config.metrics_address, metrics.port)
     server.opening_frontends = False
     # Everything allocated so far (models, modules) lives for the whole run:
@@ -233,6 +295,37 @@ async def serve(args) -> int:
 _TRACE_KEYS = {"level": "trace_level", "rate": "trace_rate", "count": "trace_count",
                "log-frequency": "log_frequency", "log_frequency": "log_frequency",
                "file": "trace_file", "mode": "trace_mode"}
+
+
+async def _start_frontend(frontend, service: str, started: list, server) -> bool:
+    """Starts an endpoint; when it cannot listen (the port is taken), says
+    why, stops what already started and returns False."""
+    try:
+        await frontend.start()
+    except OSError as err:
+        log.error("failed to start %s: %s", service, err)
+        for f in started:
+            await f.stop()
+        await server.stop()
+        return False
+    started.append(frontend)
+    return True
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def deprecated_trace_config(args) -> list[str]:
+    """tritonserver's deprecated --trace-file/-level/-rate/-count/-log-frequency
+    as --trace-config values, each with Triton's deprecation warning."""
+    items = []
+    for flag, key in _DEPRECATED_TRACE_FLAGS.items():
+        values = getattr(args, _dest(flag))
+        if values:
+            log.warning("'%s' is deprecated: use '--trace-config %s=<value>' instead", flag, key)
+        items.extend(f"{key}={value}" for value in values)
+    return items
 
 
 def parse_trace_config(items: list[str]) -> dict:

@@ -43,7 +43,7 @@ CONTROL_MODES = ("none", "explicit", "poll")
 class ModelManager:
     def __init__(self, repositories: list[str], completions: CompletionQueue,
                  load_thread_count: int = 4, control_mode: str = "none",
-                 load_options: repository.LoadOptions | None = None):
+                 load_options: repository.LoadOptions | None = None, load_retry_count: int = 0):
         if control_mode not in CONTROL_MODES:
             raise ServerError(Code.INVALID_ARG,
                               f"unsupported --model-control-mode '{control_mode}' "
@@ -52,6 +52,8 @@ class ModelManager:
         self.completions = completions
         self.control_mode = control_mode
         self.load_options = load_options or repository.LoadOptions()
+        # --model-load-retry-count: a load that fails is tried this many more times
+        self.load_retry_count = max(0, load_retry_count)
         self._pool = ThreadPoolExecutor(max(1, load_thread_count), thread_name_prefix="model-load")
         self.versions: dict[str, dict[int, ModelVersion]] = {}
         # name -> (state, reason) for models that are not READY
@@ -222,8 +224,9 @@ class ModelManager:
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
             keep = {v: mv for v, mv in self.versions.get(name, {}).items() if v in unchanged}
-            job = self._pool.submit(_stamp_and_load, stamp if from_folder else (), entry,
-                                    self.completions, override, self.load_options, sharing, keep)
+            job = self._pool.submit(_stamp_and_load, stamp if from_folder else (),
+                                    self.load_retry_count, entry, self.completions, override,
+                                    self.load_options, sharing, keep)
             try:
                 stamp, new = await asyncio.wrap_future(job)
             except asyncio.CancelledError:
@@ -480,12 +483,22 @@ def _stop_new(keep: dict, job) -> None:
             mv.stop()
 
 
-def _stamp_and_load(stamp: tuple | None, model, *args) -> tuple[tuple | None, list]:
+def _stamp_and_load(stamp: tuple | None, retries: int, model,
+                    *args) -> tuple[tuple | None, list]:
     """(the folder's stamp, taken before loading when not given; the loaded
-    versions). One job on the load pool."""
+    versions). One job on the load pool; a failed load is tried ``retries``
+    more times, as Triton's --model-load-retry-count does."""
     if stamp is None:
         stamp = _stamp(model.path)
-    return stamp, repository.load_model(model, *args)
+    for attempt in range(1, retries + 2):
+        try:
+            return stamp, repository.load_model(model, *args)
+        except Exception as err:
+            if attempt > retries:
+                raise
+            reason = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
+            log.warning("failed to load '%s', trying again (retry %d of %d): %s",
+                        model.name, attempt, retries, reason)
 
 
 def _stamps_of(models: list) -> dict[str, tuple]:

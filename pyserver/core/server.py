@@ -154,7 +154,8 @@ class Server:
 
     def __init__(self, model_repository, *, server_id: str = "triton",
                  exit_on_error: bool = True, strict_readiness: bool = True,
-                 model_load_thread_count: int = 4, model_control_mode: str = "none",
+                 model_load_thread_count: int = 4, model_load_retry_count: int = 0,
+                 model_control_mode: str = "none",
                  load_models: list[str] | None = None, allow_client_shm: bool = False,
                  auto_complete_config: bool = True, default_max_batch_size: int = 4,
                  summary_latencies: bool = False, repository_poll_secs: float = 15,
@@ -169,6 +170,7 @@ class Server:
         self.exit_on_error = exit_on_error
         self.strict_readiness = strict_readiness
         self.model_load_thread_count = model_load_thread_count
+        self.model_load_retry_count = model_load_retry_count  # more tries for a failed load
         self.model_control_mode = model_control_mode
         self.load_models = load_models or []
         self.repository_poll_secs = repository_poll_secs
@@ -210,7 +212,7 @@ class Server:
         _RUNNING.append(self)
         self.models = ModelManager(self.repositories, self._completions,
                                    self.model_load_thread_count, self.model_control_mode,
-                                   self.load_options)
+                                   self.load_options, self.model_load_retry_count)
         self._live = True
         errors = await self.models.start(self.load_models)
         if errors and self.exit_on_error:

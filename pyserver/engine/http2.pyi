@@ -13,6 +13,7 @@ UNAVAILABLE: int
 NO_ERROR: int
 CANCEL: int
 REFUSED_STREAM: int
+ENHANCE_YOUR_CALM: int
 
 def percent_encode(message: str) -> bytes: ...
 
@@ -45,6 +46,8 @@ class Connection:
     response_compression: int
     open_streams: int
     pending_bytes: int
+    frames_sent: int
+    keepalive: Any
     def __init__(self, routes: dict[bytes, tuple[int, Callable[[Stream, bytes | None], Any]]], *,
                  max_message_size: int = ..., capture_headers: bool = ...,
                  max_concurrent_streams: int = ..., initial_window_size: int = ...,
@@ -60,3 +63,5 @@ class Connection:
     def resume_writing(self) -> None: ...
     def shutdown(self) -> None: ...
     def close(self) -> None: ...
+    def ping(self) -> None: ...
+    def goaway(self, error_code: int, debug: bytes = ...) -> None: ...

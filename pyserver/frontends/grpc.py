@@ -33,6 +33,8 @@ from pyserver.core.dtypes import WIRE_TO_NUMPY
 from pyserver.core.errors import Code, ServerError
 from pyserver.core.server import DecoupledModelError
 from pyserver.core.types import InferResponse
+from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
+from pyserver.frontends.header_forward import HeaderForwarder
 
 try:
     from pyserver.engine import http2
@@ -319,12 +321,17 @@ class GrpcFrontend:
     ``restricted_protocols``: ``{group: (header, value)}`` or the CLI's
     ``["<group>,...:<key>=<value>"]``; calls in a restricted group need that
     request header (else UNAVAILABLE, as Triton answers).
+    ``header_forward_pattern`` (``--grpc-header-forward-pattern``): infer
+    calls get the metadata it matches as string parameters. ``keepalive``:
+    PING and connection-age settings (grpc_keepalive.py; Triton's defaults
+    when None).
     """
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8001, *,
                  restricted_protocols=None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_concurrent_streams: int = 1000, backlog: int = 1024,
-                 reuse_port: bool = False, ssl_context=None, response_compression: int = 0):
+                 reuse_port: bool = False, ssl_context=None, response_compression: int = 0,
+                 header_forward_pattern: str = "", keepalive: KeepaliveOptions | None = None):
         if http2 is None:
             raise RuntimeError(
                 "pyserver was built without nghttp2, so gRPC is unavailable: install "
@@ -339,6 +346,10 @@ class GrpcFrontend:
         self._reuse_port = reuse_port
         self._ssl = ssl_context  # an ssl.SSLContext offering ALPN h2, or None for h2c
         self._response_compression = int(response_compression)
+        # --grpc-header-forward-pattern: matching metadata become request parameters
+        self._forwarder = HeaderForwarder(header_forward_pattern, "--grpc-header-forward-pattern") \
+            if header_forward_pattern else None
+        self._keepalive = keepalive or KeepaliveOptions()
         self._listener = None
         self._closing_listener = None
         self._loop = None
@@ -355,22 +366,31 @@ class GrpcFrontend:
             server.submit, self._loop, contents_decoder=decode_contents,
             shm_resolver=lambda request: _resolve_shared_memory(server.shared_memory, request),
             on_error=_finish_error, on_deadline=self._deadline_expired,
-            canceller=server.cancel)
+            canceller=server.cancel,
+            header_forwarder=self._forwarder.forward if self._forwarder is not None else None)
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes
-        capture = bool(self._restricted)
+        capture = bool(self._restricted) or self._forwarder is not None
         max_message = self.max_message_size
         max_streams = self.max_concurrent_streams
         Connection = http2.Connection
-        on_open = self._connections.add
         on_close = self._connection_closed
         compression = self._response_compression
+        keepalive = self._keepalive
+        connections = self._connections
+        loop = self._loop
+
+        def on_open(conn):
+            connections.add(conn)
+            conn.keepalive.start(loop)
 
         def factory():
-            return Connection(routes, max_message_size=max_message, capture_headers=capture,
+            conn = Connection(routes, max_message_size=max_message, capture_headers=capture,
                               max_concurrent_streams=max_streams, on_open=on_open,
                               on_close=on_close, response_compression=compression)
+            conn.keepalive = ConnectionKeepalive(conn, keepalive)
+            return conn
 
         self._listener = await self._loop.create_server(
             factory, self.host, self.port, backlog=self._backlog, reuse_address=True,
@@ -520,6 +540,8 @@ class GrpcFrontend:
         use = None
         try:
             request, flags = decode_infer_request(msg, decode_contents)
+            if self._forwarder is not None:
+                self._forwarder.forward(stream.headers or (), request.parameters)
             if flags is not None and "shared_memory" in flags:
                 use = _resolve_shared_memory(self._server.shared_memory, request)
             try:

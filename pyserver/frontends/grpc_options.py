@@ -1,7 +1,8 @@
 """The gRPC endpoint's transport options, as Triton's command line names them:
 TLS (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
-``--grpc-server-key``, ``--grpc-root-cert``) and response compression
-(``--grpc-infer-response-compression-level``).
+``--grpc-server-key``, ``--grpc-root-cert``), response compression
+(``--grpc-infer-response-compression-level``), ``--reuse-grpc-port``,
+``--grpc-header-forward-pattern``, and keepalive (grpc_keepalive.py).
 
 TLS is asyncio's own (the event loop wraps the HTTP/2 protocol in its SSL
 transport); gRPC clients insist on ALPN selecting ``h2``, so the context
@@ -60,12 +61,26 @@ def add_cli_arguments(parser) -> None:
     group.add_argument("--grpc-infer-response-compression-level", default="none",
                        choices=sorted(COMPRESSION_LEVELS),
                        help="gzip responses for clients that accept it")
+    group.add_argument("--reuse-grpc-port", type=parse_bool, default=False,
+                       help="let several servers listen on the gRPC port (SO_REUSEPORT)")
+    group.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX",
+                       help="gRPC metadata whose key this matches (case-insensitive unless it "
+                       "starts with (?-i)) become request parameters")
+    from pyserver.frontends import grpc_keepalive
+    grpc_keepalive.add_cli_arguments(group)
 
 
 def frontend_options(args) -> dict:
     """GrpcFrontend keyword arguments from the parsed command line."""
+    from pyserver.frontends.grpc_keepalive import options_from_args
+    from pyserver.frontends.header_forward import HeaderForwarder
+
     options = {"response_compression":
-               COMPRESSION_LEVELS[args.grpc_infer_response_compression_level]}
+               COMPRESSION_LEVELS[args.grpc_infer_response_compression_level],
+               "reuse_port": args.reuse_grpc_port, "keepalive": options_from_args(args)}
+    if args.grpc_header_forward_pattern:
+        HeaderForwarder(args.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
+        options["header_forward_pattern"] = args.grpc_header_forward_pattern
     if args.grpc_use_ssl or args.grpc_use_ssl_mutual:
         options["ssl_context"] = tls_context(
             args.grpc_server_cert, args.grpc_server_key, args.grpc_root_cert or None,

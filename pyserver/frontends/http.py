@@ -47,6 +47,7 @@ from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
 from pyserver.core.types import ImmediateFuture
 from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
 from pyserver.engine.http_infer import http_message
+from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,
     decode_common_request,
@@ -299,7 +300,7 @@ class _HttpConnection(asyncio.Protocol):
         self._server = frontend._server
         self._transport = None
         self._parser = RequestParser(self, frontend.max_header_size, frontend.max_body_size,
-                                     _Reject)
+                                     _Reject, frontend.header_forwarder is not None)
         self._http10 = False
         self._pending = collections.deque()
         self._closing = False
@@ -873,6 +874,8 @@ class _HttpConnection(asyncio.Protocol):
                     model, version, lambda k: headers.get(k.encode()), body,
                     frontend.max_input_size, frontend.shared_memory,
                     lambda: server.model_config(model, version))
+            if frontend.header_forwarder is not None:
+                frontend.header_forwarder.forward(self._parser.raw_headers, request.parameters)
             # answered as the request's batch completes, not an iteration later
             fut = server.submit(request, ImmediateFuture())
         except Exception as e:
@@ -902,6 +905,9 @@ class _HttpConnection(asyncio.Protocol):
         try:
             request = decode_generate_request(model, version, body,
                                               server.model_config(model, version))
+            forwarder = self._frontend.header_forwarder
+            if forwarder is not None:
+                forwarder.forward(self._parser.raw_headers, request.parameters)
         except Exception as e:
             return self._respond_exception(e, keep_alive)
         if stream:
@@ -983,14 +989,20 @@ class HttpFrontend:
 
     ``restricted_apis``: {group: (header key, header value)} as returned by
     ``parse_restricted_api`` (``--http-restricted-api``); requests to a
-    restricted group without that header get 403."""
+    restricted group without that header get 403. ``header_forward_pattern``
+    (``--http-header-forward-pattern``): infer and generate requests get the
+    headers it matches as string parameters (header_forward.py)."""
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
                  max_input_size: int = DEFAULT_MAX_INPUT_SIZE, backlog: int = 1024,
                  reuse_port: bool = False, restricted_apis: dict | None = None,
                  max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
-                 max_body_size: int | None = None, idle_timeout: float | None = None):
+                 max_body_size: int | None = None, idle_timeout: float | None = None,
+                 header_forward_pattern: str = ""):
         self._server = server
+        # --http-header-forward-pattern: matching headers become request parameters
+        self.header_forwarder = HeaderForwarder(header_forward_pattern) \
+            if header_forward_pattern else None
         self.host = host
         self.port = port
         self.max_input_size = max_input_size

@@ -255,6 +255,12 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
     ("--cuda-memory-pool-byte-size=64MB",
      "--cuda-memory-pool-byte-size expects <GPU device ID>:<pool byte size>, got '64MB'"),
     ("--cuda-memory-pool-byte-size=0:-1", "the GPU device ID and the size must be >= 0"),
+    ("--model-namespacing=true", "--model-namespacing=true is not supported"),
+    ("--allow-sagemaker=true", "there is no SageMaker endpoint"),
+    ("--allow-vertex-ai=1", "there is no Vertex AI endpoint"),
+    ("--http-header-forward-pattern=(", "'(' is not a valid regular expression"),
+    ("--grpc-header-forward-pattern=[a", "--grpc-header-forward-pattern '[a' is not a valid"),
+    ("--grpc-keepalive-time=-5", "--grpc-keepalive-time must be >= 0, not -5"),
 ])
 def test_unusable_tritonserver_flags_stop_the_server_with_a_reason(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path),
@@ -262,3 +268,69 @@ def test_unusable_tritonserver_flags_stop_the_server_with_a_reason(tmp_path, fla
                            flag], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert message in proc.stdout + proc.stderr
+
+
+def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
+    """Two servers listen on the same HTTP and gRPC ports with
+    --reuse-http-port/--reuse-grpc-port (a third, without, cannot), the
+    deprecated --trace-* flags set the trace settings, and the flags of
+    things this server does not have are accepted and said in the log."""
+    from pyserver.testing import write_add_sub
+    write_add_sub(tmp_path / "models")
+    trace_file = tmp_path / "trace.json"
+    http_port, grpc_port = free_port(), free_port()
+
+    def launch(*extra):
+        return subprocess.Popen(
+            [sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path / "models"),
+             "--http-address=127.0.0.1", f"--http-port={http_port}",
+             "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}", "--allow-metrics=false",
+             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    reuse = ["--reuse-http-port=true", "--reuse-grpc-port=true"]
+    first = launch(*reuse, f"--trace-file={trace_file}", "--trace-level=TIMESTAMPS",
+                   "--trace-rate=1", "--trace-log-frequency=5", "--trace-config=rate=2",
+                   "--backend-directory=/opt/tritonserver/backends", "--model-namespacing=false",
+                   "--allow-sagemaker=false", "--host-policy=numa0,cpu-cores=0-1",
+                   "--grpc-keepalive-time=60000", "--grpc-keepalive-permit-without-calls=true",
+                   "--model-load-retry-count=1")
+    second = third = None
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.is_server_ready():
+                    break
+            except Exception:
+                pass
+            assert first.poll() is None, first.stdout.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        settings = client.get_trace_settings()
+        assert settings["trace_file"] == str(trace_file)
+        assert settings["trace_level"] == ["TIMESTAMPS"] and settings["log_frequency"] == "5"
+        assert settings["trace_rate"] == "2"  # --trace-config wins over --trace-rate
+        second = launch(*reuse)
+        third = launch()  # no reuse: the ports are taken
+        assert third.wait(60) == 1
+        refused = third.stdout.read()
+        assert "failed to start HTTP service: " in refused and "address already in use" in refused
+        assert "Traceback" not in refused
+        deadline = time.monotonic() + 60
+        out = ""
+        while "Started GRPCInferenceService" not in out:
+            assert second.poll() is None and time.monotonic() < deadline, out
+            out += second.stdout.readline()
+        assert "Started HTTPService at 127.0.0.1:%d" % http_port in out
+    finally:
+        for proc in (first, second, third):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        log = first.communicate(timeout=30)[0]
+        if second is not None:
+            second.communicate(timeout=30)
+    assert "'--trace-file' is deprecated: use '--trace-config triton,file=<value>'" in log
+    assert "--backend-directory has no effect on this server" in log
+    assert "--host-policy has no effect on this server" in log
+

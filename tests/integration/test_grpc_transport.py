@@ -96,11 +96,23 @@ def test_tls_options_from_the_command_line(certs):
     import argparse
 
     from pyserver.frontends import grpc_options
+    from pyserver.frontends.grpc_keepalive import KeepaliveOptions
 
     p = argparse.ArgumentParser()
     grpc_options.add_cli_arguments(p)
     opts = frontend_options(p.parse_args([]))
-    assert opts == {"response_compression": 0}
+    assert opts == {"response_compression": 0, "reuse_port": False,
+                    "keepalive": KeepaliveOptions()}  # Triton's defaults
+    opts = frontend_options(p.parse_args([
+        "--reuse-grpc-port=true", "--grpc-header-forward-pattern=x-.*",
+        "--grpc-keepalive-time=1000", "--grpc-keepalive-timeout=500",
+        "--grpc-keepalive-permit-without-calls=1", "--grpc-http2-max-pings-without-data=0",
+        "--grpc-http2-min-recv-ping-interval-without-data=100", "--grpc-http2-max-ping-strikes=0",
+        "--grpc-max-connection-age=60000", "--grpc-max-connection-age-grace=5000"]))
+    assert opts["reuse_port"] and opts["header_forward_pattern"] == "x-.*"
+    assert opts["keepalive"] == KeepaliveOptions(1000, 500, True, 0, 100, 0, 60000, 5000)
+    with pytest.raises(ValueError, match="--grpc-keepalive-timeout must be >= 0, not -1"):
+        frontend_options(p.parse_args(["--grpc-keepalive-timeout=-1"]))
     opts = frontend_options(p.parse_args([
         "--grpc-use-ssl=true", f"--grpc-server-cert={certs['server.crt']}",
         f"--grpc-server-key={certs['server.key']}",

@@ -341,6 +341,54 @@ def test_startup_load_model_flag_errors(tmp_path, start_server):
                                  "if specified at all.")
 
 
+FLAKY_INIT_MODEL = """
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # fails its first two loads: a resource that comes up late
+        marker = Path(args["model_repository"]) / "tries"
+        tries = int(marker.read_text()) if marker.exists() else 0
+        marker.write_text(str(tries + 1))
+        if tries < 2:
+            raise RuntimeError(f"not up yet (try {tries + 1})")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+
+def write_flaky(repo: Path) -> Path:
+    model = repo / "flaky"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(FLAKY_INIT_MODEL)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'parameters { key: "pyserver_execution_mode" value { string_value: "thread" } }\n')
+    return model
+
+
+def test_model_load_retry_count(tmp_path, start_server, caplog):
+    model = write_flaky(tmp_path / "one_retry")
+    s = start_server(tmp_path / "one_retry", exit_on_error=False, model_load_retry_count=1)
+    row = index(s.url)[("flaky", "")]
+    assert row["state"] == "UNAVAILABLE" and "not up yet (try 2)" in row["reason"]
+    assert (model / "tries").read_text() == "2"  # the load and one retry
+    model = write_flaky(tmp_path / "two_retries")
+    with caplog.at_level(logging.WARNING, logger="pyserver"):
+        s = start_server(tmp_path / "two_retries", model_load_retry_count=2)
+    assert httpclient.InferenceServerClient(s.url).is_model_ready("flaky")
+    assert (model / "tries").read_text() == "3"
+    retries = [r.getMessage() for r in caplog.records if " of 2): " in r.getMessage()]
+    assert len(retries) == 2
+    assert retries[0].startswith("failed to load 'flaky', trying again (retry 1 of 2): ")
+    assert "not up yet (try 1)" in retries[0] and "not up yet (try 2)" in retries[1]
+
+
 SLOW_INIT_MODEL = '''
 import time
 import triton_python_backend_utils as pb_utils
