@@ -105,10 +105,11 @@ cdef class RequestPath:
             return self.output_tensor(out, value, datatype, self.batching)
         return new_tensor(out.name, datatype, list(value.shape), value, None)
 
-    def scatter(self, list requests, dict outputs, Py_ssize_t total):
+    def scatter(self, list requests, dict outputs, Py_ssize_t total, dict split=None):
         """Sets each pending request's ``response``: its rows of the outputs
         it asked for (views, no copies). The batch dimension of ``outputs``
-        was checked by the caller."""
+        was checked by the caller. ``split``: outputs already cut per request
+        (batch outputs), {name: [part of each request]}."""
         cdef Py_ssize_t n = len(requests), i, offset
         cdef dict rows
         if n == 1 or not self.batching:
@@ -124,6 +125,8 @@ cdef class RequestPath:
                 bounds.append((offset, offset + size))
                 offset += size
             rows = {name: [value[a:b] for a, b in bounds] for name, value in outputs.items()}
+        if split:
+            rows.update(split)
         cdef list tensors
         cdef InferRequest req
         cdef dict types = self.output_types

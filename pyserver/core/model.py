@@ -27,6 +27,7 @@ from pyserver.core.config import backend_name, config_to_json
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
+from pyserver.core.ragged import BatchShaping
 from pyserver.core.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
 from pyserver.core.types import (
     InferRequest,
@@ -53,6 +54,19 @@ EAGER_PARAMETER = "pyserver_batching"
 # An unloading model's queue gets this long without progress before what is
 # left in it fails.
 QUEUE_STALL_S = 1.0
+
+
+def _gather_rows(name: str, parts: list) -> np.ndarray:
+    """One input of a batch: the requests' arrays one after the other along
+    the batch dimension (in C, GIL released for large ones)."""
+    if parts[0].dtype == np.object_:
+        return np.concatenate(parts)
+    out = np.empty((sum(a.shape[0] for a in parts),) + parts[0].shape[1:], dtype=parts[0].dtype)
+    try:
+        gather(parts, out)
+    except BufferError:  # a source not in row-major order
+        gather([np.ascontiguousarray(a) for a in parts], out)
+    return out
 
 
 def _outputs_of(result) -> dict | None:
@@ -165,6 +179,9 @@ class ModelVersion:
         self.required_inputs = [n for n, s in self.inputs.items() if not s.optional]
         self.has_optional = any(s.optional for s in self.inputs.values())
         self._enforced = [n for n, s in self.inputs.items() if s.variable and not s.ragged]
+        # allow_ragged_batch, batch_input, batch_output (checked here)
+        shaping = BatchShaping(config)
+        self._shaping = shaping if shaping.active else None
         self.enforce_shapes = bool(self._enforced) or self.has_optional
         # Decoupled models answer 0..N times per request, through a
         # ResponseStream in place of the request's future (Server.submit_stream).
@@ -557,25 +574,15 @@ class ModelVersion:
         return (t_start, t_end, t_end, t_end, code, message)
 
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
+        if self._shaping is not None:  # ragged inputs, batch inputs
+            return self._shaping.gather(requests, _gather_rows)
         if len(requests) == 1:
             return requests[0].arrays  # a batch of one is zero-copy
         batched = gather_batch(requests)  # the common case, in C
         if batched is not None:
             return batched
-        total = sum(p.batch_size for p in requests)
-        batched = {}
-        for name in requests[0].arrays:
-            parts = [p.arrays[name] for p in requests]
-            if parts[0].dtype == np.object_:
-                batched[name] = np.concatenate(parts)
-                continue
-            out = np.empty((total,) + parts[0].shape[1:], dtype=parts[0].dtype)
-            try:
-                gather(parts, out)
-            except BufferError:  # a source not in row-major order
-                gather([np.ascontiguousarray(a) for a in parts], out)
-            batched[name] = out
-        return batched
+        return {name: _gather_rows(name, [p.arrays[name] for p in requests])
+                for name in requests[0].arrays}
 
     def _output_tensor(self, out, value, datatype: str, batching: bool) -> InferTensor:
         """One requested output as sent back: as is, or its top-k entries when
@@ -588,10 +595,14 @@ class ModelVersion:
 
     def _scatter_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
         batching = self.max_batch_size > 0
+        split = None
+        if self._shaping is not None:  # batch outputs: shaped by their requests' inputs
+            outputs = dict(outputs)
+            split = self._shaping.split_outputs(requests, outputs)
         for name, value in outputs.items():
             if batching and (value.ndim == 0 or value.shape[0] != total):
                 raise ServerError(
                     Code.INTERNAL,
                     f"model '{self.name}' output '{name}' has batch dimension "
                     f"{value.shape[0] if value.ndim else 'none'}, expected {total}")
-        self._path.scatter(requests, outputs, total)
+        self._path.scatter(requests, outputs, total, split)
