@@ -188,3 +188,20 @@ def test_bad_batch_io_is_refused_with_tritons_text(extra, message):
     with pytest.raises(ServerError) as exc:
         BatchShaping(_config(BASE + extra))
     assert exc.value.message == message
+
+
+def test_batch_io_on_a_pytorch_model_fails_its_load_with_the_reason(tmp_path, start_server):
+    model = tmp_path / "torch_ragged"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.pt").write_bytes(b"never read")
+    (model / "config.pbtxt").write_text(BASE.replace('name: "m"', 'name: "torch_ragged"') + """
+        backend: "pytorch"
+        batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "C" data_type: TYPE_INT32
+                        source_input: "X" } ]""")
+    s = start_server(tmp_path, exit_on_error=False)
+    index = httpclient.InferenceServerClient(s.url).get_model_repository_index()
+    row = next(r for r in index if r["name"] == "torch_ragged")
+    assert row["state"] == "UNAVAILABLE"
+    assert "batch_input and batch_output are supported for onnxruntime models only, not " \
+           "pytorch" in row["reason"]
+
