@@ -142,8 +142,9 @@ def test_requests_of_different_lengths_batch_together(served):
 
 
 def _config(text):
-    from pyserver._proto import message_class
     from google.protobuf import text_format
+
+    from pyserver._proto import message_class
     return text_format.Parse(text, message_class("inference.ModelConfig")())
 
 
