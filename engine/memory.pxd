@@ -82,7 +82,11 @@ cdef extern from "pyserver/cuda_stream_pool.h" namespace "pyserver" nogil:
         Status Synchronize()
 
 
-cdef class PinnedMemoryPool:
+cdef class _Pool:
+    cdef CMemoryPool* pool  # the subclass's pool, which owns it
+
+
+cdef class PinnedMemoryPool(_Pool):
     cdef unique_ptr[CPinnedMemoryPool] c
     cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
 
@@ -93,7 +97,7 @@ cdef class HostBuffer:
     cdef Py_ssize_t shape[1]
 
 
-cdef class CudaMemoryPool:
+cdef class CudaMemoryPool(_Pool):
     cdef unique_ptr[CCudaMemoryPool] c
     cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
 

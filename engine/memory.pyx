@@ -193,7 +193,23 @@ def cuda_stream_synchronize(size_t stream):
 cdef char* _BYTE_FORMAT = b"B"
 
 
-cdef class PinnedMemoryPool:
+cdef class _Pool:
+    """What the pinned and the CUDA pools share: csrc's MemoryPool."""
+
+    def trim(self):
+        """Frees the cached (unused) blocks."""
+        with nogil:
+            self.pool.Trim()
+
+    def stats(self):
+        cdef MemoryPoolStats s = self.pool.stats()
+        return {"capacity": s.capacity, "in_use_bytes": s.in_use_bytes,
+                "cached_bytes": s.cached_bytes, "reuses": s.reuses,
+                "allocations": s.allocations, "unpooled": s.unpooled, "pinned": s.pinned,
+                "device": s.device}
+
+
+cdef class PinnedMemoryPool(_Pool):
     """Host buffers from csrc's pool: page-locked through CUDA when a device
     is usable (``use_cuda``), plain page-aligned memory otherwise; cached per
     size class up to ``capacity`` bytes, served unpooled beyond it."""
@@ -209,6 +225,7 @@ cdef class PinnedMemoryPool:
                 self.own_runtime.reset(new CudaRuntime(names))
                 rt = self.own_runtime.get()
         self.c.reset(new CPinnedMemoryPool(capacity, rt))
+        self.pool = self.c.get()
 
     @property
     def pinned(self):
@@ -228,20 +245,8 @@ cdef class PinnedMemoryPool:
         buf.shape[0] = <Py_ssize_t>nbytes
         return buf
 
-    def trim(self):
-        """Frees the cached (unused) blocks."""
-        with nogil:
-            self.c.get().Trim()
-
-    def stats(self):
-        return _pool_stats(self.c.get().stats())
 
 
-cdef dict _pool_stats(MemoryPoolStats s):
-    return {"capacity": s.capacity, "in_use_bytes": s.in_use_bytes,
-            "cached_bytes": s.cached_bytes, "reuses": s.reuses,
-            "allocations": s.allocations, "unpooled": s.unpooled, "pinned": s.pinned,
-            "device": s.device}
 
 
 cdef class HostBuffer:
@@ -281,7 +286,7 @@ cdef class HostBuffer:
 # ---------------------------------------------------------------- CUDA memory pool
 
 
-cdef class CudaMemoryPool:
+cdef class CudaMemoryPool(_Pool):
     """Device memory on GPU ``device`` from csrc's pool: blocks cached per
     size class up to ``capacity`` bytes (--cuda-memory-pool-byte-size), plain
     cudaMalloc beyond it. ``cuda_library``: a libcudart to load instead of
@@ -297,6 +302,7 @@ cdef class CudaMemoryPool:
             self.own_runtime.reset(new CudaRuntime(names))
             rt = self.own_runtime.get()
         check_status(CCudaMemoryPool.Create(rt[0], device, capacity, &self.c))
+        self.pool = self.c.get()
 
     @property
     def device(self):
@@ -313,13 +319,6 @@ cdef class CudaMemoryPool:
         blk.pool = self
         return blk
 
-    def trim(self):
-        """Frees the cached (unused) blocks."""
-        with nogil:
-            self.c.get().Trim()
-
-    def stats(self):
-        return _pool_stats(self.c.get().stats())
 
 
 cdef class DeviceBlock:

@@ -22,6 +22,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_until_ready(client, proc, timeout=60):
+    """Until the server process answers ready; fails with its output if it exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if client.is_server_ready():
+                return
+        except Exception:
+            pass
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "server did not become ready"
+        time.sleep(0.1)
+
+
 def test_serves_the_example_repository():
     port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
@@ -32,16 +46,7 @@ def test_serves_the_example_repository():
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if client.is_server_ready():
-                    break
-            except Exception:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+        wait_until_ready(client, proc)
         # the README's snippet
         a = np.arange(16, dtype=np.float32).reshape(1, 16)
         b = np.ones((1, 16), dtype=np.float32)
@@ -297,16 +302,7 @@ def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
     second = third = None
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if client.is_server_ready():
-                    break
-            except Exception:
-                pass
-            assert first.poll() is None, first.stdout.read()
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_ready(client, first)
         settings = client.get_trace_settings()
         assert settings["trace_file"] == str(trace_file)
         assert settings["trace_level"] == ["TIMESTAMPS"] and settings["log_frequency"] == "5"
