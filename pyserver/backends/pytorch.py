@@ -194,11 +194,13 @@ class PyTorchBackend:
                         f"An input of type '{arg.type}' was detected in the model. Only a single "
                         "input of type Dict(str, Tensor) or input(s) of type Tensor are supported.")
                 allowed.append(arg.name)
-            if len(arguments) != len(config.input):
+            # batch_input tensors are forward() arguments after the inputs
+            expected = len(config.input) + len(config.batch_input)
+            if len(arguments) != expected:
                 raise ServerError(
                     Code.INVALID_ARG,
                     f"unable to load model '{self.name}', configuration expects "
-                    f"{len(config.input)} inputs, model provides {len(arguments)}")
+                    f"{expected} inputs, model provides {len(arguments)}")
         if not config.input:
             raise ServerError(Code.INTERNAL, "model configuration must contain at least one "
                                              "input, none were specified.")
@@ -232,6 +234,25 @@ class PyTorchBackend:
                     f"forward() takes {self.n_args}")
             self.input_index[t.name] = index
             self.input_kinds[t.name] = type_name
+        # The batch inputs the server makes (core/ragged.py), placed as
+        # Triton's backend places them: by name, by __<index>, or after the
+        # configured inputs in order.
+        targets = [(name, data_type_name(bi.data_type))
+                   for bi in config.batch_input for name in bi.target_name]
+        for position, (name, type_name) in enumerate(targets, start=len(names)):
+            if convention == "forward" and name in allowed:
+                index = allowed.index(name)
+            elif convention == "index" and _index_suffix(name) is not None:
+                index = _index_suffix(name)
+            else:
+                index = position
+            if not self.dict_input and not 0 <= index < self.n_args:
+                raise ServerError(
+                    Code.INVALID_ARG,
+                    f"batch input '{name}' of model '{self.name}' refers to argument {index} "
+                    f"but forward() takes {self.n_args}")
+            self.input_index[name] = index
+            self.input_kinds[name] = type_name
 
     def _tensor_type(self, t, kind: str, batching: bool) -> str:
         """A config tensor's type name, checked as Triton's backend checks it:

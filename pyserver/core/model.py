@@ -181,10 +181,10 @@ class ModelVersion:
         self._enforced = [n for n, s in self.inputs.items() if s.variable and not s.ragged]
         # allow_ragged_batch, batch_input, batch_output (checked here)
         shaping = BatchShaping(config)
-        if (shaping.inputs or shaping.outputs) and self.backend_name in ("pytorch", "tensorrt"):
+        if (shaping.inputs or shaping.outputs) and self.backend_name == "tensorrt":
             raise ServerError(Code.UNSUPPORTED,
                               f"unable to load model '{name}': batch_input and batch_output are "
-                              f"supported for onnxruntime models only, not {self.backend_name}")
+                              "supported for onnxruntime and pytorch models, not tensorrt")
         self._shaping = shaping if shaping.active else None
         self.enforce_shapes = bool(self._enforced) or self.has_optional
         # Decoupled models answer 0..N times per request, through a

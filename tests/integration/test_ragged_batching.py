@@ -191,18 +191,70 @@ def test_bad_batch_io_is_refused_with_tritons_text(extra, message):
     assert exc.value.message == message
 
 
-def test_batch_io_on_a_pytorch_model_fails_its_load_with_the_reason(tmp_path, start_server):
+TORCH_CONFIG = """
+name: "torch_ragged"
+backend: "pytorch"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INDEX"
+                data_type: TYPE_INT32 source_input: "INPUT" } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ -1 ] },
+         { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 1 ] } ]
+batch_output [ { target_name: "OUTPUT__0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE
+                 source_input: "INPUT" } ]
+dynamic_batching { max_queue_delay_microseconds: 2000000 preferred_batch_size: [ 2 ] }
+"""
+
+
+def test_pytorch_model_gets_its_batch_input_as_a_forward_argument(tmp_path, start_server):
+    torch = pytest.importorskip("torch")
+
+    class Ragged(torch.nn.Module):
+        def forward(self, INPUT, INDEX):  # noqa: N803 (named as the config's tensors)
+            running = torch.cat([torch.zeros(1), torch.cumsum(INPUT, 0)])
+            ends = running[INDEX.long()]
+            starts = torch.cat([torch.zeros(1), ends[:-1]])
+            return INPUT * 2, (ends - starts).reshape(-1, 1)
+
     model = tmp_path / "torch_ragged"
     (model / "1").mkdir(parents=True)
-    (model / "1" / "model.pt").write_bytes(b"never read")
-    (model / "config.pbtxt").write_text(BASE.replace('name: "m"', 'name: "torch_ragged"') + """
-        backend: "pytorch"
+    torch.jit.script(Ragged()).save(str(model / "1" / "model.pt"))
+    (model / "config.pbtxt").write_text(TORCH_CONFIG)
+    s = start_server(tmp_path)
+    values = {n: np.arange(n, dtype=np.float32).reshape(1, n) + n for n in (2, 6)}
+    results = {}
+
+    def send(n):
+        client = httpclient.InferenceServerClient(s.url)
+        inp = httpclient.InferInput("INPUT", [1, n], "FP32")
+        inp.set_data_from_numpy(values[n])
+        results[n] = client.infer("torch_ragged", [inp])
+        client.close()
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in values]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("torch_ragged")
+    assert [b["batch_size"] for b in stats["model_stats"][0]["batch_stats"]] == [2]
+    for n, r in results.items():
+        assert np.array_equal(r.as_numpy("OUTPUT__0"), 2 * values[n])  # shaped [1, n]
+        assert r.as_numpy("OUTPUT__1")[0, 0] == pytest.approx(values[n].sum())
+
+
+def test_batch_io_on_a_tensorrt_model_fails_its_load_with_the_reason(tmp_path, start_server):
+    pytest.importorskip("tensorrt", reason="the backend loads before the config is checked")
+    model = tmp_path / "trt_ragged"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.plan").write_bytes(b"never read")
+    (model / "config.pbtxt").write_text(BASE.replace('name: "m"', 'name: "trt_ragged"') + """
+        platform: "tensorrt_plan"
         batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "C" data_type: TYPE_INT32
                         source_input: "X" } ]""")
     s = start_server(tmp_path, exit_on_error=False)
     index = httpclient.InferenceServerClient(s.url).get_model_repository_index()
-    row = next(r for r in index if r["name"] == "torch_ragged")
+    row = next(r for r in index if r["name"] == "trt_ragged")
     assert row["state"] == "UNAVAILABLE"
-    assert "batch_input and batch_output are supported for onnxruntime models only, not " \
-           "pytorch" in row["reason"]
-
+    assert "batch_input and batch_output are supported for onnxruntime and pytorch models, " \
+           "not tensorrt" in row["reason"], row["reason"]
