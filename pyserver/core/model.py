@@ -208,6 +208,9 @@ class ModelVersion:
             if self.config.HasField("dynamic_batching") else 0
         self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
         self.instances: list[ModelInstance] = []
+        # instance_group { passive: true }: loaded (and warmed up) but given
+        # no work, as Triton keeps them
+        self.passive_instances: list[ModelInstance] = []
         # The common case of validate() and of cutting outputs into
         # responses, compiled (engine/request_path.pyx).
         self._path = RequestPath(name, self.version_str, self.inputs, self.outputs,
@@ -263,7 +266,10 @@ class ModelVersion:
                 return False
         return True
 
-    def add_instance(self, name: str, backend):
+    def add_instance(self, name: str, backend, passive: bool = False):
+        if passive:
+            self.passive_instances.append(ModelInstance(self, name, backend))
+            return
         self.instances.append(ModelInstance(self, name, backend))
         attach = getattr(backend, "attach", None)
         if attach is not None:  # backends that answer on their own (decoupled, BLS)
@@ -314,7 +320,7 @@ class ModelVersion:
         for instance in self.instances:
             if instance.thread.is_alive():
                 instance.thread.join(timeout=30)
-        for instance in self.instances:
+        for instance in self.instances + self.passive_instances:
             close = getattr(instance.backend, "close", None)
             if close is not None:
                 close()

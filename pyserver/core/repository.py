@@ -150,7 +150,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                           "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
-    instance_total = sum(g.count for g in config.instance_group)
+    instance_total = sum(g.count for g in config.instance_group if not g.passive)
     threads = max(1, compute_cores() // max(1, instance_total * max(1, sharing)))
     loaded = []
     try:
@@ -170,7 +170,8 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
             for group in config.instance_group:
                 for i in range(group.count):
                     name = f"{group.name}_{i}"
-                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads))
+                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads),
+                                    passive=group.passive)
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:

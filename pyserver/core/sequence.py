@@ -224,7 +224,8 @@ class SequenceControls:
         settings = {
             "model_name": config.name,
             "max_batch_size": int(config.max_batch_size),
-            "instance_count": max(1, sum(g.count for g in config.instance_group)),
+            "instance_count": max(1, sum(g.count for g in config.instance_group
+                                         if not g.passive)),
             "max_sequence_idle_microseconds": self.max_sequence_idle_us,
             "strategy": self.strategy,
             "iterative": self.iterative,

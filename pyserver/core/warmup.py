@@ -127,11 +127,11 @@ def _bytes_data(which: str, meta, model_dir: Path, name: str, count: int) -> np.
 
 
 def run(mv, samples: list[WarmupSample]) -> None:
-    """Runs every sample on every instance of a loaded (not yet started)
-    ModelVersion; raises ServerError on the first failure."""
+    """Runs every sample on every instance (passive ones too) of a loaded
+    (not yet started) ModelVersion; raises ServerError on the first failure."""
     from pyserver.core.model import PendingRequest
 
-    for instance in mv.instances:
+    for instance in mv.instances + mv.passive_instances:
         takes_requests = getattr(instance.backend, "takes_requests", False)
         for sample in samples:
             for iteration in range(1, sample.count + 1):

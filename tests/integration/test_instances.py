@@ -86,3 +86,26 @@ def test_failing_batch_fails_only_its_request(probe):
     assert stats["inference_stats"]["fail"]["count"] == 1
     assert stats["failure_reasons"]["BACKEND"] == 1
     assert stats["inference_stats"]["success"]["count"] == 1
+
+
+def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
+    """instance_group { passive: true }: its instances are made (as Triton
+    loads them) but the scheduler never gives them a batch."""
+    register_backend("probe_backend", ProbeBackend)
+    d = tmp_path / "probe"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model").write_text("")
+    config = CONFIG.replace(
+        "instance_group [ { count: 2 kind: KIND_CPU } ]",
+        'instance_group [ { count: 1 kind: KIND_CPU },\n'
+        '                 { name: "spare" count: 2 kind: KIND_CPU passive: true } ]')
+    (d / "config.pbtxt").write_text(config + 'default_model_filename: "model"\n')
+    ProbeBackend.instances_seen = set()
+    s = start_server(tmp_path)
+    mv = s.run(s.server.models.resolve, "probe", "")
+    assert [i.name for i in mv.instances] == ["probe_0_0"]
+    assert [i.name for i in mv.passive_instances] == ["spare_0", "spare_1"]
+    assert all(isinstance(i.backend, ProbeBackend) for i in mv.passive_instances)
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda v: infer(s.url, v), [1.0, 2.0, 3.0, 4.0])) == [2, 4, 6, 8]
+    assert ProbeBackend.instances_seen == {"probe_0_0"}
