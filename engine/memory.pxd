@@ -25,6 +25,7 @@ cdef extern from "pyserver/cuda_runtime.h" namespace "pyserver" nogil:
         const string& library()
         int device_count()
         Status SetDevice(int device)
+        Status PciBusId(int device, string* bus_id)
         Status StreamSynchronize(void* stream)
         Status Malloc(void** ptr, size_t bytes)
         Status Free(void* ptr)

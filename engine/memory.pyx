@@ -129,6 +129,28 @@ def cuda_add_search_paths(list paths):
     CudaRuntime.AddSearchPaths(names)
 
 
+def cuda_pci_bus_ids(library=None):
+    """The PCI bus IDs of the GPUs CUDA shows this process, in CUDA's order
+    (empty without a usable runtime). ``library``: as for cuda_runtime_info."""
+    cdef CudaRuntime* rt
+    cdef unique_ptr[CudaRuntime] own
+    cdef vector[string] names
+    cdef string bus_id
+    if library is None:
+        rt = &CudaRuntime.Get()
+    else:
+        names.push_back(str(library).encode())
+        own.reset(new CudaRuntime(names))
+        rt = own.get()
+    ids = []
+    if not rt.available():
+        return ids
+    for device in range(rt.device_count()):
+        check_status(rt.PciBusId(device, &bus_id))
+        ids.append(bus_id.decode())
+    return ids
+
+
 def cuda_set_device(int device):
     """Makes ``device`` current for the calling thread."""
     check_status(CudaRuntime.Get().SetDevice(device))

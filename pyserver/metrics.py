@@ -16,10 +16,8 @@ print ``3.0``, so :func:`exposition` writes the families built here
 (:class:`TritonMetricFamily`) the Triton way, and any other collector in the
 same registry the prometheus_client way.
 
-What a Triton build has and this one does not (yet):
-
-* GPU metrics (``nv_gpu_*``, ``nv_energy_consumption``; DCGM in Triton):
-  ``--allow-gpu-metrics`` is accepted, nothing is published.
+GPU metrics (``nv_gpu_*``, ``nv_energy_consumption``) come from NVML
+(gpu_metrics.py) where the driver is present, with ``--allow-gpu-metrics``.
 """
 
 from __future__ import annotations
@@ -183,7 +181,8 @@ def add_cli_arguments(parser) -> None:
     group.add_argument("--allow-metrics", type=boolean, default=True,
                        help="serve Prometheus metrics (default true)")
     group.add_argument("--allow-gpu-metrics", type=boolean, default=True,
-                       help="GPU metrics (accepted; this build publishes none)")
+                       help="GPU utilization, memory, power and energy gauges from NVML "
+                       "(default true)")
     group.add_argument("--allow-cpu-metrics", type=boolean, default=True,
                        help="CPU utilization and memory gauges (default true)")
     group.add_argument("--metrics-address", default=None,
@@ -445,12 +444,19 @@ class EngineCollector:
     ``version_str``, ``stats.snapshot()``, ``load_duration_s`` and ``config``.
     """
 
-    def __init__(self, server, config: MetricsConfig | None = None, host: HostSampler | None = None):
+    def __init__(self, server, config: MetricsConfig | None = None, host: HostSampler | None = None,
+                 gpus=None):
         self._server = server
         self.config = config or MetricsConfig()
         if host is None and self.config.allow_cpu_metrics:
             host = HostSampler(self.config.metrics_interval_ms / 1000.0)
         self._host = host if self.config.allow_cpu_metrics else None
+        if gpus is None and self.config.allow_gpu_metrics:
+            from pyserver.gpu_metrics import GpuSampler
+            gpus = GpuSampler(self.config.metrics_interval_ms / 1000.0)
+            if not gpus.gpus:
+                log.info("GPU metrics are not collected: %s", gpus.reason)
+        self._gpus = gpus if self.config.allow_gpu_metrics else None
         self._labels: dict = {}  # id(ModelVersion) -> (ModelVersion, labels)
 
     def describe(self):
@@ -572,6 +578,13 @@ class EngineCollector:
         return family
 
     def _server_families(self):
+        if self._gpus is not None:  # registered before the CPU ones in Triton
+            from pyserver.gpu_metrics import GPU_HELP
+            for name, typ, samples in self._gpus.families():
+                family = TritonMetricFamily(name, GPU_HELP[name], typ)
+                for labels, value in samples:
+                    family.add(labels, value)
+                yield family
         host = self._host
         if host is None:
             return

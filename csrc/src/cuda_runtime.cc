@@ -61,6 +61,7 @@ CudaRuntime::CudaRuntime(const std::vector<std::string>& candidates) {
   bool ok = Resolve(handle_, "cudaGetDeviceCount", &get_device_count_, &missing);
   ok &= Resolve(handle_, "cudaSetDevice", &set_device_, &missing);
   ok &= Resolve(handle_, "cudaGetDevice", &get_device_, &missing);
+  ok &= Resolve(handle_, "cudaDeviceGetPCIBusId", &pci_bus_id_, &missing);
   ok &= Resolve(handle_, "cudaHostAlloc", &host_alloc_, &missing);
   ok &= Resolve(handle_, "cudaFreeHost", &free_host_, &missing);
   ok &= Resolve(handle_, "cudaStreamCreateWithFlags", &stream_create_, &missing);
@@ -121,6 +122,15 @@ Status CudaRuntime::SetDevice(int device) const {
 Status CudaRuntime::GetDevice(int* device) const {
   if (!available_) return Status(StatusCode::kUnavailable, reason_);
   return Check(get_device_(device), "cudaGetDevice");
+}
+
+Status CudaRuntime::PciBusId(int device, std::string* bus_id) const {
+  if (!available_) return Status(StatusCode::kUnavailable, reason_);
+  char buffer[64] = {};
+  PYSERVER_RETURN_IF_ERROR(
+      Check(pci_bus_id_(buffer, sizeof(buffer) - 1, device), "cudaDeviceGetPCIBusId"));
+  *bus_id = buffer;
+  return Status::Ok();
 }
 
 Status CudaRuntime::StreamCreate(void** stream) const {

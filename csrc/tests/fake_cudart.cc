@@ -5,6 +5,7 @@
 // FAKE_CUDART_DEVICES=<n> sets the device count (default 1); -1 makes
 // cudaGetDeviceCount fail as it does on a machine without a driver.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,6 +37,15 @@ int cudaSetDevice(int device) {
 
 int cudaGetDevice(int* device) {
   *device = g_device;
+  return 0;
+}
+
+// Device n sits at bus n + 1.
+int cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  if (device < 0 || device >= count) return kErrorInvalidValue;
+  std::snprintf(bus_id, static_cast<size_t>(len), "0000:%02X:00.0", device + 1);
   return 0;
 }
 

@@ -292,6 +292,16 @@ TEST(CudaMemoryPool, ReusesBlocksOnItsDeviceAndLeavesTheCallersDevice) {
   EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);
 }
 
+TEST(CudaRuntime, PciBusIdOfADevice) {
+  ScopedEnv two_devices("FAKE_CUDART_DEVICES", "2");
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  std::string bus_id;
+  ASSERT_TRUE(runtime.PciBusId(1, &bus_id).ok());
+  EXPECT_EQ(bus_id, "0000:02:00.0");
+  EXPECT_EQ(runtime.PciBusId(7, &bus_id).message(), "cudaDeviceGetPCIBusId failed: invalid argument");
+}
+
 TEST(CudaMemoryPool, NeedsCudaAndAnExistingDevice) {
   CudaRuntime runtime({FAKE_CUDART_PATH});
   ASSERT_TRUE(runtime.available());

@@ -106,6 +106,7 @@ class FakeServer:
 
 def render(versions, **config):
     config.setdefault("allow_cpu_metrics", False)
+    config.setdefault("allow_gpu_metrics", False)
     from prometheus_client import CollectorRegistry
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(FakeServer(versions), MetricsConfig.from_cli(**config)))

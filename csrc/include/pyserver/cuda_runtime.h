@@ -49,6 +49,9 @@ class CudaRuntime {
   Status SetDevice(int device) const;
   // The calling thread's current device.
   Status GetDevice(int* device) const;
+  // The device's PCI bus ID, "domain:bus:device.function" (how NVML finds
+  // the same GPU).
+  Status PciBusId(int device, std::string* bus_id) const;
   Status StreamCreate(void** stream) const;
   Status StreamDestroy(void* stream) const;
   Status StreamSynchronize(void* stream) const;
@@ -69,6 +72,7 @@ class CudaRuntime {
   int (*get_device_count_)(int*) = nullptr;
   int (*set_device_)(int) = nullptr;
   int (*get_device_)(int*) = nullptr;
+  int (*pci_bus_id_)(char*, int, int) = nullptr;
   int (*host_alloc_)(void**, size_t, unsigned) = nullptr;
   int (*free_host_)(void*) = nullptr;
   int (*stream_create_)(void**, unsigned) = nullptr;
