@@ -29,6 +29,7 @@ from pyserver.core.inline_instance import InlineInstance, can_inline, inline_set
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
 from pyserver.core.ragged import BatchShaping
 from pyserver.core.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
+from pyserver.core.tracing import Tracer
 from pyserver.core.types import (
     InferRequest,
     InferResponse,
@@ -571,10 +572,13 @@ class ModelVersion:
         """Adds the queue and compute timestamps to the traced requests."""
         names = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
         for p, enqueued in zip(batch.requests, batch.enqueue_ns()):
-            if p.trace is not None:
-                stamps = p.trace["timestamps"]
-                stamps.append({"name": "QUEUE_START", "ns": enqueued})
-                stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
+            trace = p.trace
+            if trace is not None:
+                stamps = trace.get("timestamps")
+                if stamps is not None:
+                    stamps.append({"name": "QUEUE_START", "ns": enqueued})
+                    stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
+                Tracer.backend_inputs(trace, p.arrays)
 
     def failed_batch(self, t_start: int, err: Exception) -> tuple:
         t_end = now_ns()

@@ -310,7 +310,7 @@ class Server:
                     continue
                 del handles[future]
                 if p.trace is not None:
-                    self.tracer.finish(p.trace, now_ns())
+                    self.tracer.finish(p.trace, now_ns(), p.response)
                 if not future.done():
                     response = p.response
                     # A backend that answers per request may fail one
@@ -529,7 +529,8 @@ class Server:
         if future is None:
             future = self._loop.create_future()
         if self.tracer.active:
-            pending = mv.submit(request, future, self.tracer.sample(mv.name, mv.version, now_ns()),
+            pending = mv.submit(request, future,
+                                self.tracer.sample(mv.name, mv.version, now_ns(), request),
                                 validated)
         else:
             pending = mv.submit(request, future, None, validated)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.core.errors import invalid_arg
 
 log = logging.getLogger("pyserver")
 
@@ -124,11 +124,6 @@ class TraceSettings:
                     if level not in _TRACE_LEVELS:
                         raise invalid_arg(f"unsupported trace level '{level}', expected one of "
                                           f"{', '.join(_TRACE_LEVELS)}")
-                    if level == "TENSORS":
-                        # Said plainly rather than accepted and ignored.
-                        raise ServerError(Code.UNSUPPORTED,
-                                          "trace level 'TENSORS' is not supported by this server "
-                                          "yet (TIMESTAMPS is)")
                 target[key] = list(levels)
             elif key in _TRACE_COUNTERS:
                 try:

@@ -1,11 +1,17 @@
-"""Request tracing (Triton's trace extension, TIMESTAMPS level).
+"""Request tracing (Triton's trace extension, TIMESTAMPS and TENSORS levels).
 
 Every trace_rate-th request of a model is traced, until trace_count runs
-out (-1: no limit). A traced request collects the engine clock's timestamps
-REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END,
-COMPUTE_OUTPUT_START, COMPUTE_END and REQUEST_END, and is written to
-trace_file as Triton writes traces: a JSON array of
-{"id", "model_name", "model_version", "timestamps": [{"name", "ns"}]}.
+out (-1: no limit). At TIMESTAMPS a traced request collects the engine
+clock's timestamps REQUEST_START, QUEUE_START, COMPUTE_START,
+COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and REQUEST_END; at
+TENSORS its tensors, as TENSOR_QUEUE_INPUT (the inputs as queued),
+TENSOR_BACKEND_INPUT (as the backend got them) and TENSOR_BACKEND_OUTPUT
+(each output of its response) entries:
+{"id", "activity", "tensor": {"name", "data": "v,v,...", "shape": "d,d",
+"dtype"}}, values written as C++ streams them, BYTES elements quoted,
+FP16/BF16 left empty (as Triton does). Traces go to trace_file as Triton
+writes them: a JSON array of {"id", "model_name", "model_version",
+"timestamps": [{"name", "ns"}]} records and those tensor entries.
 With log_frequency N > 0 every N traces go to "<trace_file>.<k>"; with 0
 they are written when tracing settings change and at shutdown.
 
@@ -18,6 +24,9 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
+
+from pyserver.core.dtypes import numpy_to_wire
 from pyserver.core.settings import TraceSettings
 
 log = logging.getLogger("pyserver")
@@ -35,15 +44,13 @@ class Tracer:
 
     def refresh(self, model_names) -> None:
         """Recomputes whether any model may be traced (after a settings change)."""
-        def on(values):
-            return "TIMESTAMPS" in values["trace_level"] and bool(values["trace_file"])
-        self.active = on(self.settings.as_dict()) or any(
-            on(self.settings.as_dict(name)) for name in model_names)
+        self.active = _on(self.settings.as_dict()) or any(
+            _on(self.settings.as_dict(name)) for name in model_names)
 
-    def sample(self, model_name: str, model_version: int, now_ns: int):
+    def sample(self, model_name: str, model_version: int, now_ns: int, request=None):
         """A new trace record when this request is to be traced, else None."""
         values = self.settings.as_dict(model_name)
-        if "TIMESTAMPS" not in values["trace_level"] or not values["trace_file"]:
+        if not _on(values):
             return None
         count = int(values["trace_count"])
         if count == 0:
@@ -56,17 +63,38 @@ class Tracer:
         if count > 0:
             self.settings.consume_count(model_name)
         record = {"id": self._next_id, "model_name": model_name, "model_version": model_version,
-                  "timestamps": [{"name": "REQUEST_START", "ns": now_ns}],
                   "_file": values["trace_file"], "_every": int(values["log_frequency"])}
+        if "TIMESTAMPS" in values["trace_level"]:
+            record["timestamps"] = [{"name": "REQUEST_START", "ns": now_ns}]
+        if "TENSORS" in values["trace_level"]:
+            record["_tensors"] = [tensor_entry(record["id"], "TENSOR_QUEUE_INPUT", t.name,
+                                               t.datatype, t.data)
+                                  for t in (request.inputs if request is not None else ())]
         self._next_id += 1
         return record
 
-    def finish(self, record: dict, now_ns: int) -> None:
-        record["timestamps"].append({"name": "REQUEST_END", "ns": now_ns})
+    @staticmethod
+    def backend_inputs(record: dict, arrays: dict) -> None:
+        """TENSOR_BACKEND_INPUT entries: the request's inputs as its backend got them."""
+        entries = record.get("_tensors")
+        if entries is not None:
+            entries.extend(tensor_entry(record["id"], "TENSOR_BACKEND_INPUT", name,
+                                        numpy_to_wire(value.dtype), value)
+                           for name, value in arrays.items())
+
+    def finish(self, record: dict, now_ns: int, response=None) -> None:
+        if "timestamps" in record:
+            record["timestamps"].append({"name": "REQUEST_END", "ns": now_ns})
         path = record.pop("_file")
         every = record.pop("_every")
+        entries = record.pop("_tensors", None)
         traces = self._pending.setdefault(path, [])
         traces.append(record)
+        if entries is not None:
+            for t in getattr(response, "outputs", None) or ():
+                entries.append(tensor_entry(record["id"], "TENSOR_BACKEND_OUTPUT", t.name,
+                                            t.datatype, t.data))
+            traces.extend(entries)
         if every > 0 and len(traces) >= every:
             index = self._file_index.get(path, 0)
             self._file_index[path] = index + 1
@@ -93,3 +121,37 @@ class Tracer:
                 json.dump(traces, f)
         except OSError as err:
             log.error("cannot write trace file %s: %s", path, err.strerror)
+
+
+def _on(values: dict) -> bool:
+    levels = values["trace_level"]
+    return ("TIMESTAMPS" in levels or "TENSORS" in levels) and bool(values["trace_file"])
+
+
+def _stream_value(value) -> str:
+    """A number as a C++ ostream writes it by default (6 significant digits)."""
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return "%g" % value
+    return str(value)
+
+
+def tensor_entry(trace_id: int, activity: str, name: str, datatype: str, data) -> dict:
+    """One tensor activity of a trace, as Triton's tracer serializes it."""
+    array = np.asarray(data)
+    if datatype == "BYTES":
+        text = ",".join('"%s"' % (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+                        for v in array.reshape(-1))
+    elif datatype in ("FP16", "BF16"):
+        text = ""  # Triton leaves them out
+    elif datatype == "BOOL":
+        text = ",".join("1" if v else "0" for v in array.reshape(-1))
+    else:
+        text = ",".join(_stream_value(v) for v in array.reshape(-1).tolist())
+    return {"id": trace_id, "activity": activity,
+            "tensor": {"name": name, "data": text,
+                       "shape": ",".join(str(d) for d in array.shape), "dtype": datatype}}
+

@@ -61,3 +61,51 @@ def test_log_frequency_writes_groups(tmp_path, start_server):
     assert not (tmp_path / "t.json.2").exists()
     s.call(s.server.stop())  # the rest is written at shutdown
     assert len(json.loads((tmp_path / "t.json.2").read_text())) == 1
+
+
+def test_tensors_level_records_inputs_and_outputs(tmp_path, start_server):
+    write_add_sub(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "tensors.json"
+    client.update_trace_settings(settings={
+        "trace_file": str(trace_file), "trace_level": ["TENSORS"], "trace_rate": "1",
+        "trace_count": "1", "log_frequency": "0"})
+    a = np.arange(16, dtype=np.float32).reshape(1, 16) / 4
+    inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+              httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(np.ones((1, 16), np.float32))
+    client.infer("add_sub", inputs)
+    client.update_trace_settings(settings={"trace_level": ["OFF"]})  # flushes the file
+    entries = json.loads(trace_file.read_text())
+    record, tensors = entries[0], entries[1:]
+    assert record["model_name"] == "add_sub" and "timestamps" not in record  # TENSORS only
+    assert all(t["id"] == record["id"] for t in tensors)
+    seen = {(t["activity"], t["tensor"]["name"]): t["tensor"] for t in tensors}
+    assert sorted(seen) == [
+        ("TENSOR_BACKEND_INPUT", "INPUT0"), ("TENSOR_BACKEND_INPUT", "INPUT1"),
+        ("TENSOR_BACKEND_OUTPUT", "OUTPUT0"), ("TENSOR_BACKEND_OUTPUT", "OUTPUT1"),
+        ("TENSOR_QUEUE_INPUT", "INPUT0"), ("TENSOR_QUEUE_INPUT", "INPUT1")]
+    queued = seen[("TENSOR_QUEUE_INPUT", "INPUT0")]
+    assert queued == {"name": "INPUT0", "shape": "1,16", "dtype": "FP32",
+                      "data": ",".join("%g" % v for v in a.reshape(-1))}
+    assert queued["data"].startswith("0,0.25,0.5,0.75,1,1.25")
+    out = seen[("TENSOR_BACKEND_OUTPUT", "OUTPUT0")]
+    assert out["data"] == ",".join("%g" % v for v in (a + 1).reshape(-1))
+
+
+def test_tensor_entries_write_values_as_triton():
+    from pyserver.core.tracing import tensor_entry
+    def data(datatype, values):
+        return tensor_entry(7, "TENSOR_QUEUE_INPUT", "x", datatype, values)["tensor"]["data"]
+    assert data("FP32", np.array([1.0, 1e8, 1 / 3], np.float32)) == "1,1e+08,0.333333"
+    assert data("INT64", np.array([[-3, 4]], np.int64)) == "-3,4"
+    assert data("BOOL", np.array([True, False])) == "1,0"
+    assert data("BYTES", np.array([b"ab", b"c d"], dtype=object)) == '"ab","c d"'
+    assert data("FP16", np.ones(3, np.float16)) == ""  # Triton leaves half floats out
+    entry = tensor_entry(7, "TENSOR_BACKEND_OUTPUT", "y", "INT32", np.zeros((2, 3), np.int32))
+    assert entry == {"id": 7, "activity": "TENSOR_BACKEND_OUTPUT",
+                     "tensor": {"name": "y", "data": "0,0,0,0,0,0", "shape": "2,3",
+                                "dtype": "INT32"}}
+

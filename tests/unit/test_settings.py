@@ -33,9 +33,8 @@ def test_trace_settings_global_and_model_override():
     t.update("m", {"trace_rate": "1"})
     assert t.as_dict("m")["trace_rate"] == "1"
     assert t.as_dict("m")["trace_level"] == ["OFF"]
-    with pytest.raises(ServerError) as err:  # tensor tracing is not built yet
-        t.update(None, {"trace_level": ["TENSORS"]})
-    assert err.value.code == Code.UNSUPPORTED
+    t.update(None, {"trace_level": ["TIMESTAMPS", "TENSORS"]})
+    assert t.as_dict()["trace_level"] == ["TIMESTAMPS", "TENSORS"]
     t.update(None, {"trace_level": ["TIMESTAMPS"], "trace_count": "2"})
     t.consume_count("m")
     assert t.as_dict("m")["trace_count"] == "1"
