@@ -8,7 +8,8 @@ every input's name, datatype, shape and bytes: XXH3-128 in C++ with the GIL
 released); a hit answers at once without queueing, a miss runs the model and
 stores the response when it succeeds. As in Triton, hits count as successful
 requests and cache hits but not as inferences or executions; decoupled
-models are never cached.
+models are never cached. An ensemble with response_cache enabled caches its
+top-level responses: a hit skips its steps (whose own caching is separate).
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ def _decode(raw: bytes, request_id: str) -> InferResponse:
                          header["parameters"] or None)
 
 
-def cache_usable(mv, cache: ServerResponseCache | None) -> bool:
+def cache_usable(mv, cache: ServerResponseCache | None, composing: list = ()) -> bool:
     """Whether requests to this model version go through the cache (the
     server asks once per loaded version); logs why an enabled model's
-    responses will not be cached."""
+    responses will not be cached. ``composing``: an ensemble's step models,
+    which must all be cacheable kinds (not decoupled) for it to be cached."""
     config = mv.config
     if not (config.HasField("response_cache") and config.response_cache.enable):
         return False
@@ -171,13 +173,19 @@ def cache_usable(mv, cache: ServerResponseCache | None) -> bool:
         log.warning("model '%s': the response cache does not support decoupled models; "
                     "its responses are not cached", mv.name)
         return False
+    for step in composing:
+        if step.decoupled:
+            log.warning("ensemble '%s': its step model '%s' is decoupled, which the response "
+                        "cache does not support; its responses are not cached", mv.name, step.name)
+            return False
     return True
 
 
-def submit_cached(server, mv, request, cache: ServerResponseCache):
+def submit_cached(server, mv, request, cache: ServerResponseCache, run=None):
     """Server.submit for a model that uses the cache: a hit resolves at once
-    without queueing; a miss is queued as usual and its response stored when
-    it succeeds. Validation errors raise here, as from Server.submit."""
+    without queueing; a miss is queued as usual (or handed to ``run(validated)``,
+    an ensemble's steps) and its response stored when it succeeds. Validation
+    errors raise here, as from Server.submit."""
     t0 = now_ns()
     validated = mv.validate(request)
     key = cache.key(mv, request, validated[0])
@@ -188,7 +196,7 @@ def submit_cached(server, mv, request, cache: ServerResponseCache):
         future = server._loop.create_future()
         future.set_result(hit)
         return future
-    future = server._enqueue(mv, request, validated)
+    future = server._enqueue(mv, request, validated) if run is None else run(validated)
 
     def store(f):
         if f.cancelled() or f.exception() is not None:

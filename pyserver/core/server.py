@@ -501,6 +501,10 @@ class Server:
         if mv.decoupled:
             raise DecoupledModelError()
         if mv.ensemble is not None:
+            if self.response_cache is not None and self._uses_cache(mv):
+                # a hit skips the composing models; a miss runs them
+                return submit_cached(self, mv, request, self.response_cache, lambda validated:
+                                     self._loop.create_task(run_ensemble(self, mv, request)))
             mv.validate(request)
             return self._loop.create_task(run_ensemble(self, mv, request))
         if self.response_cache is not None and self._uses_cache(mv):
@@ -521,8 +525,21 @@ class Server:
     def _uses_cache(self, mv) -> bool:
         uses = mv.__dict__.get("_uses_response_cache")
         if uses is None:  # decided once per loaded version
-            uses = mv._uses_response_cache = cache_usable(mv, self.response_cache)
+            uses = mv._uses_response_cache = cache_usable(mv, self.response_cache,
+                                                          self._composing_versions(mv))
         return uses
+
+    def _composing_versions(self, mv) -> list:
+        """The model versions an ensemble's steps run on (loaded ones)."""
+        if mv.ensemble is None:
+            return []
+        found = []
+        for step in mv.ensemble.steps:
+            try:
+                found.append(self._resolve(step.model_name, step.model_version))
+            except ServerError:
+                continue
+        return found
 
     def _enqueue(self, mv: ModelVersion, request: InferRequest,
                  validated: tuple | None = None, future=None) -> asyncio.Future:

@@ -174,3 +174,26 @@ def test_cache_config_parsing():
                        ("local,size=-1", "must be >= 0")):
         with pytest.raises(CacheConfigError, match=text):
             parse_cache_config([spec])
+
+
+def test_ensemble_top_level_responses_are_cached(tmp_path, start_server):
+    """response_cache on an ensemble: a repeated request is answered from the
+    cache without running its steps (which do not cache themselves)."""
+    from tests.integration.test_ensemble import PIPELINE, write_ensemble
+    from tests.integration.test_ensemble import inputs as pipeline_inputs
+    write_add_sub(tmp_path)
+    write_ensemble(tmp_path, text=PIPELINE.format(name="pipeline", step0="add_sub") + CACHED)
+    s = start_server(tmp_path, response_cache_byte_size=1 << 20)
+    with httpclient.InferenceServerClient(s.url) as client:
+        first = client.infer("pipeline", pipeline_inputs(httpclient))
+        again = client.infer("pipeline", pipeline_inputs(httpclient))
+        np.testing.assert_array_equal(again.as_numpy("OUT_A"), first.as_numpy("OUT_A"))
+        np.testing.assert_array_equal(again.as_numpy("OUT_B"), first.as_numpy("OUT_B"))
+        other = client.infer("pipeline", pipeline_inputs(httpclient, b=np.zeros((1, 16), np.float32)))
+        assert not np.array_equal(other.as_numpy("OUT_B"), first.as_numpy("OUT_B"))
+    steps = stats(s)  # add_sub ran three steps for each of the two misses only
+    assert steps["inference_stats"]["success"]["count"] == 6
+    assert steps["inference_stats"]["cache_hit"]["count"] == 0
+    pipeline = stats(s, "pipeline")["inference_stats"]
+    assert pipeline["cache_hit"]["count"] == 1 and pipeline["cache_miss"]["count"] == 2
+    assert pipeline["success"]["count"] == 3
