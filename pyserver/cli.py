@@ -28,7 +28,6 @@ NO_EFFECT_FLAGS = {
     "--grpc-infer-thread-count": (False, "gRPC runs on the event loop, not a thread pool"),
     "--grpc-infer-allocation-pool-size": (False, "gRPC calls keep no pool of states"),
     "--grpc-max-response-pool-size": (False, "gRPC calls keep no pool of responses"),
-    "--rate-limit-resource": (True, "there is no rate limiter"),
     "--backend-directory": (False, "backends are part of the pyserver package"),
     "--repoagent-directory": (False, "there are no repository agents"),
     "--cache-directory": (False, "the response cache is built in (--cache-config local,...)"),
@@ -125,7 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reuse-http-port", type=parse_bool, default=False,
                    help="let several servers listen on the HTTP port (SO_REUSEPORT)")
     p.add_argument("--rate-limit", default="off", choices=["off", "execution_count"],
-                   help="only off: there is no rate limiter (execution_count is refused)")
+                   help="execution_count: instances whose instance_group lists rate_limiter "
+                   "resources hold them while they execute")
+    p.add_argument("--rate-limit-resource", action="append", default=[],
+                   metavar="NAME:COUNT[:DEVICE]",
+                   help="copies of a rate limiter resource (per device, or on DEVICE); "
+                   "default: the largest count an instance asks for")
     # tritonserver's deprecated trace flags: each is read as the --trace-config
     # setting that replaced it, and --trace-config given beside it wins.
     for flag, metavar in (("--trace-file", "PATH"), ("--trace-level", "LEVEL"),
@@ -169,10 +173,8 @@ async def serve(args) -> int:
         log.error("%s", err)
         return 1
 
-    if args.rate_limit != "off":
-        log.error("--rate-limit=%s: this server has no rate limiter; use --rate-limit=off "
-                  "(instances take batches as soon as they are free)", args.rate_limit)
-        return 1
+    if args.rate_limit == "off" and args.rate_limit_resource:
+        log.info("--rate-limit-resource has no effect with --rate-limit=off")
     for flag, reason in OFF_ONLY_FLAGS.items():
         if getattr(args, _dest(flag)):
             log.error("%s=true is not supported: %s", flag, reason)
@@ -183,6 +185,7 @@ async def serve(args) -> int:
     try:
         trace_update = parse_trace_config(deprecated_trace_config(args) + args.trace_config)
         cuda_pool_sizes = parse_cuda_memory_pool_sizes(args.cuda_memory_pool_byte_size)
+        rate_limit_resources = parse_rate_limit_resources(args.rate_limit_resource)
         if args.http_header_forward_pattern:  # checked before the models load
             HeaderForwarder(args.http_header_forward_pattern)
         if args.grpc_header_forward_pattern:
@@ -214,6 +217,7 @@ async def serve(args) -> int:
                     model_config_name=args.model_config_name,
                     pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
                     cuda_memory_pool_byte_size=cuda_pool_sizes,
+                    rate_limit=args.rate_limit, rate_limit_resources=rate_limit_resources,
                     response_cache_byte_size=cache_bytes)
     for reason in server.device_memory.unusable_sizes():
         log.warning("%s", reason)
@@ -310,6 +314,28 @@ async def _start_frontend(frontend, service: str, started: list, server) -> bool
         return False
     started.append(frontend)
     return True
+
+
+def parse_rate_limit_resources(values: list[str]) -> list[tuple[str, int, int]]:
+    """--rate-limit-resource values, ``<name>:<count>[:<device>]``, as
+    (name, device or -1 for every device, count); ValueError with Triton's
+    text for a malformed one."""
+    parsed = []
+    for value in values:
+        parts = value.split(":")
+        try:
+            if len(parts) not in (2, 3) or not parts[0]:
+                raise ValueError
+            count = int(parts[1])
+            device = int(parts[2]) if len(parts) == 3 else -1
+            if count < 0 or (len(parts) == 3 and device < 0):
+                raise ValueError
+        except ValueError:
+            raise ValueError("--rate-limit-resource option format is "
+                             "'<resource_name>:<count>:<device>' or '<resource_name>:<count>'. "
+                             f"Got {value}") from None
+        parsed.append((parts[0], device, count))
+    return parsed
 
 
 def _dest(flag: str) -> str:

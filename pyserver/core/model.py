@@ -124,6 +124,9 @@ class ModelInstance:
         self.name = name
         self.backend = backend
         self.thread = threading.Thread(target=self._run, name=f"instance:{name}", daemon=True)
+        # --rate-limit=execution_count: (limiter, id) while its group lists
+        # resources, held for each batch it executes
+        self.rate_limit = None
 
     def start(self):
         self.thread.start()
@@ -140,7 +143,9 @@ class ModelInstance:
         model = self.model
         inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
         while batch is not None:
-            if inline is None:
+            if self.rate_limit is not None:
+                outcome = self._execute_limited(execute, batch)
+            elif inline is None:
                 outcome = execute(self, batch)
             else:
                 cpu_ns = thread_time_ns()
@@ -152,6 +157,20 @@ class ModelInstance:
                 model.end_iterations(batch.requests)
             # Completes this batch and waits for the next, GIL released.
             batch = scheduler.complete_and_next(batch, *outcome)
+
+    def _execute_limited(self, execute, batch) -> tuple:
+        """Runs a batch once the rate limiter grants this instance its
+        resources (waiting with the GIL released), then gives them back."""
+        limiter, limit_id = self.rate_limit
+        if not limiter.acquire(limit_id):  # the server is stopping
+            t = now_ns()
+            return (t, t, t, t, int(Code.UNAVAILABLE),
+                    "Server is stopping, scheduler for model has stopped accepting new "
+                    "inference requests")
+        try:
+            return execute(self, batch)
+        finally:
+            limiter.release(limit_id)
 
 
 class ModelVersion:
@@ -267,14 +286,33 @@ class ModelVersion:
                 return False
         return True
 
-    def add_instance(self, name: str, backend, passive: bool = False):
+    def add_instance(self, name: str, backend, passive: bool = False, rate_limiter=None):
+        """``rate_limiter``: the server's, when --rate-limit=execution_count;
+        an instance whose group lists rate_limiter resources registers with
+        it (ServerError with Triton's text when they cannot work)."""
+        instance = ModelInstance(self, name, backend)
         if passive:
-            self.passive_instances.append(ModelInstance(self, name, backend))
+            self.passive_instances.append(instance)
             return
-        self.instances.append(ModelInstance(self, name, backend))
+        if rate_limiter is not None:
+            self._register_rate_limit(instance, rate_limiter)
+        self.instances.append(instance)
         attach = getattr(backend, "attach", None)
         if attach is not None:  # backends that answer on their own (decoupled, BLS)
             attach(self)
+
+    def _register_rate_limit(self, instance: ModelInstance, limiter) -> None:
+        from pyserver.backends._common import instance_placement
+
+        group = next((g for g in self.config.instance_group
+                      if instance.name.startswith(g.name + "_")), None)
+        if group is None or not group.rate_limiter.resources:
+            return
+        _, device = instance_placement(self.config, instance.name)
+        needs = [(r.name, getattr(r, "global"), r.count)
+                 for r in group.rate_limiter.resources]
+        instance.rate_limit = (limiter, limiter.add_instance(needs, device,
+                                                             group.rate_limiter.priority))
 
     def start(self):
         """Starts the instances: on threads, or driven by the running event
@@ -292,11 +330,13 @@ class ModelVersion:
         # explicit load): its batches stamp their traces too.
         self.tracing = bool(self.server is not None and self.server.tracer.active)
         drivers = []
-        if loop is not None and can_inline(self):
+        # Rate-limited instances wait for resources: on their own threads.
+        limited = any(i.rate_limit is not None for i in self.instances)
+        if loop is not None and not limited and can_inline(self):
             self.inline = InlineInstance(self, loop)
             drivers.append(self.inline)
         for instance in self.instances:
-            if loop is not None and can_drive(self, instance):
+            if loop is not None and not limited and can_drive(self, instance):
                 drivers.append(LoopDrivenInstance(self, instance, loop))
             else:
                 instance.start()
@@ -325,6 +365,10 @@ class ModelVersion:
             close = getattr(instance.backend, "close", None)
             if close is not None:
                 close()
+            if instance.rate_limit is not None:
+                limiter, limit_id = instance.rate_limit
+                limiter.remove_instance(limit_id)
+                instance.rate_limit = None
 
     def _drain_queue(self, stall_s: float) -> None:
         scheduler = self.scheduler

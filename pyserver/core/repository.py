@@ -151,6 +151,9 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group if not g.passive)
+    from pyserver.core.server import server_for  # (the server imports this module)
+    running = server_for(completions)
+    rate_limiter = getattr(running, "rate_limiter", None)
     threads = max(1, compute_cores() // max(1, instance_total * max(1, sharing)))
     loaded = []
     try:
@@ -171,7 +174,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                 for i in range(group.count):
                     name = f"{group.name}_{i}"
                     mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads),
-                                    passive=group.passive)
+                                    passive=group.passive, rate_limiter=rate_limiter)
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:

@@ -27,6 +27,7 @@ from pyserver.core.settings import LogSettings, TraceSettings
 from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
 from pyserver.engine import Batch, CompletionQueue, now_ns
+from pyserver.engine.rate_limiter import RateLimiter
 
 log = logging.getLogger("pyserver")
 
@@ -162,6 +163,7 @@ class Server:
                  model_config_name: str = "",
                  pinned_memory_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTES,
                  cuda_memory_pool_byte_size: dict[int, int] | None = None,
+                 rate_limit: str = "off", rate_limit_resources=(),
                  response_cache_byte_size: int = 0, histogram_latencies: bool = False):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
@@ -185,6 +187,14 @@ class Server:
         self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
         # Per-GPU pools ({device: bytes}, 64 MiB for others), created on first use
         self.device_memory = DeviceMemory(cuda_memory_pool_byte_size)
+        # --rate-limit=execution_count: instances with rate_limiter resources
+        # hold them while they execute; (name, device, count) entries from
+        # --rate-limit-resource (parse_rate_limit_resources)
+        if rate_limit not in ("off", "execution_count"):
+            raise invalid_arg(f"unsupported rate limit mode '{rate_limit}', expected off or "
+                              "execution_count")
+        self.rate_limiter = RateLimiter(list(rate_limit_resources)) \
+            if rate_limit == "execution_count" else None
         # --cache-config local,size=N: shared by models with response_cache.enable
         self.response_cache = ServerResponseCache(response_cache_byte_size) \
             if response_cache_byte_size > 0 else None

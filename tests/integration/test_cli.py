@@ -253,7 +253,8 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
 
 
 @pytest.mark.parametrize("flag, message", [
-    ("--rate-limit=execution_count", "this server has no rate limiter"),
+    ("--rate-limit-resource=R", "--rate-limit-resource option format is "
+     "'<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R"),
     ("--trace-config=opentelemetry,url=localhost:4318", "trace mode 'opentelemetry' is not supported"),
     ("--trace-config=speed=3", "expected [triton,]KEY=VALUE"),
     ("--trace-config=rate=-5", "invalid value for 'trace_rate'"),

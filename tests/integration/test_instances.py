@@ -109,3 +109,60 @@ def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(lambda v: infer(s.url, v), [1.0, 2.0, 3.0, 4.0])) == [2, 4, 6, 8]
     assert ProbeBackend.instances_seen == {"probe_0_0"}
+
+
+RATE_LIMITED = """
+name: "{name}"
+backend: "probe_backend"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 2 kind: KIND_CPU
+                   rate_limiter {{ resources [ {{ name: "R" count: 1 }} ] }} }} ]
+default_model_filename: "model"
+"""
+
+
+def most_at_once(s) -> int:
+    """Runs 8 requests at once, 4 to each model; how many executed together."""
+    ProbeBackend.max_running = 0
+
+    def call(i):
+        client = httpclient.InferenceServerClient(s.url)
+        inp = httpclient.InferInput("IN", [1], "FP32")
+        inp.set_data_from_numpy(np.array([i], np.float32))
+        return client.infer("a" if i % 2 else "b", [inp]).as_numpy("OUT")[0]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(call, range(8))) == [2 * i for i in range(8)]
+    return ProbeBackend.max_running
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({}, 4),  # off: every instance of both models at once
+    ({"rate_limit": "execution_count"}, 1),  # one copy of R: the largest need
+    ({"rate_limit": "execution_count", "rate_limit_resources": [("R", -1, 2)]}, 2),
+])
+def test_rate_limiter_resources_bound_executions_across_models(tmp_path, start_server,
+                                                               settings, expected):
+    register_backend("probe_backend", ProbeBackend)
+    for name in ("a", "b"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model").write_text("")
+        (tmp_path / name / "config.pbtxt").write_text(RATE_LIMITED.format(name=name))
+    s = start_server(tmp_path, **settings)
+    assert most_at_once(s) == expected
+
+
+def test_rate_limiter_refuses_resources_that_cannot_work(tmp_path, start_server):
+    register_backend("probe_backend", ProbeBackend)
+    (tmp_path / "a" / "1").mkdir(parents=True)
+    (tmp_path / "a" / "1" / "model").write_text("")
+    (tmp_path / "a" / "config.pbtxt").write_text(RATE_LIMITED.format(name="a"))
+    s = start_server(tmp_path, exit_on_error=False, rate_limit="execution_count",
+                     rate_limit_resources=[("S", -1, 4)])  # R not given: no copies
+    client = httpclient.InferenceServerClient(s.url)
+    row = next(r for r in client.get_model_repository_index() if r["name"] == "a")
+    assert row["state"] == "UNAVAILABLE"
+    assert ('Resource count for "R" is limited to 0 which will prevent scheduling of one or '
+            'more model instances, the minimum required count is 1') in row["reason"]
