@@ -67,8 +67,13 @@ class GpuSampler:
         self.gpus: list[_Gpu] = []
         self.reason = ""
         if bus_ids is None:
+            from pyserver.core.errors import ServerError
             from pyserver.engine.memory import cuda_pci_bus_ids
-            bus_ids = cuda_pci_bus_ids()
+            try:
+                bus_ids = cuda_pci_bus_ids()
+            except ServerError as err:  # a device CUDA lists but cannot describe
+                self.reason = f"CUDA gives no PCI bus IDs: {err.message}"
+                return
         if not bus_ids:
             self.reason = "no GPU is visible to CUDA"
             return
