@@ -85,6 +85,18 @@ class EnsemblePlan:
                 available.update(s.outputs.values())
             remaining = [s for s in remaining if s not in wave]
         self.output_names = [t.name for t in config.output]
+        # max_inflight_requests: requests in flight at each step, across all
+        # of this ensemble's requests (0: no limit); upstream steps wait
+        self.max_inflight = int(scheduling.max_inflight_requests)
+        self._step_limits: list | None = None
+
+    def step_limit(self, step: "EnsembleStep"):
+        """The step's semaphore under max_inflight_requests, else None."""
+        if not self.max_inflight:
+            return None
+        if self._step_limits is None:  # made on the event loop that runs the steps
+            self._step_limits = [asyncio.Semaphore(self.max_inflight) for _ in self.steps]
+        return self._step_limits[step.index]
 
     def model_names(self) -> set[str]:
         return {s.model_name for s in self.steps}
@@ -96,7 +108,8 @@ def _step_error(ensemble: str, err: BaseException) -> ServerError:
     return ServerError(Code.INTERNAL, f"in ensemble '{ensemble}', {type(err).__name__}: {err}")
 
 
-async def _run_step(server, step: EnsembleStep, request: InferRequest, tensors: dict) -> None:
+async def _run_step(server, plan: EnsemblePlan, step: EnsembleStep, request: InferRequest,
+                    tensors: dict) -> None:
     inputs = []
     for model_input, tensor_name in step.inputs.items():
         t = tensors[tensor_name]
@@ -104,7 +117,12 @@ async def _run_step(server, step: EnsembleStep, request: InferRequest, tensors: 
     sub = InferRequest(step.model_name, step.model_version, request.id, inputs,
                        [RequestedOutput(name) for name in step.outputs],
                        priority=request.priority, timeout_us=request.timeout_us)
-    response = await server.submit(sub)
+    limit = plan.step_limit(step)
+    if limit is None:
+        response = await server.submit(sub)
+    else:
+        async with limit:
+            response = await server.submit(sub)
     for out in response.outputs:
         tensor_name = step.outputs.get(out.name)
         if tensor_name is not None:
@@ -119,9 +137,10 @@ async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
     try:
         for wave in plan.waves:
             if len(wave) == 1:
-                await _run_step(server, wave[0], request, tensors)
+                await _run_step(server, plan, wave[0], request, tensors)
             else:
-                await asyncio.gather(*(_run_step(server, s, request, tensors) for s in wave))
+                await asyncio.gather(*(_run_step(server, plan, s, request, tensors)
+                                       for s in wave))
         wanted = [o.name for o in request.outputs] or plan.output_names
         outputs = []
         for name in wanted:

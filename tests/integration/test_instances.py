@@ -166,3 +166,43 @@ def test_rate_limiter_refuses_resources_that_cannot_work(tmp_path, start_server)
     assert row["state"] == "UNAVAILABLE"
     assert ('Resource count for "R" is limited to 0 which will prevent scheduling of one or '
             'more model instances, the minimum required count is 1') in row["reason"]
+
+
+ENSEMBLE_OVER_PROBE = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "probe" model_version: -1
+           input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "Y" } } ]
+  %s
+}
+"""
+
+
+@pytest.mark.parametrize("limit, expected", [("", 4), ("max_inflight_requests: 2", 2)])
+def test_ensemble_max_inflight_requests_bounds_each_step(tmp_path, start_server, limit, expected):
+    """Six ensemble requests at once over a step model with four instances:
+    all four run together, unless max_inflight_requests holds the step to 2."""
+    register_backend("probe_backend", ProbeBackend)
+    d = tmp_path / "probe"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model").write_text("")
+    (d / "config.pbtxt").write_text(CONFIG.replace("count: 2", "count: 4")
+                                    + 'default_model_filename: "model"\n')
+    (tmp_path / "pipeline" / "1").mkdir(parents=True)
+    (tmp_path / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_OVER_PROBE % limit)
+    s = start_server(tmp_path)
+    ProbeBackend.max_running = 0
+
+    def call(i):
+        client = httpclient.InferenceServerClient(s.url)
+        inp = httpclient.InferInput("X", [1], "FP32")
+        inp.set_data_from_numpy(np.array([i], np.float32))
+        return client.infer("pipeline", [inp]).as_numpy("Y")[0]
+
+    with ThreadPoolExecutor(6) as pool:
+        assert list(pool.map(call, range(6))) == [2 * i for i in range(6)]
+    assert ProbeBackend.max_running == expected
