@@ -219,27 +219,14 @@ class PyTorchBackend:
         self.input_kinds = {}
         self.n_args = len(names) if self.dict_input else len(arguments)
         batching = config.max_batch_size > 0
-        for position, t in enumerate(config.input):
-            type_name = self._tensor_type(t, "input", batching)
-            if convention == "forward":
-                index = allowed.index(t.name)
-            elif convention == "index":
-                index = _index_suffix(t.name)
-            else:
-                index = position
-            if not self.dict_input and not 0 <= index < self.n_args:
-                raise ServerError(
-                    Code.INVALID_ARG,
-                    f"input '{t.name}' of model '{self.name}' refers to argument {index} but "
-                    f"forward() takes {self.n_args}")
-            self.input_index[t.name] = index
-            self.input_kinds[t.name] = type_name
-        # The batch inputs the server makes (core/ragged.py), placed as
-        # Triton's backend places them: by name, by __<index>, or after the
-        # configured inputs in order.
-        targets = [(name, data_type_name(bi.data_type))
+        # The configured inputs, then the batch inputs the server makes
+        # (core/ragged.py), placed as Triton's backend places them: by name,
+        # by __<index>, or in order after the configured ones.
+        placed = [(t.name, self._tensor_type(t, "input", batching), "input")
+                  for t in config.input]
+        placed += [(name, data_type_name(bi.data_type), "batch input")
                    for bi in config.batch_input for name in bi.target_name]
-        for position, (name, type_name) in enumerate(targets, start=len(names)):
+        for position, (name, type_name, what) in enumerate(placed):
             if convention == "forward" and name in allowed:
                 index = allowed.index(name)
             elif convention == "index" and _index_suffix(name) is not None:
@@ -249,8 +236,8 @@ class PyTorchBackend:
             if not self.dict_input and not 0 <= index < self.n_args:
                 raise ServerError(
                     Code.INVALID_ARG,
-                    f"batch input '{name}' of model '{self.name}' refers to argument {index} "
-                    f"but forward() takes {self.n_args}")
+                    f"{what} '{name}' of model '{self.name}' refers to argument {index} but "
+                    f"forward() takes {self.n_args}")
             self.input_index[name] = index
             self.input_kinds[name] = type_name
 
