@@ -11,6 +11,13 @@ dependency between them run concurrently, and the ensemble answers with its
 outputs. A failing step fails the request with its code and the message
 prefixed ``in ensemble '<name>', ``, as Triton words it. Composing models are
 looked up per request, so a reloaded step model is used at once.
+
+An ensemble with a decoupled step is decoupled itself (as Triton marks it):
+it answers through ``Server.submit_stream`` (gRPC streaming), and every
+response of the decoupled step runs the steps that depend on it with that
+response's tensors, each complete set of ensemble outputs going to the client
+as one response; steps that do not depend on it run once. A step may not
+consume tensors that come from two different decoupled steps.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import now_ns
 
-__all__ = ["EnsemblePlan", "run_ensemble"]
+__all__ = ["EnsemblePlan", "decoupled_steps", "run_ensemble", "run_ensemble_stream"]
 
 
 class EnsembleStep:
@@ -108,25 +115,33 @@ def _step_error(ensemble: str, err: BaseException) -> ServerError:
     return ServerError(Code.INTERNAL, f"in ensemble '{ensemble}', {type(err).__name__}: {err}")
 
 
-async def _run_step(server, plan: EnsemblePlan, step: EnsembleStep, request: InferRequest,
-                    tensors: dict) -> None:
+def _step_request(step: EnsembleStep, request: InferRequest, tensors: dict) -> InferRequest:
     inputs = []
     for model_input, tensor_name in step.inputs.items():
         t = tensors[tensor_name]
         inputs.append(InferTensor(model_input, t.datatype, t.shape, t.data))
-    sub = InferRequest(step.model_name, step.model_version, request.id, inputs,
-                       [RequestedOutput(name) for name in step.outputs],
-                       priority=request.priority, timeout_us=request.timeout_us)
+    return InferRequest(step.model_name, step.model_version, request.id, inputs,
+                        [RequestedOutput(name) for name in step.outputs],
+                        priority=request.priority, timeout_us=request.timeout_us)
+
+
+def _take_outputs(step: EnsembleStep, response, tensors: dict) -> None:
+    for out in response.outputs:
+        tensor_name = step.outputs.get(out.name)
+        if tensor_name is not None:
+            tensors[tensor_name] = out
+
+
+async def _run_step(server, plan: EnsemblePlan, step: EnsembleStep, request: InferRequest,
+                    tensors: dict) -> None:
+    sub = _step_request(step, request, tensors)
     limit = plan.step_limit(step)
     if limit is None:
         response = await server.submit(sub)
     else:
         async with limit:
             response = await server.submit(sub)
-    for out in response.outputs:
-        tensor_name = step.outputs.get(out.name)
-        if tensor_name is not None:
-            tensors[tensor_name] = out
+    _take_outputs(step, response, tensors)
 
 
 async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
@@ -154,3 +169,102 @@ async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
         raise _step_error(mv.name, err) from None
     mv.stats.record_success(now_ns() - start)
     return InferResponse(mv.name, mv.version_str, request.id, outputs)
+
+
+def decoupled_steps(server, mv) -> set[int]:
+    """The indices of the ensemble's steps whose (loaded) models are
+    decoupled; ServerError with Triton's text when a step would consume
+    tensors that come from two different decoupled steps."""
+    plan: EnsemblePlan = mv.ensemble
+    decoupled = set()
+    for step in plan.steps:
+        try:
+            if server._resolve(step.model_name, step.model_version).decoupled:
+                decoupled.add(step.index)
+        except ServerError:
+            continue  # not loaded: the request fails at that step, as any other
+    if not decoupled:
+        return decoupled
+    lineage: dict[str, int | None] = {}  # ensemble tensor -> the decoupled step it comes from
+    for wave in plan.waves:
+        for step in wave:
+            origins = {lineage.get(t) for t in step.inputs.values()} - {None}
+            if len(origins) > 1:
+                raise ServerError(Code.INVALID_ARG,
+                                  f"in ensemble {mv.name}, step of model '{step.model_name}' "
+                                  "receives inputs originated from different decoupled models")
+            origin = step.index if step.index in decoupled else next(iter(origins), None)
+            for tensor in step.outputs.values():
+                lineage[tensor] = origin
+    return decoupled
+
+
+async def _step_responses(server, step: EnsembleStep, sub: InferRequest):
+    """The responses of a decoupled step model, as they come."""
+    queue: asyncio.Queue = asyncio.Queue()
+    server.submit_stream(sub, lambda response, error, final: queue.put_nowait(
+        (response, error, final)))
+    while True:
+        response, error, final = await queue.get()
+        if error is not None:
+            raise error
+        if response is not None and response.outputs:
+            yield response
+        if final:
+            return
+
+
+async def run_ensemble_stream(server, mv, request: InferRequest, stream) -> None:
+    """Runs one (validated) request through a decoupled ensemble: each set of
+    its outputs goes to ``stream.push`` as a response, then the final flag
+    (or the error of a failing step)."""
+    start = now_ns()
+    plan: EnsemblePlan = mv.ensemble
+    decoupled = decoupled_steps(server, mv)
+    wanted = [o.name for o in request.outputs] or plan.output_names
+
+    async def run(tensors: dict, done: set) -> None:
+        while True:
+            ready = [s for s in plan.steps if s.index not in done
+                     and all(t in tensors for t in s.inputs.values())]
+            plain = [s for s in ready if s.index not in decoupled]
+            if plain:  # what needs no decoupled output runs once, here
+                await asyncio.gather(*(_run_step(server, plan, s, request, tensors)
+                                       for s in plain))
+                done.update(s.index for s in plain)
+                continue
+            if not ready:
+                break
+            step = ready[0]  # each response runs what depends on it
+            forks = []
+            sub = _step_request(step, request, tensors)
+            limit = plan.step_limit(step)
+            if limit is not None:
+                await limit.acquire()
+            try:
+                async for response in _step_responses(server, step, sub):
+                    branch = dict(tensors)
+                    _take_outputs(step, response, branch)
+                    forks.append(asyncio.ensure_future(run(branch, done | {step.index})))
+            finally:
+                if limit is not None:
+                    limit.release()
+            await asyncio.gather(*forks)
+            return
+        if all(name in tensors for name in wanted):
+            outputs = [InferTensor(n, tensors[n].datatype, tensors[n].shape, tensors[n].data)
+                       for n in wanted]
+            stream.push(InferResponse(mv.name, mv.version_str, request.id, outputs))
+
+    try:
+        await run({t.name: t for t in request.inputs}, set())
+    except asyncio.CancelledError:
+        mv.stats.record_failure(now_ns() - start, "CANCELED")
+        raise
+    except BaseException as err:
+        mv.stats.record_failure(now_ns() - start, "BACKEND")
+        stream.push(None, _step_error(mv.name, err), True)
+        return
+    mv.stats.record_success(now_ns() - start)
+    stream.push(None, None, True)
+

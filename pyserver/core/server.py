@@ -16,7 +16,7 @@ import logging
 from pyserver import __version__
 from pyserver.core import repository
 from pyserver.core.device_memory import DeviceMemory
-from pyserver.core.ensemble import run_ensemble
+from pyserver.core.ensemble import decoupled_steps, run_ensemble, run_ensemble_stream
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
@@ -511,6 +511,8 @@ class Server:
         if mv.decoupled:
             raise DecoupledModelError()
         if mv.ensemble is not None:
+            if decoupled_steps(self, mv):  # a decoupled ensemble: 0..N responses
+                raise DecoupledModelError()
             if self.response_cache is not None and self._uses_cache(mv):
                 # a hit skips the composing models; a miss runs them
                 return submit_cached(self, mv, request, self.response_cache, lambda validated:
@@ -582,6 +584,9 @@ class Server:
             stream.first_response = (mv.stats, now_ns())
         if mv.ensemble is not None:
             mv.validate(request)
+            if decoupled_steps(self, mv):
+                self._loop.create_task(run_ensemble_stream(self, mv, request, stream))
+                return stream
             task = self._loop.create_task(run_ensemble(self, mv, request))
             task.add_done_callback(functools.partial(_end_stream, stream))
             return stream
@@ -593,7 +598,10 @@ class Server:
         return stream
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        return self._resolve(name, version).decoupled
+        mv = self._resolve(name, version)
+        if mv.ensemble is not None:
+            return bool(decoupled_steps(self, mv))
+        return mv.decoupled
 
     def cancel(self, future) -> None:
         """Cancels a submitted request: if it is still queued it leaves the

@@ -195,3 +195,34 @@ def test_explicit_load_fails_when_a_composing_model_cannot_load(tmp_path, start_
         assert "load failed for model 'pipeline'" in str(e.value)
         assert "missing_model" in str(e.value)
         assert not client.is_model_ready("pipeline")
+
+
+def test_a_step_fed_by_two_decoupled_steps_is_refused():
+    """Triton's lineage rule: a step may not take tensors that come from
+    two different decoupled steps."""
+    from types import SimpleNamespace
+
+    from google.protobuf import text_format
+
+    from pyserver._proto import message_class
+    from pyserver.core.ensemble import EnsemblePlan, decoupled_steps
+    from pyserver.core.errors import ServerError
+
+    config = text_format.Parse('''
+        name: "joined" platform: "ensemble"
+        input [ { name: "A" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "Z" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        ensemble_scheduling { step [
+          { model_name: "gen1" input_map { key: "IN" value: "A" } output_map { key: "OUT" value: "x" } },
+          { model_name: "gen2" input_map { key: "IN" value: "A" } output_map { key: "OUT" value: "y" } },
+          { model_name: "join" input_map { key: "X" value: "x" } input_map { key: "Y" value: "y" }
+            output_map { key: "Z" value: "Z" } } ] }''', message_class("inference.ModelConfig")())
+    mv = SimpleNamespace(name="joined", ensemble=EnsemblePlan(config))
+    kinds = {"gen1": True, "gen2": True, "join": False}
+    server = SimpleNamespace(_resolve=lambda name, version: SimpleNamespace(decoupled=kinds[name]))
+    with pytest.raises(ServerError) as exc:
+        decoupled_steps(server, mv)
+    assert exc.value.message == ("in ensemble joined, step of model 'join' receives inputs "
+                                 "originated from different decoupled models")
+    kinds["gen2"] = False  # one decoupled source: fine
+    assert decoupled_steps(server, mv) == {0}

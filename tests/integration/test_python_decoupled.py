@@ -428,3 +428,88 @@ def test_response_statistics_per_response_index(repeat):
         assert int(rs[index]["compute_infer"]["ns"]) > 0
     assert int(rs["3"]["empty_response"]["count"]) == 2
     assert "success" not in rs["3"] or int(rs["3"]["success"].get("count", 0)) == 0
+
+
+PLUS_ONE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]) for r in requests]
+'''
+
+FANOUT = """
+name: "fanout"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "NEXT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "N1" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "repeat" model_version: -1
+      input_map { key: "IN" value: "N" }
+      output_map { key: "OUT" value: "COUNT" } output_map { key: "IDX" value: "idx" } },
+    { model_name: "plus_one" model_version: -1
+      input_map { key: "X" value: "idx" } output_map { key: "Y" value: "NEXT" } },
+    { model_name: "plus_one" model_version: -1
+      input_map { key: "X" value: "N" } output_map { key: "Y" value: "N1" } }
+  ]
+}
+"""
+
+
+def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, start_server):
+    """Each response of the decoupled step runs the step after it; the step
+    that does not depend on it runs once; the ensemble is decoupled."""
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "repeat", repo / "repeat")
+    (repo / "plus_one" / "1").mkdir(parents=True)
+    (repo / "plus_one" / "1" / "model.py").write_text(PLUS_ONE)
+    (repo / "plus_one" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+    (repo / "fanout" / "1").mkdir(parents=True)
+    (repo / "fanout" / "config.pbtxt").write_text(FANOUT)
+    use_execution_mode(repo, "thread")
+    s = start_server(repo)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(frontend.start())
+    try:
+        stream = Stream(f"127.0.0.1:{frontend.port}")
+
+        def send(n, request_id):
+            inp = grpcclient.InferInput("N", [1], "INT32")
+            inp.set_data_from_numpy(np.array([n], np.int32))
+            stream.client.async_stream_infer("fanout", [inp], request_id=request_id,
+                                             enable_empty_final_response=True)
+
+        send(3, "three")
+        results = stream.take(4)
+        assert all(error is None for _, error in results), results
+        answers = [r for r, _ in results if not final_flag(r) or r.as_numpy("NEXT") is not None]
+        assert sorted(int(r.as_numpy("NEXT")[0]) for r in answers) == [1, 2, 3]
+        assert all(int(r.as_numpy("COUNT")[0]) == 3 and int(r.as_numpy("N1")[0]) == 4
+                   for r in answers)
+        last = results[-1][0]
+        assert final_flag(last) and last.get_response().id == "three"
+        send(0, "none")
+        result, error = stream.get()
+        assert error is None and final_flag(result) and result.as_numpy("NEXT") is None
+        assert stream.quiet()
+        stream.close()
+        # plus_one ran once per response of repeat (3) and once for N1 (2 requests)
+        ran = s.run(s.server.model_statistics, "plus_one")["inference_stats"]["success"]["count"]
+        assert ran == 3 + 2
+        with pytest.raises(InferenceServerException) as exc:  # unary: refused as decoupled
+            client = httpclient.InferenceServerClient(s.url)
+            inp = httpclient.InferInput("N", [1], "INT32")
+            inp.set_data_from_numpy(np.array([2], np.int32))
+            client.infer("fanout", [inp])
+        assert "decoupled" in exc.value.message()
+    finally:
+        s.call(frontend.stop(5))
