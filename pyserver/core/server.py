@@ -413,7 +413,16 @@ class Server:
         return mv.metadata(versions if not version else [mv.version_str])
 
     def model_config(self, name: str, version: str = "") -> dict:
-        return self._resolve(name, version).config_json()
+        mv = self._resolve(name, version)
+        config = mv.config_json()
+        if mv.ensemble is not None:
+            # As Triton marks it: decoupled when a step model is (looked up
+            # now, since the steps load and reload on their own)
+            decoupled = bool(decoupled_steps(self, mv))
+            policy = config.get("model_transaction_policy") or {}
+            if bool(policy.get("decoupled")) != decoupled:
+                config = {**config, "model_transaction_policy": {**policy, "decoupled": decoupled}}
+        return config
 
     # -- statistics ------------------------------------------------------------
 

@@ -505,6 +505,8 @@ def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, st
         # plus_one ran once per response of repeat (3) and once for N1 (2 requests)
         ran = s.run(s.server.model_statistics, "plus_one")["inference_stats"]["success"]["count"]
         assert ran == 3 + 2
+        config = httpclient.InferenceServerClient(s.url).get_model_config("fanout")
+        assert config["model_transaction_policy"] == {"decoupled": True}  # as Triton marks it
         with pytest.raises(InferenceServerException) as exc:  # unary: refused as decoupled
             client = httpclient.InferenceServerClient(s.url)
             inp = httpclient.InferInput("N", [1], "INT32")
