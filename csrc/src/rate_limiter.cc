@@ -91,7 +91,9 @@ void RateLimiter::GrantLocked() {
   std::sort(waiting.begin(), waiting.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [score, instance] : waiting) {
-    if (!FitsLocked(*instance)) continue;  // others that fit may go meanwhile
+    // Strictly in turn, as Triton: the first that does not fit holds the
+    // rest back, so a large need is never starved by smaller ones.
+    if (!FitsLocked(*instance)) break;
     for (const auto& [key, count] : instance->needs) in_use_[key] += count;
     instance->waiting = false;
     instance->granted = true;

@@ -102,6 +102,30 @@ TEST(RateLimiter, LowerExecutionsTimesPriorityGoesFirst) {
   EXPECT_EQ(firsts, (std::vector<std::string>{"slow", "fast", "fast", "fast", "fast"}));
 }
 
+TEST(RateLimiter, TurnsAreStrictSoLargeNeedsAreNotStarved) {
+  RateLimiter limiter({});
+  uint64_t small_holder = 0, big = 0, small = 0;
+  ASSERT_TRUE(limiter.AddInstance({{"R", false, 1}}, 0, 1, &small_holder).ok());
+  ASSERT_TRUE(limiter.AddInstance({{"R", false, 2}}, 0, 1, &big).ok());
+  ASSERT_TRUE(limiter.AddInstance({{"R", false, 1}}, 0, 1, &small).ok());
+  ASSERT_TRUE(limiter.Acquire(small_holder));  // 1 of 2 copies held
+  std::atomic<bool> big_got{false}, small_got{false};
+  std::thread b([&] { big_got = limiter.Acquire(big); });
+  WaitForWaiters(limiter, 1);
+  std::thread s([&] { small_got = limiter.Acquire(small); });
+  WaitForWaiters(limiter, 2);
+  // One copy is free, enough for `small`, but `big` asked first.
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(small_got.load());
+  limiter.Release(small_holder);
+  b.join();
+  EXPECT_TRUE(big_got.load());
+  limiter.Release(big);
+  s.join();
+  EXPECT_TRUE(small_got.load());
+  limiter.Release(small);
+}
+
 TEST(RateLimiter, StopWakesWaiters) {
   RateLimiter limiter({});
   uint64_t a = 0, b = 0;

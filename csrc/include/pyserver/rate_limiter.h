@@ -4,7 +4,8 @@
 // many copies as the largest need among the instances, or as
 // --rate-limit-resource says. When instances contend, the one with the
 // lowest executions x priority goes first, so priority 2 gets half the
-// turns of priority 1.
+// turns of priority 1; they are served strictly in that order (one whose
+// resources are short holds back those after it, as in Triton).
 #pragma once
 
 #include <condition_variable>
@@ -71,7 +72,7 @@ class RateLimiter {
 
   uint32_t CapacityLocked(const Key& key) const;
   bool FitsLocked(const Instance& instance) const;
-  // Grants waiting instances whose resources are free, best score first.
+  // Grants waiting instances in score order while their resources are free.
   void GrantLocked();
 
   const ExplicitResources explicit_;
