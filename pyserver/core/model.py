@@ -294,12 +294,12 @@ class ModelVersion:
         if passive:
             self.passive_instances.append(instance)
             return
-        if rate_limiter is not None:
-            self._register_rate_limit(instance, rate_limiter)
-        self.instances.append(instance)
+        self.instances.append(instance)  # first: a failed load closes it
         attach = getattr(backend, "attach", None)
         if attach is not None:  # backends that answer on their own (decoupled, BLS)
             attach(self)
+        if rate_limiter is not None:
+            self._register_rate_limit(instance, rate_limiter)
 
     def _register_rate_limit(self, instance: ModelInstance, limiter) -> None:
         from pyserver.backends._common import instance_placement
