@@ -418,7 +418,10 @@ class Server:
         if mv.ensemble is not None:
             # As Triton marks it: decoupled when a step model is (looked up
             # now, since the steps load and reload on their own)
-            decoupled = bool(decoupled_steps(self, mv))
+            try:
+                decoupled = bool(decoupled_steps(self, mv))
+            except ServerError:  # its steps cannot run together: requests say why
+                decoupled = False
             policy = config.get("model_transaction_policy") or {}
             if bool(policy.get("decoupled")) != decoupled:
                 config = {**config, "model_transaction_policy": {**policy, "decoupled": decoupled}}
