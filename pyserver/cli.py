@@ -398,8 +398,12 @@ def main(argv=None) -> int:
         from pyserver.check_repo import main as check_repo
         return check_repo(argv[1:])
     args = build_parser().parse_args(argv)
+    from pyserver.core import settings
+    console = logging.StreamHandler()
+    console.setFormatter(settings.TritonLogFormatter(args.log_format))  # Triton's lines
+    settings.console_handler = console
     logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
-                        format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+                        handlers=[console])
     if args.log_verbose:
         log.setLevel(logging.DEBUG)
     try:

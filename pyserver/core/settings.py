@@ -3,17 +3,49 @@ extensions, validated as Triton validates them."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
 
 from pyserver.core.errors import invalid_arg
 
 log = logging.getLogger("pyserver")
 
-_LOG_FORMATS = {
-    "default": "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(module)s.py:%(lineno)d] %(message)s",
-    "ISO8601": "%(asctime)s %(levelname).1s %(process)d %(module)s.py:%(lineno)d] %(message)s",
-}
-_LOG_DATEFMT = {"default": "%m%d %H:%M:%S", "ISO8601": "%Y-%m-%dT%H:%M:%SZ"}
+_LOG_FORMATS = ("default", "ISO8601")
+_LEVEL_LETTERS = {logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "E"}
+# The console's handler (set by the command line), which log_format also shapes.
+console_handler: logging.Handler | None = None
+
+
+class TritonLogFormatter(logging.Formatter):
+    """Log lines as Triton writes them: ``I1201 01:57:00.327881 <pid>
+    <file>:<line>] "message"`` (``default``) or ``2026-12-01T01:57:00Z I
+    <pid> <file>:<line>] "message"`` (``ISO8601``), in UTC. The message is
+    JSON-escaped and quoted unless TRITON_SERVER_ESCAPE_LOG_MESSAGES=0; one
+    that starts on a new line (a table) is written as it is, as Triton's
+    tables are."""
+
+    def __init__(self, log_format: str = "default"):
+        super().__init__()
+        self.log_format = log_format
+        self.escape = os.environ.get("TRITON_SERVER_ESCAPE_LOG_MESSAGES") != "0"
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = _LEVEL_LETTERS.get(record.levelno, "I")
+        t = time.gmtime(record.created)
+        if self.log_format == "ISO8601":
+            head = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', t)} {level}"
+        else:
+            micros = int((record.created % 1) * 1e6)
+            head = f"{level}{time.strftime('%m%d %H:%M:%S', t)}.{micros:06d}"
+        message = record.getMessage()
+        if self.escape and not message.startswith("\n"):
+            message = json.dumps(message, ensure_ascii=False)
+        line = f"{head} {record.process} {record.filename}:{record.lineno}] {message}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 class LogSettings:
@@ -74,10 +106,11 @@ class LogSettings:
                 handler = logging.FileHandler(v["log_file"])
             except OSError as err:
                 raise invalid_arg(f"failed to open log file '{v['log_file']}': {err.strerror}") from None
-            handler.setFormatter(logging.Formatter(_LOG_FORMATS[v["log_format"]],
-                                                   _LOG_DATEFMT[v["log_format"]]))
+            handler.setFormatter(TritonLogFormatter(v["log_format"]))
             log.addHandler(handler)
             self._file_handler = handler
+        if console_handler is not None:
+            console_handler.setFormatter(TritonLogFormatter(v["log_format"]))
 
 
 _TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")

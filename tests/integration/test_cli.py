@@ -245,6 +245,11 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "--http-thread-count has no effect" in out
+    # Triton's console lines, here ISO8601: "<time>Z I <pid> <file>:<line>] \"<message>\""
+    import re
+    assert re.search(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ cli\.py:\d+\] '
+                     r'"--http-thread-count has no effect on this server \(see --help\)"$',
+                     out, re.M), out
     from pyserver.engine.memory import cuda_runtime_info
     cuda = cuda_runtime_info()
     if not cuda["available"]:

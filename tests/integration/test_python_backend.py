@@ -121,7 +121,9 @@ def test_model_logs_reach_the_server_log(tmp_path, start_server, caplog, python_
     deadline = time.monotonic() + 5
     while "add_sub finalized" not in caplog.text and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "add_sub_0_0 model.py:" in caplog.text and "] add_sub finalized" in caplog.text
+    records = [r for r in caplog.records if r.getMessage() == "add_sub finalized"]
+    assert records and records[0].filename == "model.py" and records[0].lineno > 0
+    assert records[0].instance == "add_sub_0_0"
 
 
 def test_add_sub_large_tensors_grow_shared_memory(tmp_path, start_server):

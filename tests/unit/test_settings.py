@@ -46,3 +46,24 @@ def test_trace_settings_global_and_model_override():
         t.update(None, {"trace_rate": "often"})
     with pytest.raises(ServerError):
         t.update(None, {"trace_rate": None})
+
+
+def test_log_lines_are_tritons(monkeypatch):
+    import re
+
+    from pyserver.core.settings import TritonLogFormatter
+
+    def line(fmt, msg, level=logging.INFO, *args):
+        record = logging.LogRecord("pyserver", level, "/x/server.py", 42, msg, args, None)
+        record.created = 1764554220.327881  # 2025-12-01 01:57:00.327881 UTC
+        return TritonLogFormatter(fmt).format(record)
+
+    assert re.fullmatch(r'I1201 01:57:00\.3278\d\d \d+ server\.py:42\] "loaded \\"m\\" 5"',
+                        line("default", 'loaded "m" %d', logging.INFO, 5))
+    assert line("ISO8601", "bad", logging.ERROR).startswith("2025-12-01T01:57:00Z E ")
+    assert " server.py:42] \"careful\"" in line("default", "careful", logging.WARNING)
+    assert line("default", "x", logging.WARNING)[0] == "W"
+    table = line("default", "\n+---+\n| m |")
+    assert table.endswith("] \n+---+\n| m |")  # tables as they are
+    monkeypatch.setenv("TRITON_SERVER_ESCAPE_LOG_MESSAGES", "0")
+    assert line("default", 'plain "text"').endswith('] plain "text"')

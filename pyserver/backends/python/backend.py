@@ -1027,10 +1027,16 @@ def execute_timeout(config) -> float:
 
 
 def _log_from_model(instance_name, level, message, filename, line):
-    """A pb_utils.Logger record from a worker, into the server's log."""
+    """A pb_utils.Logger record from a worker, into the server's log: from
+    the model's file and line, as Triton's Python backend logs it (the
+    instance travels as the record's ``instance`` attribute)."""
     py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR,
                 3: logging.DEBUG}.get(level, logging.INFO)
-    log.log(py_level, "%s %s:%d] %s", instance_name, filename, line, message)
+    if not log.isEnabledFor(py_level):
+        return
+    record = log.makeRecord(log.name, py_level, filename, line, "%s", (message,), None,
+                            extra={"instance": instance_name})
+    log.handle(record)
 
 
 def _instance_names(config) -> list[str]:
