@@ -28,9 +28,6 @@ cdef extern from "pyserver/rate_limiter.h" namespace "pyserver" nogil:
         cbool Acquire(uint64_t id)
         void Release(uint64_t id)
         void Stop()
-        uint32_t Capacity(const string& name, int device)
-        uint32_t InUse(const string& name, int device)
-        size_t WaitingCount()
 
 
 cdef class RateLimiter:

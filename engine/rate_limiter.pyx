@@ -8,8 +8,7 @@ from libcpp.vector cimport vector
 
 from pyserver.engine.status cimport Status, check_status
 
-ANY_DEVICE = -1
-GLOBAL = -2
+ANY_DEVICE = -1  # an --rate-limit-resource given without a device: every device
 
 
 cdef class RateLimiter:
@@ -54,13 +53,3 @@ cdef class RateLimiter:
 
     def stop(self):
         self.c.get().Stop()
-
-    def capacity(self, name, int device):
-        return self.c.get().Capacity(str(name).encode(), device)
-
-    def in_use(self, name, int device):
-        return self.c.get().InUse(str(name).encode(), device)
-
-    @property
-    def waiting(self):
-        return self.c.get().WaitingCount()

@@ -318,8 +318,10 @@ async def _start_frontend(frontend, service: str, started: list, server) -> bool
 
 def parse_rate_limit_resources(values: list[str]) -> list[tuple[str, int, int]]:
     """--rate-limit-resource values, ``<name>:<count>[:<device>]``, as
-    (name, device or -1 for every device, count); ValueError with Triton's
-    text for a malformed one."""
+    (name, device or ANY_DEVICE, count); ValueError with Triton's text for a
+    malformed one."""
+    from pyserver.engine.rate_limiter import ANY_DEVICE
+
     parsed = []
     for value in values:
         parts = value.split(":")
@@ -327,7 +329,7 @@ def parse_rate_limit_resources(values: list[str]) -> list[tuple[str, int, int]]:
             if len(parts) not in (2, 3) or not parts[0]:
                 raise ValueError
             count = int(parts[1])
-            device = int(parts[2]) if len(parts) == 3 else -1
+            device = int(parts[2]) if len(parts) == 3 else ANY_DEVICE
             if count < 0 or (len(parts) == 3 and device < 0):
                 raise ValueError
         except ValueError:

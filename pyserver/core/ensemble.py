@@ -29,7 +29,8 @@ from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import now_ns
 
-__all__ = ["EnsemblePlan", "decoupled_steps", "run_ensemble", "run_ensemble_stream"]
+__all__ = ["EnsemblePlan", "decoupled_steps", "run_ensemble", "run_ensemble_stream",
+           "step_versions"]
 
 
 class EnsembleStep:
@@ -171,18 +172,25 @@ async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
     return InferResponse(mv.name, mv.version_str, request.id, outputs)
 
 
+def step_versions(server, plan: EnsemblePlan) -> list:
+    """The model version each step would run on now (None: not loaded; the
+    request then fails at that step, as any other)."""
+    found = []
+    for step in plan.steps:
+        try:
+            found.append(server._resolve(step.model_name, step.model_version))
+        except ServerError:
+            found.append(None)
+    return found
+
+
 def decoupled_steps(server, mv) -> set[int]:
     """The indices of the ensemble's steps whose (loaded) models are
     decoupled; ServerError with Triton's text when a step would consume
     tensors that come from two different decoupled steps."""
     plan: EnsemblePlan = mv.ensemble
-    decoupled = set()
-    for step in plan.steps:
-        try:
-            if server._resolve(step.model_name, step.model_version).decoupled:
-                decoupled.add(step.index)
-        except ServerError:
-            continue  # not loaded: the request fails at that step, as any other
+    versions = step_versions(server, plan)
+    decoupled = {i for i, v in enumerate(versions) if v is not None and v.decoupled}
     if not decoupled:
         return decoupled
     lineage: dict[str, int | None] = {}  # ensemble tensor -> the decoupled step it comes from
@@ -214,13 +222,14 @@ async def _step_responses(server, step: EnsembleStep, sub: InferRequest):
             return
 
 
-async def run_ensemble_stream(server, mv, request: InferRequest, stream) -> None:
-    """Runs one (validated) request through a decoupled ensemble: each set of
-    its outputs goes to ``stream.push`` as a response, then the final flag
-    (or the error of a failing step)."""
+async def run_ensemble_stream(server, mv, request: InferRequest, stream,
+                              decoupled: set[int]) -> None:
+    """Runs one (validated) request through a decoupled ensemble (``decoupled``:
+    its decoupled steps, from decoupled_steps): each set of its outputs goes
+    to ``stream.push`` as a response, then the final flag (or the error of a
+    failing step)."""
     start = now_ns()
     plan: EnsemblePlan = mv.ensemble
-    decoupled = decoupled_steps(server, mv)
     wanted = [o.name for o in request.outputs] or plan.output_names
 
     async def run(tensors: dict, done: set) -> None:

@@ -286,33 +286,27 @@ class ModelVersion:
                 return False
         return True
 
-    def add_instance(self, name: str, backend, passive: bool = False, rate_limiter=None):
-        """``rate_limiter``: the server's, when --rate-limit=execution_count;
-        an instance whose group lists rate_limiter resources registers with
-        it (ServerError with Triton's text when they cannot work)."""
+    def add_instance(self, name: str, backend, group=None, rate_limiter=None):
+        """``group``: the instance's instance_group (a passive one's instances
+        load but take no work); ``rate_limiter``: the server's, when
+        --rate-limit=execution_count, which an instance whose group lists
+        rate_limiter resources registers with (ServerError with Triton's text
+        when they cannot work)."""
         instance = ModelInstance(self, name, backend)
-        if passive:
+        if group is not None and group.passive:
             self.passive_instances.append(instance)
             return
         self.instances.append(instance)  # first: a failed load closes it
         attach = getattr(backend, "attach", None)
         if attach is not None:  # backends that answer on their own (decoupled, BLS)
             attach(self)
-        if rate_limiter is not None:
-            self._register_rate_limit(instance, rate_limiter)
+        if rate_limiter is not None and group is not None and group.rate_limiter.resources:
+            from pyserver.backends._common import instance_placement
 
-    def _register_rate_limit(self, instance: ModelInstance, limiter) -> None:
-        from pyserver.backends._common import instance_placement
-
-        group = next((g for g in self.config.instance_group
-                      if instance.name.startswith(g.name + "_")), None)
-        if group is None or not group.rate_limiter.resources:
-            return
-        _, device = instance_placement(self.config, instance.name)
-        needs = [(r.name, getattr(r, "global"), r.count)
-                 for r in group.rate_limiter.resources]
-        instance.rate_limit = (limiter, limiter.add_instance(needs, device,
-                                                             group.rate_limiter.priority))
+            _, device = instance_placement(self.config, name)
+            needs = [(r.name, getattr(r, "global"), r.count) for r in group.rate_limiter.resources]
+            instance.rate_limit = (rate_limiter, rate_limiter.add_instance(
+                needs, device, group.rate_limiter.priority))
 
     def start(self):
         """Starts the instances: on threads, or driven by the running event

@@ -174,7 +174,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
                 for i in range(group.count):
                     name = f"{group.name}_{i}"
                     mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads),
-                                    passive=group.passive, rate_limiter=rate_limiter)
+                                    group, rate_limiter)
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:

@@ -16,7 +16,12 @@ import logging
 from pyserver import __version__
 from pyserver.core import repository
 from pyserver.core.device_memory import DeviceMemory
-from pyserver.core.ensemble import decoupled_steps, run_ensemble, run_ensemble_stream
+from pyserver.core.ensemble import (
+    decoupled_steps,
+    run_ensemble,
+    run_ensemble_stream,
+    step_versions,
+)
 from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
@@ -257,6 +262,8 @@ class Server:
             models, self.models = self.models, None
             await models.stop_polling()
             await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
+        if self.rate_limiter is not None:
+            self.rate_limiter.stop()  # an instance thread still waiting gives up its batch
         if self in _RUNNING:
             _RUNNING.remove(self)
         if self._completions is not None:
@@ -557,13 +564,7 @@ class Server:
         """The model versions an ensemble's steps run on (loaded ones)."""
         if mv.ensemble is None:
             return []
-        found = []
-        for step in mv.ensemble.steps:
-            try:
-                found.append(self._resolve(step.model_name, step.model_version))
-            except ServerError:
-                continue
-        return found
+        return [v for v in step_versions(self, mv.ensemble) if v is not None]
 
     def _enqueue(self, mv: ModelVersion, request: InferRequest,
                  validated: tuple | None = None, future=None) -> asyncio.Future:
@@ -596,8 +597,9 @@ class Server:
             stream.first_response = (mv.stats, now_ns())
         if mv.ensemble is not None:
             mv.validate(request)
-            if decoupled_steps(self, mv):
-                self._loop.create_task(run_ensemble_stream(self, mv, request, stream))
+            decoupled = decoupled_steps(self, mv)
+            if decoupled:
+                self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
                 return stream
             task = self._loop.create_task(run_ensemble(self, mv, request))
             task.add_done_callback(functools.partial(_end_stream, stream))

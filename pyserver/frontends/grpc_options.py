@@ -73,13 +73,10 @@ def add_cli_arguments(parser) -> None:
 def frontend_options(args) -> dict:
     """GrpcFrontend keyword arguments from the parsed command line."""
     from pyserver.frontends.grpc_keepalive import options_from_args
-    from pyserver.frontends.header_forward import HeaderForwarder
-
     options = {"response_compression":
                COMPRESSION_LEVELS[args.grpc_infer_response_compression_level],
                "reuse_port": args.reuse_grpc_port, "keepalive": options_from_args(args)}
-    if args.grpc_header_forward_pattern:
-        HeaderForwarder(args.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
+    if args.grpc_header_forward_pattern:  # GrpcFrontend compiles (and checks) it
         options["header_forward_pattern"] = args.grpc_header_forward_pattern
     if args.grpc_use_ssl or args.grpc_use_ssl_mutual:
         options["ssl_context"] = tls_context(

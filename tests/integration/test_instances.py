@@ -49,15 +49,34 @@ class ProbeBackend:
         return {"OUT": x * 2}
 
 
-@pytest.fixture
-def probe(tmp_path, start_server):
+def write_probe(repo, config=CONFIG, name="probe"):
+    """A model folder served by ProbeBackend (counters reset)."""
     register_backend("probe_backend", ProbeBackend)
-    d = tmp_path / "probe"
+    d = repo / name
     (d / "1").mkdir(parents=True)
     (d / "1" / "model").write_text("")
-    (d / "config.pbtxt").write_text(CONFIG + 'default_model_filename: "model"\n')
+    if "default_model_filename" not in config:
+        config += 'default_model_filename: "model"\n'
+    (d / "config.pbtxt").write_text(config)
     ProbeBackend.max_running = 0
     ProbeBackend.instances_seen = set()
+
+
+def infer_at_once(url, count, model_of, input_name="IN", output_name="OUT") -> list:
+    """``count`` requests (value i to model ``model_of(i)``) sent together."""
+    def call(i):
+        client = httpclient.InferenceServerClient(url)
+        inp = httpclient.InferInput(input_name, [1], "FP32")
+        inp.set_data_from_numpy(np.array([i], np.float32))
+        return client.infer(model_of(i), [inp]).as_numpy(output_name)[0]
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(call, range(count)))
+
+
+@pytest.fixture
+def probe(tmp_path, start_server):
+    write_probe(tmp_path)
     return start_server(tmp_path)
 
 
@@ -91,16 +110,10 @@ def test_failing_batch_fails_only_its_request(probe):
 def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
     """instance_group { passive: true }: its instances are made (as Triton
     loads them) but the scheduler never gives them a batch."""
-    register_backend("probe_backend", ProbeBackend)
-    d = tmp_path / "probe"
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model").write_text("")
-    config = CONFIG.replace(
+    write_probe(tmp_path, CONFIG.replace(
         "instance_group [ { count: 2 kind: KIND_CPU } ]",
         'instance_group [ { count: 1 kind: KIND_CPU },\n'
-        '                 { name: "spare" count: 2 kind: KIND_CPU passive: true } ]')
-    (d / "config.pbtxt").write_text(config + 'default_model_filename: "model"\n')
-    ProbeBackend.instances_seen = set()
+        '                 { name: "spare" count: 2 kind: KIND_CPU passive: true } ]'))
     s = start_server(tmp_path)
     mv = s.run(s.server.models.resolve, "probe", "")
     assert [i.name for i in mv.instances] == ["probe_0_0"]
@@ -126,15 +139,8 @@ default_model_filename: "model"
 def most_at_once(s) -> int:
     """Runs 8 requests at once, 4 to each model; how many executed together."""
     ProbeBackend.max_running = 0
-
-    def call(i):
-        client = httpclient.InferenceServerClient(s.url)
-        inp = httpclient.InferInput("IN", [1], "FP32")
-        inp.set_data_from_numpy(np.array([i], np.float32))
-        return client.infer("a" if i % 2 else "b", [inp]).as_numpy("OUT")[0]
-
-    with ThreadPoolExecutor(8) as pool:
-        assert list(pool.map(call, range(8))) == [2 * i for i in range(8)]
+    answers = infer_at_once(s.url, 8, lambda i: "a" if i % 2 else "b")
+    assert answers == [2 * i for i in range(8)]
     return ProbeBackend.max_running
 
 
@@ -145,20 +151,14 @@ def most_at_once(s) -> int:
 ])
 def test_rate_limiter_resources_bound_executions_across_models(tmp_path, start_server,
                                                                settings, expected):
-    register_backend("probe_backend", ProbeBackend)
     for name in ("a", "b"):
-        (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "1" / "model").write_text("")
-        (tmp_path / name / "config.pbtxt").write_text(RATE_LIMITED.format(name=name))
+        write_probe(tmp_path, RATE_LIMITED.format(name=name), name)
     s = start_server(tmp_path, **settings)
     assert most_at_once(s) == expected
 
 
 def test_rate_limiter_refuses_resources_that_cannot_work(tmp_path, start_server):
-    register_backend("probe_backend", ProbeBackend)
-    (tmp_path / "a" / "1").mkdir(parents=True)
-    (tmp_path / "a" / "1" / "model").write_text("")
-    (tmp_path / "a" / "config.pbtxt").write_text(RATE_LIMITED.format(name="a"))
+    write_probe(tmp_path, RATE_LIMITED.format(name="a"), "a")
     s = start_server(tmp_path, exit_on_error=False, rate_limit="execution_count",
                      rate_limit_resources=[("S", -1, 4)])  # R not given: no copies
     client = httpclient.InferenceServerClient(s.url)
@@ -186,23 +186,10 @@ ensemble_scheduling {
 def test_ensemble_max_inflight_requests_bounds_each_step(tmp_path, start_server, limit, expected):
     """Six ensemble requests at once over a step model with four instances:
     all four run together, unless max_inflight_requests holds the step to 2."""
-    register_backend("probe_backend", ProbeBackend)
-    d = tmp_path / "probe"
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model").write_text("")
-    (d / "config.pbtxt").write_text(CONFIG.replace("count: 2", "count: 4")
-                                    + 'default_model_filename: "model"\n')
+    write_probe(tmp_path, CONFIG.replace("count: 2", "count: 4"))
     (tmp_path / "pipeline" / "1").mkdir(parents=True)
     (tmp_path / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_OVER_PROBE % limit)
     s = start_server(tmp_path)
-    ProbeBackend.max_running = 0
-
-    def call(i):
-        client = httpclient.InferenceServerClient(s.url)
-        inp = httpclient.InferInput("X", [1], "FP32")
-        inp.set_data_from_numpy(np.array([i], np.float32))
-        return client.infer("pipeline", [inp]).as_numpy("Y")[0]
-
-    with ThreadPoolExecutor(6) as pool:
-        assert list(pool.map(call, range(6))) == [2 * i for i in range(6)]
+    answers = infer_at_once(s.url, 6, lambda i: "pipeline", "X", "Y")
+    assert answers == [2 * i for i in range(6)]
     assert ProbeBackend.max_running == expected

@@ -96,29 +96,35 @@ def served(tmp_path, start_server):
     return start_server(tmp_path)
 
 
-def infer(url, values: np.ndarray):
+def infer(url, values: np.ndarray, model="ragged"):
     client = httpclient.InferenceServerClient(url)
     inp = httpclient.InferInput("INPUT", list(values.shape), "FP32")
     inp.set_data_from_numpy(values)
     try:
-        return client.infer("ragged", [inp])
+        return client.infer(model, [inp])
     finally:
         client.close()
+
+
+def infer_together(url, values: dict, model="ragged") -> dict:
+    """Each of ``values`` sent at once from its own thread; results by key."""
+    results = {}
+
+    def send(key):
+        results[key] = infer(url, values[key], model)
+
+    threads = [threading.Thread(target=send, args=(key,)) for key in values]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
 
 
 def test_requests_of_different_lengths_batch_together(served):
     lengths = (3, 4, 5)
     values = {n: np.arange(n, dtype=np.float32).reshape(1, n) + 10 * n for n in lengths}
-    results = {}
-
-    def send(n):
-        results[n] = infer(served.url, values[n])
-
-    threads = [threading.Thread(target=send, args=(n,)) for n in lengths]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    results = infer_together(served.url, values)
     stats = httpclient.InferenceServerClient(served.url).get_inference_statistics("ragged")
     batches = stats["model_stats"][0]["batch_stats"]
     assert [(b["batch_size"], b["compute_infer"]["count"]) for b in batches] == [(3, 1)]
@@ -222,20 +228,7 @@ def test_pytorch_model_gets_its_batch_input_as_a_forward_argument(tmp_path, star
     (model / "config.pbtxt").write_text(TORCH_CONFIG)
     s = start_server(tmp_path)
     values = {n: np.arange(n, dtype=np.float32).reshape(1, n) + n for n in (2, 6)}
-    results = {}
-
-    def send(n):
-        client = httpclient.InferenceServerClient(s.url)
-        inp = httpclient.InferInput("INPUT", [1, n], "FP32")
-        inp.set_data_from_numpy(values[n])
-        results[n] = client.infer("torch_ragged", [inp])
-        client.close()
-
-    threads = [threading.Thread(target=send, args=(n,)) for n in values]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    results = infer_together(s.url, values, "torch_ragged")
     stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("torch_ragged")
     assert [b["batch_size"] for b in stats["model_stats"][0]["batch_stats"]] == [2]
     for n, r in results.items():
