@@ -743,3 +743,95 @@ def test_frontend_message_framing():
     big = b"x" * 70000
     head, body = http_message(b"HTTP/1.1 200 OK\r\n", [], big, True, False)
     assert body is big and head.endswith(b"Content-Length: 70000\r\n\r\n")
+
+
+def _orjson_answer(response, request, keep_alive=True, http10=False):
+    """The answer as the orjson path writes it (encode_plain + http_message)."""
+    import pyserver.frontends.http_codec as codec
+    from pyserver.engine.http_infer import http_message
+
+    headers, body = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
+                                       codec._JSON_HEADERS)
+    return b"".join(bytes(p) for p in http_message(b"HTTP/1.1 200 OK\r\n", headers, body,
+                                                  keep_alive, http10))
+
+
+def _random_values(rng, dtype, n):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":  # any finite bit pattern, plus the awkward ones
+        bits = rng.integers(0, 1 << (8 * dtype.itemsize), n, dtype=np.uint64, endpoint=False)
+        values = bits.astype(f"u{dtype.itemsize}").view(dtype)
+        values = np.where(np.isfinite(values), values, 0).astype(dtype)
+        special = np.array([0.0, -0.0, 1.0, 0.1, 1e-5, 1e-6, 1e-7, 1e13, 1e15, 1e16, 1e17,
+                            123456.7, 2 / 3, np.finfo(dtype).max, np.finfo(dtype).tiny,
+                            np.finfo(dtype).smallest_subnormal], dtype=dtype)
+        return np.concatenate([values, special, -special])
+    if dtype.kind == "b":
+        return rng.integers(0, 2, n).astype(bool)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    return np.concatenate([values, np.array([info.min, info.max, 0], dtype=dtype)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int16", "int32", "int64",
+                                   "uint8", "uint16", "uint32", "uint64", "bool"])
+def test_json_answer_writes_what_orjson_writes(dtype):
+    """The C writer's answer is the orjson path's, byte for byte, over
+    random values of every numeric type (any finite float bit pattern)."""
+    from pyserver.engine.http_infer import json_answer
+    from pyserver.frontends.http_codec import _JSON_HEADERS
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        a = _random_values(rng, dtype, 200)
+        b = a[: len(a) // 2].reshape(2, -1) if len(a) % 4 == 0 else a[:2].reshape(1, 2)
+        outs = [InferTensor("OUT\"0", "X", [len(a)], a), InferTensor("é\n", "Y", list(b.shape), b)]
+        for rid in ("", "id-7"):
+            request = InferRequest("m\\1", "", rid, [], [], {})
+            response = InferResponse("m\\1", "3", rid, outs)
+            for keep_alive, http10 in ((True, False), (False, False), (True, True)):
+                got = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
+                assert got == _orjson_answer(response, request, keep_alive, http10)
+
+
+def test_json_answer_declines_what_it_does_not_write():
+    """Anything but plain JSON numbers without parameters is left to the
+    orjson path (None), which then answers as before."""
+    import pyserver.frontends.http_codec as codec
+    from pyserver.engine.http_infer import json_answer
+
+    a = np.arange(4, dtype=np.float32)
+
+    def answer(outs, params=None, req_outputs=(), resp_params=None, name="m"):
+        request = InferRequest(name, "", "", [], list(req_outputs), params or {})
+        response = InferResponse(name, "1", "", outs, resp_params)
+        got = json_answer(response, request, codec._JSON_HEADERS, True, False)
+        try:
+            whole = codec.respond_common(response, request, True, False)
+        except TypeError:  # orjson refuses a lone surrogate (the frontend's 500)
+            whole = None
+        return got, whole, request, response
+
+    declined = [
+        answer([InferTensor("X", "FP32", [4], np.array([1, np.nan, 2, 3], np.float32))]),
+        answer([InferTensor("X", "FP64", [2], np.array([np.inf, 1.0]))]),
+        answer([InferTensor("X", "FP16", [4], a.astype(np.float16))]),
+        answer([InferTensor("X", "FP32", [4], a)], params={"binary_data_output": True}),
+        answer([InferTensor("X", "FP32", [4], a)],
+               req_outputs=[RequestedOutput("X", {"binary_data": True})]),
+        answer([InferTensor("X", "FP32", [4], a)], resp_params={"k": "v"}),
+        answer([InferTensor("X", "FP32", [4], a, {"p": 1})]),
+        answer([InferTensor("X", "FP32", [2, 2], a.reshape(2, 2).T)]),
+        answer([InferTensor("X", "FP32", [4], a.astype(">f4"))]),
+        answer([InferTensor("X", "FP32", [], np.float32(1.0) * np.ones((), np.float32))]),
+        answer([InferTensor("X", "FP32", [np.int64(4)], a)]),
+        answer([InferTensor("\ud800", "FP32", [4], a)]),
+        answer([InferTensor("S", "BYTES", [1], np.array([b"x"], dtype=np.object_))]),
+    ]
+    for i, (got, whole, request, response) in enumerate(declined):
+        assert got is None, i
+        if whole is not None:  # the orjson path still answers it, as before
+            assert b"".join(bytes(p) for p in whole) == _orjson_answer(response, request)
+    # NaN goes out as orjson's null through the fallback
+    got, whole, request, response = declined[0]
+    assert b'"data":[1.0,null,2.0,3.0]' in b"".join(bytes(p) for p in whole)
