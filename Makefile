@@ -7,6 +7,7 @@ CSRC_TEST_DIR := build/csrc-tests
 GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 XXHASH_HEADER := /usr/include/xxhash.h
+FMT_HEADER := /usr/include/fmt/format.h
 # llhttp's C sources (the HTTP/1.1 parser) from Debian's node-llhttp,
 # unpacked into build/ (installing the package would pull in Node.js).
 LLHTTP_DIR := build/llhttp
@@ -46,6 +47,11 @@ system-deps:
 	  echo "installing libxxhash-dev"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libxxhash-dev >/dev/null; \
+	fi
+	@if [ ! -f $(FMT_HEADER) ]; then \
+	  echo "installing libfmt-dev"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libfmt-dev >/dev/null; \
 	fi
 
 $(VENV)/.deps: pyproject.toml requirements-test.txt

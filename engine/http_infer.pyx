@@ -25,14 +25,20 @@ from cpython.buffer cimport (
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.string cimport memcpy
 from libcpp.string cimport string
 
-from pyserver.engine.json_writer cimport AppendArray, AppendString, ElementKind, string_view
+from pyserver.engine.json_writer cimport (
+    AppendArray,
+    AppendInt,
+    AppendString,
+    ElementKind,
+    string_view,
+)
 
 import numpy as np
 
@@ -435,17 +441,27 @@ cdef int _element_kind(const char* fmt, Py_ssize_t itemsize) noexcept:
     return -1  # float16, long double, complex, objects, ...
 
 
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+
 cdef bint _append_str(obj, string* out) except -1:
     """``obj`` as a JSON string; False when it is not a str or has no UTF-8
     (lone surrogates: orjson refuses them, the caller's path says so)."""
     if type(obj) is not str:
         return False
+    cdef Py_ssize_t n
+    cdef const char* utf8
     try:
-        utf8 = (<str>obj).encode("utf-8")
+        utf8 = PyUnicode_AsUTF8AndSize(obj, &n)  # the str's own bytes when ASCII
     except UnicodeEncodeError:
         return False
-    AppendString(string_view(PyBytes_AS_STRING(utf8), len(utf8)), out)
+    AppendString(string_view(utf8, n), out)
     return True
+
+
+cdef inline void _append_bytes(bytes b, string* out) noexcept:
+    out.append(PyBytes_AS_STRING(b), <size_t>PyBytes_GET_SIZE(b))
 
 
 cdef bint _append_tensor(InferTensor t, string* out) except -1:
@@ -462,8 +478,8 @@ cdef bint _append_tensor(InferTensor t, string* out) except -1:
         PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
     except (BufferError, ValueError):
         return False  # not row-major, or no buffer
-    cdef int kind
-    cdef char buf[24]
+    cdef int kind, overflow
+    cdef long long n
     try:
         kind = _element_kind(view.format, view.itemsize)
         if kind < 0 or view.ndim == 0:
@@ -482,8 +498,10 @@ cdef bint _append_tensor(InferTensor t, string* out) except -1:
             if not first:
                 out.push_back(b',')
             first = False
-            text = b"%d" % dim
-            out.append(PyBytes_AS_STRING(text), len(text))
+            n = PyLong_AsLongLongAndOverflow(dim, &overflow)
+            if overflow:
+                return False
+            AppendInt(n, out)
         out.append(b'],"data":')
         if not AppendArray(<ElementKind>kind, view.buf, <size_t>(view.len // view.itemsize), out):
             return False  # NaN or an infinity: orjson's null
@@ -532,19 +550,23 @@ cpdef bytes json_answer(response, InferRequest request, json_headers, bint keep_
         if not _append_tensor(<InferTensor>item, &body):
             return None
     body.append(b']}')
-    head = [b"HTTP/1.1 200 OK\r\n"]
+    cdef string head
+    head.append(b"HTTP/1.1 200 OK\r\n")
     for k, v in json_headers:
-        head.append(b"%s: %s\r\n" % (k, v))
-    head.append(b"Content-Length: %d\r\n" % body.size())
+        _append_bytes(k, &head)
+        head.append(b": ")
+        _append_bytes(v, &head)
+        head.append(b"\r\n")
+    head.append(b"Content-Length: ")
+    AppendInt(<long long>body.size(), &head)
+    head.append(b"\r\n")
     if not keep_alive:
         head.append(b"Connection: close\r\n")
     elif http10:
         head.append(b"Connection: keep-alive\r\n")
     head.append(b"\r\n")
-    cdef bytes h = b"".join(head)
-    cdef Py_ssize_t hn = len(h)
-    cdef bytes answer = PyBytes_FromStringAndSize(NULL, hn + <Py_ssize_t>body.size())
+    cdef bytes answer = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(head.size() + body.size()))
     cdef char* dst = PyBytes_AS_STRING(answer)
-    memcpy(dst, PyBytes_AS_STRING(h), hn)
-    memcpy(dst + hn, body.data(), body.size())
+    memcpy(dst, head.data(), head.size())
+    memcpy(dst + head.size(), body.data(), body.size())
     return answer

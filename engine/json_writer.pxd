@@ -24,3 +24,4 @@ cdef extern from "pyserver/json_writer.h" namespace "pyserver::json" nogil:
 
     cbool AppendArray(ElementKind kind, const void* data, size_t count, string* out)
     void AppendString(string_view text, string* out)
+    void AppendInt(long long value, string* out)

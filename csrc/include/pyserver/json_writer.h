@@ -32,6 +32,9 @@ bool AppendArray(ElementKind kind, const void* data, size_t count, std::string* 
 void AppendDouble(double value, std::string* out);
 void AppendFloat(float value, std::string* out);
 
+// `value` in decimal.
+void AppendInt(long long value, std::string* out);
+
 // `text` (UTF-8) as a quoted JSON string: '"', '\\' and control characters
 // escaped (\b \t \n \f \r, else \u00xx), everything else as is.
 void AppendString(std::string_view text, std::string* out);
