@@ -8,6 +8,7 @@ GTEST_HEADER := /usr/include/gtest/gtest.h
 NGHTTP2_HEADER := /usr/include/nghttp2/nghttp2.h
 XXHASH_HEADER := /usr/include/xxhash.h
 FMT_HEADER := /usr/include/fmt/format.h
+SIMDJSON_HEADER := /usr/include/simdjson.h
 # llhttp's C sources (the HTTP/1.1 parser) from Debian's node-llhttp,
 # unpacked into build/ (installing the package would pull in Node.js).
 LLHTTP_DIR := build/llhttp
@@ -52,6 +53,11 @@ system-deps:
 	  echo "installing libfmt-dev"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libfmt-dev >/dev/null; \
+	fi
+	@if [ ! -f $(SIMDJSON_HEADER) ]; then \
+	  echo "installing libsimdjson-dev"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libsimdjson-dev >/dev/null; \
 	fi
 
 $(VENV)/.deps: pyproject.toml requirements-test.txt

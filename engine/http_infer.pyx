@@ -1,9 +1,11 @@
 # cython: language_level=3
 """The common case of a KServe v2 HTTP infer request and its response, in C.
 
-Decoding: the JSON document (already parsed by orjson) with numeric tensors
-in "data" or in the binary tensor extension, outputs asking at most for
-``binary_data``, and no request parameters but ``binary_data_output``.
+Decoding: the JSON document with numeric tensors in "data" or in the binary
+tensor extension, outputs asking at most for ``binary_data``, and no
+request parameters but ``binary_data_output``: read by csrc's
+InferRequestReader (simdjson, numbers written straight into the arrays)
+when it says yes, else parsed by orjson and walked here (decode_plain).
 Encoding: numeric outputs, as JSON data or binary, with no shared memory;
 when every output goes as JSON data, the whole answer is written by
 csrc's json_writer (orjson's text, byte for byte) with no dict, list or
@@ -29,9 +31,18 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 from libcpp.string cimport string
 
+from pyserver.engine.infer_request_reader cimport (
+    InferRequestReader,
+    ParamsState,
+    RequestInput,
+    RequestOutput,
+    ThreadInferRequestReader,
+)
+from pyserver.engine.infer_request_reader cimport string_view as json_view
 from pyserver.engine.json_writer cimport (
     AppendArray,
     AppendInt,
@@ -263,6 +274,11 @@ def decode_common(loads, dict wire_to_numpy, dict json_kinds, model_name, model_
         src = body if hlen == total else memoryview(body)[:hlen]
     if hlen == 0 or hlen > max_input_size:
         return None
+    if hlen <= _READER_MAX:
+        request = _read_plain(model_name, model_version, body, hlen, max_input_size,
+                              wire_to_numpy)
+        if request is not None:
+            return request
     try:
         doc = loads(src)
     except ValueError:
@@ -570,3 +586,127 @@ cpdef bytes json_answer(response, InferRequest request, json_headers, bint keep_
     memcpy(dst, head.data(), head.size())
     memcpy(dst + head.size(), body.data(), body.size())
     return answer
+
+
+# JSON headers up to this size go through the reader, whose parser keeps
+# buffers as large as the largest document it read (per thread); larger
+# ones are orjson's.
+cdef Py_ssize_t _READER_MAX = 1 << 20
+
+
+cdef inline str _text(json_view v):
+    return v.data()[:v.size()].decode("utf-8")
+
+
+cdef int _fill_kind(datatype) noexcept:
+    """The json_writer kind InferRequestReader.FillData writes for a JSON
+    "data" input of this datatype (the types _filled takes), or -1."""
+    if datatype == "FP32":
+        return <int>ElementKind.kFloat32
+    if datatype == "FP64":
+        return <int>ElementKind.kFloat64
+    if datatype == "INT32":
+        return <int>ElementKind.kInt32
+    if datatype == "INT64":
+        return <int>ElementKind.kInt64
+    if datatype == "UINT8":
+        return <int>ElementKind.kUint8
+    return -1
+
+
+def read_plain(model_name, model_version, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
+               dict wire_to_numpy):
+    """_read_plain, for tests: what the reader makes of a request, or None."""
+    return _read_plain(model_name, model_version, body, hlen, max_input_size, wire_to_numpy)
+
+
+cdef object _read_plain(model_name, model_version, body, Py_ssize_t hlen,
+                        Py_ssize_t max_input_size, dict wire_to_numpy):
+    """decode_plain's InferRequest for the same request, read without
+    building the JSON document in Python; None when the reader declines
+    (then orjson and decode_plain take it, and say what is wrong)."""
+    cdef Py_buffer src
+    cdef Py_buffer dst
+    cdef InferRequestReader* reader = &ThreadInferRequestReader()
+    cdef const RequestInput* inp
+    cdef const RequestOutput* out
+    cdef Py_ssize_t total, offset, size, end, count, itemsize, i, j
+    cdef int64_t dim
+    cdef int kind
+    cdef bint filled
+    PyObject_GetBuffer(body, &src, 0)
+    try:
+        total = src.len
+        if hlen > total or not reader.Read(<const char*>src.buf, <size_t>hlen):
+            return None
+    finally:
+        PyBuffer_Release(&src)
+    if reader.parameters() == ParamsState.kOne:
+        params = {"binary_data_output": reader.binary_data_output()}
+    else:
+        params = {}
+    request_id = _text(reader.id()) if reader.has_id() else ""
+    offset = hlen
+    cdef list inputs = []
+    cdef set names = set()
+    for i in range(<Py_ssize_t>reader.inputs().size()):
+        inp = &reader.inputs()[i]
+        name = _text(inp.name)
+        datatype = _text(inp.datatype)
+        if datatype == "BYTES" or datatype == "BF16" or name in names:
+            return None
+        npdt = wire_to_numpy.get(datatype)
+        if npdt is None:
+            return None
+        count = 1
+        shape = []
+        for j in range(<Py_ssize_t>inp.shape.size()):
+            dim = inp.shape[j]
+            if dim and count > _INT64_MAX // dim:
+                return None  # the element count overflows
+            count *= <Py_ssize_t>dim
+            shape.append(dim)
+        if count == 0:
+            return None
+        names.add(name)
+        itemsize = npdt.itemsize
+        if inp.parameters == ParamsState.kOne:
+            size = inp.binary_data_size
+            iparams = {"binary_data_size": size}
+            end = offset + size
+            if end > total or size != count * itemsize:
+                return None
+            data = _ndarray(shape, npdt, body, offset)  # a read-only view, no copy
+            offset = end
+        else:
+            iparams = {} if inp.parameters == ParamsState.kEmpty else None
+            kind = _fill_kind(datatype)
+            if kind < 0 or count > max_input_size // itemsize:
+                return None
+            data = _empty(shape, npdt)
+            PyObject_GetBuffer(data, &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            try:
+                filled = reader.FillData(i, <ElementKind>kind, dst.buf, <size_t>count)
+            finally:
+                PyBuffer_Release(&dst)
+            if not filled:
+                return None
+        inputs.append(new_tensor(name, datatype, shape, data, iparams))
+    if offset != total:
+        return None
+    cdef list outputs = []
+    cdef set seen = set()
+    for i in range(<Py_ssize_t>reader.outputs().size()):
+        out = &reader.outputs()[i]
+        name = _text(out.name)
+        if name in seen:
+            return None
+        seen.add(name)
+        if out.parameters == ParamsState.kOne:
+            oparams = {"binary_data": out.binary_data}
+        elif out.parameters == ParamsState.kEmpty:
+            oparams = {}
+        else:
+            oparams = None
+        outputs.append(new_output(name, oparams))
+    return new_request(model_name, model_version, request_id, inputs, outputs, params, 0, 0)

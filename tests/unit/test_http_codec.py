@@ -835,3 +835,74 @@ def test_json_answer_declines_what_it_does_not_write():
     # NaN goes out as orjson's null through the fallback
     got, whole, request, response = declined[0]
     assert b'"data":[1.0,null,2.0,3.0]' in b"".join(bytes(p) for p in whole)
+
+
+def _reader_variants():
+    """Raw documents for the simdjson reader: what json.dumps cannot write
+    (duplicate keys, nulls) beside the corpus above."""
+    for document in _json_variants():
+        yield json.dumps(document).encode()
+    a = '{"name":"A","datatype":"FP32","shape":[2],"data":[1,2]}'
+    yield ('{"inputs":[%s],"inputs":[%s]}' % (a, a)).encode()
+    yield ('{"inputs":[{"name":"A","name":"B","datatype":"FP32","shape":[2],"data":[1,2]}]}').encode()
+    yield ('{"inputs":[%s],"parameters":null,"outputs":null,"extra":{"x":[1]}}' % a).encode()
+    yield ('{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[1,2],"parameters":null,'
+           '"what":1}],"id":"r"}').encode()
+    yield ('{"inputs":[%s],"id":null}' % a).encode()
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":null}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"INT32","shape":[3],"data":[-0,0,-2147483649]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[3],"data":[-0,-0.0,1e-46]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[2.0],"data":[1,2]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[true],"data":[1]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[1,2]}],"outputs":[{"name":"Y","parameters":null}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[1,2]}],"outputs":[{"parameters":{}}]}'
+    yield b'{"inputs":[{"name":"\\u00e9\\n","datatype":"FP32","shape":[1],"data":[1]}],"id":"\\"q\\""}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[1],"data":[1]}]} x'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[1],"data":[1]}],}'
+    yield b'{"inputs":[{"name":"\\ud800","datatype":"FP32","shape":[1],"data":[1]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[1],"data":[18446744073709551616]}]}'
+    yield b'{"inputs":[{"name":"A","datatype":"INT64","shape":[1],"data":[9223372036854775808]}]}'
+    yield b'{"inputs":[]}'
+    yield b'\xef\xbb\xbf{"inputs":[]}'
+    yield b'{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[1,2]}]'
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("body", list(_reader_variants()), ids=lambda b: b[:60].decode("latin-1"))
+def test_json_reader_reads_as_orjson_path_or_declines(body):
+    """What csrc's InferRequestReader (simdjson) makes of a request is what
+    orjson + decode_plain make of it; where it declines, they decide."""
+    import pyserver.frontends.http_codec as codec
+    from pyserver.engine.http_infer import decode_plain, read_plain
+
+    read = read_plain("m", "", body, len(body), 1 << 26, codec.WIRE_TO_NUMPY)
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        assert read is None
+        return
+    walked = decode_plain("m", "", doc, body, len(body), 1 << 26, codec.WIRE_TO_NUMPY,
+                          codec._JSON_KINDS)
+    if read is not None:
+        assert walked is not None and _same(read, walked), (read, walked)
+
+
+def test_json_reader_takes_the_common_requests():
+    """The requests tritonclient sends for numeric tensors (JSON data or
+    binary, with outputs and an id) are read by the reader, not orjson."""
+    import pyserver.frontends.http_codec as codec
+    from pyserver.engine.http_infer import read_plain
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([[1, -2, 3]], dtype=np.int64)
+    for binary in (False, True):
+        inputs = [make_input("A", a, "FP32", binary), make_input("B", b, "INT64", binary)]
+        outputs = [tc_http.InferRequestedOutput("Y", binary_data=binary)]
+        body, headers = client_body(inputs, outputs, request_id="req-1")
+        body = body if isinstance(body, bytes) else body.encode()
+        hlen = int(headers.get("inference-header-content-length", len(body)))
+        read = read_plain("m", "", body, hlen, 1 << 26, codec.WIRE_TO_NUMPY)
+        assert read is not None and read.id == "req-1"
+        np.testing.assert_array_equal(read.inputs[0].data, a)
+        np.testing.assert_array_equal(read.inputs[1].data, b)
+        assert [(o.name, o.parameters) for o in read.outputs] == [("Y", {"binary_data": binary})]
