@@ -42,7 +42,6 @@ from pyserver.engine.infer_request_reader cimport (
     RequestOutput,
     ThreadInferRequestReader,
 )
-from pyserver.engine.infer_request_reader cimport string_view as json_view
 from pyserver.engine.json_writer cimport (
     AppendArray,
     AppendInt,
@@ -594,7 +593,7 @@ cpdef bytes json_answer(response, InferRequest request, json_headers, bint keep_
 cdef Py_ssize_t _READER_MAX = 1 << 20
 
 
-cdef inline str _text(json_view v):
+cdef inline str _text(string_view v):
     return v.data()[:v.size()].decode("utf-8")
 
 

@@ -3,13 +3,7 @@ from libc.stdint cimport int64_t
 from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
 
-from pyserver.engine.json_writer cimport ElementKind
-
-
-cdef extern from "<string_view>" namespace "std" nogil:
-    cdef cppclass string_view "std::string_view":
-        const char* data()
-        size_t size()
+from pyserver.engine.json_writer cimport ElementKind, string_view
 
 
 cdef extern from "pyserver/infer_request_reader.h" namespace "pyserver::json" nogil:

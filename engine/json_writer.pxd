@@ -6,6 +6,8 @@ from libcpp.string cimport string
 cdef extern from "<string_view>" namespace "std" nogil:
     cdef cppclass string_view:
         string_view(const char* data, size_t size)
+        const char* data()
+        size_t size()
 
 
 cdef extern from "pyserver/json_writer.h" namespace "pyserver::json" nogil:
