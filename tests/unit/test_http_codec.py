@@ -782,16 +782,26 @@ def test_json_answer_writes_what_orjson_writes(dtype):
     from pyserver.frontends.http_codec import _JSON_HEADERS
 
     rng = np.random.default_rng(7)
-    for _ in range(20):
+    # JSON data; all binary; per output (one binary, one JSON); asked
+    # binary but empty (a JSON answer, as encode_plain gives)
+    asks = [({}, []), ({"binary_data_output": True}, []),
+            ({}, [RequestedOutput("OUT\"0", {"binary_data": True}), RequestedOutput("é\n", {})]),
+            ({"binary_data_output": True}, [RequestedOutput("é\n", None)])]
+    for i in range(20):
         a = _random_values(rng, dtype, 200)
         b = a[: len(a) // 2].reshape(2, -1) if len(a) % 4 == 0 else a[:2].reshape(1, 2)
+        if i == 0:
+            a = a[:0]
         outs = [InferTensor("OUT\"0", "X", [len(a)], a), InferTensor("é\n", "Y", list(b.shape), b)]
         for rid in ("", "id-7"):
-            request = InferRequest("m\\1", "", rid, [], [], {})
-            response = InferResponse("m\\1", "3", rid, outs)
-            for keep_alive, http10 in ((True, False), (False, False), (True, True)):
-                got = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
-                assert got == _orjson_answer(response, request, keep_alive, http10)
+            for params, req_outputs in asks:
+                request = InferRequest("m\\1", "", rid, [], req_outputs, params)
+                response = InferResponse("m\\1", "3", rid, outs)
+                for keep_alive, http10 in ((True, False), (False, False), (True, True)):
+                    got = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
+                    assert got is not None
+                    assert b"".join(bytes(p) for p in got) == \
+                        _orjson_answer(response, request, keep_alive, http10)
 
 
 def test_json_answer_declines_what_it_does_not_write():
@@ -816,9 +826,8 @@ def test_json_answer_declines_what_it_does_not_write():
         answer([InferTensor("X", "FP32", [4], np.array([1, np.nan, 2, 3], np.float32))]),
         answer([InferTensor("X", "FP64", [2], np.array([np.inf, 1.0]))]),
         answer([InferTensor("X", "FP16", [4], a.astype(np.float16))]),
-        answer([InferTensor("X", "FP32", [4], a)], params={"binary_data_output": True}),
-        answer([InferTensor("X", "FP32", [4], a)],
-               req_outputs=[RequestedOutput("X", {"binary_data": True})]),
+        answer([InferTensor("X", "FP16", [4], a.astype(np.float16))],
+               params={"binary_data_output": True}, resp_params={"k": 1}),
         answer([InferTensor("X", "FP32", [4], a)], resp_params={"k": "v"}),
         answer([InferTensor("X", "FP32", [4], a, {"p": 1})]),
         answer([InferTensor("X", "FP32", [2, 2], a.reshape(2, 2).T)]),
@@ -835,6 +844,13 @@ def test_json_answer_declines_what_it_does_not_write():
     # NaN goes out as orjson's null through the fallback
     got, whole, request, response = declined[0]
     assert b'"data":[1.0,null,2.0,3.0]' in b"".join(bytes(p) for p in whole)
+    # FP16 goes as binary data (its bytes, no copy), not as JSON numbers
+    half = a.astype(np.float16)
+    request = InferRequest("m", "", "", [], [], {"binary_data_output": True})
+    response = InferResponse("m", "1", "", [InferTensor("X", "FP16", [4], half)])
+    got = json_answer(response, request, codec._JSON_HEADERS, True, False)
+    assert len(got) == 2 and got[1].obj is half
+    assert b"".join(bytes(p) for p in got) == _orjson_answer(response, request)
 
 
 def _reader_variants():
