@@ -482,7 +482,7 @@ cdef inline void _append_bytes(bytes b, string* out) noexcept:
 cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) except -1:
     """One output as ``{"name":..,"datatype":..,"shape":[..],"data":[..]}``,
     or with ``binary`` as ``{.., "parameters":{"binary_data_size":N}}`` with
-    its bytes (a view, no copy) added to ``raws``; False when it is not
+    its array added to ``raws`` (when it has bytes); False when it is not
     plain numeric data (or not what encode_plain would write without
     parameters)."""
     datatype = t.datatype
@@ -524,7 +524,7 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
             AppendInt(<long long>view.len, out)
             out.append(b'}}')
             if view.len:
-                raws.append(memoryview(arr).cast("B"))
+                raws.append(arr)
             return True
         out.append(b'],"data":')
         if not AppendArray(<ElementKind>kind, view.buf, <size_t>(view.len // view.itemsize), out):
@@ -585,9 +585,10 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
         if not _append_tensor(<InferTensor>item, binary, &body, raws):
             return None
     body.append(b']}')
-    cdef Py_ssize_t length = <Py_ssize_t>body.size()
+    cdef Py_ssize_t raw_size = 0
     for raw in raws:
-        length += (<memoryview>raw).nbytes
+        raw_size += raw.nbytes
+    cdef Py_ssize_t length = <Py_ssize_t>body.size() + raw_size
     cdef string head
     head.append(b"HTTP/1.1 200 OK\r\n")
     if raws:  # as encode_plain: binary outputs of no bytes leave a JSON answer
@@ -609,11 +610,26 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     elif http10:
         head.append(b"Connection: keep-alive\r\n")
     head.append(b"\r\n")
-    cdef bytes answer = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(head.size() + body.size()))
+    # Small outputs are copied in (as http_message does a small body): one
+    # write, no views; larger ones follow as views of their arrays.
+    cdef bint inline_raws = raw_size < 65536
+    cdef Py_ssize_t size = <Py_ssize_t>(head.size() + body.size())
+    cdef bytes answer = PyBytes_FromStringAndSize(NULL, size + raw_size if inline_raws else size)
     cdef char* dst = PyBytes_AS_STRING(answer)
     memcpy(dst, head.data(), head.size())
     memcpy(dst + head.size(), body.data(), body.size())
-    return [answer, *raws]
+    if not raws:
+        return [answer]
+    cdef Py_buffer view
+    if inline_raws:
+        dst += size
+        for raw in raws:
+            PyObject_GetBuffer(raw, &view, PyBUF_C_CONTIGUOUS)
+            memcpy(dst, view.buf, view.len)
+            dst += view.len
+            PyBuffer_Release(&view)
+        return [answer]
+    return [answer, *[memoryview(raw).cast("B") for raw in raws]]
 
 
 # JSON headers up to this size go through the reader, whose parser keeps

@@ -844,13 +844,18 @@ def test_json_answer_declines_what_it_does_not_write():
     # NaN goes out as orjson's null through the fallback
     got, whole, request, response = declined[0]
     assert b'"data":[1.0,null,2.0,3.0]' in b"".join(bytes(p) for p in whole)
-    # FP16 goes as binary data (its bytes, no copy), not as JSON numbers
-    half = a.astype(np.float16)
+    # FP16 goes as binary data, not as JSON numbers: small outputs copied
+    # into the one answer, large ones (64 KiB and up) after it as views
     request = InferRequest("m", "", "", [], [], {"binary_data_output": True})
-    response = InferResponse("m", "1", "", [InferTensor("X", "FP16", [4], half)])
-    got = json_answer(response, request, codec._JSON_HEADERS, True, False)
-    assert len(got) == 2 and got[1].obj is half
-    assert b"".join(bytes(p) for p in got) == _orjson_answer(response, request)
+    for count in (4, 1 << 16):
+        half = (np.arange(count) % 2048).astype(np.float16)
+        response = InferResponse("m", "1", "", [InferTensor("X", "FP16", [count], half)])
+        got = json_answer(response, request, codec._JSON_HEADERS, True, False)
+        if count == 4:
+            assert len(got) == 1
+        else:
+            assert len(got) == 2 and got[1].obj is half
+        assert b"".join(bytes(p) for p in got) == _orjson_answer(response, request)
 
 
 def _reader_variants():
