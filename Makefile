@@ -18,25 +18,23 @@ LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
 .PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize sanitize-python bench clean system-deps
 
+# `$(call apt_need,FILE,PACKAGE)`: installs Debian's PACKAGE when FILE is missing.
+define apt_need
+@if [ ! -f $(1) ]; then \
+  echo "installing $(2)"; \
+  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(2) >/dev/null; \
+fi
+endef
+
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
 # frontend's HTTP/2, llhttp for the HTTP frontend's HTTP/1.1, xxHash for the
-# response cache, libb64 for perf_analyzer (each installed when missing).
+# response cache, {fmt} and simdjson for the HTTP infer JSON, libb64 for
+# perf_analyzer (each installed when missing).
 system-deps:
-	@if [ ! -f $(GTEST_HEADER) ]; then \
-	  echo "installing libgtest-dev"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libgtest-dev >/dev/null; \
-	fi
-	@if [ ! -f $(NGHTTP2_HEADER) ]; then \
-	  echo "installing libnghttp2-dev"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libnghttp2-dev >/dev/null; \
-	fi
-	@if [ ! -f $(LIBB64) ]; then \
-	  echo "installing libb64-0d"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libb64-0d >/dev/null; \
-	fi
+	$(call apt_need,$(GTEST_HEADER),libgtest-dev)
+	$(call apt_need,$(NGHTTP2_HEADER),libnghttp2-dev)
+	$(call apt_need,$(LIBB64),libb64-0d)
 	@if [ ! -f $(LLHTTP_SOURCE) ]; then \
 	  echo "unpacking node-llhttp (llhttp's C sources) into $(LLHTTP_DIR)"; \
 	  rm -rf $(LLHTTP_DIR) && mkdir -p $(LLHTTP_DIR) && \
@@ -44,21 +42,9 @@ system-deps:
 	    { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; $$SUDO apt-get update -qq && apt-get download node-llhttp >/dev/null; }) && \
 	   dpkg -x node-llhttp_*.deb . && rm -f node-llhttp_*.deb); \
 	fi
-	@if [ ! -f $(XXHASH_HEADER) ]; then \
-	  echo "installing libxxhash-dev"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libxxhash-dev >/dev/null; \
-	fi
-	@if [ ! -f $(FMT_HEADER) ]; then \
-	  echo "installing libfmt-dev"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libfmt-dev >/dev/null; \
-	fi
-	@if [ ! -f $(SIMDJSON_HEADER) ]; then \
-	  echo "installing libsimdjson-dev"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libsimdjson-dev >/dev/null; \
-	fi
+	$(call apt_need,$(XXHASH_HEADER),libxxhash-dev)
+	$(call apt_need,$(FMT_HEADER),libfmt-dev)
+	$(call apt_need,$(SIMDJSON_HEADER),libsimdjson-dev)
 
 $(VENV)/.deps: pyproject.toml requirements-test.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)

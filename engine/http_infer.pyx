@@ -450,24 +450,26 @@ cdef int _element_kind(const char* fmt, Py_ssize_t itemsize) noexcept:
     if c == b'd' and itemsize == 8:
         return <int>ElementKind.kFloat64
     if c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q':
-        if itemsize == 1:
-            return <int>ElementKind.kInt8
-        if itemsize == 2:
-            return <int>ElementKind.kInt16
-        if itemsize == 4:
-            return <int>ElementKind.kInt32
-        if itemsize == 8:
-            return <int>ElementKind.kInt64
+        return _by_size(itemsize, ElementKind.kInt8, ElementKind.kInt16, ElementKind.kInt32,
+                        ElementKind.kInt64)
     if c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q':
-        if itemsize == 1:
-            return <int>ElementKind.kUint8
-        if itemsize == 2:
-            return <int>ElementKind.kUint16
-        if itemsize == 4:
-            return <int>ElementKind.kUint32
-        if itemsize == 8:
-            return <int>ElementKind.kUint64
+        return _by_size(itemsize, ElementKind.kUint8, ElementKind.kUint16, ElementKind.kUint32,
+                        ElementKind.kUint64)
     return -1  # float16, long double, complex, objects, ...
+
+
+cdef inline int _by_size(Py_ssize_t itemsize, ElementKind k1, ElementKind k2, ElementKind k4,
+                         ElementKind k8) noexcept:
+    """The integer kind of ``itemsize`` bytes, or -1."""
+    if itemsize == 1:
+        return <int>k1
+    if itemsize == 2:
+        return <int>k2
+    if itemsize == 4:
+        return <int>k4
+    if itemsize == 8:
+        return <int>k8
+    return -1
 
 
 cdef extern from "Python.h":
