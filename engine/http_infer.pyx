@@ -774,7 +774,10 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
             end = offset + size
             if end > total or size != count * itemsize:
                 return None
-            data = _view(body, <char*>src.buf + offset, inp.shape, npdt)
+            if type(body) is bytes:  # immutable: a view based on it stays valid
+                data = _view(body, <char*>src.buf + offset, inp.shape, npdt)
+            else:  # numpy's own view (writable for a bytearray), as decode_plain
+                data = _ndarray(shape, npdt, body, offset)
             offset = end
         else:
             iparams = {} if inp.parameters == ParamsState.kEmpty else None

@@ -927,3 +927,28 @@ def test_json_reader_takes_the_common_requests():
         np.testing.assert_array_equal(read.inputs[0].data, a)
         np.testing.assert_array_equal(read.inputs[1].data, b)
         assert [(o.name, o.parameters) for o in read.outputs] == [("Y", {"binary_data": binary})]
+
+
+def test_json_reader_binary_inputs_view_the_body():
+    """Binary inputs are read-only views of the request body, flagged as
+    np.ndarray(shape, dtype, body, offset) flags them; a body that is not
+    bytes (a bytearray) gets that numpy view itself."""
+    import pyserver.frontends.http_codec as codec
+    from pyserver.engine.http_infer import read_plain
+
+    flags = ["C_CONTIGUOUS", "F_CONTIGUOUS", "OWNDATA", "WRITEABLE", "ALIGNED"]
+    a = np.arange(16, dtype=np.float32)
+    for pad in range(4):
+        header = json.dumps({"id": "x" * pad, "inputs": [
+            {"name": "A", "datatype": "FP32", "shape": [2, 8],
+             "parameters": {"binary_data_size": 64}}]}).encode()
+        body = header + a.tobytes()
+        got = read_plain("m", "", body, len(header), 1 << 26, codec.WIRE_TO_NUMPY).inputs[0].data
+        ref = np.ndarray([2, 8], np.dtype(np.float32), body, len(header))
+        assert [got.flags[f] for f in flags] == [ref.flags[f] for f in flags]
+        assert got.base is body and np.array_equal(got, a.reshape(2, 8))
+        mutable = bytearray(body)
+        got = read_plain("m", "", mutable, len(header), 1 << 26,
+                         codec.WIRE_TO_NUMPY).inputs[0].data
+        np.testing.assert_array_equal(got, a.reshape(2, 8))
+        assert got.base is mutable and got.flags.writeable
