@@ -205,19 +205,10 @@ cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatyp
     decides."""
     if len(values) != count:
         return None
-    cdef char code
-    if datatype == "FP32":
-        code = b'f'
-    elif datatype == "FP64":
-        code = b'd'
-    elif datatype == "INT32":
-        code = b'i'
-    elif datatype == "INT64":
-        code = b'l'
-    elif datatype == "UINT8":
-        code = b'B'
-    else:
+    cdef int kind = _fill_kind(datatype)
+    if kind < 0:
         return None
+    cdef bint to_float = kind == <int>ElementKind.kFloat32 or kind == <int>ElementKind.kFloat64
     cdef Py_ssize_t i
     cdef bint any_float = False
     cdef object v
@@ -227,7 +218,7 @@ cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatyp
             any_float = True
         elif not PyLong_CheckExact(v):
             return None
-    if any_float and code != b'f' and code != b'd':
+    if any_float and not to_float:
         return None  # a float in an integer tensor: the caller's error
     arr = _empty(shape, npdt)
     cdef Py_buffer view
@@ -240,7 +231,7 @@ cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatyp
             v = <object>PyList_GET_ITEM(values, i)
             if PyFloat_CheckExact(v):
                 d = PyFloat_AS_DOUBLE(v)
-                if code == b'f':
+                if kind == <int>ElementKind.kFloat32:
                     (<float*>view.buf)[i] = <float>d
                 else:
                     (<double*>view.buf)[i] = d
@@ -248,15 +239,15 @@ cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatyp
             n = PyLong_AsLongLongAndOverflow(v, &overflow)
             if overflow:
                 return None  # beyond int64: numpy's path makes uint64 or objects
-            if code == b'f':
+            if kind == <int>ElementKind.kFloat32:
                 # numpy: ints alone are int64 cast to float32; with a float
                 # among them, float64 first
                 (<float*>view.buf)[i] = <float>(<double>n) if any_float else <float>n
-            elif code == b'd':
+            elif kind == <int>ElementKind.kFloat64:
                 (<double*>view.buf)[i] = <double>n
-            elif code == b'i':
+            elif kind == <int>ElementKind.kInt32:
                 (<int*>view.buf)[i] = <int>n
-            elif code == b'l':
+            elif kind == <int>ElementKind.kInt64:
                 (<long long*>view.buf)[i] = n
             else:
                 if n < 0:
@@ -357,10 +348,8 @@ def encode_plain(response, request, dumps, option, json_headers):
     if type(request) is not InferRequest:
         return None
     cdef InferRequest req = <InferRequest>request
-    default_binary = req.parameters.get("binary_data_output") is True
-    cdef dict out_params = None
-    if req.outputs:
-        out_params = {o.name: o.parameters for o in req.outputs}
+    cdef bint default_binary = req.parameters.get("binary_data_output") is True
+    cdef dict out_params = _requested_params(req)
     cdef list outputs_json = []
     cdef list buffers = None
     cdef InferTensor t
@@ -374,18 +363,29 @@ def encode_plain(response, request, dumps, option, json_headers):
             return None
         if not arr.flags.c_contiguous or not arr.dtype.isnative or arr.ndim == 0:
             return None
-        if out_params is not None:
-            p = out_params.get(t.name)
-            binary = p.get("binary_data") is True if p is not None else default_binary
-        else:
-            binary = default_binary
-        if binary:
+        if _is_binary(out_params, t.name, default_binary):
             # a view of no elements cannot be cast
             buffers = binary_entry(outputs_json, buffers, t, datatype,
                                    memoryview(arr).cast("B") if arr.size else b"")
         else:
             data_entry(outputs_json, t, datatype, arr.reshape(-1))
     return document(response, req, outputs_json, buffers, dumps, option, json_headers)
+
+
+cdef dict _requested_params(InferRequest req):
+    """Each requested output's parameters by name (None: no outputs named)."""
+    if not req.outputs:
+        return None
+    return {o.name: o.parameters for o in req.outputs}
+
+
+cdef bint _is_binary(dict out_params, name, bint default_binary) except -1:
+    """Whether output ``name`` goes as binary data: its own binary_data
+    when the request named it (with parameters), else binary_data_output."""
+    if out_params is None:
+        return default_binary
+    p = out_params.get(name)
+    return p.get("binary_data") is True if p is not None else default_binary
 
 
 cpdef list binary_entry(list outputs_json, list buffers, InferTensor t, datatype, raw):
@@ -565,9 +565,7 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     if response.parameters:
         return None
     cdef bint default_binary = request.parameters.get("binary_data_output") is True
-    cdef dict out_params = None
-    if request.outputs:
-        out_params = {o.name: o.parameters for o in request.outputs}
+    cdef dict out_params = _requested_params(request)
     cdef string body
     body.reserve(512)
     rid = response.id or request.id
@@ -590,11 +588,7 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     for item in response.outputs:
         if type(item) is not InferTensor:
             return None
-        if out_params is not None:  # encode_plain's rule, to the letter
-            p = out_params.get((<InferTensor>item).name)
-            binary = p.get("binary_data") is True if p is not None else default_binary
-        else:
-            binary = default_binary
+        binary = _is_binary(out_params, (<InferTensor>item).name, default_binary)
         if not first:
             body.push_back(b',')
         first = False
@@ -659,8 +653,9 @@ cdef inline str _text(string_view v):
 
 
 cdef int _fill_kind(datatype) noexcept:
-    """The json_writer kind InferRequestReader.FillData writes for a JSON
-    "data" input of this datatype (the types _filled takes), or -1."""
+    """The element kind a JSON "data" input of this datatype is filled as
+    (by _filled, and by InferRequestReader.FillData), or -1: the types the
+    C fills take."""
     if datatype == "FP32":
         return <int>ElementKind.kFloat32
     if datatype == "FP64":

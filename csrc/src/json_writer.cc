@@ -131,14 +131,6 @@ bool AppendWritten(size_t bound, std::string* out, Write&& write) {
 
 }  // namespace
 
-void AppendDouble(double value, std::string* out) {
-  AppendWritten(kMaxNumber, out, [&](char* w) { return WriteShortest(w, value); });
-}
-
-void AppendFloat(float value, std::string* out) {
-  AppendWritten(kMaxNumber, out, [&](char* w) { return WriteShortest(w, value); });
-}
-
 void AppendInt(long long value, std::string* out) {
   AppendWritten(kMaxNumber, out, [&](char* w) { return std::to_chars(w, w + kMaxNumber, value).ptr; });
 }

@@ -2,8 +2,9 @@
 // case (engine/http_infer.pyx). Numbers are written as orjson writes a numpy
 // array's elements (OPT_SERIALIZE_NUMPY) and strings as orjson escapes them,
 // so that this path and the Python one (pyserver/frontends/http_codec.py)
-// answer byte for byte alike; it exists because, under load, orjson's numpy
-// path plus the dicts around it cost the event loop ~10-20 µs per response.
+// answer byte for byte alike; it exists because orjson's numpy path plus
+// the dicts around it cost the event loop ~20-30k instructions per add_sub
+// answer (this path ~18k, callgrind).
 #pragma once
 
 #include <cstddef>
@@ -21,16 +22,13 @@ enum class ElementKind {
 };
 
 // Appends "[e0,e1,...]" for the `count` elements at `data` (native byte
-// order). Returns false, leaving `out` as it was, when an element has no
-// JSON number (NaN or an infinity, which orjson writes as null): the caller
-// then takes its general path.
+// order). Floats are the shortest text that reads back as the value, in
+// orjson's layout: plain digits with ".0" for whole numbers below 1e16
+// (1e13 for a float), "0.00ddd" down to 1e-5 (1e-6), else "d.ddde+X".
+// Returns false, leaving `out` as it was, when an element has no JSON
+// number (NaN or an infinity, which orjson writes as null): the caller then
+// takes its general path.
 bool AppendArray(ElementKind kind, const void* data, size_t count, std::string* out);
-
-// The shortest text that reads back as `value`, in orjson's layout: plain
-// digits with ".0" for whole numbers below 1e16 (1e13 for a float), "0.00ddd"
-// down to 1e-5 (1e-6), else "d.ddde+X" / "de-X". `value` must be finite.
-void AppendDouble(double value, std::string* out);
-void AppendFloat(float value, std::string* out);
 
 // `value` in decimal.
 void AppendInt(long long value, std::string* out);
