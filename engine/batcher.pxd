@@ -59,6 +59,8 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         void CompleteBatch(const CBatch& batch, const BatchTimes& times, Token token,
                            const Status& status)
         void RecordBatch(const CBatch& batch, const BatchTimes& times, const Status& status)
+        cbool CompleteAndNext(const CBatch& done, const BatchTimes& times, Token token,
+                              const Status& status, CBatch* next, cbool* signal_held)
 
 
 cdef extern from "pyserver/priority_queue.h" namespace "pyserver" nogil:

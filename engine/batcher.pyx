@@ -209,18 +209,31 @@ cdef class Scheduler:
                           uint64_t compute_end_ns, int code=0, str message=""):
         """``complete`` then ``next_batch`` in one call, with the GIL released
         across both: the event loop finds the GIL free when it picks up the
-        completion, and this thread takes it back only once it has new work."""
+        completion, and this thread takes it back only once it has new work.
+        When the next batch was ready at once the loop is not woken yet: the
+        caller starts that batch, then calls ``release_held_signal()``
+        (Scheduler::CompleteAndNext)."""
         cdef BatchTimes times = _batch_times(compute_start_ns, compute_input_end_ns,
                                              compute_output_start_ns, compute_end_ns)
         cdef Status st = Status(<StatusCode>code, message.encode("utf-8"))
         cdef Batch nxt = Batch.__new__(Batch)
         cdef Token token = <Token><uintptr_t><PyObject*>batch
         cdef bint got
+        cdef cbool held = False
         Py_INCREF(batch)  # travels with the token to the completion queue
         with nogil:
-            self.c.get().CompleteBatch(batch.c, times, token, st)
-            got = self._wait_batch(nxt)
+            got = self.c.get().CompleteAndNext(batch.c, times, token, st, &nxt.c, &held)
+            if got and not held and nxt.c.after_idle:
+                # Low load: the event loop is about to release the GIL and
+                # spin for this batch's completion (see _wait_batch).
+                self.c.get().completions().SpinUntilWaiter(30000)
         return self._hand_over(nxt, got)
+
+    def release_held_signal(self):
+        """Wakes the event loop for a completion complete_and_next held back
+        (nothing when none is held: one atomic load). The GIL stays held:
+        an eventfd write does not block."""
+        self.c.get().completions().ReleaseHeldSignal()
 
     def complete(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
                  uint64_t compute_output_start_ns, uint64_t compute_end_ns,

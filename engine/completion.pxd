@@ -20,6 +20,7 @@ cdef extern from "pyserver/completion_queue.h" namespace "pyserver" nogil:
         Status Create(unique_ptr[CCompletionQueue]* queue)
         int fd()
         void Push(Completion completion)
+        void ReleaseHeldSignal()
         size_t Drain(vector[Completion]* out)
         bint WaitReadable(uint64_t timeout_ns)
         bint SpinWaitNonEmpty(uint64_t spin_ns)

@@ -44,6 +44,24 @@ void CompletionQueue::Push(Completion completion) {
   if (was_empty) Signal();
 }
 
+void CompletionQueue::PushHoldingSignal(Completion completion) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (items_.empty()) signal_held_.store(true, std::memory_order_relaxed);
+  items_.push_back(std::move(completion));
+  size_.store(items_.size(), std::memory_order_release);
+}
+
+void CompletionQueue::ReleaseHeldSignal() {
+  if (!signal_held_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Drain may have cleared it since: the loop took the items itself.
+    if (!signal_held_.exchange(false, std::memory_order_relaxed)) return;
+    ++signals_;
+  }
+  Signal();
+}
+
 void CompletionQueue::PushMany(std::vector<Completion>* completions) {
   if (completions->empty()) return;
   bool was_empty;
@@ -64,6 +82,7 @@ size_t CompletionQueue::Drain(std::vector<Completion>* out) {
     std::lock_guard<std::mutex> lock(mu_);
     taken.swap(items_);
     size_.store(0, std::memory_order_release);
+    signal_held_.store(false, std::memory_order_relaxed);
     // Reset the counter under the lock: a producer that pushes after this
     // sees an empty queue and signals again, so no completion is stranded.
     uint64_t value;

@@ -335,6 +335,16 @@ size_t DynamicBatchScheduler::TopUp(Batch* batch) {
   return added;
 }
 
+bool DynamicBatchScheduler::TakeReadyBatch(Batch* batch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (parked_) return false;
+  }
+  // Parking may begin in between: then one more batch runs on this
+  // instance's thread, which is still correct.
+  return TryNextBatch(batch);
+}
+
 void DynamicBatchScheduler::ParkInstances(bool parked) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -71,6 +71,16 @@ bool PassThroughScheduler::TryNextBatch(Batch* batch) {
   return true;
 }
 
+bool PassThroughScheduler::TakeReadyBatch(Batch* batch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (parked_) return false;
+  }
+  // Parking may begin in between: then one more batch runs on this
+  // instance's thread, which is still correct.
+  return TryNextBatch(batch);
+}
+
 void PassThroughScheduler::ParkInstances(bool parked) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -21,6 +21,23 @@ void Scheduler::CompleteBatch(const Batch& batch, const BatchTimes& times, Token
   }
 }
 
+bool Scheduler::CompleteAndNext(const Batch& done, const BatchTimes& times, Token token,
+                                const Status& status, Batch* next, bool* signal_held) {
+  *signal_held = false;
+  if (orderer_) {  // the orderer pushes in dequeue order, signalling itself
+    CompleteBatch(done, times, token, status);
+    return NextBatch(next);
+  }
+  RecordBatch(done, times, status);
+  completions_->PushHoldingSignal(Completion{token, status.code(), status.message()});
+  if (TakeReadyBatch(next)) {
+    *signal_held = true;
+    return true;
+  }
+  completions_->ReleaseHeldSignal();
+  return NextBatch(next);
+}
+
 void Scheduler::RecordBatch(const Batch& batch, const BatchTimes& times, const Status& status) {
   const uint64_t input_ns = times.compute_input_end_ns - times.compute_start_ns;
   const uint64_t infer_ns = times.compute_output_start_ns - times.compute_input_end_ns;

@@ -43,6 +43,33 @@ TEST(CompletionQueue, SignalsOnlyWhenEmpty) {
   EXPECT_TRUE(h.completions->WaitReadable(0));
 }
 
+TEST(CompletionQueue, HeldSignalWaitsForRelease) {
+  testing::Harness h;
+  h.completions->PushHoldingSignal({1, StatusCode::kOk, ""});
+  h.completions->Push({2, StatusCode::kOk, ""});  // not empty: no signal of its own
+  EXPECT_FALSE(h.completions->WaitReadable(0));
+  EXPECT_EQ(h.completions->signal_count(), 0u);
+  h.completions->ReleaseHeldSignal();
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+  h.completions->ReleaseHeldSignal();  // owed once only
+  EXPECT_EQ(h.completions->signal_count(), 1u);
+  EXPECT_EQ(h.Drain().size(), 2u);
+
+  // A loop that drained on its own is owed nothing.
+  h.completions->PushHoldingSignal({3, StatusCode::kOk, ""});
+  EXPECT_EQ(h.Drain().size(), 1u);
+  h.completions->ReleaseHeldSignal();
+  EXPECT_FALSE(h.completions->WaitReadable(0));
+  EXPECT_EQ(h.completions->signal_count(), 1u);
+
+  // Onto a queue already signalled, a held push changes nothing.
+  h.completions->Push({4, StatusCode::kOk, ""});
+  h.completions->PushHoldingSignal({5, StatusCode::kOk, ""});
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+  h.completions->ReleaseHeldSignal();
+  EXPECT_EQ(h.completions->signal_count(), 2u);
+}
+
 TEST(CompletionQueue, ConcurrentProducersLoseNothing) {
   testing::Harness h;
   constexpr int kThreads = 4, kPerThread = 5000;

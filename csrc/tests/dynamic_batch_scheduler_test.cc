@@ -98,6 +98,43 @@ TEST(DynamicBatcher, PreferredCountsRequestBatchSizes) {
   EXPECT_EQ(b.batch_size, 4u);
 }
 
+TEST(DynamicBatcher, CompleteAndNextHoldsTheWakeOnlyForAReadyBatch) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;
+  c.preferred_batch_sizes = {2};
+  c.max_queue_delay_us = kLongDelayUs;
+  auto s = Make(h, c);
+  for (Token t = 1; t <= 3; ++t) Enqueue(s.get(), Req(t));
+  Batch first, next;
+  ASSERT_TRUE(s->NextBatch(&first));
+  EXPECT_EQ(Tokens(first), (std::vector<Token>{1, 2}));
+  // Request 3 alone is no batch yet (its delay runs): the loop is woken
+  // for token 10 before the instance waits.
+  std::thread instance([&] {
+    bool held = true;
+    EXPECT_TRUE(s->CompleteAndNext(first, BatchTimes{}, 10, Status::Ok(), &next, &held));
+    EXPECT_FALSE(held);
+  });
+  EXPECT_TRUE(h.completions->WaitReadable(5000000000ull));
+  EXPECT_EQ(h.Drain().size(), 1u);
+  Enqueue(s.get(), Req(4));  // the preferred size: sent at once
+  instance.join();
+  EXPECT_EQ(Tokens(next), (std::vector<Token>{3, 4}));
+
+  // A ready batch: the wake for token 11 waits for ReleaseHeldSignal.
+  Enqueue(s.get(), Req(5));
+  Enqueue(s.get(), Req(6));
+  Batch third;
+  bool held = false;
+  ASSERT_TRUE(s->CompleteAndNext(next, BatchTimes{}, 11, Status::Ok(), &third, &held));
+  EXPECT_TRUE(held);
+  EXPECT_EQ(Tokens(third), (std::vector<Token>{5, 6}));
+  EXPECT_FALSE(h.completions->WaitReadable(0));
+  h.completions->ReleaseHeldSignal();
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+}
+
 TEST(DynamicBatcher, WaitsForDelayThenSendsWhatIsQueued) {
   Harness h;
   DynamicBatcherConfig c;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "test_util.h"
 
@@ -64,6 +65,67 @@ TEST(PassThrough, RecordBatchCountsWithoutCompleting) {
   EXPECT_EQ(snap.execution_count, 1u);
   EXPECT_EQ(snap.compute_infer.ns, 10u);
   EXPECT_TRUE(h.Drain().empty());  // the caller answers the requests itself
+}
+
+TEST(PassThrough, CompleteAndNextHoldsTheWakeWhileWorkIsReady) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(1), &id).ok());
+  ASSERT_TRUE(s.Enqueue(Req(2), &id).ok());
+  Batch first, next;
+  ASSERT_TRUE(s.NextBatch(&first));
+  BatchTimes t;
+  bool held = false;
+  // Request 2 is ready: the wake-up for token 10 waits for the caller.
+  ASSERT_TRUE(s.CompleteAndNext(first, t, 10, Status::Ok(), &next, &held));
+  EXPECT_TRUE(held);
+  EXPECT_EQ(Tokens(next), std::vector<Token>{2});
+  EXPECT_FALSE(h.completions->WaitReadable(0));
+  h.completions->ReleaseHeldSignal();
+  EXPECT_TRUE(h.completions->WaitReadable(0));
+  auto done = h.Drain();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].token, 10u);
+  EXPECT_EQ(h.stats->Snapshot().success.count, 1u);
+
+  // Nothing ready: the loop is woken before the instance blocks.
+  std::promise<bool> got;
+  std::thread instance([&] {
+    Batch last;
+    bool held2 = true;
+    got.set_value(s.CompleteAndNext(next, t, 11, Status::Ok(), &last, &held2) || held2);
+  });
+  EXPECT_TRUE(h.completions->WaitReadable(5000000000ull));
+  done = h.Drain();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].token, 11u);
+  s.Stop();
+  instance.join();
+  EXPECT_FALSE(got.get_future().get());  // stopped: no batch, nothing held
+}
+
+TEST(PassThrough, CompleteAndNextLeavesParkedBatchesToTheLoop) {
+  Harness h;
+  PassThroughScheduler s(h.stats, h.completions, false);
+  uint64_t id;
+  ASSERT_TRUE(s.Enqueue(Req(1), &id).ok());
+  Batch first;
+  ASSERT_TRUE(s.NextBatch(&first));
+  ASSERT_TRUE(s.Enqueue(Req(2), &id).ok());
+  s.ParkInstances(true);
+  std::thread instance([&] {
+    Batch next;
+    bool held = true;
+    EXPECT_FALSE(s.CompleteAndNext(first, BatchTimes{}, 10, Status::Ok(), &next, &held));
+    EXPECT_FALSE(held);
+  });
+  EXPECT_TRUE(h.completions->WaitReadable(5000000000ull));  // signalled, not held
+  Batch taken;
+  ASSERT_TRUE(s.TryNextBatch(&taken));  // request 2 was left to the loop
+  EXPECT_EQ(Tokens(taken), std::vector<Token>{2});
+  s.Stop();
+  instance.join();
 }
 
 TEST(PassThrough, ParkedInstanceLeavesBatchesToTryNextBatch) {

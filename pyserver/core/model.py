@@ -142,8 +142,10 @@ class ModelInstance:
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
         model = self.model
         inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
+        release = scheduler.release_held_signal
         while batch is not None:
             if self.rate_limit is not None:
+                release()  # the limiter may keep it waiting
                 outcome = self._execute_limited(execute, batch)
             elif inline is None:
                 outcome = execute(self, batch)
@@ -151,6 +153,9 @@ class ModelInstance:
                 cpu_ns = thread_time_ns()
                 outcome = execute(self, batch)
                 inline.observe(thread_time_ns() - cpu_ns)
+            # The execution released the last batch's completion as it
+            # started (see complete_and_next); this covers a failure before.
+            release()
             if model.tracing:
                 model.stamp_traces(batch, outcome)
             if model.iterative:
@@ -498,6 +503,9 @@ class ModelVersion:
                 self.sequence.feed_states(requests)
             inputs = self._gather_inputs(requests)
             t_input = now_ns()
+            # The batch is ready to run (the backend releases the GIL now):
+            # wake the loop for the previous batch's answers.
+            self.scheduler.release_held_signal()
             outputs = instance.backend.execute(inputs)
             t_output = now_ns()
             if self.has_implicit_state:  # one row per request (a sequence batch)
@@ -518,6 +526,7 @@ class ModelVersion:
         by the backend fails the whole batch."""
         t_start = now_ns()
         try:
+            self.scheduler.release_held_signal()  # see execute_batch
             if self.has_implicit_state:
                 self.sequence.feed_states(batch.requests)
             results = instance.backend.execute_requests(batch.requests)

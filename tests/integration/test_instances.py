@@ -107,6 +107,26 @@ def test_failing_batch_fails_only_its_request(probe):
     assert stats["inference_stats"]["success"]["count"] == 1
 
 
+def test_an_answer_leaves_while_the_next_batch_runs(tmp_path, start_server):
+    # The instance holds back the loop's wake-up for a finished batch while
+    # it starts the next one (Scheduler::CompleteAndNext); the answer must
+    # still leave as that batch starts, not when it ends.
+    write_probe(tmp_path, CONFIG.replace("count: 2", "count: 1"))
+    s = start_server(tmp_path)
+    answered = {}
+
+    def timed(value):
+        infer(s.url, value)
+        answered[value] = time.monotonic()
+
+    first = threading.Thread(target=timed, args=(1.0,))
+    first.start()
+    time.sleep(0.05)  # queued while the first runs (0.2 s)
+    timed(2.0)
+    first.join()
+    assert answered[2.0] - answered[1.0] > 0.1, answered
+
+
 def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
     """instance_group { passive: true }: its instances are made (as Triton
     loads them) but the scheduler never gives them a batch."""

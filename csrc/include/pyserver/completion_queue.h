@@ -40,6 +40,18 @@ class CompletionQueue {
   void Push(Completion completion);
   void PushMany(std::vector<Completion>* completions);
 
+  // Push, except that a push onto an empty queue leaves the fd unsignalled
+  // and marks the signal as held. An instance thread does this when it has
+  // its next batch in hand and still needs the GIL to start it: woken now,
+  // the event loop would take the GIL first and the instance would wait for
+  // it. Other pushes meanwhile do not signal either (the queue is not empty),
+  // so the holder must call ReleaseHeldSignal() soon, and on every path.
+  void PushHoldingSignal(Completion completion);
+
+  // Signals the fd if a held signal is still owed (Drain clears it: a loop
+  // that drained on its own needs no wake-up). Cheap when none is held.
+  void ReleaseHeldSignal();
+
   // Moves every waiting completion into *out (appending) and re-arms the fd.
   // Never blocks. Returns the number moved.
   size_t Drain(std::vector<Completion>* out);
@@ -70,6 +82,7 @@ class CompletionQueue {
   mutable std::mutex mu_;
   std::vector<Completion> items_;
   std::atomic<size_t> size_{0};  // items_.size(), readable without mu_
+  std::atomic<bool> signal_held_{false};  // see PushHoldingSignal
   mutable std::atomic<int> spinning_waiters_{0};
   uint64_t signals_ = 0;
 };

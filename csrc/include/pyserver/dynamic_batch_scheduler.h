@@ -61,6 +61,7 @@ class DynamicBatchScheduler : public Scheduler {
   bool NextBatch(Batch* batch) override;
   // A batch if the rules send one now (never while a batching delay runs).
   bool TryNextBatch(Batch* batch) override;
+  bool TakeReadyBatch(Batch* batch) override;
   void ParkInstances(bool parked) override;
   size_t TopUp(Batch* batch) override;
   bool Cancel(uint64_t id) override;

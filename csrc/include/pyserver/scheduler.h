@@ -126,6 +126,11 @@ class Scheduler {
   // and releases every instance blocked in NextBatch().
   virtual void Stop() = 0;
 
+  // For an instance thread: a batch if one is ready now and instances are
+  // not parked; never waits. Default: never (CompleteAndNext then waits in
+  // NextBatch()).
+  virtual bool TakeReadyBatch(Batch* batch) { (void)batch; return false; }
+
   // Requests queued right now (not yet taken by an instance).
   virtual size_t QueuedCount() const = 0;
 
@@ -134,6 +139,17 @@ class Scheduler {
   // order when preserve_ordering is set. `status` is the batch's outcome.
   void CompleteBatch(const Batch& batch, const BatchTimes& times, Token token,
                      const Status& status);
+
+  // An instance thread's step between two batches: CompleteBatch(done, ...)
+  // then the next batch into *next. When a batch is ready at once, `done`'s
+  // wake-up of the event loop is held (CompletionQueue::PushHoldingSignal)
+  // and *signal_held is set: the caller starts the new batch, which needs
+  // the GIL, and then calls completions()->ReleaseHeldSignal(), so the loop
+  // wakes into a free GIL instead of taking it from under the instance.
+  // Otherwise the loop is woken before this blocks in NextBatch(). Returns
+  // NextBatch()'s answer (false once stopped).
+  bool CompleteAndNext(const Batch& done, const BatchTimes& times, Token token,
+                       const Status& status, Batch* next, bool* signal_held);
 
   // Only the statistics part of CompleteBatch: for a batch whose caller
   // answers its requests itself (an instance driven by the event loop,
