@@ -2,7 +2,7 @@
 on pyserver and on real Triton, driven by C load generators: wrk (HTTP JSON)
 and h2load (gRPC, a prepared ModelInfer body).
 
-  python bench/python_backend.py [--duration 5] [--concurrency 1 16 64 128]
+  python bench/python_backend.py [--duration 3] [--rounds 3] [--concurrency 1 16 64 128]
                                  [--instances 1 2] [--size 16] [--batching]
                                  [--systems pyserver triton] [--protocols http grpc]
 
@@ -16,8 +16,10 @@ started). For each instance count it starts the systems one after the other,
 measuring each one's time from process start to READY (and, on pyserver,
 each worker's own start time from the server log), then drives them in
 alternation, row by row, so background-load drift hits both alike: each load
-generator at each concurrency, a warm-up, then a fixed window. Prints infer/s, p50, p99, errors, c_max/peak
-and, at c16, pyserver/Triton per protocol; the JSON document at the end.
+generator at each concurrency, a warm-up, then a fixed window, --rounds
+times. Prints infer/s, p50, p99, errors, c_max/peak (of the median rounds)
+and, at c16, pyserver/Triton per protocol (the median of the rounds' ratios,
+each round's pair run back to back); the JSON document at the end.
 Non-2xx answers, socket errors and gRPC calls without an answer are counted,
 never hidden. Needs `wrk` and `h2load` (`make bench` installs them).
 """
@@ -28,6 +30,7 @@ import argparse
 import json
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -103,48 +106,66 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
             answers = {n: loadgen.h2load_answer_bytes(s.grpc_port, bodies["grpc"]) if protocol == "grpc"
                        else None for n, s in servers.items()}
             for conns in args.concurrency:
-                for system, server in servers.items():
-                    r = drive(server, protocol, conns, args, tmp, bodies, answers[system])
-                    server.settle()
-                    row = {"protocol": protocol, "concurrency": conns, "infer_per_s": r["infer_per_s"],
-                           "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "errors": r["errors"]}
-                    runs[system]["rows"].append(row)
-                    print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
-                          f"{row['infer_per_s']:>9.0f} infer/s  p50 {row['p50_ms']} ms  "
-                          f"p99 {row['p99_ms']} ms  errors {row['errors']}", file=sys.stderr)
+                for round_no in range(args.rounds):
+                    for system, server in servers.items():
+                        r = drive(server, protocol, conns, args, tmp, bodies, answers[system])
+                        server.settle()
+                        row = {"protocol": protocol, "concurrency": conns, "round": round_no,
+                               "infer_per_s": r["infer_per_s"], "p50_ms": r["p50_ms"],
+                               "p99_ms": r["p99_ms"], "errors": r["errors"]}
+                        runs[system]["rows"].append(row)
+                        print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
+                              f"round {round_no + 1} {row['infer_per_s']:>9.0f} infer/s  "
+                              f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
+                              f"errors {row['errors']}", file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()
     top = max(args.concurrency)
     for run in runs.values():
         for protocol in args.protocols:
-            series = {r["concurrency"]: r["infer_per_s"] for r in run["rows"] if r["protocol"] == protocol}
+            series = {c: statistics.median(r["infer_per_s"] for r in run["rows"]
+                                           if r["protocol"] == protocol and r["concurrency"] == c)
+                      for c in args.concurrency
+                      if any(r["protocol"] == protocol for r in run["rows"])}
             if series and max(series.values()):
+                run[f"{protocol}_median_infer_per_s"] = {f"c{c}": v for c, v in series.items()}
                 run[f"{protocol}_peak_infer_per_s"] = max(series.values())
                 run[f"{protocol}_c{top}_over_peak"] = round(series[top] / max(series.values()), 3)
     return list(runs.values())
 
 
 def ratios_at(runs: list[dict], conc: int) -> list[dict]:
-    """pyserver/Triton (infer/s) at one concurrency, per instance count and protocol."""
+    """pyserver/Triton (infer/s) at one concurrency, per instance count and
+    protocol: each round's pair (run back to back) gives a ratio; the median
+    round counts, so a slow minute that hits one system's window moves one
+    ratio, not the answer."""
     found = {}
     for run in runs:
         for r in run.get("rows", []):
             if r["concurrency"] == conc:
-                found[(run["system"], run["instances"], r["protocol"])] = r
-    out = []
-    for (system, instances, protocol), py in found.items():
-        tri = found.get(("triton", instances, protocol))
+                found[(run["system"], run["instances"], r["protocol"], r.get("round", 0))] = r
+    pairs = {}
+    for (system, instances, protocol, round_no), py in found.items():
+        tri = found.get(("triton", instances, protocol, round_no))
         if system == "pyserver" and tri and tri["infer_per_s"]:
-            out.append({"instances": instances, "protocol": protocol, "concurrency": conc,
-                        "pyserver_over_triton": round(py["infer_per_s"] / tri["infer_per_s"], 2),
-                        "p99_ms": {"pyserver": py["p99_ms"], "triton": tri["p99_ms"]}})
+            pairs.setdefault((instances, protocol), []).append((py, tri))
+    out = []
+    for (instances, protocol), rounds in sorted(pairs.items()):
+        ratios = sorted(py["infer_per_s"] / tri["infer_per_s"] for py, tri in rounds)
+        out.append({"instances": instances, "protocol": protocol, "concurrency": conc,
+                    "pyserver_over_triton": round(statistics.median(ratios), 2),
+                    "rounds": [round(x, 2) for x in ratios],
+                    "p99_ms": {"pyserver": statistics.median(py["p99_ms"] for py, _ in rounds),
+                               "triton": statistics.median(tri["p99_ms"] for _, tri in rounds)}})
     return out
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--duration", type=float, default=3.0)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="times each row runs, the systems alternating; medians count")
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 128])
     p.add_argument("--instances", type=int, nargs="+", default=[1, 2])
@@ -177,7 +198,7 @@ def main():
                "pyserver_over_triton_c16": ratios_at(runs, 16)}
     for r in results["pyserver_over_triton_c16"]:
         print(f"pyserver/Triton c16 instances {r['instances']} {r['protocol']:<4} "
-              f"{r['pyserver_over_triton']:.2f}x  (p99 {r['p99_ms']['pyserver']} vs "
+              f"{r['pyserver_over_triton']:.2f}x median of {r['rounds']}  (p99 {r['p99_ms']['pyserver']} vs "
               f"{r['p99_ms']['triton']} ms; target >= 1.5x)", file=sys.stderr)
     print(json.dumps(results, indent=2))
 
