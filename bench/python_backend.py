@@ -105,8 +105,10 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
         for protocol in args.protocols:
             answers = {n: loadgen.h2load_answer_bytes(s.grpc_port, bodies["grpc"]) if protocol == "grpc"
                        else None for n, s in servers.items()}
-            for conns in args.concurrency:
-                for round_no in range(args.rounds):
+            # Rounds outermost: every concurrency once per round, so a slow
+            # stretch of minutes hits all of them (c_max/peak) and both systems.
+            for round_no in range(args.rounds):
+                for conns in args.concurrency:
                     for system, server in servers.items():
                         r = drive(server, protocol, conns, args, tmp, bodies, answers[system])
                         server.settle()
