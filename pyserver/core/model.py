@@ -143,25 +143,30 @@ class ModelInstance:
         model = self.model
         inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
         release = scheduler.release_held_signal
-        while batch is not None:
-            if self.rate_limit is not None:
-                release()  # the limiter may keep it waiting
-                outcome = self._execute_limited(execute, batch)
-            elif inline is None:
-                outcome = execute(self, batch)
-            else:
-                cpu_ns = thread_time_ns()
-                outcome = execute(self, batch)
-                inline.observe(thread_time_ns() - cpu_ns)
-            # The execution released the last batch's completion as it
-            # started (see complete_and_next); this covers a failure before.
+        try:
+            while batch is not None:
+                if self.rate_limit is not None:
+                    release()  # the limiter may keep it waiting
+                    outcome = self._execute_limited(execute, batch)
+                elif inline is None:
+                    outcome = execute(self, batch)
+                else:
+                    cpu_ns = thread_time_ns()
+                    outcome = execute(self, batch)
+                    inline.observe(thread_time_ns() - cpu_ns)
+                # The execution released the last batch's completion as it
+                # started (see complete_and_next); this covers a failure before.
+                release()
+                if model.tracing:
+                    model.stamp_traces(batch, outcome)
+                if model.iterative:
+                    model.end_iterations(batch.requests)
+                # Completes this batch and waits for the next, GIL released.
+                batch = scheduler.complete_and_next(batch, *outcome)
+        finally:
+            # A thread that dies holding a wake-up would strand every
+            # completion behind it (the queue is not empty, so no push signals).
             release()
-            if model.tracing:
-                model.stamp_traces(batch, outcome)
-            if model.iterative:
-                model.end_iterations(batch.requests)
-            # Completes this batch and waits for the next, GIL released.
-            batch = scheduler.complete_and_next(batch, *outcome)
 
     def _execute_limited(self, execute, batch) -> tuple:
         """Runs a batch once the rate limiter grants this instance its
