@@ -126,10 +126,9 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
     top = max(args.concurrency)
     for run in runs.values():
         for protocol in args.protocols:
-            series = {c: statistics.median(r["infer_per_s"] for r in run["rows"]
-                                           if r["protocol"] == protocol and r["concurrency"] == c)
-                      for c in args.concurrency
-                      if any(r["protocol"] == protocol for r in run["rows"])}
+            rows = [r for r in run["rows"] if r["protocol"] == protocol]
+            series = {c: statistics.median(r["infer_per_s"] for r in rows if r["concurrency"] == c)
+                      for c in args.concurrency} if rows else {}
             if series and max(series.values()):
                 run[f"{protocol}_median_infer_per_s"] = {f"c{c}": v for c, v in series.items()}
                 run[f"{protocol}_peak_infer_per_s"] = max(series.values())

@@ -137,4 +137,5 @@ cdef class Scheduler:
     cdef readonly CompletionQueue completions
 
     cdef bint _wait_batch(self, Batch batch) noexcept nogil
+    cdef void _meet_spinning_loop(self, Batch batch) noexcept nogil
     cdef object _hand_over(self, Batch batch, bint got)

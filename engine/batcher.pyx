@@ -183,12 +183,16 @@ cdef class Scheduler:
 
     cdef bint _wait_batch(self, Batch batch) noexcept nogil:
         cdef bint got = self.c.get().NextBatch(&batch.c)
-        if got and batch.c.after_idle:
+        if got:
+            self._meet_spinning_loop(batch)
+        return got
+
+    cdef void _meet_spinning_loop(self, Batch batch) noexcept nogil:
+        if batch.c.after_idle:
             # Low load: the event loop is about to release the GIL and spin
             # for this batch's completion; wait for that rather than sleep on
             # a held GIL (see CompletionQueue::SpinUntilWaiter).
             self.c.get().completions().SpinUntilWaiter(30000)
-        return got
 
     cdef object _hand_over(self, Batch batch, bint got):
         if not got:
@@ -219,14 +223,12 @@ cdef class Scheduler:
         cdef Batch nxt = Batch.__new__(Batch)
         cdef Token token = <Token><uintptr_t><PyObject*>batch
         cdef bint got
-        cdef cbool held = False
+        cdef cbool held = False  # a held batch is never after_idle
         Py_INCREF(batch)  # travels with the token to the completion queue
         with nogil:
             got = self.c.get().CompleteAndNext(batch.c, times, token, st, &nxt.c, &held)
-            if got and not held and nxt.c.after_idle:
-                # Low load: the event loop is about to release the GIL and
-                # spin for this batch's completion (see _wait_batch).
-                self.c.get().completions().SpinUntilWaiter(30000)
+            if got:
+                self._meet_spinning_loop(nxt)
         return self._hand_over(nxt, got)
 
     def release_held_signal(self):
