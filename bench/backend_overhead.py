@@ -14,15 +14,18 @@ same session options at the batch sizes pyserver formed.
    how many batches of each size pyserver executed.
 3. With the server idle (the cores to itself), the same model runs in
    this process through onnxruntime.InferenceSession.run at each of those
-   batch sizes (the batches replayed in their proportions, shuffled); its
-   throughput is the rows/s those batches would take:
-   sum(count_b * b) / sum(count_b * time_b).
+   batch sizes (the batches replayed in their proportions, shuffled),
+   once just before the window and once just after it, and each size's
+   time is the mean of the two: this VM's speed drifts by tens of percent
+   over tens of seconds, the same for both (a busy or an idle second core
+   makes no difference to a run), and a measurement on each side cancels
+   a drift across the window. Its throughput is the rows/s those batches
+   would take: sum(count_b * b) / sum(count_b * time_b).
 4. ratio = pyserver infer/s / direct infer/s (target >= 0.9). The server's
    own compute_infer time per batch gives the backend-only "execution
-   ratio" beside it. Steps 2-3 repeat (--rounds, short windows, so each
-   load window and its direct measurement lie seconds apart and see the
-   same machine) and the median round counts: a burst of other work on
-   the machine moves one round, not the answer.
+   ratio" beside it. Steps 2-3 repeat (--rounds) and the median round
+   counts: a burst of other work on the machine moves one round, not the
+   answer.
 
 Prints JSON. Needs h2load (Debian package nghttp2-client).
 """
@@ -134,9 +137,14 @@ class DirectRunner:
         return {size: spent[size] / runs[size] for size in batches}
 
 
-def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log: Path) -> dict:
-    """One window of load through pyserver, then (the server idle) the same
-    batches through onnxruntime directly."""
+def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log: Path,
+                  expected: dict) -> dict:
+    """The same batches through onnxruntime directly (the server idle), then
+    one window of load through pyserver, then the direct runs again.
+    ``expected``: the batch sizes of the window before (this window's are
+    not known yet), for the first direct measurement."""
+    budget_s = max(1.0, args.duration / 2)
+    before = direct.seconds_per_batch(expected, budget_s)
     counts0, ns0, ok0, fail0 = batch_counts(port)
     loop0, proc0 = cpu_seconds(server.pid, server.pid), cpu_seconds(server.pid)
     served = run_h2load(port, body, args.concurrency, args.duration, log)
@@ -147,9 +155,13 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
     rows = sum(b * n for b, n in batches.items())
     if not batches or rows == 0:
         raise RuntimeError("pyserver executed no batches: " + json.dumps(served))
-    seconds = direct.seconds_per_batch(batches, budget_s=max(1.0, args.duration / 2))
+    after = direct.seconds_per_batch(batches, budget_s)
+    # A size the window before did not form has its time from after only.
+    seconds = {b: (after[b] + before[b]) / 2 if b in before else after[b] for b in batches}
     direct_busy = sum(n * seconds[b] for b, n in batches.items())
     direct_rate = rows / direct_busy
+    drift = sum(n * after[b] for b, n in batches.items() if b in before) / max(
+        1e-12, sum(n * before[b] for b, n in batches.items() if b in before))
     requests = max(1, ok1 - ok0)
     return {
         "pyserver_infer_per_s": round(served["infer_per_s"], 1),
@@ -158,6 +170,9 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
         # The backend's share alone: direct run time / the server's own
         # compute_infer time for the same batches (1.0: no cost added there).
         "execution_ratio": round(direct_busy * 1e9 / max(1, sum(server_ns.values())), 3),
+        # The direct runs' time after the window over before it: how far
+        # the machine's speed moved across the window (1.0: not at all).
+        "direct_drift": round(drift, 3),
         "p50_ms": served.get("p50_ms"), "p99_ms": served.get("p99_ms"),
         "failed": served["h2_failed"] + max(0, fail1 - fail0 - served["cut_at_end"]),
         "failed_in_model": fail1 - fail0,  # with the requests cut at the window's end
@@ -220,15 +235,19 @@ def main():
         if line.strip() != "READY":
             server.kill()
             sys.exit("server did not start: " + server.stderr.read()[-3000:])
+        counts0 = batch_counts(port)[0]
         run_h2load(port, body, args.concurrency, args.warmup, None)
+        counts1 = batch_counts(port)[0]
+        expected = {b: n - counts0.get(b, 0) for b, n in counts1.items() if n > counts0.get(b, 0)}
         for number in range(args.rounds):
-            row = measure_round(server, port, body, args, direct, tmp / "h2load.log")
+            row = measure_round(server, port, body, args, direct, tmp / "h2load.log", expected)
+            expected = {int(b): n for b, n in row["batches"].items()}
             rounds.append(row)
             print(f"round {number + 1}: pyserver {row['pyserver_infer_per_s']:.0f} infer/s (mean "
                   f"batch {row['mean_batch']:.1f}) vs onnxruntime direct "
                   f"{row['direct_onnxruntime_infer_per_s']:.0f} infer/s at the same batches: ratio "
                   f"{row['ratio']:.3f}, execution ratio {row['execution_ratio']:.3f}, "
-                  f"failed {row['failed']}", file=sys.stderr)
+                  f"direct drift {row['direct_drift']:.2f}, failed {row['failed']}", file=sys.stderr)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -246,7 +265,8 @@ def main():
         "target": 0.9,
         "median_round": median,
         "rounds": [{k: r[k] for k in ("pyserver_infer_per_s", "direct_onnxruntime_infer_per_s",
-                                      "ratio", "execution_ratio", "mean_batch", "failed")}
+                                      "ratio", "execution_ratio", "direct_drift", "mean_batch",
+                                      "failed")}
                    for r in rounds],
     }
     print(f"backend overhead (median of {len(rounds)}): ratio {median['ratio']:.3f} (target >= 0.9), "

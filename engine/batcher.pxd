@@ -129,6 +129,10 @@ cdef extern from "pyserver/sequence_batch_scheduler.h" namespace "pyserver" nogi
 cdef class Batch:
     cdef CBatch c
     cdef readonly list requests
+    # The batch's outputs while the event loop has still to cut them per
+    # request, and the ModelVersion that cuts them (its cut_outputs).
+    cdef public object outputs
+    cdef public object model
 
 
 cdef class Scheduler:

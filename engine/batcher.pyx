@@ -12,7 +12,9 @@ from pyserver.engine.status cimport StatusCode, check_status
 
 
 cdef class Batch:
-    """A batch taken by an instance: ``requests`` in batch order."""
+    """A batch taken by an instance: ``requests`` in batch order;
+    ``outputs``, once it has run, when the event loop is to cut them per
+    request (``model.cut_outputs``) as it answers."""
 
     @property
     def batch_size(self):

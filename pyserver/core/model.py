@@ -517,7 +517,18 @@ class ModelVersion:
                 batching = self.max_batch_size > 0
                 self.sequence.keep_states(requests, lambda i: {
                     name: value[i:i + 1] if batching else value for name, value in outputs.items()})
-            self._scatter_outputs(requests, outputs, batch.batch_size)
+            if self.iterative or self.server is None or self._shaping is not None:
+                self._scatter_outputs(requests, outputs, batch.batch_size)
+            else:
+                # The event loop cuts them per request as it answers
+                # (Server.resolve): the requests' objects live in its core's
+                # caches (on this thread the cut took 4x its time there), and
+                # this instance starts its next batch sooner. An iterative
+                # model decides on its responses here (end_iterations); batch
+                # outputs are cut here, by their requests' inputs.
+                self._check_outputs(outputs, batch.batch_size)
+                batch.outputs = outputs
+                batch.model = self
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
             return self.failed_batch(t_start, err)
@@ -634,10 +645,14 @@ class ModelVersion:
 
     def failed_batch(self, t_start: int, err: Exception) -> tuple:
         t_end = now_ns()
-        message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
-        code = int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)
-        log.debug("model '%s' failed a batch: %s", self.name, message)
+        code, message = self.batch_error(err)
         return (t_start, t_end, t_end, t_end, code, message)
+
+    def batch_error(self, err: Exception) -> tuple[int, str]:
+        """(code, message) that fail a batch for ``err``."""
+        message = err.message if isinstance(err, ServerError) else f"{type(err).__name__}: {err}"
+        log.debug("model '%s' failed a batch: %s", self.name, message)
+        return (int(err.code) if isinstance(err, ServerError) else int(Code.INTERNAL)), message
 
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if self._shaping is not None:  # ragged inputs, batch inputs
@@ -660,15 +675,23 @@ class ModelVersion:
         return InferTensor(out.name, datatype, value.shape, value)
 
     def _scatter_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
-        batching = self.max_batch_size > 0
         split = None
         if self._shaping is not None:  # batch outputs: shaped by their requests' inputs
             outputs = dict(outputs)
             split = self._shaping.split_outputs(requests, outputs)
+        self._check_outputs(outputs, total)
+        self._path.scatter(requests, outputs, total, split)
+
+    def cut_outputs(self, requests: list[PendingRequest], outputs: dict, total: int):
+        """Sets each request's response: its rows of the batch's outputs
+        (checked by _check_outputs; no batch outputs), on the event loop."""
+        self._path.scatter(requests, outputs, total)
+
+    def _check_outputs(self, outputs: dict, total: int):
+        batching = self.max_batch_size > 0
         for name, value in outputs.items():
             if batching and (value.ndim == 0 or value.shape[0] != total):
                 raise ServerError(
                     Code.INTERNAL,
                     f"model '{self.name}' output '{name}' has batch dimension "
                     f"{value.shape[0] if value.ndim else 'none'}, expected {total}")
-        self._path.scatter(requests, outputs, total, split)

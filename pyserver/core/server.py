@@ -318,6 +318,12 @@ class Server:
         engine failed): what the completion queue carries; an instance the
         event loop drives calls it directly."""
         handles = self._handles
+        if code == 0 and obj.outputs is not None:  # cut per request here (execute_batch)
+            outputs, obj.outputs = obj.outputs, None
+            try:
+                obj.model.cut_outputs(obj.requests, outputs, obj.batch_size)
+            except Exception as err:  # e.g. classification of a BYTES output
+                code, message = obj.model.batch_error(err)
         if code == 0:
             self._inflight -= len(obj.requests)
             for p in obj.requests:

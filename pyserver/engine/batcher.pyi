@@ -5,6 +5,8 @@ from pyserver.engine.stats import ModelStats
 
 class Batch:
     requests: list[Any]
+    outputs: dict[str, Any] | None
+    model: Any
     @property
     def batch_size(self) -> int: ...
     @property

@@ -127,6 +127,62 @@ def test_an_answer_leaves_while_the_next_batch_runs(tmp_path, start_server):
     assert answered[2.0] - answered[1.0] > 0.1, answered
 
 
+class RecordingPath:
+    """A model's RequestPath whose scatter (the cut of a batch's outputs
+    into responses) records the thread it runs on."""
+
+    def __init__(self, path):
+        self.path = path
+        self.threads = []
+
+    def scatter(self, *args):
+        self.threads.append(threading.current_thread())
+        return self.path.scatter(*args)
+
+    def __getattr__(self, name):  # the request checks
+        return getattr(self.path, name)
+
+
+def test_the_event_loop_cuts_a_batch_into_its_responses(tmp_path, start_server):
+    # An instance thread hands the batch's outputs over as they are; the
+    # loop cuts them per request as it answers (ModelVersion.execute_batch).
+    write_probe(tmp_path, CONFIG.replace("count: 2", "count: 1"))
+    s = start_server(tmp_path)
+    mv = s.run(s.server.models.resolve, "probe", "")
+    mv._path = recording = RecordingPath(mv._path)
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(lambda v: infer(s.url, v), [1.0, 2.0, 3.0])) == [2, 4, 6]
+    assert recording.threads == [s.thread] * 3
+
+
+def test_a_cut_that_fails_on_the_loop_fails_its_batch_only(tmp_path, start_server):
+    write_probe(tmp_path, CONFIG.replace("count: 2", "count: 1"))
+    s = start_server(tmp_path)
+    client = httpclient.InferenceServerClient(s.url)
+    x = np.array([1.0], dtype=np.float32)
+    inp = httpclient.InferInput("IN", [1], "FP32")
+    inp.set_data_from_numpy(x)
+    mv = s.run(s.server.models.resolve, "probe", "")
+    mv._path = recording = RecordingPath(mv._path)
+
+    def broken(*args):  # a cut that raises as classify can
+        recording.threads.append(threading.current_thread())
+        raise InvalidCut("the cut went wrong")
+
+    recording.scatter = broken
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("probe", [inp])
+    assert "InvalidCut: the cut went wrong" in str(err.value)
+    assert recording.threads == [s.thread]
+    mv._path = recording.path
+    assert infer(s.url, 4.0) == 8  # the model keeps serving
+    client.close()
+
+
+class InvalidCut(Exception):
+    pass
+
+
 def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
     """instance_group { passive: true }: its instances are made (as Triton
     loads them) but the scheduler never gives them a batch."""
