@@ -155,6 +155,10 @@ def test_the_event_loop_cuts_a_batch_into_its_responses(tmp_path, start_server):
     assert recording.threads == [s.thread] * 3
 
 
+class InvalidCut(Exception):
+    pass
+
+
 def test_a_cut_that_fails_on_the_loop_fails_its_batch_only(tmp_path, start_server):
     write_probe(tmp_path, CONFIG.replace("count: 2", "count: 1"))
     s = start_server(tmp_path)
@@ -177,10 +181,6 @@ def test_a_cut_that_fails_on_the_loop_fails_its_batch_only(tmp_path, start_serve
     mv._path = recording.path
     assert infer(s.url, 4.0) == 8  # the model keeps serving
     client.close()
-
-
-class InvalidCut(Exception):
-    pass
 
 
 def test_passive_instances_load_but_take_no_work(tmp_path, start_server):
