@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.loadgen import grpc_frame
-from pyserver.core.dtypes import WIRE_TO_NUMPY
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

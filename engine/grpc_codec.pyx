@@ -21,9 +21,9 @@ from libc.string cimport memcmp, memcpy
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport new_output, new_request, new_tensor
 
-from pyserver.core.dtypes import serialize_bytes_tensor
+from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.engine.types import ImmediateFuture
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 
 cdef extern from "Python.h":

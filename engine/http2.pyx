@@ -28,6 +28,8 @@ calls are short and non-blocking, and the callbacks build Python objects.
 """
 import logging
 
+from pyserver.kernel.errors import GrpcStatus
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
@@ -42,15 +44,15 @@ cdef extern from "Python.h":
 UNARY = 0
 STREAMING = 1
 
-# gRPC status codes used by the framing layer.
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-DEADLINE_EXCEEDED = 4
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-INTERNAL = 13
-UNAVAILABLE = 14
+# gRPC status codes used by the framing layer (the kernel's one table).
+OK = int(GrpcStatus.OK)
+CANCELLED = int(GrpcStatus.CANCELLED)
+UNKNOWN = int(GrpcStatus.UNKNOWN)
+DEADLINE_EXCEEDED = int(GrpcStatus.DEADLINE_EXCEEDED)
+RESOURCE_EXHAUSTED = int(GrpcStatus.RESOURCE_EXHAUSTED)
+UNIMPLEMENTED = int(GrpcStatus.UNIMPLEMENTED)
+INTERNAL = int(GrpcStatus.INTERNAL)
+UNAVAILABLE = int(GrpcStatus.UNAVAILABLE)
 
 # HTTP/2 error codes for reset() and goaway().
 NO_ERROR = NGHTTP2_NO_ERROR

@@ -1,5 +1,5 @@
 # csrc/include/pyserver/status.h, and the one bridge from a C++ Status to a
-# Python exception (pyserver.core.errors.ServerError).
+# Python exception (pyserver.kernel.errors.ServerError).
 from libcpp.string cimport string
 
 
@@ -26,5 +26,5 @@ cdef extern from "pyserver/status.h" namespace "pyserver" nogil:
 cdef inline int check_status(const Status& status) except -1:
     if status.ok():
         return 0
-    from pyserver.core.errors import ServerError
+    from pyserver.kernel.errors import ServerError
     raise ServerError(<int>status.code(), status.message().decode("utf-8", "replace"))

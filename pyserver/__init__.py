@@ -8,12 +8,11 @@
         outputs = server.infer("add_sub", {"INPUT0": a, "INPUT1": b})
 """
 
-__version__ = "0.1.0"
-
-from pyserver.core.errors import Code, ServerError  # noqa: E402
-from pyserver.core.server import Server  # noqa: E402
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput  # noqa: E402
-from pyserver.embedded import EmbeddedServer  # noqa: E402
+from pyserver._version import __version__
+from pyserver.core.server import Server
+from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.embedded import EmbeddedServer
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["Code", "EmbeddedServer", "InferRequest", "InferResponse", "InferTensor",
            "RequestedOutput", "Server", "ServerError", "__version__"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from pyserver._proto import ModelConfig
 from pyserver.core import repository, warmup
 from pyserver.core.config import CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES
-from pyserver.core.errors import ServerError
+from pyserver.kernel.errors import ServerError
 
 _FIELD_NAMES = {f.name for f in ModelConfig.DESCRIPTOR.fields}
 for _desc in ModelConfig.DESCRIPTOR.nested_types:

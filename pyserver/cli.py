@@ -9,17 +9,9 @@ import logging
 import signal
 import sys
 
+from pyserver.kernel.flags import parse_bool
+
 log = logging.getLogger("pyserver")
-
-
-def parse_bool(value: str) -> bool:
-    """A boolean flag value as tritonserver accepts them."""
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean, got '{value}'")
 
 
 # flag -> (repeatable, why it changes nothing here)
@@ -158,12 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def serve(args) -> int:
     from pyserver.core.device_memory import parse_cuda_memory_pool_sizes
-    from pyserver.core.errors import ServerError
     from pyserver.core.response_cache import CacheConfigError, parse_cache_config
     from pyserver.core.server import Server
     from pyserver.frontends import grpc_keepalive
     from pyserver.frontends.header_forward import HeaderForwarder
     from pyserver.frontends.http import HttpFrontend
+    from pyserver.kernel.errors import ServerError
     from pyserver.metrics import MetricsConfig, MetricsConfigError
 
     try:
@@ -413,7 +405,7 @@ def main(argv=None) -> int:
         runner = uvloop.run
     except ImportError:  # uvloop is a dependency; plain asyncio still works
         runner = asyncio.run
-    from pyserver.core.errors import ServerError
+    from pyserver.kernel.errors import ServerError
     try:
         return runner(serve(args))
     except ServerError as err:

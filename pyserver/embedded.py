@@ -19,8 +19,8 @@ import threading
 
 import numpy as np
 
-from pyserver.core import dtypes
 from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.kernel import dtypes
 
 __all__ = ["EmbeddedServer"]
 
@@ -96,7 +96,7 @@ class EmbeddedServer:
             else:
                 npdt = dtypes.WIRE_TO_NUMPY.get(datatype)
                 if npdt is None:
-                    from pyserver.core.errors import invalid_arg
+                    from pyserver.kernel.errors import invalid_arg
                     raise invalid_arg(f"invalid datatype for input {name}: {datatype}")
                 arrays[name] = np.frombuffer(raw, dtype=npdt).reshape(shape)
         out = {}

@@ -67,8 +67,8 @@ class GpuSampler:
         self.gpus: list[_Gpu] = []
         self.reason = ""
         if bus_ids is None:
-            from pyserver.core.errors import ServerError
             from pyserver.engine.memory import cuda_pci_bus_ids
+            from pyserver.kernel.errors import ServerError
             try:
                 bus_ids = cuda_pci_bus_ids()
             except ServerError as err:  # a device CUDA lists but cannot describe

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from prometheus_client.exposition import generate_latest as _prometheus_generate_latest
 from prometheus_client.metrics_core import Metric
 
-from pyserver.core.repository import FIRST_RESPONSE_FAMILY
+from pyserver.core.config import FIRST_RESPONSE_FAMILY
+from pyserver.kernel.flags import SETTING_WORDS, bool_word, parse_bool
 
 log = logging.getLogger("pyserver")
 
@@ -61,14 +62,13 @@ class MetricsConfigError(ValueError):
     """A metrics flag or --metrics-config setting that cannot be used."""
 
 
-_BOOL_WORDS = {"true": True, "false": False}
 _SETTINGS = ("counter_latencies", "summary_latencies", "summary_quantiles",
              "histogram_latencies")
 _STOD_PREFIX = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _parse_bool(setting: str, value: str) -> bool:
-    word = _BOOL_WORDS.get(value.strip().lower())
+    word = bool_word(value, SETTING_WORDS)
     if word is None:
         raise MetricsConfigError(
             f"--metrics-config {setting}={value}: expected true or false")
@@ -175,15 +175,14 @@ def add_cli_arguments(parser) -> None:
     """Adds tritonserver's metrics flags to an ``argparse`` parser; read them
     back with :meth:`MetricsConfig.from_args`."""
 
-    from pyserver.cli import parse_bool as boolean
 
     group = parser.add_argument_group("metrics")
-    group.add_argument("--allow-metrics", type=boolean, default=True,
+    group.add_argument("--allow-metrics", type=parse_bool, default=True,
                        help="serve Prometheus metrics (default true)")
-    group.add_argument("--allow-gpu-metrics", type=boolean, default=True,
+    group.add_argument("--allow-gpu-metrics", type=parse_bool, default=True,
                        help="GPU utilization, memory, power and energy gauges from NVML "
                        "(default true)")
-    group.add_argument("--allow-cpu-metrics", type=boolean, default=True,
+    group.add_argument("--allow-cpu-metrics", type=parse_bool, default=True,
                        help="CPU utilization and memory gauges (default true)")
     group.add_argument("--metrics-address", default=None,
                        help="address of the metrics endpoint (default: --http-address)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 # backend name -> (module, class)
 _BACKENDS = {
@@ -51,3 +51,11 @@ def backend_class(name: str):
             Code.UNAVAILABLE,
             f"unable to load backend '{name}': {err}") from None
     return getattr(module, class_name)
+
+
+def instance_class(cls, config):
+    """The class that runs ``config``'s instances: ``cls`` itself, unless it
+    chooses one per config (``cls.instance_class(config)``: the Python
+    backend's process and thread modes)."""
+    choose = getattr(cls, "instance_class", None)
+    return cls if choose is None else choose(config)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 
 from pyserver._proto import ModelConfig
-from pyserver.core.dtypes import config_type_name
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.dtypes import config_type_name
+from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.flags import PARAMETER_WORDS, bool_word
 
 _KINDS = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
     .enum_types_by_name["Kind"]
@@ -26,12 +27,10 @@ def string_param(config, key: str) -> str | None:
 
 def parse_bool(value: str) -> bool:
     """Triton's ParseBoolValue: true/on/1 and false/off/0, any case."""
-    lowered = value.strip().lower()
-    if lowered in ("true", "on", "1"):
-        return True
-    if lowered in ("false", "off", "0"):
-        return False
-    raise ServerError(Code.INVALID_ARG, f"failed to convert '{value}' to boolean")
+    word = bool_word(value, PARAMETER_WORDS)
+    if word is None:
+        raise ServerError(Code.INVALID_ARG, f"failed to convert '{value}' to boolean")
+    return word
 
 
 def parse_int(value: str) -> int:

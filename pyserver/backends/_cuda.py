@@ -13,8 +13,8 @@ import numpy as np
 # Imported first: it registers the NVIDIA wheels' libcudart with csrc
 # before anything loads the runtime.
 from pyserver.core import host_memory  # noqa: F401
-from pyserver.core.errors import ServerError
 from pyserver.engine import memory
+from pyserver.kernel.errors import ServerError
 
 
 class CudaError(RuntimeError):

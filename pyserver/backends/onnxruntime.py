@@ -34,7 +34,7 @@ from pyserver.backends._common import (
     prefer_gpu,
     string_param,
 )
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 # ONNX Runtime type strings -> config data types.
 _ORT_TO_CONFIG = {

@@ -38,7 +38,7 @@ from pyserver.backends._common import (
     prefer_gpu,
     string_param,
 )
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 

@@ -42,8 +42,8 @@ from pyserver.backends._common import (
     pick_profile,
     prefer_gpu,
 )
-from pyserver.core.errors import Code, ServerError
 from pyserver.engine.memory import CudaStreamPool
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 

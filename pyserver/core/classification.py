@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserver.core.errors import invalid_arg
+from pyserver.kernel.errors import invalid_arg
 
 
 def load_labels(model_dir: str, config) -> dict[str, list[str]]:

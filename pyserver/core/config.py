@@ -14,7 +14,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
 from pyserver._proto import ModelConfig
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 CONFIG_FILENAME = "config.pbtxt"
 DEFAULT_MODEL_FILENAMES = {
@@ -30,6 +30,10 @@ PLATFORM_TO_BACKEND = {
 }
 
 _PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+# The one latency metric a config's model_metrics may shape (its buckets).
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)  # Triton's defaults
 
 
 class ConfigError(ServerError):

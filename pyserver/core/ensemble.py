@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 
 from pyserver.core.config import ConfigError
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine import now_ns
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["EnsemblePlan", "decoupled_steps", "run_ensemble", "run_ensemble_stream",
            "step_versions"]

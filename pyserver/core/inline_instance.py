@@ -26,8 +26,8 @@ import collections
 import logging
 import threading
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.loop_instance import finish_on_loop, running_loop
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 

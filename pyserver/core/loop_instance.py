@@ -23,8 +23,8 @@ import logging
 import os
 import threading
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.engine import now_ns
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 

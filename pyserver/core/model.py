@@ -21,10 +21,8 @@ from typing import Any
 import numpy as np
 
 from pyserver._proto import ModelConfig
-from pyserver.core import dtypes
 from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
-from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
 from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
 from pyserver.core.ragged import BatchShaping
@@ -47,6 +45,8 @@ from pyserver.engine import (
     now_ns,
 )
 from pyserver.engine.request_path import RequestPath
+from pyserver.kernel import dtypes
+from pyserver.kernel.errors import Code, ServerError, invalid_arg
 
 log = logging.getLogger("pyserver")
 

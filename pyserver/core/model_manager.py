@@ -31,9 +31,9 @@ from google.protobuf import json_format
 
 from pyserver._proto import ModelConfig
 from pyserver.core import repository
-from pyserver.core.errors import Code, ServerError, invalid_arg, not_found
 from pyserver.core.model import ModelVersion
 from pyserver.engine import CompletionQueue
+from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
 
 log = logging.getLogger("pyserver")
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyserver.core.errors import Code, ServerError, invalid_arg
+from pyserver.kernel.errors import Code, ServerError, invalid_arg
 
 __all__ = ["BatchShaping"]
 

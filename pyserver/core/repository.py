@@ -9,21 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyserver._proto import ModelConfig
-from pyserver.backends import backend_class
+from pyserver.backends import backend_class, instance_class
 from pyserver.backends._common import compute_cores
 from pyserver.core import warmup
 from pyserver.core.config import (
     CONFIG_FILENAME,
     DEFAULT_MODEL_FILENAMES,
+    FIRST_RESPONSE_BUCKETS_MS,
+    FIRST_RESPONSE_FAMILY,
     ConfigError,
     backend_name,
     load_config_file,
     normalize,
 )
 from pyserver.core.ensemble import EnsemblePlan
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.model import ModelVersion
 from pyserver.engine import CompletionQueue
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
@@ -142,7 +144,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     config, backend, available, filename = prepare_config(model, config_override, options)
     if backend == "ensemble":
         return _load_ensemble(model, config, available, completions, options)
-    cls = backend_class(backend)
+    cls = instance_class(backend_class(backend), config)
     versions = select_versions(config, available)
     if not versions:
         raise ServerError(Code.UNAVAILABLE,
@@ -186,10 +188,6 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
         if (keep or {}).get(mv.version) is not mv:
             mv.load_duration_s = duration
     return loaded
-
-
-FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
-FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)  # Triton's defaults
 
 
 def _enable_latency_metrics(mv, config, options: LoadOptions) -> None:

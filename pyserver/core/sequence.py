@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserver.core import dtypes
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel import dtypes
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END", "RESCHEDULED", "Reschedule",
            "NOT_ITERATIVE"]

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 
-from pyserver import __version__
+from pyserver._version import __version__
 from pyserver.core import repository
 from pyserver.core.device_memory import DeviceMemory
 from pyserver.core.ensemble import (
@@ -22,7 +22,6 @@ from pyserver.core.ensemble import (
     run_ensemble_stream,
     step_versions,
 )
-from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.core.model import ModelVersion
 from pyserver.core.model_manager import ModelManager
@@ -33,6 +32,7 @@ from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.rate_limiter import RateLimiter
+from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
 
 log = logging.getLogger("pyserver")
 
@@ -44,23 +44,9 @@ EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dep
               "logging"]
 
 
-DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
-DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-
 # Started servers, for backends that call back into theirs (BLS, model
 # control from a Python model): see server_for().
 _RUNNING: list = []
-
-
-class DecoupledModelError(ServerError):
-    """``submit`` on a decoupled model: one response per call cannot carry
-    its 0..N responses. The message is the HTTP endpoint's text; gRPC
-    ModelInfer answers ``grpc_message`` (Triton's two texts)."""
-
-    grpc_message = DECOUPLED_GRPC
-
-    def __init__(self):
-        super().__init__(Code.UNSUPPORTED, DECOUPLED_HTTP)
 
 
 class ResponseStream:

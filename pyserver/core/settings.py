@@ -8,7 +8,7 @@ import logging
 import os
 import time
 
-from pyserver.core.errors import invalid_arg
+from pyserver.kernel.errors import invalid_arg
 
 log = logging.getLogger("pyserver")
 

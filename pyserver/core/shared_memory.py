@@ -26,8 +26,8 @@ import threading
 
 import numpy as np
 
-from pyserver.core.dtypes import WIRE_TO_NUMPY, serialize_bytes_tensor
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY, serialize_bytes_tensor
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["SharedMemoryManager", "ShmLease", "CLIENT_SHM_DISABLED", "RESERVED_KEY_PREFIX"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserver.core import dtypes
-from pyserver.core.errors import Code, ServerError, invalid_arg
 from pyserver.core.types import InferRequest, InferTensor
+from pyserver.kernel import dtypes
+from pyserver.kernel.errors import Code, ServerError, invalid_arg
 
 log = logging.getLogger("pyserver")
 

@@ -29,12 +29,11 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from pyserver._proto import message_class
-from pyserver.core.dtypes import WIRE_TO_NUMPY
-from pyserver.core.errors import Code, ServerError
-from pyserver.core.server import DecoupledModelError
 from pyserver.core.types import InferResponse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY
+from pyserver.kernel.errors import Code, DecoupledModelError, GrpcStatus, ServerError
 
 try:
     from pyserver.engine import http2
@@ -51,16 +50,11 @@ __all__ = ["GrpcFrontend", "PROTOCOL_GROUPS", "parse_restricted_protocols"]
 
 log = logging.getLogger("pyserver")
 
-# gRPC status codes.
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-INVALID_ARGUMENT = 3
-DEADLINE_EXCEEDED = 4
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-INTERNAL = 13
-UNAVAILABLE = 14
+OK = GrpcStatus.OK
+CANCELLED = GrpcStatus.CANCELLED
+DEADLINE_EXCEEDED = GrpcStatus.DEADLINE_EXCEEDED
+INTERNAL = GrpcStatus.INTERNAL
+UNAVAILABLE = GrpcStatus.UNAVAILABLE
 
 _SERVICE = "/inference.GRPCInferenceService/"
 _HEALTH = "/grpc.health.v1.Health/Check"
@@ -753,10 +747,8 @@ class GrpcFrontend:
 
 
 def _finish_error(stream, exc: BaseException):
-    if isinstance(exc, DecoupledModelError):
+    if isinstance(exc, ServerError):
         stream.finish(exc.grpc_status, exc.grpc_message)
-    elif isinstance(exc, ServerError):
-        stream.finish(exc.grpc_status, exc.message)
     elif isinstance(exc, asyncio.CancelledError):
         stream.finish(CANCELLED, "the call was cancelled")
     else:

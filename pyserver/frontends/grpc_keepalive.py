@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 
 from pyserver.engine.http2 import ENHANCE_YOUR_CALM
+from pyserver.kernel.flags import parse_bool
 
 log = logging.getLogger("pyserver")
 
@@ -164,7 +165,7 @@ def add_cli_arguments(group) -> None:
                        help="PING clients this often (default 7200000)")
     group.add_argument("--grpc-keepalive-timeout", type=int, default=d.timeout_ms, metavar="MS",
                        help="close a connection whose PING is not acknowledged in this time")
-    group.add_argument("--grpc-keepalive-permit-without-calls", type=_bool,
+    group.add_argument("--grpc-keepalive-permit-without-calls", type=parse_bool,
                        default=d.permit_without_calls,
                        help="PING (and accept PINGs) while no call is in flight")
     group.add_argument("--grpc-http2-max-pings-without-data", type=int,
@@ -180,11 +181,6 @@ def add_cli_arguments(group) -> None:
                        help="GOAWAY a connection this old (clients reconnect)")
     group.add_argument("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS",
                        help="after --grpc-max-connection-age, close it this much later")
-
-
-def _bool(value: str) -> bool:
-    from pyserver.cli import parse_bool
-    return parse_bool(value)
 
 
 def options_from_args(args) -> KeepaliveOptions:

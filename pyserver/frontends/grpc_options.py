@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ssl
 
+from pyserver.kernel.flags import parse_bool
+
 __all__ = ["COMPRESSION_LEVELS", "add_cli_arguments", "frontend_options", "tls_context"]
 
 # Triton's level names; gRPC leaves the mapping to the implementation, and
@@ -47,7 +49,6 @@ def tls_context(server_cert: str, server_key: str, root_cert: str | None = None,
 
 
 def add_cli_arguments(parser) -> None:
-    from pyserver.cli import parse_bool
 
     group = parser.add_argument_group("gRPC transport")
     group.add_argument("--grpc-use-ssl", type=parse_bool, default=False,

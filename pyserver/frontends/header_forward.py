@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["HeaderForwarder"]
 

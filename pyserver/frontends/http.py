@@ -42,7 +42,6 @@ from urllib.parse import unquote
 
 import orjson
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
 from pyserver.core.types import ImmediateFuture
 from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
@@ -59,6 +58,7 @@ from pyserver.frontends.http_codec import (
     respond_common,
 )
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["HttpFrontend", "parse_restricted_api", "RESTRICTED_API_GROUPS"]
 

@@ -18,8 +18,6 @@ import math
 import numpy as np
 import orjson
 
-from pyserver.core.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine.http_infer import (
     binary_entry,
@@ -30,6 +28,8 @@ from pyserver.engine.http_infer import (
     encode_plain,
     respond_plain,
 )
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
+from pyserver.kernel.errors import Code, ServerError
 
 __all__ = [
     "INFER_HEADER_LENGTH",

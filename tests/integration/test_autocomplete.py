@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pyserver.core.errors import ServerError
+from pyserver.kernel.errors import ServerError
 from pyserver.testing import add_sub_onnx
 
 

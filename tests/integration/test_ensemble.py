@@ -206,7 +206,7 @@ def test_a_step_fed_by_two_decoupled_steps_is_refused():
 
     from pyserver._proto import message_class
     from pyserver.core.ensemble import EnsemblePlan, decoupled_steps
-    from pyserver.core.errors import ServerError
+    from pyserver.kernel.errors import ServerError
 
     config = text_format.Parse('''
         name: "joined" platform: "ensemble"

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 from pyserver.testing import add_sub_onnx, write_add_sub
 
 ZERO_AND_RANDOM = """model_warmup [ {{
@@ -620,7 +620,7 @@ class TritonPythonModel:
 
 
 def test_warmup_string_inputs(tmp_path, start_server):
-    from pyserver.core.dtypes import serialize_bytes_tensor
+    from pyserver.kernel.dtypes import serialize_bytes_tensor
     d = tmp_path / "strings"
     (d / "1").mkdir(parents=True)
     (d / "1" / "model.py").write_text(STRING_RECORDER)

@@ -172,7 +172,7 @@ def test_broken_model_does_not_take_others_down(tmp_path, start_server):
 def test_missing_model_file_is_a_clear_load_error(tmp_path, start_server):
     d = write_add_sub(tmp_path)
     (d / "1" / "model.onnx").unlink()
-    from pyserver.core.errors import ServerError
+    from pyserver.kernel.errors import ServerError
     with pytest.raises(ServerError) as err:
         start_server(tmp_path)
     assert "model.onnx not found" in err.value.message

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pyserver.core.errors import ServerError
 from pyserver.core.ragged import BatchShaping
+from pyserver.kernel.errors import ServerError
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402

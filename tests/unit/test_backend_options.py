@@ -8,7 +8,7 @@ import pytest
 from pyserver.backends._common import instance_placement, parse_bool, parse_int
 from pyserver.backends.onnxruntime import execution_providers, session_options
 from pyserver.core.config import normalize, parse_config_text
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 CPU_BUILD = ["CPUExecutionProvider"]

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from pyserver.core.classification import classify
-from pyserver.core.errors import ServerError
+from pyserver.kernel.errors import ServerError
 
 
 def test_top_k_with_labels_and_triton_formatting():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyserver
-from pyserver.core import dtypes
+from pyserver.kernel import dtypes
 from pyserver.testing import write_add_sub
 
 

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.engine import CompletionQueue, ModelStats, Scheduler, gather, gather_batch, now_ns
+from pyserver.kernel.errors import Code, ServerError
 
 
 class Item:

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pyserver.core.device_memory import DeviceMemory, parse_cuda_memory_pool_sizes
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.host_memory import HostMemory
 from pyserver.engine import memory
+from pyserver.kernel.errors import Code, ServerError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,14 +7,14 @@ import numpy as np
 import orjson
 import pytest
 
-from pyserver.core.dtypes import serialize_bytes_tensor
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.frontends.http_codec import (
     decode_infer_request,
     encode_error,
     encode_infer_response,
 )
+from pyserver.kernel.dtypes import serialize_bytes_tensor
+from pyserver.kernel.errors import Code, ServerError
 
 tc_http = pytest.importorskip("tritonclient.http")
 from tritonclient.http._utils import _get_inference_request  # noqa: E402

@@ -11,8 +11,8 @@ import threading
 import pytest
 import uvloop
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.frontends.http import HttpFrontend, parse_restricted_api
+from pyserver.kernel.errors import Code, ServerError
 
 
 class RecordingServer:

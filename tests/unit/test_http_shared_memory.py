@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 from pyserver.core import shared_memory as shm_mod
-from pyserver.core.dtypes import serialize_bytes_tensor
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.shared_memory import CLIENT_SHM_DISABLED, SharedMemoryManager
 from pyserver.core.types import InferResponse, InferTensor
 from pyserver.frontends.http import parse_restricted_api
@@ -25,6 +23,8 @@ from pyserver.frontends.http_codec import (
     encode_infer_response,
     release_shm,
 )
+from pyserver.kernel.dtypes import serialize_bytes_tensor
+from pyserver.kernel.errors import Code, ServerError
 
 
 def expect(code, fn, *args, **kwargs):

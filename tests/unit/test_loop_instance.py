@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from pyserver.core import loop_instance
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.loop_instance import MAX_GROUP, LoopDrivenInstance
+from pyserver.kernel.errors import Code, ServerError
 
 
 class FakeBatch:

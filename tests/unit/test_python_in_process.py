@@ -8,9 +8,9 @@ import pytest
 
 from pyserver._proto import ModelConfig
 from pyserver.backends.python import triton_python_backend_utils as pb
-from pyserver.backends.python.backend import execute_timeout
 from pyserver.backends.python.in_process import _Router, _SysPath, execution_mode
-from pyserver.core.errors import Code, ServerError
+from pyserver.backends.python.instance import execute_timeout
+from pyserver.kernel.errors import Code, ServerError
 
 
 def config_with(key=None, value=None):

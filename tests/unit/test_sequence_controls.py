@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pyserver.core.config import parse_config_text
-from pyserver.core.errors import ServerError
 from pyserver.core.sequence import SequenceControls
 from pyserver.core.types import InferRequest
 from pyserver.engine.types import PendingRequest
+from pyserver.kernel.errors import ServerError
 
 BASE = '''
 name: "m"

@@ -2,8 +2,8 @@ import logging
 
 import pytest
 
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.settings import LogSettings, TraceSettings
+from pyserver.kernel.errors import Code, ServerError
 
 
 def test_log_settings_validate_and_apply(tmp_path):

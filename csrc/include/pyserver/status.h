@@ -6,7 +6,7 @@
 
 namespace pyserver {
 
-// Values match TRITONSERVER_Error_Code order and pyserver.core.errors.Code.
+// Values match TRITONSERVER_Error_Code order and pyserver.kernel.errors.Code.
 enum class StatusCode : int {
   kOk = 0,
   kUnknown = 1,

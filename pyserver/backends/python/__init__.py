@@ -3,14 +3,34 @@
 unchanged, each instance in its own worker process (or, where the config asks,
 on a thread of the server process).
 
-backend.py                      server side: PythonBackend (start, feed, supervise workers)
+instance.py                     ServedInstance: what both kinds of instance share
+backend.py                      ProcessPythonBackend: start, feed, supervise workers
+loop_driver.py                  the event loop's driver of worker instances (their IPC)
 in_process.py                   ThreadPythonBackend: a model in the server process, on its
                                 instance threads (pyserver_execution_mode "thread")
+services.py                     what a model asks of the server (BLS, metrics, model control)
 stub.py                         the worker process (run as a script)
 channel.py                      messages and shared memory regions, used by both sides
-triton_python_backend_utils.py  the module models import as pb_utils (top level in workers)
+runner.py                       the worker's model runner (requests in, responses out)
+triton_python_backend_utils.py  the module models import as pb_utils: Triton's API only
 """
 
-from pyserver.backends.python.backend import PythonBackend
+from pyserver.backends.python.backend import ProcessPythonBackend
+from pyserver.backends.python.in_process import ThreadPythonBackend, execution_mode
 
-__all__ = ["PythonBackend"]
+
+class PythonBackend:
+    """The registry's entry for ``backend: "python"``: which class runs a
+    config's instances (``instance_class``), and the config completion both
+    kinds share."""
+
+    auto_complete_config = staticmethod(ProcessPythonBackend.auto_complete_config)
+
+    @staticmethod
+    def instance_class(config):
+        if execution_mode(config) == "thread":
+            return ThreadPythonBackend
+        return ProcessPythonBackend
+
+
+__all__ = ["ProcessPythonBackend", "PythonBackend", "ThreadPythonBackend"]

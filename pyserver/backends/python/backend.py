@@ -1,7 +1,7 @@
 """The Python backend, server side: one worker process per model instance,
 started, fed and supervised from here.
 
-A ``PythonBackend`` is one instance (the registry builds one per instance).
+A ``ProcessPythonBackend`` is one instance (the registry builds one per instance).
 Its constructor starts the worker (``stub.py`` in a fresh interpreter, with
 its sockets and shared regions inherited) and waits until the model's
 ``initialize`` has run; a failure there fails the load with the model's
@@ -37,15 +37,25 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from pyserver.backends.python import channel
 from pyserver.backends.python.execution_env import execution_env
-from pyserver.core.dtypes import config_type_name, numpy_to_wire
-from pyserver.core.errors import Code, ServerError
+from pyserver.backends.python.instance import (
+    EXECUTE_TIMEOUT_PARAMETER,
+    ServedInstance,
+    code_of,
+    execute_timeout,
+    log_from_model,
+    request_item,
+    worker_error,
+)
 from pyserver.core.sequence import RESCHEDULED
 from pyserver.engine import now_ns
 from pyserver.engine.region_io import pack_inputs, read_results
+from pyserver.kernel.dtypes import (
+    BYTES_CODE,
+    CODE_TO_NUMPY,
+)
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
@@ -66,27 +76,7 @@ RESTART_WAIT_S = 30.0  # how long a request waits for a restarting worker
 ASYNC_REGION_SIZE = 64 << 10  # each of the two asynchronous regions, to start with
 IS_READY_TIMEOUT_S = 5.0
 _RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-# A worker that has not finished a batch this many seconds after it got it
-# (or after its previous answer) is hung: it is stopped, with its stacks, and
-# restarted. Off unless the config sets it: a long execute() may be legitimate.
-EXECUTE_TIMEOUT_PARAMETER = "pyserver_execute_timeout_seconds"
 
-_BYTES = 13
-# TRITONSERVER_DataType numbers (what pb_utils.Tensor.triton_dtype() gives) <-> wire names
-_CODES = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64", 6: "INT8", 7: "INT16",
-          8: "INT32", 9: "INT64", 10: "FP16", 11: "FP32", 12: "FP64", 13: "BYTES", 14: "BF16"}
-_WIRE_TO_CODE = {v: k for k, v in _CODES.items()}
-# ... -> numpy dtype of the data in shared memory (BF16 as raw uint16 words)
-_NUMPY = {1: np.dtype(np.bool_), 2: np.dtype(np.uint8), 3: np.dtype(np.uint16),
-          4: np.dtype(np.uint32), 5: np.dtype(np.uint64), 6: np.dtype(np.int8),
-          7: np.dtype(np.int16), 8: np.dtype(np.int32), 9: np.dtype(np.int64),
-          10: np.dtype(np.float16), 11: np.dtype(np.float32), 12: np.dtype(np.float64),
-          14: np.dtype(np.uint16)}
-_KIND_NAMES = {0: "AUTO", 1: "GPU", 2: "CPU", 3: "MODEL"}  # instance_group kind -> Triton string
-# Request parameters the frontends turn into request properties; the rest
-# reach the model through InferenceRequest.parameters().
-_RESERVED_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
-                        "binary_data_output")
 
 
 class WorkerExited(Exception):
@@ -340,159 +330,14 @@ class _Worker:
             pass
 
 
-class ServedInstance:
-    """What an instance of a Python model is to the server, wherever the
-    model runs (a worker process: PythonBackend; this process:
-    in_process.ThreadPythonBackend): its initialize() arguments, the server
-    it serves, what it asks of it (services.py), and the decoupled requests
-    it has yet to finish."""
-
-    def __init__(self, model_path: str, config, instance_name: str):
-        self.model_path = str(model_path)
-        self.model_name = config.name
-        self.instance_name = instance_name
-        self.version = Path(self.model_path).parent.name
-        self.config = config
-        self.output_names = [o.name for o in config.output]
-        # Implicit state outputs (sequence_batching.state): always wanted
-        # back from the model, whatever the request asks for.
-        self.state_outputs = [st.output_name for st in config.sequence_batching.state]
-        self.input_codes = {}
-        for spec in config.input:
-            name = config_type_name(spec.data_type)
-            wire = "BYTES" if name == "TYPE_STRING" else name[5:]
-            self.input_codes[spec.name] = _WIRE_TO_CODE.get(wire, 0)
-        self.decoupled = bool(config.model_transaction_policy.decoupled)
-        self._mv = None  # the ModelVersion (attach)
-        self._open: dict[int, object] = {}  # decoupled requests not answered in full, by id
-        # ... and for each: [responses so far, when the last one (or the
-        # execution) was], for Triton's per-response statistics.
-        self._marks: dict[int, list] = {}
-        self._open_lock = threading.Lock()
-        self._services = None
-
-    def _init_args(self, instance_name: str) -> dict:
-        from pyserver.core.config import config_to_json
-
-        config = self.config
-        kind, device_id = "CPU", "0"
-        group_name = instance_name.rsplit("_", 1)[0]
-        for group in config.instance_group:
-            if group.name == group_name:
-                kind = _KIND_NAMES.get(group.kind, "CPU")
-                if group.gpus:
-                    device_id = str(group.gpus[0])
-                break
-        return {
-            "model_config": json.dumps(config_to_json(config)),
-            "model_instance_kind": kind,
-            "model_instance_name": instance_name,
-            "model_instance_device_id": device_id,
-            "model_repository": str(Path(self.model_path).parent.parent),
-            "model_version": self.version,
-            "model_name": self.model_name,
-        }
-
-    def attach(self, mv) -> None:
-        """Called by the ModelVersion this instance serves."""
-        self._mv = mv
-
-    def _server(self):
-        from pyserver.core import server as core
-
-        if self._mv is not None:
-            server = core.server_for(self._mv.completions)
-        else:
-            # Still loading (initialize may create metrics or call other
-            # models): the server whose repository holds this model, or the
-            # only one running.
-            repo = str(Path(self.model_path).resolve().parents[2])
-            running = list(core._RUNNING)
-            found = [s for s in running
-                     if any(str(Path(r).resolve()) == repo for r in s.repositories)]
-            server = found[0] if len(found) == 1 else (running[0] if len(running) == 1 else None)
-        if server is None:
-            raise ServerError(Code.UNAVAILABLE,
-                              f"python model '{self.model_name}' is not served by a running server")
-        return server
-
-    def services(self):
-        if self._services is None:
-            from pyserver.backends.python.services import Services
-
-            self._services = Services(self)
-        return self._services
-
-    def release_services(self) -> None:
-        if self._services is not None:
-            self._services.release()
-
-    # -- decoupled requests ------------------------------------------------------------
-
-    def _open_requests(self, pending, started: int) -> None:
-        """Open until their final response: the model may answer after the
-        batch is done, from any of its threads."""
-        with self._open_lock:
-            for p in pending:
-                self._open[p.id] = p
-                self._marks[p.id] = [0, started]
-
-    def deliver(self, key: int, outputs, params, error, final: bool, arrived: int) -> str | None:
-        """A response (or the final flag) a decoupled model sent for request
-        ``key``: into the request's stream, counted in the statistics.
-        Returns why it could not go, or None."""
-        with self._open_lock:
-            p = self._open.pop(key, None) if final else self._open.get(key)
-            marks = self._marks.pop(key, None) if final else self._marks.get(key)
-        if p is None:
-            return "Unable to send response. Response sender has been closed."
-        response = None
-        if outputs is not None:
-            response = self._mv._request_response(p, outputs, params or None)
-        if marks is not None:
-            done = now_ns()
-            outcome = "fail" if error is not None else "success" if response is not None \
-                else "empty"
-            self._mv.stats.record_response(marks[0], outcome, max(0, arrived - marks[1]),
-                                           done - arrived)
-            marks[0] += 1
-            marks[1] = done
-        # Queued on the loop before the sender hears back, so it is ahead of
-        # whatever the model does next (another response, a failed batch).
-        p.future.push(response, error, final)
-        return None
-
-    def _close_open(self, pending) -> None:
-        with self._open_lock:
-            for p in pending:
-                self._open.pop(p.id, None)
-                self._marks.pop(p.id, None)
-
-    def _fail_open(self, error: ServerError) -> None:
-        with self._open_lock:
-            open_requests, self._open = list(self._open.values()), {}
-            self._marks = {}
-        for p in open_requests:
-            p.future.push(None, error, True)
-
-
-class PythonBackend(ServedInstance):
+class ProcessPythonBackend(ServedInstance):
     """One instance of a Triton Python model (``backend: "python"``) in its
-    own worker process; with ``pyserver_execution_mode: "thread"`` in the
-    config, an in_process.ThreadPythonBackend instead."""
+    own worker process (``pyserver_execution_mode`` "process", the default)."""
 
     # ModelVersion hands this backend the batch as separate requests
     # (Triton's execute(requests) API) through execute_requests.
     takes_requests = True
     out_of_process = True  # each instance executes in its worker process
-
-    def __new__(cls, model_path: str, config, *args, **kwargs):
-        if cls is PythonBackend:
-            from pyserver.backends.python.in_process import ThreadPythonBackend, execution_mode
-
-            if execution_mode(config) == "thread":
-                return ThreadPythonBackend(model_path, config, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
         super().__init__(model_path, config, instance_name)
@@ -545,7 +390,7 @@ class PythonBackend(ServedInstance):
     def _launch(self, instance_name: str) -> _Worker:
         """Starts a worker and sends it its initialize request (no waiting)."""
         worker = _Worker("instance", instance_name, self._env, python=self._python)
-        worker.on_log = functools.partial(_log_from_model, instance_name)
+        worker.on_log = functools.partial(log_from_model, instance_name)
         worker.on_message = self._on_worker_message
         info = {"model_path": self.model_path, "model_name": self.model_name,
                 "instance_name": instance_name, "args": self._init_args(instance_name),
@@ -865,9 +710,9 @@ class PythonBackend(ServedInstance):
         all_outputs = self.output_names
         requests = [p for pending in batches for p in pending]
         packed = iter(pack_inputs(region, [p.arrays for p in requests], self.input_codes,
-                                  _code_of, _BYTES))
+                                  code_of, BYTES_CODE))
         states = self.state_outputs
-        groups = [[_request_item(p.request, all_outputs, next(packed), p.id, states)
+        groups = [[request_item(p.request, all_outputs, next(packed), p.id, states)
                    for p in pending] for pending in batches]
         if self.decoupled:
             self._open_requests(requests, now_ns())
@@ -923,7 +768,7 @@ class PythonBackend(ServedInstance):
     def _decode(self, worker: _Worker, out_size: int, encoded: list) -> list:
         region = worker.out
         region.follow(out_size)
-        return read_results(region.mm, encoded, _NUMPY, _worker_error, RESCHEDULED)
+        return read_results(region.mm, encoded, CODE_TO_NUMPY, worker_error, RESCHEDULED)
 
     # -- what the worker asks of the server (its control reader thread) ------------------
 
@@ -948,8 +793,8 @@ class PythonBackend(ServedInstance):
         arrived = now_ns()
         outputs = None
         if encoded is not None:
-            outputs = channel.read_tensors(worker.up, size, encoded, _NUMPY, copy=True)
-        err = _worker_error(*error) if error is not None else None
+            outputs = channel.read_tensors(worker.up, size, encoded, CODE_TO_NUMPY, copy=True)
+        err = worker_error(*error) if error is not None else None
         # The data is copied out: its blocks may be reused.
         worker.reply(seq, self.deliver(key, outputs, params, err, final, arrived))
 
@@ -1009,36 +854,6 @@ class PythonBackend(ServedInstance):
         config.CopyFrom(completed)
 
 
-def execute_timeout(config) -> float:
-    """The config's pyserver_execute_timeout_seconds (0: none)."""
-    params = config.parameters
-    if EXECUTE_TIMEOUT_PARAMETER not in params:
-        return 0.0
-    text = params[EXECUTE_TIMEOUT_PARAMETER].string_value
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ServerError(Code.INVALID_ARG,
-                          f"model '{config.name}': parameter '{EXECUTE_TIMEOUT_PARAMETER}' must be "
-                          f"a number of seconds (0: no limit), got \"{text}\"")
-    return value
-
-
-def _log_from_model(instance_name, level, message, filename, line):
-    """A pb_utils.Logger record from a worker, into the server's log: from
-    the model's file and line, as Triton's Python backend logs it (the
-    instance travels as the record's ``instance`` attribute)."""
-    py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR,
-                3: logging.DEBUG}.get(level, logging.INFO)
-    if not log.isEnabledFor(py_level):
-        return
-    record = log.makeRecord(log.name, py_level, filename, line, "%s", (message,), None,
-                            extra={"instance": instance_name})
-    log.handle(record)
-
-
 def _instance_names(config) -> list[str]:
     """The instance names the repository gives a config's instance groups."""
     return [f"{g.name}_{i}" for g in config.instance_group for i in range(g.count)]
@@ -1046,7 +861,7 @@ def _instance_names(config) -> list[str]:
 
 class _Prestarted:
     """Workers started ahead for the other instances of a version being
-    loaded, until their PythonBackend claims them. Unclaimed ones (the load
+    loaded, until their ProcessPythonBackend claims them. Unclaimed ones (the load
     failed elsewhere) are ended after a while."""
 
     UNCLAIMED_TIMEOUT_S = 300.0
@@ -1106,42 +921,9 @@ def _crash_summary(text: str) -> str:
     return "\n".join(keep)
 
 
-def _worker_error(code_name: str, message: str) -> ServerError:
-    """A request's error response from its worker (TritonError's code name)."""
-    return ServerError(Code.__members__.get(code_name, Code.INTERNAL), message)
-
-
 def _fd_pair(socks: tuple) -> str:
     """How a worker is told the (read, write) descriptors of a channel."""
     return f"{socks[0].fileno()},{socks[1].fileno()}"
-
-
-def _code_of(array) -> int:
-    """The type code of an input the config does not declare (a sequence
-    control input): from its array."""
-    return _WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
-
-
-def _request_item(req, all_outputs, inputs, key, state_outputs=()):
-    params = req.parameters
-    correlation_id = 0
-    flags = 0
-    if params:
-        correlation_id = params.get("sequence_id", 0)
-        if params.get("sequence_start") is True:
-            flags |= 1
-        if params.get("sequence_end") is True:
-            flags |= 2
-        user = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}
-        params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
-    else:
-        params_json = "{}"
-    wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
-    if state_outputs:
-        wanted = [*wanted, *state_outputs]
-    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key)
-
-
 
 
 def _worker_env(threads: int, instances: int) -> dict:

@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 import pyserver
-from pyserver.core.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 PARAMETER = "EXECUTION_ENV_PATH"
 _MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"

@@ -38,23 +38,21 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.backends.python import triton_python_backend_utils as pb
-from pyserver.backends.python.backend import (
-    _BYTES,
-    _CODES,
-    _NUMPY,
+from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
+from pyserver.backends.python.instance import (
     EXECUTE_TIMEOUT_PARAMETER,
     ServedInstance,
-    _code_of,
-    _log_from_model,
-    _request_item,
-    _worker_error,
+    code_of,
     execute_timeout,
+    log_from_model,
+    request_item,
+    worker_error,
 )
-from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.sequence import RESCHEDULED
 from pyserver.core.types import InferTensor
 from pyserver.engine import now_ns
+from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, CODE_TO_WIRE
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
@@ -154,7 +152,7 @@ class _Router:
 
     def log(self, level, message, filename, line):
         instance = getattr(self._local, "instance", None)
-        _log_from_model(instance.instance_name if instance is not None else "python",
+        log_from_model(instance.instance_name if instance is not None else "python",
                         level, message, filename, line)
 
 
@@ -340,9 +338,9 @@ class ThreadPythonBackend(ServedInstance):
         codes = self.input_codes
         requests = []
         for index, p in enumerate(pending):
-            tensors = [Tensor._wrap(name, array, codes.get(name) or _code_of(array))
+            tensors = [Tensor._wrap(name, array, codes.get(name) or code_of(array))
                        for name, array in p.arrays.items()]
-            rid, corr, flags, timeout, params, wanted, _, _ = _request_item(
+            rid, corr, flags, timeout, params, wanted, _, _ = request_item(
                 p.request, self.output_names, None, None, self.state_outputs)
             requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
                                               tensors, self.model_name, self.version, (self, p)))
@@ -356,8 +354,8 @@ class ThreadPythonBackend(ServedInstance):
             return ServerError(Code.INTERNAL, pb._MISSING_RESPONSE)
         error = response._error
         if error is not None:
-            return _worker_error(error.code().name, error.message())
-        outputs = {name: array if code == _BYTES or array.flags.c_contiguous
+            return worker_error(error.code().name, error.message())
+        outputs = {name: array if code == BYTES_CODE or array.flags.c_contiguous
                    else np.ascontiguousarray(array)
                    for name, code, array in pb._response_tensors(
                        response, request._requested_output_names)}
@@ -371,7 +369,7 @@ class ThreadPythonBackend(ServedInstance):
         outputs = params = error = None
         if response is not None:
             if response._error is not None:
-                error = _worker_error(response._error.code().name, response._error.message())
+                error = worker_error(response._error.code().name, response._error.message())
             else:
                 outputs = {name: array for name, _code, array in pb._response_tensors(
                     response, request._requested_output_names)}
@@ -389,7 +387,7 @@ class ThreadPythonBackend(ServedInstance):
         desc = pb._bls_description(request)
         inputs = []
         for name, code, array in pb._bls_inputs(request):
-            datatype = _CODES.get(code)
+            datatype = CODE_TO_WIRE.get(code)
             if datatype is None:
                 raise pb.TritonModelException(f"BLS input '{name}' has an unknown data type {code}")
             inputs.append(InferTensor(name, datatype, array.shape, array))
@@ -491,7 +489,7 @@ def _bls_response(payload):
 
 def _as_numpy(array, code):
     """A BLS output as pb_utils holds it (BF16 as raw 16-bit words)."""
-    dtype = _NUMPY.get(code)
+    dtype = CODE_TO_NUMPY.get(code)
     if dtype is not None and array.dtype != dtype and array.dtype.itemsize == dtype.itemsize:
         return array.view(dtype)
     return array

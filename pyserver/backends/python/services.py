@@ -20,8 +20,9 @@ import json
 import logging
 
 from pyserver.backends.python import channel
-from pyserver.core.errors import Code, ServerError
 from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.kernel.dtypes import CODE_TO_NUMPY, CODE_TO_WIRE, WIRE_TO_CODE
+from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
@@ -57,15 +58,13 @@ class Services:
     # -- BLS -------------------------------------------------------------------------
 
     def _bls(self, worker, msg) -> None:
-        from pyserver.backends.python.backend import _CODES, _NUMPY
-
         _, seq, size, desc, encoded, decoupled = msg
         try:
             server = self.backend._server()
-            arrays = channel.read_tensors(worker.up, size, encoded, _NUMPY, copy=False)
+            arrays = channel.read_tensors(worker.up, size, encoded, CODE_TO_NUMPY, copy=False)
             inputs = []
             for name, code, shape, _start, _nbytes, _data in encoded:
-                datatype = _CODES.get(code)
+                datatype = CODE_TO_WIRE.get(code)
                 if datatype is None:
                     raise ServerError(Code.INVALID_ARG,
                                       f"BLS input '{name}' has an unknown data type {code}")
@@ -135,9 +134,7 @@ class Services:
 
     @staticmethod
     def _response_payload(worker, response) -> tuple:
-        from pyserver.backends.python.backend import _WIRE_TO_CODE
-
-        tensors = [(t.name, _WIRE_TO_CODE.get(t.datatype, 0), t.data) for t in response.outputs]
+        tensors = [(t.name, WIRE_TO_CODE.get(t.datatype, 0), t.data) for t in response.outputs]
         size, encoded = worker.write_tensors(tensors)
         return ("bls", size, encoded, response.parameters or None, None)
 

@@ -34,16 +34,33 @@ HTTP_STATUS = {
     Code.CANCELLED: 400,
 }
 
-# gRPC status code numbers (grpc_utils.cc mapping).
+
+class GrpcStatus(enum.IntEnum):
+    """gRPC's status codes (the numbers on the wire, grpc-status)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    RESOURCE_EXHAUSTED = 8
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+
+
+# Triton's grpc_utils.cc mapping of its codes to gRPC's.
 GRPC_STATUS = {
-    Code.UNKNOWN: 2,
-    Code.INTERNAL: 13,
-    Code.NOT_FOUND: 5,
-    Code.INVALID_ARG: 3,
-    Code.UNAVAILABLE: 14,
-    Code.UNSUPPORTED: 12,
-    Code.ALREADY_EXISTS: 6,
-    Code.CANCELLED: 1,
+    Code.UNKNOWN: GrpcStatus.UNKNOWN,
+    Code.INTERNAL: GrpcStatus.INTERNAL,
+    Code.NOT_FOUND: GrpcStatus.NOT_FOUND,
+    Code.INVALID_ARG: GrpcStatus.INVALID_ARGUMENT,
+    Code.UNAVAILABLE: GrpcStatus.UNAVAILABLE,
+    Code.UNSUPPORTED: GrpcStatus.UNIMPLEMENTED,
+    Code.ALREADY_EXISTS: GrpcStatus.ALREADY_EXISTS,
+    Code.CANCELLED: GrpcStatus.CANCELLED,
 }
 
 
@@ -63,10 +80,35 @@ class ServerError(Exception):
 
     @property
     def grpc_status(self) -> int:
-        return GRPC_STATUS.get(self.code, 13)
+        return GRPC_STATUS.get(self.code, GrpcStatus.INTERNAL)
+
+    @property
+    def grpc_message(self) -> str:
+        """The message a gRPC client gets (the same text, unless a subclass
+        says otherwise)."""
+        return self.message
 
     def __repr__(self) -> str:
         return f"ServerError({self.code.name}, {self.message!r})"
+
+
+DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
+DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+class DecoupledModelError(ServerError):
+    """A unary call to a decoupled model: one response per call cannot carry
+    its 0..N responses. The message is the HTTP endpoint's text; gRPC
+    ModelInfer answers ``grpc_message`` (Triton's two texts)."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(Code.UNSUPPORTED, DECOUPLED_HTTP)
+
+    @property
+    def grpc_message(self) -> str:
+        return DECOUPLED_GRPC
 
 
 def invalid_arg(msg: str) -> ServerError:

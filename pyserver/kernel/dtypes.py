@@ -25,6 +25,18 @@ WIRE_TO_NUMPY = {
     "BF16": np.dtype(np.uint16),
 }
 
+# TRITONSERVER_DataType numbers (what pb_utils.Tensor.triton_dtype() gives,
+# and how the Python backend's messages name datatypes) <-> wire names.
+CODE_TO_WIRE = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64", 6: "INT8",
+                7: "INT16", 8: "INT32", 9: "INT64", 10: "FP16", 11: "FP32", 12: "FP64",
+                13: "BYTES", 14: "BF16"}
+WIRE_TO_CODE = {v: k for k, v in CODE_TO_WIRE.items()}
+BYTES_CODE = WIRE_TO_CODE["BYTES"]
+# ... -> numpy dtype of the data in memory (BF16 as raw uint16 words; BYTES
+# has none: it travels serialized)
+CODE_TO_NUMPY = {code: WIRE_TO_NUMPY[wire] for code, wire in CODE_TO_WIRE.items()
+                 if wire != "BYTES"}
+
 # Size in bytes of one element; BYTES is variable (0 here).
 ELEMENT_SIZE = {k: (0 if k == "BYTES" else v.itemsize) for k, v in WIRE_TO_NUMPY.items()}
 
