@@ -34,6 +34,7 @@ from pyserver.backends._common import (
     prefer_gpu,
     string_param,
 )
+from pyserver.backends.base import Capability
 from pyserver.kernel.errors import Code, ServerError
 
 # ONNX Runtime type strings -> config data types.
@@ -283,13 +284,14 @@ class OnnxRuntimeBackend:
                               f"onnxruntime could not load '{model_path}': {err}") from None
         self.providers = self.session.get_providers()
         # A cheap CPU model may run on the event loop (core/inline_instance.py).
-        self.runs_inline = self.providers == ["CPUExecutionProvider"]
+        cpu_only = self.providers == ["CPUExecutionProvider"]
+        self.capabilities = Capability.RUNS_INLINE if cpu_only else Capability.NONE
         # The pybind session's own run, for a CPU-only session: the Python
         # wrapper's checks (feed names, graph capture, provider fallback)
         # cost ~4 µs a call, and the server has checked the feed already. A
         # failure runs again through the wrapper, so errors read as its own.
         native = getattr(self.session, "_sess", None)
-        self._native_run = native.run if self.runs_inline and hasattr(native, "run") else None
+        self._native_run = native.run if cpu_only and hasattr(native, "run") else None
         outputs = self.session.get_outputs()
         # Graph inputs with an initializer may be fed or left out (optional).
         inputs = self.session.get_inputs() + self.session.get_overridable_initializers()

@@ -38,6 +38,7 @@ from pyserver.backends._common import (
     prefer_gpu,
     string_param,
 )
+from pyserver.backends.base import Capability
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -105,7 +106,7 @@ class PyTorchBackend:
         self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         self.kind = kind
         # A cheap CPU model may run on the event loop (core/inline_instance.py).
-        self.runs_inline = kind == "KIND_CPU"
+        self.capabilities = Capability.RUNS_INLINE if kind == "KIND_CPU" else Capability.NONE
 
         # Parameters Triton's pytorch backend reads.
         self.inference_mode = bool_param(config, "INFERENCE_MODE", True)

@@ -42,6 +42,9 @@ from pyserver.backends._common import (
     pick_profile,
     prefer_gpu,
 )
+from pyserver.backends.base import Capability
+from pyserver.core.device_memory import DeviceMemory
+from pyserver.core.host_memory import HostMemory
 from pyserver.engine.memory import CudaStreamPool
 from pyserver.kernel.errors import Code, ServerError
 
@@ -77,30 +80,17 @@ def _stream_for(device: int) -> int:
         return pool.next()
 
 
-def _server_memory(attribute: str, make):
-    """The running server's ``host_memory`` (pinned pool) or
-    ``device_memory`` (CUDA pools); a default-sized one when this backend
-    runs without a Server (embedding, tools)."""
-    from pyserver.core import server as core
-
-    for running in list(core._RUNNING):
-        memory = getattr(running, attribute, None)
-        if memory is not None:
-            return memory
+def _server_memory(context, attribute: str, make):
+    """The server's ``host_memory`` (pinned pool) or ``device_memory`` (CUDA
+    pools) from its context; a default-sized one when this backend runs
+    without a Server (embedding, tools)."""
+    memory = getattr(context, attribute, None) if context is not None else None
+    if memory is not None:
+        return memory
     with _engines_lock:
         if attribute not in _fallback_memory:
             _fallback_memory[attribute] = make()
         return _fallback_memory[attribute]
-
-
-def _host_memory():
-    from pyserver.core.host_memory import HostMemory
-    return _server_memory("host_memory", HostMemory)
-
-
-def _device_memory():
-    from pyserver.core.device_memory import DeviceMemory
-    return _server_memory("device_memory", DeviceMemory)
 
 
 _engines_lock = threading.Lock()
@@ -153,7 +143,11 @@ class _Profile:
 
 
 class TensorRTBackend:
-    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+    # Its bindings come from the server's pinned and device memory pools.
+    capabilities = Capability.SERVER_CONTEXT
+
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int,
+                 context=None):
         self.name = config.name
         kind, self.device = instance_placement(config, instance_name)
         if kind != "KIND_GPU":
@@ -175,12 +169,12 @@ class TensorRTBackend:
         self.engine = _acquire_engine(model_path, self.device, self.name)
         self._thread_device = threading.local()
         try:
-            self._setup(config, instance_name)
+            self._setup(config, instance_name, context)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, config, instance_name: str) -> None:
+    def _setup(self, config, instance_name: str, context) -> None:
         engine = self.engine
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
@@ -210,7 +204,7 @@ class TensorRTBackend:
                                                 "configuration does not declare")
         self.requested_outputs = [t.name for t in config.output]
         self.stream = _stream_for(self.device)
-        self.host_memory = _host_memory()
+        self.host_memory = _server_memory(context, "host_memory", HostMemory)
         group = next((g for g in config.instance_group
                       if instance_name.startswith(g.name + "_")), None)
         chosen = [int(p) for p in group.profile] if group is not None and group.profile else \
@@ -226,7 +220,8 @@ class TensorRTBackend:
             {i: "default" if engine.num_optimization_profiles == 1 else str(i) for i in chosen}
         self.profiles = [_Profile(engine, i, labels[i], self.inputs, self.stream) for i in chosen]
         _cuda.synchronize(self.stream)
-        device_pool = _device_memory().pool(self.device)  # --cuda-memory-pool-byte-size
+        # --cuda-memory-pool-byte-size
+        device_pool = _server_memory(context, "device_memory", DeviceMemory).pool(self.device)
         self.device_buffers = {n: _cuda.DeviceBuffer(device_pool) for n in self.inputs + self.outputs}
         self.output_reshape = {t.name: tuple(t.dims) for t in config.output if t.HasField("reshape")}
         self.batching = config.max_batch_size > 0

@@ -22,11 +22,12 @@ Config: ``parameters { key: "pyserver_inline_execution" value { string_value:
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import threading
 
-from pyserver.core.loop_instance import finish_on_loop, running_loop
+from pyserver.backends.base import Capability, ExecutionDriver
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -62,7 +63,7 @@ def inline_setting(config) -> str:
 
 def can_inline(mv) -> bool:
     """Whether ``mv`` may run on the event loop: every instance's backend is
-    in-process on the CPU (``runs_inline``), each batch is formed as soon as
+    in-process on the CPU (Capability.RUNS_INLINE), each batch is formed as soon as
     its requests are queued (no batching delay, no sequences), and nothing
     needs the completion queue's ordering or a response stream."""
     if not mv.instances or inline_setting(mv.config) == "off":
@@ -73,10 +74,10 @@ def can_inline(mv) -> bool:
         db = mv.config.dynamic_batching
         if db.max_queue_delay_microseconds or db.preserve_ordering:
             return False
-    return all(getattr(i.backend, "runs_inline", False) for i in mv.instances)
+    return all(Capability.RUNS_INLINE in i.capabilities for i in mv.instances)
 
 
-class InlineInstance:
+class InlineInstance(ExecutionDriver):
     """Runs ``mv``'s batches on the loop while they are cheap (see module)."""
 
     def __init__(self, mv, loop):
@@ -136,8 +137,8 @@ class InlineInstance:
                 if batch is None:
                     return
                 outcome = mv.execute_batch(instance, batch)
-                finish_on_loop(mv, batch, outcome)
-                self._average_ns += (outcome[3] - outcome[0] - self._average_ns) * 0.125
+                mv.finish_on_loop(batch, outcome)
+                self._average_ns += (outcome.end_ns - outcome.start_ns - self._average_ns) * 0.125
                 if self._average_ns > COSTLY_NS:
                     self._move(inline=False)  # the threads take what is left
                     return
@@ -176,3 +177,11 @@ class InlineInstance:
         self._stopped = True
         if running_loop() is not self.loop and self._running.acquire(timeout=timeout):
             self._running.release()
+
+
+def running_loop():
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

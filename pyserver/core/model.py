@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from pyserver._proto import ModelConfig
+from pyserver.backends.base import BatchOutcome, Capability, ExecutionDriver, capabilities_of
 from pyserver.core.classification import classify, load_labels
 from pyserver.core.config import backend_name, config_to_json
-from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting
-from pyserver.core.loop_instance import LoopDrivenInstance, can_drive, running_loop
+from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting, running_loop
 from pyserver.core.ragged import BatchShaping
 from pyserver.core.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
 from pyserver.core.tracing import Tracer
@@ -46,6 +46,7 @@ from pyserver.engine import (
 )
 from pyserver.engine.request_path import RequestPath
 from pyserver.kernel import dtypes
+from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg
 
 log = logging.getLogger("pyserver")
@@ -117,42 +118,61 @@ def _fmt_shape(shape) -> str:
 
 
 class ModelInstance:
-    """One executor: a backend object and the thread that feeds it batches."""
+    """One instance of a model version: its backend object, its name, and
+    the rate limiter's hold on it; an ExecutionDriver feeds it batches."""
+
+    __slots__ = ("model", "name", "backend", "capabilities", "rate_limit")
 
     def __init__(self, model: "ModelVersion", name: str, backend):
         self.model = model
         self.name = name
         self.backend = backend
-        self.thread = threading.Thread(target=self._run, name=f"instance:{name}", daemon=True)
+        self.capabilities = capabilities_of(backend)
         # --rate-limit=execution_count: (limiter, id) while its group lists
         # resources, held for each batch it executes
         self.rate_limit = None
 
-    def start(self):
+
+class ThreadDriver(ExecutionDriver):
+    """An instance's own thread: waits in the scheduler for a batch (GIL
+    released), runs it, completes it and waits for the next in one call."""
+
+    def __init__(self, model: "ModelVersion", instance: ModelInstance):
+        self.model = model
+        self.instance = instance
+        self.thread = threading.Thread(target=self._run, name=f"instance:{instance.name}",
+                                       daemon=True)
+
+    def start(self) -> None:
         self.thread.start()
 
+    def stop(self, timeout: float) -> None:
+        if self.thread.is_alive():
+            self.thread.join(timeout=timeout)
+
     def _run(self):
-        scheduler = self.model.scheduler
+        model = self.model
+        instance = self.instance
+        scheduler = model.scheduler
         # Backends that implement Triton's execute(requests) API take the
         # batch as separate requests; the others take gathered tensors.
-        if getattr(self.backend, "takes_requests", False):
-            execute = self.model.execute_requests
+        if Capability.TAKES_REQUESTS in instance.capabilities:
+            execute = model.execute_requests
         else:
-            execute = self.model.execute_batch
+            execute = model.execute_batch
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
-        model = self.model
         inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
         release = scheduler.release_held_signal
         try:
             while batch is not None:
-                if self.rate_limit is not None:
+                if instance.rate_limit is not None:
                     release()  # the limiter may keep it waiting
                     outcome = self._execute_limited(execute, batch)
                 elif inline is None:
-                    outcome = execute(self, batch)
+                    outcome = execute(instance, batch)
                 else:
                     cpu_ns = thread_time_ns()
-                    outcome = execute(self, batch)
+                    outcome = execute(instance, batch)
                     inline.observe(thread_time_ns() - cpu_ns)
                 # The execution released the last batch's completion as it
                 # started (see complete_and_next); this covers a failure before.
@@ -168,17 +188,18 @@ class ModelInstance:
             # completion behind it (the queue is not empty, so no push signals).
             release()
 
-    def _execute_limited(self, execute, batch) -> tuple:
+    def _execute_limited(self, execute, batch) -> BatchOutcome:
         """Runs a batch once the rate limiter grants this instance its
         resources (waiting with the GIL released), then gives them back."""
-        limiter, limit_id = self.rate_limit
+        instance = self.instance
+        limiter, limit_id = instance.rate_limit
         if not limiter.acquire(limit_id):  # the server is stopping
             t = now_ns()
-            return (t, t, t, t, int(Code.UNAVAILABLE),
-                    "Server is stopping, scheduler for model has stopped accepting new "
-                    "inference requests")
+            return BatchOutcome(t, t, t, t, int(Code.UNAVAILABLE),
+                                "Server is stopping, scheduler for model has stopped accepting "
+                                "new inference requests")
         try:
-            return execute(self, batch)
+            return execute(instance, batch)
         finally:
             limiter.release(limit_id)
 
@@ -188,12 +209,12 @@ class ModelVersion:
 
     ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
     first_response_by_stream = False  # a decoupled model's first-response histogram
-    loop_drivers: list = []  # instances the event loop drives (set by start)
+    loop_drivers: list = []  # the drivers the event loop dispatches to (set by start)
+    drivers: list = []  # every instance's driver (set by start)
     inline = None  # an InlineInstance while the model may run on the event loop
-    server = None  # the running Server that answers this model's batches (set by start)
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
-                 completions: CompletionQueue):
+                 context: ServerContext):
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -221,7 +242,10 @@ class ModelVersion:
         # ResponseStream in place of the request's future (Server.submit_stream).
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         inline_setting(config)  # a bad value fails the load
-        self.completions = completions
+        # The server's services (its completion queue, tracer, rate limiter,
+        # the callback that answers a batch the loop ran): handed down.
+        self.context = context
+        completions = context.completions
         self.stats = ModelStats()
         # Stateful models: sequence_batching's controls (csrc schedules).
         self.sequence = SequenceControls(config, str(Path(version_dir).parent)) \
@@ -296,12 +320,12 @@ class ModelVersion:
                 return False
         return True
 
-    def add_instance(self, name: str, backend, group=None, rate_limiter=None):
+    def add_instance(self, name: str, backend, group=None):
         """``group``: the instance's instance_group (a passive one's instances
-        load but take no work); ``rate_limiter``: the server's, when
-        --rate-limit=execution_count, which an instance whose group lists
-        rate_limiter resources registers with (ServerError with Triton's text
-        when they cannot work)."""
+        load but take no work). Under --rate-limit=execution_count an
+        instance whose group lists rate_limiter resources registers with the
+        server's limiter (ServerError with Triton's text when they cannot
+        work)."""
         instance = ModelInstance(self, name, backend)
         if group is not None and group.passive:
             self.passive_instances.append(instance)
@@ -310,6 +334,7 @@ class ModelVersion:
         attach = getattr(backend, "attach", None)
         if attach is not None:  # backends that answer on their own (decoupled, BLS)
             attach(self)
+        rate_limiter = self.context.rate_limiter
         if rate_limiter is not None and group is not None and group.rate_limiter.resources:
             from pyserver.backends._common import instance_placement
 
@@ -320,31 +345,44 @@ class ModelVersion:
 
     def start(self):
         """Starts the instances: on threads, or driven by the running event
-        loop where they can be (see core/loop_instance.py)."""
-        if any(getattr(i.backend, "out_of_process", False) for i in self.instances):
+        loop where they can be (see backends/python/loop_driver.py)."""
+        if any(Capability.OUT_OF_PROCESS in i.capabilities for i in self.instances):
             # Its work happens in another process that needs a core of its
             # own: the event loop spinning for the answer only takes it away
             # (Python add_sub, HTTP c1: ~1.25x the throughput without the spin).
             self.low_load_spin_s = 0.0
         loop = running_loop()
-        from pyserver.core.server import server_for  # (the server imports this module)
-
-        self.server = server_for(self.completions)
+        tracer = self.context.tracer
         # Loaded while tracing is on (set at startup, or before a poll or
         # explicit load): its batches stamp their traces too.
-        self.tracing = bool(self.server is not None and self.server.tracer.active)
+        self.tracing = bool(tracer is not None and tracer.active)
+        loop_drivers = []
         drivers = []
         # Rate-limited instances wait for resources: on their own threads.
         limited = any(i.rate_limit is not None for i in self.instances)
         if loop is not None and not limited and can_inline(self):
             self.inline = InlineInstance(self, loop)
+            loop_drivers.append(self.inline)
             drivers.append(self.inline)
         for instance in self.instances:
-            if loop is not None and not limited and can_drive(self, instance):
-                drivers.append(LoopDrivenInstance(self, instance, loop))
+            if loop is not None and not limited and self._loop_drivable(instance):
+                driver = instance.backend.loop_driver(self, instance, loop)
+                loop_drivers.append(driver)
             else:
-                instance.start()
-        self.loop_drivers = drivers
+                driver = ThreadDriver(self, instance)
+            drivers.append(driver)
+        self.loop_drivers = loop_drivers
+        self.drivers = drivers
+        for driver in drivers:
+            driver.start()
+
+    def _loop_drivable(self, instance: ModelInstance) -> bool:
+        """Whether the event loop drives ``instance``: its backend offers a
+        loop driver (a Python model that is not decoupled) and each request
+        is its own batch (no dynamic or sequence batching)."""
+        if self.sequence is not None or self.config.HasField("dynamic_batching"):
+            return False
+        return Capability.LOOP_DRIVEN in instance.capabilities
 
     def dispatch(self):
         """The event loop's instances take what is queued (after an enqueue)."""
@@ -360,11 +398,8 @@ class ModelVersion:
         if running_loop() is None:
             self._drain_queue(QUEUE_STALL_S)
         self.scheduler.stop()
-        for driver in self.loop_drivers:
+        for driver in self.drivers:
             driver.stop(timeout=30)
-        for instance in self.instances:
-            if instance.thread.is_alive():
-                instance.thread.join(timeout=30)
         for instance in self.instances + self.passive_instances:
             close = getattr(instance.backend, "close", None)
             if close is not None:
@@ -498,7 +533,7 @@ class ModelVersion:
 
     # -- batch execution (instance threads) ----------------------------------
 
-    def execute_batch(self, instance: ModelInstance, batch: Batch) -> tuple:
+    def execute_batch(self, instance: ModelInstance, batch: Batch) -> BatchOutcome:
         """Runs one batch; returns its timestamps (and code, message on
         failure) for Scheduler.complete."""
         t_start = now_ns()
@@ -517,7 +552,7 @@ class ModelVersion:
                 batching = self.max_batch_size > 0
                 self.sequence.keep_states(requests, lambda i: {
                     name: value[i:i + 1] if batching else value for name, value in outputs.items()})
-            if self.iterative or self.server is None or self._shaping is not None:
+            if self.iterative or self.context.answer is None or self._shaping is not None:
                 self._scatter_outputs(requests, outputs, batch.batch_size)
             else:
                 # The event loop cuts them per request as it answers
@@ -532,9 +567,9 @@ class ModelVersion:
             t_end = now_ns()
         except Exception as err:  # the model failed: fail this batch only
             return self.failed_batch(t_start, err)
-        return (t_start, t_input, t_output, t_end)
+        return BatchOutcome(t_start, t_input, t_output, t_end)
 
-    def execute_requests(self, instance: ModelInstance, batch: Batch) -> tuple:
+    def execute_requests(self, instance: ModelInstance, batch: Batch) -> BatchOutcome:
         """Runs one batch on a backend with ``takes_requests``:
         ``backend.execute_requests(pending requests)`` returns one result per
         request: a dict of outputs, an (outputs, response parameters) tuple,
@@ -552,7 +587,7 @@ class ModelVersion:
             return self.failed_batch(t_start, err)
         return self.requests_outcome(batch.requests, results, t_start)
 
-    def requests_outcome(self, requests: list, results: list, t_start: int) -> tuple:
+    def requests_outcome(self, requests: list, results: list, t_start: int) -> BatchOutcome:
         """Each request's response from its backend's result; the batch's
         times (what Scheduler.complete takes)."""
         t_output = now_ns()
@@ -582,7 +617,7 @@ class ModelVersion:
             t_end = now_ns()
         except Exception as err:
             return self.failed_batch(t_start, err)
-        return (t_start, t_start, t_output, t_end)
+        return BatchOutcome(t_start, t_start, t_output, t_end)
 
     def end_iterations(self, requests: list) -> None:
         """Iterative sequences: a request its model released for good ends
@@ -630,6 +665,20 @@ class ModelVersion:
         (engine/request_path.pyx)."""
         return self._path.response(p, outputs, parameters)
 
+    def finish_on_loop(self, batch: Batch, outcome: BatchOutcome) -> None:
+        """Records a batch the event loop ran and answers its requests, on
+        the loop thread (a driver that runs on the loop calls this)."""
+        if self.tracing:
+            self.stamp_traces(batch, outcome)
+        answer = self.context.answer
+        if answer is None:  # no Server reads this model's completion queue
+            self.scheduler.complete(batch, *outcome)
+            return
+        # Answered here rather than through the completion queue, which would
+        # only signal this same thread (an eventfd write and read).
+        self.scheduler.record(batch, *outcome)
+        answer(batch, outcome.code, outcome.message)
+
     @staticmethod
     def stamp_traces(batch: Batch, times: tuple) -> None:
         """Adds the queue and compute timestamps to the traced requests."""
@@ -643,10 +692,10 @@ class ModelVersion:
                     stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
                 Tracer.backend_inputs(trace, p.arrays)
 
-    def failed_batch(self, t_start: int, err: Exception) -> tuple:
+    def failed_batch(self, t_start: int, err: Exception) -> BatchOutcome:
         t_end = now_ns()
         code, message = self.batch_error(err)
-        return (t_start, t_end, t_end, t_end, code, message)
+        return BatchOutcome(t_start, t_end, t_end, t_end, code, message)
 
     def batch_error(self, err: Exception) -> tuple[int, str]:
         """(code, message) that fail a batch for ``err``."""

@@ -32,7 +32,7 @@ from google.protobuf import json_format
 from pyserver._proto import ModelConfig
 from pyserver.core import repository
 from pyserver.core.model import ModelVersion
-from pyserver.engine import CompletionQueue
+from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
 
 log = logging.getLogger("pyserver")
@@ -41,7 +41,7 @@ CONTROL_MODES = ("none", "explicit", "poll")
 
 
 class ModelManager:
-    def __init__(self, repositories: list[str], completions: CompletionQueue,
+    def __init__(self, repositories: list[str], context: ServerContext,
                  load_thread_count: int = 4, control_mode: str = "none",
                  load_options: repository.LoadOptions | None = None, load_retry_count: int = 0):
         if control_mode not in CONTROL_MODES:
@@ -49,7 +49,7 @@ class ModelManager:
                               f"unsupported --model-control-mode '{control_mode}' "
                               f"(supported here: {', '.join(CONTROL_MODES)})")
         self.repositories = repositories
-        self.completions = completions
+        self.context = context  # the server's services, handed to every model loaded
         self.control_mode = control_mode
         self.load_options = load_options or repository.LoadOptions()
         # --model-load-retry-count: a load that fails is tried this many more times
@@ -225,7 +225,7 @@ class ModelManager:
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
             keep = {v: mv for v, mv in self.versions.get(name, {}).items() if v in unchanged}
             job = self._pool.submit(_stamp_and_load, stamp if from_folder else (),
-                                    self.load_retry_count, entry, self.completions, override,
+                                    self.load_retry_count, entry, self.context, override,
                                     self.load_options, sharing, keep)
             try:
                 stamp, new = await asyncio.wrap_future(job)

@@ -11,6 +11,7 @@ from pathlib import Path
 from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class, instance_class
 from pyserver.backends._common import compute_cores
+from pyserver.backends.base import Capability, capabilities_of
 from pyserver.core import warmup
 from pyserver.core.config import (
     CONFIG_FILENAME,
@@ -24,7 +25,7 @@ from pyserver.core.config import (
 )
 from pyserver.core.ensemble import EnsemblePlan
 from pyserver.core.model import ModelVersion
-from pyserver.engine import CompletionQueue
+from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -124,12 +125,14 @@ def _guess_backend(model: ModelDir) -> str:
     return ""
 
 
-def load_model(model: ModelDir, completions: CompletionQueue, config_override=None,
+def load_model(model: ModelDir, context: ServerContext, config_override=None,
                options: LoadOptions | None = None, sharing: int = 1,
                keep: dict[int, ModelVersion] | None = None) -> list[ModelVersion]:
     """Loads every version the policy selects (from ``config_override``, a
     ModelConfig, instead of config.pbtxt when given). Raises ServerError
-    with a message that says what is wrong and where.
+    with a message that says what is wrong and where. ``context``: the
+    server's services, handed to each version and to the backends that
+    declare Capability.SERVER_CONTEXT.
 
     ``sharing`` is how many models share the cores: a backend's default
     thread count per instance (e.g. ONNX Runtime's intra-op threads) is the
@@ -143,7 +146,7 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     options = options or LoadOptions()
     config, backend, available, filename = prepare_config(model, config_override, options)
     if backend == "ensemble":
-        return _load_ensemble(model, config, available, completions, options)
+        return _load_ensemble(model, config, available, context, options)
     cls = instance_class(backend_class(backend), config)
     versions = select_versions(config, available)
     if not versions:
@@ -153,9 +156,9 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
     instance_total = sum(g.count for g in config.instance_group if not g.passive)
-    from pyserver.core.server import server_for  # (the server imports this module)
-    running = server_for(completions)
-    rate_limiter = getattr(running, "rate_limiter", None)
+    # Built-in backends take the server's context; a backend registered by
+    # an application may not know of it.
+    extra = {"context": context} if Capability.SERVER_CONTEXT in capabilities_of(cls) else {}
     threads = max(1, compute_cores() // max(1, instance_total * max(1, sharing)))
     loaded = []
     try:
@@ -169,14 +172,14 @@ def load_model(model: ModelDir, completions: CompletionQueue, config_override=No
             if not model_path.exists():
                 raise ServerError(Code.UNAVAILABLE,
                                   f"model '{model.name}' version {number}: {model_path} not found")
-            mv = ModelVersion(model.name, number, config, str(version_dir), completions)
+            mv = ModelVersion(model.name, number, config, str(version_dir), context)
             _enable_latency_metrics(mv, config, options)
             loaded.append(mv)
             for group in config.instance_group:
                 for i in range(group.count):
                     name = f"{group.name}_{i}"
-                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads),
-                                    group, rate_limiter)
+                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads,
+                                              **extra), group)
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:
         for mv in loaded:
@@ -212,7 +215,7 @@ def _enable_latency_metrics(mv, config, options: LoadOptions) -> None:
     mv.first_response_by_stream = decoupled  # see ResponseStream.first_response
 
 
-def _load_ensemble(model: ModelDir, config, available: dict, completions: CompletionQueue,
+def _load_ensemble(model: ModelDir, config, available: dict, context: ServerContext,
                    options: LoadOptions) -> list[ModelVersion]:
     """An ensemble's versions: its plan checked, no instances (its steps run
     on their own models' instances)."""
@@ -224,7 +227,7 @@ def _load_ensemble(model: ModelDir, config, available: dict, completions: Comple
                           "(an ensemble needs an empty one, e.g. 1/)")
     loaded = []
     for number in versions:
-        mv = ModelVersion(model.name, number, config, str(available[number]), completions)
+        mv = ModelVersion(model.name, number, config, str(available[number]), context)
         mv.ensemble = plan
         _enable_latency_metrics(mv, config, options)
         loaded.append(mv)

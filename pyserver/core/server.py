@@ -14,6 +14,7 @@ import functools
 import logging
 
 from pyserver._version import __version__
+from pyserver.backends.base import Capability
 from pyserver.core import repository
 from pyserver.core.device_memory import DeviceMemory
 from pyserver.core.ensemble import (
@@ -32,6 +33,7 @@ from pyserver.core.tracing import Tracer
 from pyserver.core.types import InferRequest, InferResponse
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.rate_limiter import RateLimiter
+from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
 
 log = logging.getLogger("pyserver")
@@ -42,11 +44,6 @@ EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dep
               "schedule_policy", "model_configuration", "system_shared_memory",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
               "logging"]
-
-
-# Started servers, for backends that call back into theirs (BLS, model
-# control from a Python model): see server_for().
-_RUNNING: list = []
 
 
 class ResponseStream:
@@ -129,14 +126,6 @@ class ResponseStream:
             log.exception("a response stream's consumer failed")
 
 
-def server_for(completions):
-    """The running Server whose models complete on ``completions``."""
-    for server in _RUNNING:
-        if server._completions is completions:
-            return server
-    return None
-
-
 class Server:
     """An inference server over one or more Triton model repositories.
 
@@ -192,6 +181,7 @@ class Server:
         from pyserver.metrics import CustomMetrics
         self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily, shown on /metrics
         self.models: ModelManager | None = None
+        self.context: ServerContext | None = None  # built by start()
         self._completions: CompletionQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._live = False
@@ -210,8 +200,13 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._completions = CompletionQueue()
         self._loop.add_reader(self._completions.fd, self._on_completions)
-        _RUNNING.append(self)
-        self.models = ModelManager(self.repositories, self._completions,
+        # What every model, instance and backend is handed: no part of the
+        # server looks it up.
+        self.context = ServerContext(
+            self._completions, loop=self._loop, answer=self.resolve_now, tracer=self.tracer,
+            rate_limiter=self.rate_limiter, host_memory=self.host_memory,
+            device_memory=self.device_memory, custom_metrics=self.custom_metrics, requests=self)
+        self.models = ModelManager(self.repositories, self.context,
                                    self.model_load_thread_count, self.model_control_mode,
                                    self.load_options, self.model_load_retry_count)
         self._live = True
@@ -250,8 +245,6 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
         if self.rate_limiter is not None:
             self.rate_limiter.stop()  # an instance thread still waiting gives up its batch
-        if self in _RUNNING:
-            _RUNNING.remove(self)
         if self._completions is not None:
             self._on_completions()  # resolve what the schedulers failed on stop
             self._loop.remove_reader(self._completions.fd)
@@ -395,7 +388,7 @@ class Server:
         if self._stopping or not mv.healthy():
             return False
         checks = [i.backend.is_ready for i in mv.instances
-                  if getattr(i.backend, "checks_readiness", False)]
+                  if Capability.READINESS in i.capabilities]
         if not checks:
             return True
         loop = self._loop

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyserver.backends.base import Capability
 from pyserver.core.types import InferRequest, InferTensor
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError, invalid_arg
@@ -132,7 +133,7 @@ def run(mv, samples: list[WarmupSample]) -> None:
     from pyserver.core.model import PendingRequest
 
     for instance in mv.instances + mv.passive_instances:
-        takes_requests = getattr(instance.backend, "takes_requests", False)
+        takes_requests = Capability.TAKES_REQUESTS in instance.capabilities
         for sample in samples:
             for iteration in range(1, sample.count + 1):
                 log.debug("model '%s' instance %s is running warmup sample '%s' for iteration %d",

@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pyserver.backends import register_backend
+from pyserver.backends.base import Capability
 from pyserver.core import inline_instance
 from pyserver.core.types import InferRequest, InferTensor
 
@@ -31,7 +32,7 @@ default_model_filename: "model"
 class CheapBackend:
     """Doubles its input; records which thread ran each batch and its size."""
 
-    runs_inline = True
+    capabilities = Capability.RUNS_INLINE
     runs: list = []  # (thread name, batch size), in order
 
     def __init__(self, model_path, config, instance_name, device, threads):

@@ -425,7 +425,7 @@ def test_thread_mode_runs_instances_in_the_server_process(tmp_path, start_server
 
 def test_queued_requests_each_get_their_own_execute(tmp_path, start_server, python_mode):
     """Requests that queue while the worker is busy go to it in one message
-    (core/loop_instance.py), yet each is still its own execute() call and
+    (backends/python/loop_driver.py), yet each is still its own execute() call and
     its own outcome: a raise or an error response fails that request only,
     and every request is counted once in the statistics."""
     server = start_server(repo_with(tmp_path, "one_at_a_time", mode=python_mode))
@@ -496,7 +496,8 @@ def test_which_instances_the_event_loop_drives(tmp_path, start_server):
     for name, driven in (("parallel", 2), ("add_sub", 1), ("add_sub_batched", 0), ("repeat", 0)):
         mv = server.run(lambda n=name: models.resolve(n, ""))
         assert len(mv.loop_drivers) == driven, name
-        assert sum(i.thread.is_alive() for i in mv.instances) == len(mv.instances) - driven, name
+        threads = [d.thread for d in mv.drivers if hasattr(d, "thread")]
+        assert sum(t.is_alive() for t in threads) == len(mv.instances) - driven, name
     for model, a in (("add_sub", np.arange(4, dtype=np.float32)),
                      ("add_sub_batched", np.arange(4, dtype=np.float32).reshape(1, 4))):
         r = infer_add_sub(server.url, model, a, a)

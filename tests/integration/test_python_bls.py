@@ -13,6 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from pyserver.backends.base import Capability
 from pyserver.testing import write_add_sub
 from tests.integration.conftest import PYTHON_MODES, use_execution_mode
 
@@ -80,7 +81,7 @@ def test_bls_megabytes_go_through_shared_memory(bls_server):
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     mv = bls_server.run(bls_server.server.models.resolve, "bls", "")
-    if mv.instances[0].backend.out_of_process is False:
+    if Capability.OUT_OF_PROCESS not in mv.instances[0].capabilities:
         return  # in-process: the arrays are handed over, no shared memory
     worker = mv.instances[0].backend._worker
     # 2 x 4 MiB each way: the regions grew to hold them ...

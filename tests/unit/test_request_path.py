@@ -11,6 +11,7 @@ from pyserver.core.config import normalize, parse_config_text
 from pyserver.core.model import ModelVersion, PendingRequest
 from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
 from pyserver.engine import CompletionQueue
+from pyserver.kernel.context import ServerContext
 
 PLAIN = """
 max_batch_size: 4
@@ -23,7 +24,7 @@ output [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] },
 
 def model(text):
     config = normalize(parse_config_text(text), "m")
-    return ModelVersion("m", 1, config, "/nonexistent/1", CompletionQueue())
+    return ModelVersion("m", 1, config, "/nonexistent/1", ServerContext(CompletionQueue()))
 
 
 def tensor(name, datatype, shape):

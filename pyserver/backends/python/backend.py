@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from pyserver.backends.base import Capability
 from pyserver.backends.python import channel
 from pyserver.backends.python.execution_env import execution_env
 from pyserver.backends.python.instance import (
@@ -48,6 +49,7 @@ from pyserver.backends.python.instance import (
     request_item,
     worker_error,
 )
+from pyserver.backends.python.loop_driver import WorkerLoopDriver
 from pyserver.core.sequence import RESCHEDULED
 from pyserver.engine import now_ns
 from pyserver.engine.region_io import pack_inputs, read_results
@@ -59,7 +61,7 @@ from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
-# Queued batches go to a worker in groups (core/loop_instance.py) while its
+# Queued batches go to a worker in groups (backends/python/loop_driver.py) while its
 # regions stay this small. A group's outputs all stay in the output region
 # until the server has read the last of them, so for tensors of megabytes a
 # group would grow the region by that many batches at once: those go one
@@ -334,13 +336,16 @@ class ProcessPythonBackend(ServedInstance):
     """One instance of a Triton Python model (``backend: "python"``) in its
     own worker process (``pyserver_execution_mode`` "process", the default)."""
 
-    # ModelVersion hands this backend the batch as separate requests
-    # (Triton's execute(requests) API) through execute_requests.
-    takes_requests = True
-    out_of_process = True  # each instance executes in its worker process
+    # The batch goes to the model as separate requests (Triton's
+    # execute(requests) API), executed in the worker process; BLS, metrics
+    # and model control go to the server's context. Each instance adds what
+    # its model allows (see __init__).
+    capabilities = Capability.TAKES_REQUESTS | Capability.OUT_OF_PROCESS | \
+        Capability.SERVER_CONTEXT
 
-    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
-        super().__init__(model_path, config, instance_name)
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int,
+                 context=None):
+        super().__init__(model_path, config, instance_name, context)
         self.threads = max(1, int(threads))
         self.shm_kind = channel.shm_kind()
         self._env = _worker_env(self.threads, sum(g.count for g in config.instance_group))
@@ -377,6 +382,14 @@ class ProcessPythonBackend(ServedInstance):
         self._worker = worker
         if worker.exited.is_set():  # it died between its answer and now
             self._worker_exited(worker)
+        caps = type(self).capabilities
+        if not self.decoupled:
+            # a batch is one message to the worker and its answers on the
+            # same socket, which the event loop can drive (loop_driver.py)
+            caps |= Capability.LOOP_DRIVEN
+        if worker.has_is_ready:  # the model answers readiness itself
+            caps |= Capability.READINESS
+        self.capabilities = caps
         self.start_seconds = time.monotonic() - worker.started
         if self.execute_timeout:
             threading.Thread(target=self._watch_for_hangs, name=f"python-hangs:{instance_name}",
@@ -548,11 +561,8 @@ class ProcessPythonBackend(ServedInstance):
                           f"python model '{self.model_name}' instance '{self.instance_name}' "
                           f"is not available: {reason}")
 
-    @property
-    def checks_readiness(self) -> bool:
-        """Whether the model defines is_ready() (asked by is_ready)."""
-        worker = self._worker
-        return bool(worker is not None and worker.has_is_ready)
+    def loop_driver(self, mv, instance, loop) -> WorkerLoopDriver:
+        return WorkerLoopDriver(mv, instance, loop)
 
     def healthy(self) -> bool:
         """True while the instance's worker is running and initialized."""
@@ -650,13 +660,7 @@ class ProcessPythonBackend(ServedInstance):
         except (EOFError, OSError):
             raise WorkerExited() from None
 
-    # -- one batch, step by step (also driven from the event loop: core/loop_instance.py) --
-
-    # Without decoupled responses, a batch is one message to the worker and
-    # its answers on the same socket, which an event loop can drive.
-    @property
-    def loop_drivable(self) -> bool:
-        return not self.decoupled
+    # -- one batch, step by step (also driven from the event loop: loop_driver.py) -----
 
     def take_worker(self) -> _Worker | None:
         """The live worker, reserved for one batch (release_worker() after

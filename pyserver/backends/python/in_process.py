@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyserver.backends.base import Capability
 from pyserver.backends.python import triton_python_backend_utils as pb
 from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
 from pyserver.backends.python.instance import (
@@ -48,6 +49,7 @@ from pyserver.backends.python.instance import (
     request_item,
     worker_error,
 )
+from pyserver.backends.python.services import bls_request
 from pyserver.core.sequence import RESCHEDULED
 from pyserver.core.types import InferTensor
 from pyserver.engine import now_ns
@@ -225,11 +227,13 @@ class _LocalPeer:
 class ThreadPythonBackend(ServedInstance):
     """One instance of a Triton Python model run in this process (module)."""
 
-    takes_requests = True
-    out_of_process = False
+    # The batch goes to the model as separate requests (Triton's
+    # execute(requests) API), on the instance's thread in this process.
+    capabilities = Capability.TAKES_REQUESTS | Capability.SERVER_CONTEXT
 
-    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
-        super().__init__(model_path, config, instance_name)
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int,
+                 context=None):
+        super().__init__(model_path, config, instance_name, context)
         if ENV_PARAMETER in config.parameters:
             raise ServerError(Code.INVALID_ARG,
                               f"python model '{config.name}': {ENV_PARAMETER} needs "
@@ -265,6 +269,8 @@ class ThreadPythonBackend(ServedInstance):
                               f"{pb._describe(err)}") from None
         finally:
             _router.leave(previous)
+        if hasattr(self.model, "is_ready"):  # the model answers readiness itself
+            self.capabilities = type(self).capabilities | Capability.READINESS
         self.start_seconds = time.monotonic() - started
         log.info("python model '%s' instance '%s': running in the server process (threads) "
                  "ready in %.0f ms", self.model_name, instance_name, self.start_seconds * 1000)
@@ -397,14 +403,13 @@ class ThreadPythonBackend(ServedInstance):
 
         seq = self._peer.register(handler)
         try:
-            from pyserver.backends.python.services import _bls_request
-
-            server = self._server()
-            infer_request = _bls_request(desc, inputs)
+            context = self.server_context()
+            infer_request = bls_request(desc, inputs)
         except ServerError as err:
             self._peer.reply(seq, ("error", err.code.name, err.message))
             return lambda: None
-        loop = server._loop
+        server = context.requests
+        loop = context.loop
         loop.call_soon_threadsafe(services._bls_submit, server, self._peer, seq, infer_request,
                                   decoupled)
         return lambda: loop.call_soon_threadsafe(services._bls_cancel, server, self._peer, seq)
@@ -420,10 +425,6 @@ class ThreadPythonBackend(ServedInstance):
     def healthy(self) -> bool:
         return not self._closed
 
-    @property
-    def checks_readiness(self) -> bool:
-        """Whether the model defines is_ready() (asked by is_ready)."""
-        return hasattr(self.model, "is_ready")
 
     def is_ready(self, timeout: float = 5.0) -> bool:
         """The model's own is_ready(), when it defines one."""

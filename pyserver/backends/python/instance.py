@@ -10,6 +10,7 @@ import logging
 import threading
 from pathlib import Path
 
+from pyserver.backends.python.services import Services
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import WIRE_TO_CODE, config_type_name, numpy_to_wire
 from pyserver.kernel.errors import Code, ServerError
@@ -34,7 +35,7 @@ class ServedInstance:
     it serves, what it asks of it (services.py), and the decoupled requests
     it has yet to finish."""
 
-    def __init__(self, model_path: str, config, instance_name: str):
+    def __init__(self, model_path: str, config, instance_name: str, context=None):
         self.model_path = str(model_path)
         self.model_name = config.name
         self.instance_name = instance_name
@@ -51,6 +52,9 @@ class ServedInstance:
             self.input_codes[spec.name] = WIRE_TO_CODE.get(wire, 0)
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self._mv = None  # the ModelVersion (attach)
+        # The server's services (kernel/context.py): what the model's BLS
+        # calls, metrics and model control go to; None outside a server.
+        self.context = context
         self._open: dict[int, object] = {}  # decoupled requests not answered in full, by id
         # ... and for each: [responses so far, when the last one (or the
         # execution) was], for Triton's per-response statistics.
@@ -84,29 +88,17 @@ class ServedInstance:
         """Called by the ModelVersion this instance serves."""
         self._mv = mv
 
-    def _server(self):
-        from pyserver.core import server as core
-
-        if self._mv is not None:
-            server = core.server_for(self._mv.completions)
-        else:
-            # Still loading (initialize may create metrics or call other
-            # models): the server whose repository holds this model, or the
-            # only one running.
-            repo = str(Path(self.model_path).resolve().parents[2])
-            running = list(core._RUNNING)
-            found = [s for s in running
-                     if any(str(Path(r).resolve()) == repo for r in s.repositories)]
-            server = found[0] if len(found) == 1 else (running[0] if len(running) == 1 else None)
-        if server is None:
+    def server_context(self):
+        """The context of the server this instance serves; ServerError when
+        it runs outside one (a tool, or a test without a server)."""
+        context = self.context
+        if context is None or context.requests is None:
             raise ServerError(Code.UNAVAILABLE,
                               f"python model '{self.model_name}' is not served by a running server")
-        return server
+        return context
 
     def services(self):
         if self._services is None:
-            from pyserver.backends.python.services import Services
-
             self._services = Services(self)
         return self._services
 

@@ -46,10 +46,10 @@ class Services:
             self._bls(worker, msg)
         elif kind == "bls_cancel":
             try:
-                server = self.backend._server()
+                context = self.backend.server_context()
             except ServerError:
                 return
-            server._loop.call_soon_threadsafe(self._bls_cancel, server, worker, msg[1])
+            context.loop.call_soon_threadsafe(self._bls_cancel, context.requests, worker, msg[1])
         elif kind == "metric":
             self._metric(worker, msg)
         elif kind == "model":
@@ -60,7 +60,7 @@ class Services:
     def _bls(self, worker, msg) -> None:
         _, seq, size, desc, encoded, decoupled = msg
         try:
-            server = self.backend._server()
+            context = self.backend.server_context()
             arrays = channel.read_tensors(worker.up, size, encoded, CODE_TO_NUMPY, copy=False)
             inputs = []
             for name, code, shape, _start, _nbytes, _data in encoded:
@@ -69,12 +69,12 @@ class Services:
                     raise ServerError(Code.INVALID_ARG,
                                       f"BLS input '{name}' has an unknown data type {code}")
                 inputs.append(InferTensor(name, datatype, shape, arrays[name]))
-            request = _bls_request(desc, inputs)
+            request = bls_request(desc, inputs)
         except Exception as err:
             worker.reply(seq, _error_payload(err))
             return
-        server._loop.call_soon_threadsafe(self._bls_submit, server, worker, seq, request,
-                                          decoupled)
+        context.loop.call_soon_threadsafe(self._bls_submit, context.requests, worker, seq,
+                                          request, decoupled)
 
     def _bls_submit(self, server, worker, seq, request, decoupled) -> None:
         """On the event loop: the request into the target model's scheduler."""
@@ -145,7 +145,7 @@ class Services:
 
         _, seq, op, args = msg
         try:
-            metrics = self.backend._server().custom_metrics
+            metrics = self.backend.server_context().custom_metrics
             owner = id(self.backend)
             if op == "family":
                 result = metrics.new_family(args[0], args[1], args[2], owner)
@@ -163,10 +163,10 @@ class Services:
     def release(self) -> None:
         """The instance is closing: the metrics it made go (unless shared)."""
         try:
-            server = self.backend._server()
+            context = self.backend.server_context()
         except ServerError:
             return
-        server.custom_metrics.drop_owner(id(self.backend))
+        context.custom_metrics.drop_owner(id(self.backend))
 
     # -- model control --------------------------------------------------------------------
 
@@ -176,10 +176,11 @@ class Services:
         model control, as over HTTP and gRPC)."""
         _, seq, op, args = msg
         try:
-            server = self.backend._server()
+            context = self.backend.server_context()
         except ServerError as err:
             worker.reply(seq, _error_payload(err))
             return
+        server = context.requests
 
         async def run():
             if op == "load":
@@ -202,10 +203,10 @@ class Services:
                 payload = _error_payload(err)
             worker.reply(seq, payload)
 
-        asyncio.run_coroutine_threadsafe(run(), server._loop).add_done_callback(done)
+        asyncio.run_coroutine_threadsafe(run(), context.loop).add_done_callback(done)
 
 
-def _bls_request(desc: dict, inputs: list) -> InferRequest:
+def bls_request(desc: dict, inputs: list) -> InferRequest:
     """The server's InferRequest for a BLS request's description."""
     try:
         params = json.loads(desc["parameters"] or "{}")

@@ -1,4 +1,6 @@
-"""An instance whose batches the event loop drives, with no thread of its own.
+"""The driver of a Python model instance whose batches the event loop
+relays to its worker process, with no thread of its own (the Python
+backend's loop_driver(); it speaks this backend's IPC, so it lives here).
 
 For a model instance that executes in another process (a Python-backend
 worker) and takes each request as its own batch, an instance thread only
@@ -23,26 +25,18 @@ import logging
 import os
 import threading
 
+from pyserver.backends.base import BatchOutcome, ExecutionDriver
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
 
 
-def can_drive(mv, instance) -> bool:
-    """Whether ``instance`` of ``mv`` runs on the event loop: its backend
-    says it can (a Python model that is not decoupled) and each request is
-    its own batch (no dynamic or sequence batching)."""
-    if mv.sequence is not None or mv.config.HasField("dynamic_batching"):
-        return False
-    return bool(getattr(instance.backend, "loop_drivable", False))
-
-
 # At most this many batches go to a worker in one message (see dispatch).
 MAX_GROUP = 32
 
 
-class LoopDrivenInstance:
+class WorkerLoopDriver(ExecutionDriver):
     """One instance's batches, a group at a time, from the event loop thread.
 
     What is queued when the worker is free goes to it in one message: the
@@ -140,27 +134,27 @@ class LoopDrivenInstance:
                                               backend.batch_start(msg, self._t_start))
             batches.popleft()
             if batches:
-                finish_on_loop(mv, batch, outcome)
+                mv.finish_on_loop(batch, outcome)
             else:
                 backend.release_worker()
                 self._finish(batch, outcome)
 
-    def _finish(self, batch, outcome: tuple) -> None:
+    def _finish(self, batch, outcome: BatchOutcome) -> None:
         # The next group goes to the worker before this batch's answers go
         # out: writing an answer to a client on loopback runs the client's
         # side of TCP and may hand it the core, and the worker would idle
         # meanwhile.
         self.dispatch()
-        finish_on_loop(self.mv, batch, outcome)
+        self.mv.finish_on_loop(batch, outcome)
         if not self.batches:
             self.idle.set()
 
-    def _finish_all(self, outcome: tuple) -> None:
+    def _finish_all(self, outcome: BatchOutcome) -> None:
         """Every batch in flight ends with ``outcome`` (a failure)."""
         group = list(self.batches)
         self.batches.clear()
         for batch in group:
-            finish_on_loop(self.mv, batch, outcome)
+            self.mv.finish_on_loop(batch, outcome)
         self._done()
 
     def _done(self) -> None:
@@ -234,7 +228,7 @@ class LoopDrivenInstance:
             self._complete_off_loop(batch, outcome)
         self._back_on_loop(group)
 
-    def _complete_off_loop(self, batch, outcome: tuple) -> None:
+    def _complete_off_loop(self, batch, outcome: BatchOutcome) -> None:
         """Through the completion queue (thread-safe)."""
         mv = self.mv
         if mv.tracing:
@@ -256,24 +250,6 @@ class LoopDrivenInstance:
         except RuntimeError:  # the loop is closed: nothing more runs here
             self.batches.clear()
             self.idle.set()
-
-
-def finish_on_loop(mv, batch, outcome: tuple) -> None:
-    """Records a batch the event loop ran (``outcome``: what
-    execute_batch returns) and answers its requests, on the loop thread."""
-    if mv.tracing:
-        mv.stamp_traces(batch, outcome)
-    server = mv.server
-    if server is None:  # no Server reads this model's completion queue
-        mv.scheduler.complete(batch, *outcome)
-        return
-    # Answered here rather than through the completion queue, which would
-    # only signal this same thread (an eventfd write and read).
-    mv.scheduler.record(batch, *outcome)
-    if len(outcome) > 4:
-        server.resolve_now(batch, outcome[4], outcome[5])
-    else:
-        server.resolve_now(batch, 0, None)
 
 
 def running_loop():

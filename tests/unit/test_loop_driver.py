@@ -1,4 +1,4 @@
-"""core/loop_instance.py: what the event loop sends a Python-model worker
+"""backends/python/loop_driver.py: what the event loop sends a Python-model worker
 and in which order it answers, with the scheduler and the worker faked."""
 
 import asyncio
@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from pyserver.core import loop_instance
-from pyserver.core.loop_instance import MAX_GROUP, LoopDrivenInstance
+from pyserver.backends.base import BatchOutcome
+from pyserver.backends.python import loop_driver
+from pyserver.backends.python.loop_driver import MAX_GROUP, WorkerLoopDriver
 from pyserver.kernel.errors import Code, ServerError
 
 
@@ -30,23 +31,25 @@ class FakeScheduler:
         return self.queue.pop(0) if self.queue else None
 
     def complete(self, batch, *outcome):
-        self.events.append(("answered", batch.n, outcome[4] if len(outcome) > 4 else 0))
+        self.events.append(("answered", batch.n, BatchOutcome(*outcome).code))
 
 
 class FakeModel:
     name = "m"
     tracing = False
-    server = None  # finish_on_loop then completes through the scheduler
 
     def __init__(self, events, drivers):
         self.scheduler = FakeScheduler(events)
         self.loop_drivers = [None] * drivers
 
     def requests_outcome(self, requests, results, t_start):
-        return (t_start, t_start, t_start, t_start)
+        return BatchOutcome(t_start, t_start, t_start, t_start)
 
     def failed_batch(self, t_start, err):
-        return (t_start, t_start, t_start, t_start, int(err.code), err.message)
+        return BatchOutcome(t_start, t_start, t_start, t_start, int(err.code), err.message)
+
+    def finish_on_loop(self, batch, outcome):  # as ModelVersion's without a server
+        self.scheduler.complete(batch, *outcome)
 
 
 class FakeBackend:
@@ -102,7 +105,7 @@ class FakeInstance:
 
 @pytest.fixture
 def driver():
-    """driver(instances) -> (LoopDrivenInstance, its model, its backend, the
+    """driver(instances) -> (WorkerLoopDriver, its model, its backend, the
     events they record); each is detached and closed after the test."""
     made = []
 
@@ -110,7 +113,7 @@ def driver():
         events = []
         mv = FakeModel(events, drivers)
         backend = FakeBackend(events)
-        d = LoopDrivenInstance(mv, FakeInstance(backend), asyncio.new_event_loop())
+        d = WorkerLoopDriver(mv, FakeInstance(backend), asyncio.new_event_loop())
         made.append(d)
         return d, mv, backend, events
 
@@ -168,7 +171,7 @@ def test_detach_fails_every_batch_in_flight(driver):
 
 
 def test_max_group_is_a_sane_bound():
-    assert 1 < loop_instance.MAX_GROUP <= 64
+    assert 1 < loop_driver.MAX_GROUP <= 64
 
 
 @pytest.mark.parametrize("drivers, queued, low_load", [(1, 1, True), (2, 1, True), (1, 3, False),
