@@ -209,7 +209,7 @@ def main():
     if shutil.which("h2load") is None:
         sys.exit("h2load is not installed (apt-get install nghttp2-client)")
 
-    from pyserver.core.config import load_config_file, normalize
+    from pyserver.config import load_config_file, normalize
     from pyserver.testing import mlp_weights, write_mlp
 
     tmp = Path(tempfile.mkdtemp(prefix="pyserver-backend-bench-"))

@@ -70,8 +70,8 @@ def request_body() -> bytes:
 
 
 async def _serve(repo: str, port: int):
-    from pyserver.core.server import Server
     from pyserver.frontends.grpc import GrpcFrontend
+    from pyserver.server.server import Server
 
     server = Server(repo)
     await server.start()
@@ -201,7 +201,7 @@ def main():
                    "loop_kernel_us_per_call": round((kernel1 - kernel0) * 1e6 / n, 1),
                    # the model's own work per call (gather, run, scatter): on
                    # the loop thread too when the model runs inline there
-                   # (core/inline_instance.py)
+                   # (model/inline.py)
                    "model_compute_us_per_call": round((compute1 - compute0) / 1e3 / n, 1),
                    "process_cpu_us_per_call": round((proc1 - proc0) * 1e6 / n, 1)}
             ref = TRITON.get(conns)

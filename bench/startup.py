@@ -75,7 +75,7 @@ def time_to_ready(repo: Path, load_threads: int, extra: list[str]) -> tuple[floa
 
 def import_baseline() -> float:
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import pyserver.cli, pyserver.core.server, "
+    subprocess.run([sys.executable, "-c", "import pyserver.cli, pyserver.server.server, "
                     "pyserver.frontends.http, onnxruntime"], check=True)
     return time.monotonic() - started
 

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Two per-request steps of pyserver.core.model, compiled for the common case:
+"""Two per-request steps of pyserver.model.version, compiled for the common case:
 checking a request's inputs against the model's, and cutting a batch's
 outputs into each request's response.
 

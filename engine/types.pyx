@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Protocol-neutral request and response objects shared by every frontend
-(pyserver.core.types re-exports them).
+(pyserver.kernel.types re-exports them).
 
 A frontend decodes its wire format into an ``InferRequest`` (tensors as numpy
 arrays, views over the received bytes where possible), awaits

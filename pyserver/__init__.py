@@ -9,10 +9,10 @@
 """
 
 from pyserver._version import __version__
-from pyserver.core.server import Server
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.embedded import EmbeddedServer
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.server import Server
 
 __all__ = ["Code", "EmbeddedServer", "InferRequest", "InferResponse", "InferTensor",
            "RequestedOutput", "Server", "ServerError", "__version__"]

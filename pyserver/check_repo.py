@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyserver._proto import ModelConfig
-from pyserver.core import repository, warmup
-from pyserver.core.config import CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES
+from pyserver.config import CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES
 from pyserver.kernel.errors import ServerError
+from pyserver.model import warmup
+from pyserver.repository import loader as repository
 
 _FIELD_NAMES = {f.name for f in ModelConfig.DESCRIPTOR.fields}
 for _desc in ModelConfig.DESCRIPTOR.nested_types:

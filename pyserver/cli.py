@@ -143,20 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "device buffers the server keeps, e.g. TensorRT's I/O bindings")
     from pyserver.frontends import grpc_options
     grpc_options.add_cli_arguments(p)  # --grpc-use-ssl, ..., response compression
-    from pyserver.metrics import add_cli_arguments
+    from pyserver.frontends.metrics import add_cli_arguments
     add_cli_arguments(p)  # --allow-metrics, --metrics-port, --metrics-config, ...
     return p
 
 
 async def serve(args) -> int:
-    from pyserver.core.device_memory import parse_cuda_memory_pool_sizes
-    from pyserver.core.response_cache import CacheConfigError, parse_cache_config
-    from pyserver.core.server import Server
     from pyserver.frontends import grpc_keepalive
     from pyserver.frontends.header_forward import HeaderForwarder
     from pyserver.frontends.http import HttpFrontend
+    from pyserver.frontends.metrics import MetricsConfig, MetricsConfigError
     from pyserver.kernel.errors import ServerError
-    from pyserver.metrics import MetricsConfig, MetricsConfigError
+    from pyserver.runtime.device_memory import parse_cuda_memory_pool_sizes
+    from pyserver.server.response_cache import CacheConfigError, parse_cache_config
+    from pyserver.server.server import Server
 
     try:
         metrics_config = MetricsConfig.from_args(args)
@@ -255,7 +255,7 @@ async def serve(args) -> int:
             return 1
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, grpc.port)
     if metrics_config.allow_metrics:
-        from pyserver.frontends.metrics_http import MetricsFrontend
+        from pyserver.frontends.metrics.endpoint import MetricsFrontend
         metrics = MetricsFrontend(server, metrics_config)
         if not await _start_frontend(metrics, "Metrics service", frontends, server):
             return 1
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
         from pyserver.check_repo import main as check_repo
         return check_repo(argv[1:])
     args = build_parser().parse_args(argv)
-    from pyserver.core import settings
+    from pyserver.runtime import settings
     console = logging.StreamHandler()
     console.setFormatter(settings.TritonLogFormatter(args.log_format))  # Triton's lines
     settings.console_handler = console

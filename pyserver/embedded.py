@@ -19,8 +19,8 @@ import threading
 
 import numpy as np
 
-from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
 from pyserver.kernel import dtypes
+from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
 
 __all__ = ["EmbeddedServer"]
 
@@ -34,7 +34,7 @@ class EmbeddedServer:
     def __init__(self, model_repository, timeout_s: float = 300.0, **server_kwargs):
         import uvloop
 
-        from pyserver.core.server import Server
+        from pyserver.server.server import Server
 
         self._timeout = timeout_s
         self._loop = uvloop.new_event_loop()

@@ -7,7 +7,7 @@ A backend class is built once per model instance with
 instance's thread; it should release the GIL while it computes) and
 optionally ``close()``. A backend whose ``runs_inline`` is true computes in
 this process on the CPU: while its batches are cheap, the event loop's own
-thread may run them (pyserver/core/inline_instance.py).
+thread may run them (pyserver/model/inline.py).
 """
 
 from __future__ import annotations

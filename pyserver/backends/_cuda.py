@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-# Imported first: it registers the NVIDIA wheels' libcudart with csrc
-# before anything loads the runtime.
-from pyserver.core import host_memory  # noqa: F401
 from pyserver.engine import memory
 from pyserver.kernel.errors import ServerError
+
+# Imported first: it registers the NVIDIA wheels' libcudart with csrc
+# before anything loads the runtime.
+from pyserver.runtime import host_memory  # noqa: F401
 
 
 class CudaError(RuntimeError):

@@ -31,7 +31,7 @@ class Capability(enum.Flag):
     # only takes that process's core away
     OUT_OF_PROCESS = enum.auto()
     # computes in this process on the CPU: while its batches are cheap the
-    # event loop may run them itself (pyserver/core/inline_instance.py)
+    # event loop may run them itself (pyserver/model/inline.py)
     RUNS_INLINE = enum.auto()
     # fed from the event loop by the driver loop_driver() returns, where the
     # model's batching allows it (one request per batch)
@@ -66,8 +66,8 @@ class BatchOutcome(NamedTuple):
 
 class ExecutionDriver:
     """Feeds a model version's batches to an instance. Three kinds: an
-    instance thread (core/model.py), the event loop itself for cheap
-    in-process models (core/inline_instance.py), and the event loop as the
+    instance thread (model/version.py), the event loop itself for cheap
+    in-process models (model/inline.py), and the event loop as the
     relay to a Python model's worker process (backends/python/loop_driver.py,
     returned by that backend's loop_driver())."""
 

@@ -283,7 +283,7 @@ class OnnxRuntimeBackend:
             raise ServerError(Code.INVALID_ARG,
                               f"onnxruntime could not load '{model_path}': {err}") from None
         self.providers = self.session.get_providers()
-        # A cheap CPU model may run on the event loop (core/inline_instance.py).
+        # A cheap CPU model may run on the event loop (model/inline.py).
         cpu_only = self.providers == ["CPUExecutionProvider"]
         self.capabilities = Capability.RUNS_INLINE if cpu_only else Capability.NONE
         # The pybind session's own run, for a CPU-only session: the Python

@@ -105,7 +105,7 @@ class PyTorchBackend:
         # instances on one GPU overlap.
         self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
         self.kind = kind
-        # A cheap CPU model may run on the event loop (core/inline_instance.py).
+        # A cheap CPU model may run on the event loop (model/inline.py).
         self.capabilities = Capability.RUNS_INLINE if kind == "KIND_CPU" else Capability.NONE
 
         # Parameters Triton's pytorch backend reads.
@@ -221,7 +221,7 @@ class PyTorchBackend:
         self.n_args = len(names) if self.dict_input else len(arguments)
         batching = config.max_batch_size > 0
         # The configured inputs, then the batch inputs the server makes
-        # (core/ragged.py), placed as Triton's backend places them: by name,
+        # (model/ragged.py), placed as Triton's backend places them: by name,
         # by __<index>, or in order after the configured ones.
         placed = [(t.name, self._tensor_type(t, "input", batching), "input")
                   for t in config.input]

@@ -43,10 +43,10 @@ from pyserver.backends._common import (
     prefer_gpu,
 )
 from pyserver.backends.base import Capability
-from pyserver.core.device_memory import DeviceMemory
-from pyserver.core.host_memory import HostMemory
 from pyserver.engine.memory import CudaStreamPool
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.runtime.device_memory import DeviceMemory
+from pyserver.runtime.host_memory import HostMemory
 
 log = logging.getLogger("pyserver")
 

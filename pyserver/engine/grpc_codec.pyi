@@ -1,6 +1,6 @@
 from typing import Any, Callable
 
-from pyserver.core.types import InferRequest, InferResponse
+from pyserver.kernel.types import InferRequest, InferResponse
 
 def decode_infer_request(
     msg: bytes,

@@ -29,11 +29,11 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from pyserver._proto import message_class
-from pyserver.core.types import InferResponse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
 from pyserver.kernel.errors import Code, DecoupledModelError, GrpcStatus, ServerError
+from pyserver.kernel.types import InferResponse
 
 try:
     from pyserver.engine import http2
@@ -275,7 +275,7 @@ def _resolve_shared_memory(manager, request) -> _ShmUse | None:
 def _write_shared_memory(use: _ShmUse, response):
     """Outputs bound to regions go there; the message keeps their name,
     datatype and shape with empty raw contents, as Triton's does."""
-    from pyserver.core.types import InferTensor
+    from pyserver.kernel.types import InferTensor
 
     outputs = []
     for t in response.outputs:

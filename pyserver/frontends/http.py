@@ -42,8 +42,6 @@ from urllib.parse import unquote
 
 import orjson
 
-from pyserver.core.shared_memory import CUDA, SYSTEM, SharedMemoryManager
-from pyserver.core.types import ImmediateFuture
 from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
 from pyserver.engine.http_infer import http_message
 from pyserver.frontends.header_forward import HeaderForwarder
@@ -59,6 +57,8 @@ from pyserver.frontends.http_codec import (
 )
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import ImmediateFuture
+from pyserver.runtime.shared_memory import CUDA, SYSTEM, SharedMemoryManager
 
 __all__ = ["HttpFrontend", "parse_restricted_api", "RESTRICTED_API_GROUPS"]
 

@@ -18,7 +18,6 @@ import math
 import numpy as np
 import orjson
 
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine.http_infer import (
     binary_entry,
     data_entry,
@@ -30,6 +29,7 @@ from pyserver.engine.http_infer import (
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 __all__ = [
     "INFER_HEADER_LENGTH",

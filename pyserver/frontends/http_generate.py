@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from pyserver.core.types import InferRequest, InferTensor
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferTensor
 
 __all__ = ["decode_generate_request", "generate_response", "sse_event"]
 

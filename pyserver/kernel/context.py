@@ -18,7 +18,7 @@ class ServerContext:
     answer          ``answer(batch_or_request, code, message)``: answers a batch the event
                     loop finished itself, without the queue (Server.resolve_now); None
                     when no server reads ``completions`` (tools, tests)
-    tracer          request tracing (pyserver.core.tracing.Tracer), or None
+    tracer          request tracing (pyserver.runtime.tracing.Tracer), or None
     rate_limiter    the engine's RateLimiter under --rate-limit=execution_count, or None
     host_memory     the pinned host memory pool (HostMemory), or None: a backend makes its own
     device_memory   the per-GPU device memory pools (DeviceMemory), or None: likewise

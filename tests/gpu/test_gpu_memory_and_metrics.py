@@ -10,7 +10,7 @@ if visible_gpus() == 0:
 
 
 def test_cuda_memory_pool_on_the_device():
-    from pyserver.core.device_memory import DeviceMemory
+    from pyserver.runtime.device_memory import DeviceMemory
 
     memory = DeviceMemory({0: 1 << 20})
     pool = memory.pool(0)
@@ -30,7 +30,7 @@ def test_cuda_memory_pool_on_the_device():
 
 
 def test_gpu_metrics_from_nvml():
-    from pyserver.gpu_metrics import GpuSampler
+    from pyserver.frontends.metrics.gpu import GpuSampler
 
     sampler = GpuSampler(0.0)
     if not sampler.gpus:

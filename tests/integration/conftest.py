@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from pyserver.core.server import Server
 from pyserver.frontends.http import HttpFrontend
+from pyserver.server.server import Server
 
 
 class RunningServer:

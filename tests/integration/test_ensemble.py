@@ -205,8 +205,8 @@ def test_a_step_fed_by_two_decoupled_steps_is_refused():
     from google.protobuf import text_format
 
     from pyserver._proto import message_class
-    from pyserver.core.ensemble import EnsemblePlan, decoupled_steps
     from pyserver.kernel.errors import ServerError
+    from pyserver.model.ensemble import EnsemblePlan, decoupled_steps
 
     config = text_format.Parse('''
         name: "joined" platform: "ensemble"

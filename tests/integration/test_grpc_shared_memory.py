@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from pyserver.core.shared_memory import CLIENT_SHM_DISABLED
+from pyserver.runtime.shared_memory import CLIENT_SHM_DISABLED
 from pyserver.testing import write_add_sub
 from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
 

@@ -1,5 +1,5 @@
 """A cheap in-process model runs on the event loop's thread
-(core/inline_instance.py): it moves there after a few cheap batches on its
+(model/inline.py): it moves there after a few cheap batches on its
 instance threads, forms batches from what arrived together, answers and
 counts them as the threads would, and goes back to its threads when its
 batches get expensive."""
@@ -14,8 +14,8 @@ from tritonclient.utils import InferenceServerException
 
 from pyserver.backends import register_backend
 from pyserver.backends.base import Capability
-from pyserver.core import inline_instance
-from pyserver.core.types import InferRequest, InferTensor
+from pyserver.kernel.types import InferRequest, InferTensor
+from pyserver.model import inline as inline_instance
 
 CONFIG = """
 name: "{name}"

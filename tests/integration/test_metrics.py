@@ -19,8 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import register_backend
-from pyserver.frontends.metrics_http import MetricsFrontend
-from pyserver.metrics import (
+from pyserver.frontends.metrics import (
     CONTENT_TYPE,
     DEFAULT_SUMMARY_QUANTILES,
     EngineCollector,
@@ -29,6 +28,7 @@ from pyserver.metrics import (
     MetricsConfigError,
     exposition,
 )
+from pyserver.frontends.metrics.endpoint import MetricsFrontend
 from pyserver.testing import write_add_sub
 from tests.integration.test_tracing import infer as infer_add_sub
 
@@ -277,7 +277,7 @@ def test_metrics_config_errors_are_clear(item, message):
 def test_metrics_config_from_argparse():
     import argparse
 
-    from pyserver.metrics import add_cli_arguments
+    from pyserver.frontends.metrics import add_cli_arguments
     parser = argparse.ArgumentParser()
     parser.add_argument("--http-address", default="0.0.0.0")
     add_cli_arguments(parser)

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from pyserver.core.types import InferRequest, InferTensor
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferTensor
 from pyserver.testing import add_sub_onnx, write_add_sub
 
 

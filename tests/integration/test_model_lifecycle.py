@@ -643,7 +643,7 @@ model_warmup [ { name: "s" batch_size: 1
 
 def test_check_repo_duplicates_name_mismatch_and_policy(tmp_path):
     from pyserver.check_repo import check
-    from pyserver.core.repository import LoadOptions
+    from pyserver.repository.loader import LoadOptions
     r1, r2 = tmp_path / "r1", tmp_path / "r2"
     write_add_sub(r1, name="twice")
     write_add_sub(r2, name="twice")

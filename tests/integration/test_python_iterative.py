@@ -16,9 +16,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pyserver.core.sequence import NOT_ITERATIVE
-from pyserver.core.types import InferRequest, InferTensor
 from pyserver.frontends.grpc import GrpcFrontend
+from pyserver.kernel.types import InferRequest, InferTensor
+from pyserver.model.sequence import NOT_ITERATIVE
 from tests.integration.conftest import use_execution_mode
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pyserver.frontends.metrics_http import MetricsFrontend
-from pyserver.metrics import MetricsConfig
+from pyserver.frontends.metrics import MetricsConfig
+from pyserver.frontends.metrics.endpoint import MetricsFrontend
 from tests.integration.conftest import use_execution_mode
 from tests.integration.test_metrics import parse, value
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pyserver.core.ragged import BatchShaping
 from pyserver.kernel.errors import ServerError
+from pyserver.model.ragged import BatchShaping
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402

@@ -9,9 +9,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from pyserver.core.response_cache import CacheConfigError, parse_cache_config
 from pyserver.frontends.grpc import GrpcFrontend
-from pyserver.metrics import MetricsConfig
+from pyserver.frontends.metrics import MetricsConfig
+from pyserver.server.response_cache import CacheConfigError, parse_cache_config
 from pyserver.testing import write_add_sub
 from tests.integration.test_grpc import make_inputs
 from tests.integration.test_metrics import exposition_of

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from pyserver.core.shared_memory import CLIENT_SHM_DISABLED, SharedMemoryManager
+from pyserver.runtime.shared_memory import CLIENT_SHM_DISABLED, SharedMemoryManager
 from pyserver.testing import write_add_sub
 
 

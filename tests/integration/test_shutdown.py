@@ -6,8 +6,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from pyserver.core.types import InferRequest, InferTensor
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferTensor
 from tests.integration.test_scheduling import RecordingBackend, recording, write_model  # noqa: F401 (autouse fixture)
 
 

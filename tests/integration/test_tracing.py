@@ -96,7 +96,7 @@ def test_tensors_level_records_inputs_and_outputs(tmp_path, start_server):
 
 
 def test_tensor_entries_write_values_as_triton():
-    from pyserver.core.tracing import tensor_entry
+    from pyserver.runtime.tracing import tensor_entry
     def data(datatype, values):
         return tensor_entry(7, "TENSOR_QUEUE_INPUT", "x", datatype, values)["tensor"]["data"]
     assert data("FP32", np.array([1.0, 1e8, 1 / 3], np.float32)) == "1,1e+08,0.333333"

@@ -7,7 +7,7 @@ import pytest
 
 from pyserver.backends._common import instance_placement, parse_bool, parse_int
 from pyserver.backends.onnxruntime import execution_providers, session_options
-from pyserver.core.config import normalize, parse_config_text
+from pyserver.config import normalize, parse_config_text
 from pyserver.kernel.errors import Code, ServerError
 
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -196,7 +196,7 @@ def test_cpu_session_runs_natively_with_the_wrappers_errors(tmp_path):
     import numpy as np
 
     from pyserver.backends.onnxruntime import OnnxRuntimeBackend
-    from pyserver.core.config import load_config_file
+    from pyserver.config import load_config_file
     from pyserver.testing import write_add_sub
 
     folder = write_add_sub(tmp_path)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pyserver.core.classification import classify
 from pyserver.kernel.errors import ServerError
+from pyserver.model.classification import classify
 
 
 def test_top_k_with_labels_and_triton_formatting():

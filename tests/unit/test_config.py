@@ -2,7 +2,7 @@
 
 import pytest
 
-from pyserver.core.config import ConfigError, config_to_json, load_config_file, normalize, parse_config_text
+from pyserver.config import ConfigError, config_to_json, load_config_file, normalize, parse_config_text
 from pyserver.kernel.errors import Code
 
 GOOD = """

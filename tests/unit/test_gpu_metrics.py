@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pyserver.gpu_metrics import GpuSampler
-from pyserver.metrics import EngineCollector, MetricsConfig, exposition
+from pyserver.frontends.metrics import EngineCollector, MetricsConfig, exposition
+from pyserver.frontends.metrics.gpu import GpuSampler
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -108,7 +108,7 @@ def test_cuda_visible_gpus_found_by_pci_bus_id(fake_nvml, tmp_path_factory):
     libdir = tmp_path_factory.mktemp("cudalib")
     (libdir / "libcudart.so").symlink_to(fake_cudart)
     code = f"""
-from pyserver.gpu_metrics import GpuSampler
+from pyserver.frontends.metrics.gpu import GpuSampler
 sampler = GpuSampler(2.0, {fake_nvml!r})
 print(",".join(g.bus_id + "=" + g.uuid for g in sampler.gpus))
 """

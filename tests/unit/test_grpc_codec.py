@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from pyserver._proto import message_class
-from pyserver.core.types import InferRequest, InferResponse, InferTensor
 from pyserver.engine.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
@@ -15,6 +14,7 @@ from pyserver.engine.grpc_codec import (
 from pyserver.engine.http2 import percent_encode
 from pyserver.frontends.grpc import decode_contents, parse_restricted_protocols
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferResponse, InferTensor
 
 Request = message_class("inference.ModelInferRequest")
 Response = message_class("inference.ModelInferResponse")

@@ -1,5 +1,5 @@
 """csrc's memory pools and CUDA loader through pyserver.engine.memory,
-pyserver.core.host_memory and pyserver.core.device_memory: plain memory
+pyserver.runtime.host_memory and pyserver.runtime.device_memory: plain memory
 without CUDA, page-locked and device memory accounting with a CUDA runtime
 (a stand-in libcudart compiled here from csrc/tests/fake_cudart.cc), blocks
 returned when the last view goes."""
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyserver.core.device_memory import DeviceMemory, parse_cuda_memory_pool_sizes
-from pyserver.core.host_memory import HostMemory
 from pyserver.engine import memory
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.runtime.device_memory import DeviceMemory, parse_cuda_memory_pool_sizes
+from pyserver.runtime.host_memory import HostMemory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_backend_cuda_facade_on_a_stand_in_runtime(fake_cudart, tmp_path):
     code = r'''
 import numpy as np
 from pyserver.backends import _cuda
-from pyserver.core.host_memory import HostMemory
+from pyserver.runtime.host_memory import HostMemory
 from pyserver.engine.memory import CudaStreamPool, cuda_runtime_info
 
 assert cuda_runtime_info()["available"], cuda_runtime_info()
@@ -122,7 +122,7 @@ host = HostMemory(1 << 20)
 assert host.pinned
 src = host.empty((4, 16), np.float32)
 src[:] = np.arange(64, dtype=np.float32).reshape(4, 16)
-from pyserver.core.device_memory import DeviceMemory
+from pyserver.runtime.device_memory import DeviceMemory
 device_memory = DeviceMemory({0: 1 << 20})
 buf = _cuda.DeviceBuffer(device_memory.pool(0))
 ptr = buf.reserve(src.nbytes)

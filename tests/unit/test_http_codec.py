@@ -7,7 +7,6 @@ import numpy as np
 import orjson
 import pytest
 
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.frontends.http_codec import (
     decode_infer_request,
     encode_error,
@@ -15,6 +14,7 @@ from pyserver.frontends.http_codec import (
 )
 from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 tc_http = pytest.importorskip("tritonclient.http")
 from tritonclient.http._utils import _get_inference_request  # noqa: E402

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import uvloop
 
-from pyserver.core.types import InferResponse, InferTensor
 from pyserver.frontends.http import HttpFrontend
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferResponse, InferTensor
 
 httpclient = pytest.importorskip("tritonclient.http")
 aioclient = pytest.importorskip("tritonclient.http.aio")

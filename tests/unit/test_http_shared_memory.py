@@ -13,9 +13,6 @@ from multiprocessing import shared_memory as mp_shm
 import numpy as np
 import pytest
 
-from pyserver.core import shared_memory as shm_mod
-from pyserver.core.shared_memory import CLIENT_SHM_DISABLED, SharedMemoryManager
-from pyserver.core.types import InferResponse, InferTensor
 from pyserver.frontends.http import parse_restricted_api
 from pyserver.frontends.http_codec import (
     ShmInferRequest,
@@ -25,6 +22,9 @@ from pyserver.frontends.http_codec import (
 )
 from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferResponse, InferTensor
+from pyserver.runtime import shared_memory as shm_mod
+from pyserver.runtime.shared_memory import CLIENT_SHM_DISABLED, SharedMemoryManager
 
 
 def expect(code, fn, *args, **kwargs):

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from pyserver.core.types import ImmediateFuture, InferRequest, InferTensor
+from pyserver.kernel.types import ImmediateFuture, InferRequest, InferTensor
 from pyserver.testing import write_add_sub
 
 
@@ -71,7 +71,7 @@ def test_a_failing_callback_is_logged_not_raised_to_the_setter(caplog):
 def test_server_answers_in_the_batch_completion_not_an_iteration_later(tmp_path):
     """With an ImmediateFuture the callback has run by the time the server's
     completion of the batch returns; an asyncio.Future's runs after it."""
-    from pyserver.core.server import Server
+    from pyserver.server.server import Server
 
     write_add_sub(tmp_path / "repo", extra="dynamic_batching { }")
     a = np.arange(16, dtype=np.float32).reshape(1, 16)

@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from pyserver.core.config import normalize, parse_config_text
-from pyserver.core.model import ModelVersion, PendingRequest
-from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.config import normalize, parse_config_text
 from pyserver.engine import CompletionQueue
 from pyserver.kernel.context import ServerContext
+from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.model.version import ModelVersion, PendingRequest
 
 PLAIN = """
 max_batch_size: 4

@@ -1,15 +1,15 @@
-"""The Python half of sequence batching (pyserver/core/sequence.py): the
+"""The Python half of sequence batching (pyserver/model/sequence.py): the
 scheduler's settings from the config, iterative sequences' own IDs, and
 implicit state kept per sequence."""
 
 import numpy as np
 import pytest
 
-from pyserver.core.config import parse_config_text
-from pyserver.core.sequence import SequenceControls
-from pyserver.core.types import InferRequest
+from pyserver.config import parse_config_text
 from pyserver.engine.types import PendingRequest
 from pyserver.kernel.errors import ServerError
+from pyserver.kernel.types import InferRequest
+from pyserver.model.sequence import SequenceControls
 
 BASE = '''
 name: "m"
@@ -90,7 +90,7 @@ def test_states_of_sequences_idle_for_long_are_dropped(monkeypatch):
     seq = controls('max_sequence_idle_microseconds: 1000 state [ { input_name: "S" '
                    'output_name: "S_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]', mbs=0)
     clock = [100.0]
-    monkeypatch.setattr("pyserver.core.sequence.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("pyserver.model.sequence.time.monotonic", lambda: clock[0])
     seq.keep_states([pending({"sequence_id": 1})], lambda i: {"S_OUT": np.array([3], np.int32)})
     clock[0] += 1.0  # far past twice the idle limit (2 ms)
     seq.keep_states([pending({"sequence_id": 2})], lambda i: {"S_OUT": np.array([4], np.int32)})

@@ -2,8 +2,8 @@ import logging
 
 import pytest
 
-from pyserver.core.settings import LogSettings, TraceSettings
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.runtime.settings import LogSettings, TraceSettings
 
 
 def test_log_settings_validate_and_apply(tmp_path):
@@ -51,7 +51,7 @@ def test_trace_settings_global_and_model_override():
 def test_log_lines_are_tritons(monkeypatch):
     import re
 
-    from pyserver.core.settings import TritonLogFormatter
+    from pyserver.runtime.settings import TritonLogFormatter
 
     def line(fmt, msg, level=logging.INFO, *args):
         record = logging.LogRecord("pyserver", level, "/x/server.py", 42, msg, args, None)

@@ -98,7 +98,7 @@ class Scheduler {
   // While parked, instances blocked in NextBatch() take no batch and are not
   // woken by arrivals: the event loop takes every batch with TryNextBatch()
   // instead (a cheap model runs on the loop's own thread, see
-  // pyserver/core/inline_instance.py). Unparking wakes them to take what is
+  // pyserver/model/inline.py). Unparking wakes them to take what is
   // queued. Default: schedulers whose batches only instances take ignore it.
   virtual void ParkInstances(bool parked) { (void)parked; }
 

@@ -50,7 +50,6 @@ from pyserver.backends.python.instance import (
     worker_error,
 )
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
-from pyserver.core.sequence import RESCHEDULED
 from pyserver.engine import now_ns
 from pyserver.engine.region_io import pack_inputs, read_results
 from pyserver.kernel.dtypes import (
@@ -58,6 +57,7 @@ from pyserver.kernel.dtypes import (
     CODE_TO_NUMPY,
 )
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.model.sequence import RESCHEDULED
 
 log = logging.getLogger("pyserver")
 
@@ -816,7 +816,7 @@ class ProcessPythonBackend(ServedInstance):
         from google.protobuf import json_format
 
         from pyserver._proto import ModelConfig
-        from pyserver.core.config import config_to_json
+        from pyserver.config import config_to_json
 
         name = config.name or Path(model_path).parent.parent.name
         if not config.name:

@@ -50,11 +50,11 @@ from pyserver.backends.python.instance import (
     worker_error,
 )
 from pyserver.backends.python.services import bls_request
-from pyserver.core.sequence import RESCHEDULED
-from pyserver.core.types import InferTensor
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, CODE_TO_WIRE
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferTensor
+from pyserver.model.sequence import RESCHEDULED
 
 log = logging.getLogger("pyserver")
 

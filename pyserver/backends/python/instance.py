@@ -63,7 +63,7 @@ class ServedInstance:
         self._services = None
 
     def _init_args(self, instance_name: str) -> dict:
-        from pyserver.core.config import config_to_json
+        from pyserver.config import config_to_json
 
         config = self.config
         kind, device_id = "CPU", "0"

@@ -20,9 +20,10 @@ import json
 import logging
 
 from pyserver.backends.python import channel
-from pyserver.core.types import InferRequest, InferTensor, RequestedOutput
 from pyserver.kernel.dtypes import CODE_TO_NUMPY, CODE_TO_WIRE, WIRE_TO_CODE
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.runtime.custom_metrics import CustomMetricError
 
 log = logging.getLogger("pyserver")
 
@@ -141,8 +142,6 @@ class Services:
     # -- custom metrics ------------------------------------------------------------------
 
     def _metric(self, worker, msg) -> None:
-        from pyserver.metrics import CustomMetricError
-
         _, seq, op, args = msg
         try:
             metrics = self.backend.server_context().custom_metrics

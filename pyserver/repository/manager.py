@@ -30,10 +30,10 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from pyserver._proto import ModelConfig
-from pyserver.core import repository
-from pyserver.core.model import ModelVersion
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
+from pyserver.model.version import ModelVersion
+from pyserver.repository import loader as repository
 
 log = logging.getLogger("pyserver")
 

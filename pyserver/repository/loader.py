@@ -12,8 +12,7 @@ from pyserver._proto import ModelConfig
 from pyserver.backends import backend_class, instance_class
 from pyserver.backends._common import compute_cores
 from pyserver.backends.base import Capability, capabilities_of
-from pyserver.core import warmup
-from pyserver.core.config import (
+from pyserver.config import (
     CONFIG_FILENAME,
     DEFAULT_MODEL_FILENAMES,
     FIRST_RESPONSE_BUCKETS_MS,
@@ -23,10 +22,11 @@ from pyserver.core.config import (
     load_config_file,
     normalize,
 )
-from pyserver.core.ensemble import EnsemblePlan
-from pyserver.core.model import ModelVersion
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.model import warmup
+from pyserver.model.ensemble import EnsemblePlan
+from pyserver.model.version import ModelVersion
 
 log = logging.getLogger("pyserver")
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import asyncio
 
-from pyserver.core.config import ConfigError
-from pyserver.core.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.config import ConfigError
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 __all__ = ["EnsemblePlan", "decoupled_steps", "run_ensemble", "run_ensemble_stream",
            "step_versions"]

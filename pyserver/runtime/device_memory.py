@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 
-from pyserver.core import host_memory  # noqa: F401  (registers the wheels' libcudart first)
 from pyserver.engine.memory import CudaMemoryPool, cuda_runtime_info
+from pyserver.runtime import host_memory  # noqa: F401  (registers the wheels' libcudart first)
 
 __all__ = ["DEFAULT_CUDA_POOL_BYTES", "DeviceMemory", "parse_cuda_memory_pool_sizes"]
 

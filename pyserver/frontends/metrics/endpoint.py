@@ -13,7 +13,9 @@ import asyncio
 import httptools
 from prometheus_client import CollectorRegistry
 
-from pyserver.metrics import CONTENT_TYPE, EngineCollector, MetricsConfig, exposition
+from pyserver.frontends.metrics.collector import EngineCollector
+from pyserver.frontends.metrics.config import MetricsConfig
+from pyserver.frontends.metrics.exposition import CONTENT_TYPE, exposition
 
 __all__ = ["MetricsFrontend"]
 

@@ -26,8 +26,8 @@ import logging
 
 import numpy as np
 
-from pyserver.core.settings import TraceSettings
 from pyserver.kernel.dtypes import numpy_to_wire
+from pyserver.runtime.settings import TraceSettings
 
 log = logging.getLogger("pyserver")
 

@@ -15,26 +15,28 @@ import logging
 
 from pyserver._version import __version__
 from pyserver.backends.base import Capability
-from pyserver.core import repository
-from pyserver.core.device_memory import DeviceMemory
-from pyserver.core.ensemble import (
+from pyserver.engine import Batch, CompletionQueue, now_ns
+from pyserver.engine.rate_limiter import RateLimiter
+from pyserver.kernel.context import ServerContext
+from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
+from pyserver.kernel.types import InferRequest, InferResponse
+from pyserver.model.ensemble import (
     decoupled_steps,
     run_ensemble,
     run_ensemble_stream,
     step_versions,
 )
-from pyserver.core.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
-from pyserver.core.model import ModelVersion
-from pyserver.core.model_manager import ModelManager
-from pyserver.core.response_cache import ServerResponseCache, cache_usable, submit_cached
-from pyserver.core.sequence import Reschedule
-from pyserver.core.settings import LogSettings, TraceSettings
-from pyserver.core.tracing import Tracer
-from pyserver.core.types import InferRequest, InferResponse
-from pyserver.engine import Batch, CompletionQueue, now_ns
-from pyserver.engine.rate_limiter import RateLimiter
-from pyserver.kernel.context import ServerContext
-from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
+from pyserver.model.sequence import Reschedule
+from pyserver.model.version import ModelVersion
+from pyserver.repository import loader as repository
+from pyserver.repository.manager import ModelManager
+from pyserver.runtime.custom_metrics import CustomMetrics
+from pyserver.runtime.device_memory import DeviceMemory
+from pyserver.runtime.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
+from pyserver.runtime.settings import LogSettings, TraceSettings
+from pyserver.runtime.tracing import Tracer
+from pyserver.server.response_cache import ServerResponseCache, cache_usable, submit_cached
+from pyserver.server.response_stream import ResponseStream, end_stream
 
 log = logging.getLogger("pyserver")
 
@@ -44,86 +46,6 @@ EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dep
               "schedule_policy", "model_configuration", "system_shared_memory",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
               "logging"]
-
-
-class ResponseStream:
-    """The responses of one request submitted with ``Server.submit_stream``.
-
-    To the engine it stands where a request's future stands (``done``,
-    ``cancelled``, ``cancel``, ``set_result``, ``set_exception``): the
-    batch completing (``set_result``) only releases the request; a backend
-    that answers through the batch (a non-decoupled model) gives its one
-    response there. A decoupled backend calls ``push`` from any thread, as
-    many times as the model sends. Every response, error and the final flag
-    reach ``on_response(response, error, final)`` on the event loop, in the
-    order sent; nothing is delivered after the final one or a cancel.
-    """
-
-    __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
-                 "first_response")
-
-    def __init__(self, loop, on_response):
-        self._loop = loop
-        self._on_response = on_response
-        self._final = False
-        self._cancelled = False
-        self._dropping = False
-        self._final_pushed = False  # the backend sent the final response itself
-        # (model stats, arrival ns) while the first response of a decoupled
-        # model's request is still to come (histogram_latencies=true).
-        self.first_response = None
-
-    def _observe_first_response(self) -> None:
-        first, self.first_response = self.first_response, None
-        if first is not None:
-            first[0].observe_first_response(now_ns() - first[1])
-
-    # -- the engine's side (event loop) ----------------------------------------
-
-    def done(self) -> bool:
-        return self._final or self._dropping
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self, drop: bool = True) -> bool:
-        """Marks the request cancelled (the model sees it); with ``drop``
-        nothing more is delivered, else its responses still come, up to the
-        final one (a BLS caller keeps reading its iterator)."""
-        if self._final or self._cancelled:
-            return False
-        self._cancelled = True
-        self._dropping = drop
-        return True
-
-    def set_result(self, response) -> None:
-        if response is not None and not self._final_pushed:
-            self._observe_first_response()
-            self._deliver(response, None, True)
-
-    def set_exception(self, error) -> None:
-        if not self._final_pushed:  # else it is on its way, after what came before it
-            self._observe_first_response()
-            self._deliver(None, error, True)
-
-    # -- the backend's side (any thread) ---------------------------------------
-
-    def push(self, response, error=None, final=False) -> None:
-        if self.first_response is not None:
-            self._observe_first_response()
-        if final:
-            self._final_pushed = True
-        self._loop.call_soon_threadsafe(self._deliver, response, error, final)
-
-    def _deliver(self, response, error, final) -> None:
-        if self._final or self._dropping:
-            return
-        if final:
-            self._final = True
-        try:
-            self._on_response(response, error, final)
-        except Exception:
-            log.exception("a response stream's consumer failed")
 
 
 class Server:
@@ -162,7 +84,7 @@ class Server:
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)
-        from pyserver.core.shared_memory import SharedMemoryManager
+        from pyserver.runtime.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
         self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
         # Per-GPU pools ({device: bytes}, 64 MiB for others), created on first use
@@ -178,7 +100,6 @@ class Server:
         # --cache-config local,size=N: shared by models with response_cache.enable
         self.response_cache = ServerResponseCache(response_cache_byte_size) \
             if response_cache_byte_size > 0 else None
-        from pyserver.metrics import CustomMetrics
         self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily, shown on /metrics
         self.models: ModelManager | None = None
         self.context: ServerContext | None = None  # built by start()
@@ -587,7 +508,7 @@ class Server:
                 self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
                 return stream
             task = self._loop.create_task(run_ensemble(self, mv, request))
-            task.add_done_callback(functools.partial(_end_stream, stream))
+            task.add_done_callback(functools.partial(end_stream, stream))
             return stream
         pending = mv.submit(request, stream)
         self._handles[stream] = (mv.scheduler, pending.id)
@@ -623,13 +544,3 @@ class Server:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.submit(request)
-
-
-def _end_stream(stream: ResponseStream, task: asyncio.Task) -> None:
-    """An ensemble request submitted as a stream: its one response, final."""
-    if task.cancelled():
-        stream.set_exception(ServerError(Code.CANCELLED, "Request was cancelled"))
-    elif task.exception() is not None:
-        stream.set_exception(task.exception())
-    else:
-        stream.set_result(task.result())

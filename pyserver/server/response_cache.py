@@ -20,10 +20,10 @@ import struct
 import numpy as np
 import orjson
 
-from pyserver.core.types import InferResponse, InferTensor
 from pyserver.engine import now_ns
 from pyserver.engine.cache import ResponseCache, request_key
 from pyserver.kernel import dtypes
+from pyserver.kernel.types import InferResponse, InferTensor
 
 __all__ = ["CacheConfigError", "ServerResponseCache", "parse_cache_config"]
 

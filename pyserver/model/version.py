@@ -22,19 +22,7 @@ import numpy as np
 
 from pyserver._proto import ModelConfig
 from pyserver.backends.base import BatchOutcome, Capability, ExecutionDriver, capabilities_of
-from pyserver.core.classification import classify, load_labels
-from pyserver.core.config import backend_name, config_to_json
-from pyserver.core.inline_instance import InlineInstance, can_inline, inline_setting, running_loop
-from pyserver.core.ragged import BatchShaping
-from pyserver.core.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
-from pyserver.core.tracing import Tracer
-from pyserver.core.types import (
-    InferRequest,
-    InferResponse,
-    InferTensor,
-    PendingRequest,
-    RequestedOutput,
-)
+from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
     Batch,
     CompletionQueue,
@@ -48,6 +36,18 @@ from pyserver.engine.request_path import RequestPath
 from pyserver.kernel import dtypes
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg
+from pyserver.kernel.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    PendingRequest,
+    RequestedOutput,
+)
+from pyserver.model.classification import classify, load_labels
+from pyserver.model.inline import InlineInstance, can_inline, inline_setting, running_loop
+from pyserver.model.ragged import BatchShaping
+from pyserver.model.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
+from pyserver.runtime.tracing import Tracer
 
 log = logging.getLogger("pyserver")
 
@@ -161,7 +161,7 @@ class ThreadDriver(ExecutionDriver):
         else:
             execute = model.execute_batch
         batch = scheduler.next_batch()  # blocks in C++ with the GIL released
-        inline = model.inline  # told how cheap each batch is (core/inline_instance.py)
+        inline = model.inline  # told how cheap each batch is (model/inline.py)
         release = scheduler.release_held_signal
         try:
             while batch is not None:
