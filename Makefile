@@ -85,8 +85,11 @@ test-python: install
 test-gpu: install
 	$(VPY) -m pytest -q -rs tests/gpu
 
+# ruff, then the architecture: the layers, the forbidden imports and no
+# import circles (.importlinter; docs/ARCHITECTURE.md explains them).
 lint: $(VENV)/.deps
 	$(VENV)/bin/ruff check pyserver tests bench
+	$(VENV)/bin/lint-imports --no-cache
 
 test: install lint test-csrc test-embed test-python
 
@@ -132,4 +135,4 @@ bench:
 	$(VPY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf build pyserver/engine/*.so pyserver/_proto/*.desc
+	rm -rf build pyserver/engine/*.so pyserver/engine/protocol/*.so pyserver/_proto/*.desc

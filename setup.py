@@ -1,8 +1,9 @@
 """Native build: setuptools hands the engine to CMake (see CMakeLists.txt).
 
-CMake builds csrc as one shared library (libpyserver_core.so) and every Cython
-module from engine/ into pyserver/engine/, linked against it with an $ORIGIN
-rpath. The build folder persists under build/, so rebuilds are incremental.
+CMake builds csrc as one shared library (libpyserver_core.so), the wire
+codecs of csrc/protocol as another (libpyserver_protocol.so), and every Cython
+module from engine/ into pyserver/engine/ (engine/protocol/ into
+pyserver/engine/protocol/), linked against them with an $ORIGIN rpath. The build folder persists under build/, so rebuilds are incremental.
 The .proto files are compiled into a descriptor set loaded by pyserver._proto.
 """
 
@@ -15,10 +16,12 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-ENGINE_MODULES = sorted(p.stem for p in (ROOT / "engine").glob("*.pyx"))
+# engine/*.pyx as pyserver.engine.*, engine/protocol/*.pyx as pyserver.engine.protocol.*
+ENGINE_MODULES = sorted(p.stem for p in (ROOT / "engine").glob("*.pyx")) + \
+    sorted(f"protocol.{p.stem}" for p in (ROOT / "engine" / "protocol").glob("*.pyx"))
 if not Path("/usr/include/nghttp2/nghttp2.h").exists():
     # CMake skips the HTTP/2 module without libnghttp2-dev (no gRPC then).
-    ENGINE_MODULES.remove("http2")
+    ENGINE_MODULES.remove("protocol.http2")
 
 
 class CMakeExtension(Extension):
@@ -52,8 +55,8 @@ class CMakeBuild(build_ext):
         if getattr(self, "editable_mode", False) or self.inplace:
             # setuptools copies only the extension modules back into the
             # source tree; the core library and descriptor set must follow.
-            _copy_if_changed(engine_dir / "libpyserver_core.so",
-                             ROOT / "pyserver" / "engine" / "libpyserver_core.so")
+            for library in ("libpyserver_core.so", "libpyserver_protocol.so"):
+                _copy_if_changed(engine_dir / library, ROOT / "pyserver" / "engine" / library)
             _copy_if_changed(engine_dir.parent / "_proto" / "pyserver_protos.desc",
                              ROOT / "pyserver" / "_proto" / "pyserver_protos.desc")
         self._cmake_done = True
@@ -93,5 +96,6 @@ def _compile_protos(out_dir):
 setup(
     ext_modules=[CMakeExtension(f"pyserver.engine.{m}") for m in ENGINE_MODULES],
     cmdclass={"build_ext": CMakeBuild},
-    package_data={"pyserver._proto": ["*.desc"], "pyserver.engine": ["*.so", "*.pyi"]},
+    package_data={"pyserver._proto": ["*.desc"], "pyserver.engine": ["*.so", "*.pyi"],
+                  "pyserver.engine.protocol": ["*.so", "*.pyi"]},
 )

@@ -65,7 +65,7 @@ def main() -> None:
     import orjson
 
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import decode_plain, http_message, json_answer, read_plain
+    from pyserver.engine.protocol.http_infer import decode_plain, http_message, json_answer, read_plain
     from pyserver.kernel.types import InferResponse, InferTensor
 
     wire = codec.WIRE_TO_NUMPY

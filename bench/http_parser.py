@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import httptools  # noqa: E402
 
-from pyserver.engine.http1 import RequestParser  # noqa: E402
+from pyserver.engine.protocol.http1 import RequestParser  # noqa: E402
 
 BODY = json.dumps({"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": list(range(16))},

@@ -42,6 +42,20 @@ class Capability(enum.Flag):
     SERVER_CONTEXT = enum.auto()
 
 
+class _Rescheduled:
+    """A backend's result for a request its model released with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (an iterative sequence's
+    request runs again: model/sequence.py)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = _Rescheduled()
+
+
 def capabilities_of(backend) -> Capability:
     """A backend's declared capabilities (none for one that declares none)."""
     return getattr(backend, "capabilities", Capability.NONE)

@@ -2,10 +2,10 @@
 ``grpc.health.v1.Health`` on prior-knowledge h2c, served natively.
 
 HTTP/2 and gRPC's message framing are handled in native code
-(``pyserver.engine.http2``, nghttp2) driven from the event loop that also
+(``pyserver.engine.protocol.http2``, nghttp2) driven from the event loop that also
 runs the HTTP/1.1 frontend, not by grpcio's server (which costs ~300 µs of
 Python per call). ``ModelInfer`` and ``ModelStreamInfer`` messages are
-decoded and encoded by ``pyserver.engine.grpc_codec`` (C++ over the wire
+decoded and encoded by ``pyserver.engine.protocol.grpc_codec`` (C++ over the wire
 bytes, tensors as views); the other RPCs are rare and use protobuf messages
 from our private descriptor pool.
 
@@ -36,8 +36,8 @@ from pyserver.kernel.errors import Code, DecoupledModelError, GrpcStatus, Server
 from pyserver.kernel.types import InferResponse
 
 try:
-    from pyserver.engine import http2
-    from pyserver.engine.grpc_codec import (
+    from pyserver.engine.protocol import http2
+    from pyserver.engine.protocol.grpc_codec import (
         InferHandler,
         decode_infer_request,
         encode_stream_response,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyserver.engine.http2 import ENHANCE_YOUR_CALM
+from pyserver.engine.protocol.http2 import ENHANCE_YOUR_CALM
 from pyserver.kernel.flags import parse_bool
 
 log = logging.getLogger("pyserver")

@@ -1,7 +1,7 @@
 """HTTP/1.1 KServe v2 frontend: asyncio.Protocol + llhttp + orjson.
 
 No framework and no per-request Task: each connection is one
-``asyncio.Protocol`` feeding a RequestParser (engine/http1.pyx: llhttp with
+``asyncio.Protocol`` feeding a RequestParser (engine/protocol/http1.pyx: llhttp with
 its callbacks in C, one call back per request); an infer
 request is handed to ``server.submit()`` and answered from the returned
 future's done-callback. Keep-alive and pipelining are supported: responses are
@@ -42,8 +42,8 @@ from urllib.parse import unquote
 
 import orjson
 
-from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
-from pyserver.engine.http_infer import http_message
+from pyserver.engine.protocol.http1 import ParseError, RequestParser, Upgrade
+from pyserver.engine.protocol.http_infer import http_message
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import orjson
 
-from pyserver.engine.http_infer import (
+from pyserver.engine.protocol.http_infer import (
     binary_entry,
     data_entry,
     decode_common,
@@ -84,7 +84,7 @@ _JSON_KINDS = {
 _JSON_HEADERS = [(b"Content-Type", b"application/json")]
 
 # The common case of a whole infer exchange, one C call each way
-# (engine/http_infer.pyx): ``decode_common_request(model_name, model_version,
+# (engine/protocol/http_infer.pyx): ``decode_common_request(model_name, model_version,
 # headers, body, max_input_size)`` is decode_infer_request's result for an
 # uncompressed request with lower-case byte header names, or None (then
 # decode_infer_request decides); ``respond_common(response, request,
@@ -495,7 +495,7 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
         doc = _loads(src)
     except _JSONDecodeError as e:
         raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
-    # The common case, in C (engine/http_infer.pyx); None leaves it to the
+    # The common case, in C (engine/protocol/http_infer.pyx); None leaves it to the
     # code below, which owns every rule and error text.
     request = decode_plain(model_name, model_version, doc, body, hlen, max_input_size,
                            WIRE_TO_NUMPY, _JSON_KINDS)
@@ -699,7 +699,7 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
     pairs without Content-Length; body is ``bytes`` (JSON only) or a list of
     buffers (the JSON header followed by the binary output data).
     """
-    # The common case, in C (engine/http_infer.pyx).
+    # The common case, in C (engine/protocol/http_infer.pyx).
     encoded = encode_plain(response, request, _dumps, _OPT_NUMPY, _JSON_HEADERS)
     if encoded is not None:
         return encoded

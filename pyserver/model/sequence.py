@@ -33,7 +33,7 @@ import numpy as np
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError
 
-__all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END", "RESCHEDULED", "Reschedule",
+__all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END", "Reschedule",
            "NOT_ITERATIVE"]
 
 SEQUENCE_START = 1
@@ -44,19 +44,6 @@ _U64 = (1 << 64) - 1
 # not an iterative sequence model.
 NOT_ITERATIVE = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
                  "model is not configured to handle such a flag.")
-
-
-class _Rescheduled:
-    """A backend's result for a request its model released with
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "RESCHEDULED"
-
-
-RESCHEDULED = _Rescheduled()
 
 
 class Reschedule:

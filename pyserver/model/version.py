@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from pyserver._proto import ModelConfig
-from pyserver.backends.base import BatchOutcome, Capability, ExecutionDriver, capabilities_of
+from pyserver.backends.base import (
+    RESCHEDULED,
+    BatchOutcome,
+    Capability,
+    ExecutionDriver,
+    capabilities_of,
+)
 from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
     Batch,
@@ -46,7 +52,7 @@ from pyserver.kernel.types import (
 from pyserver.model.classification import classify, load_labels
 from pyserver.model.inline import InlineInstance, can_inline, inline_setting, running_loop
 from pyserver.model.ragged import BatchShaping
-from pyserver.model.sequence import NOT_ITERATIVE, RESCHEDULED, Reschedule, SequenceControls
+from pyserver.model.sequence import NOT_ITERATIVE, Reschedule, SequenceControls
 from pyserver.runtime.tracing import Tracer
 
 log = logging.getLogger("pyserver")

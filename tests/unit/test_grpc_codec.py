@@ -1,4 +1,4 @@
-"""pyserver.engine.grpc_codec (C++ wire codec under Cython) checked against
+"""pyserver.engine.protocol.grpc_codec (C++ wire codec under Cython) checked against
 the protobuf library's own encoding of the same messages, plus the typed
 `contents` decoder and the gRPC header helpers."""
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from pyserver._proto import message_class
-from pyserver.engine.grpc_codec import (
+from pyserver.engine.protocol.grpc_codec import (
     decode_infer_request,
     encode_infer_response,
     encode_stream_response,
 )
-from pyserver.engine.http2 import percent_encode
+from pyserver.engine.protocol.http2 import percent_encode
 from pyserver.frontends.grpc import decode_contents, parse_restricted_protocols
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import InferRequest, InferResponse, InferTensor

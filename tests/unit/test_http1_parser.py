@@ -6,7 +6,7 @@ same limit refusals and the same malformed-request verdicts."""
 import httptools
 import pytest
 
-from pyserver.engine.http1 import ParseError, RequestParser, Upgrade
+from pyserver.engine.protocol.http1 import ParseError, RequestParser, Upgrade
 
 
 class Reject(Exception):

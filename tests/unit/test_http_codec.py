@@ -681,7 +681,7 @@ def test_compiled_encoding_matches_python(case):
                                codec._JSON_HEADERS) is not None
     assert taken == (case not in (4, 5, 6))
     # the whole answer in one call: the framing the frontend would add
-    from pyserver.engine.http_infer import http_message
+    from pyserver.engine.protocol.http_infer import http_message
 
     for keep_alive, http10 in ((True, False), (False, False), (True, True)):
         whole = codec.respond_common(response, request, keep_alive, http10)
@@ -731,7 +731,7 @@ def test_common_request_header_length_cases(hval):
 
 
 def test_frontend_message_framing():
-    from pyserver.engine.http_infer import http_message
+    from pyserver.engine.protocol.http_infer import http_message
 
     assert http_message(b"HTTP/1.1 404 Not Found\r\n", [(b"A", b"1")], b"{}", True, False) == \
         [b"HTTP/1.1 404 Not Found\r\nA: 1\r\nContent-Length: 2\r\n\r\n{}"]
@@ -748,7 +748,7 @@ def test_frontend_message_framing():
 def _orjson_answer(response, request, keep_alive=True, http10=False):
     """The answer as the orjson path writes it (encode_plain + http_message)."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import http_message
+    from pyserver.engine.protocol.http_infer import http_message
 
     headers, body = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
                                        codec._JSON_HEADERS)
@@ -778,7 +778,7 @@ def _random_values(rng, dtype, n):
 def test_json_answer_writes_what_orjson_writes(dtype):
     """The C writer's answer is the orjson path's, byte for byte, over
     random values of every numeric type (any finite float bit pattern)."""
-    from pyserver.engine.http_infer import json_answer
+    from pyserver.engine.protocol.http_infer import json_answer
     from pyserver.frontends.http_codec import _JSON_HEADERS
 
     rng = np.random.default_rng(7)
@@ -808,7 +808,7 @@ def test_json_answer_declines_what_it_does_not_write():
     """Anything but plain JSON numbers without parameters is left to the
     orjson path (None), which then answers as before."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import json_answer
+    from pyserver.engine.protocol.http_infer import json_answer
 
     a = np.arange(4, dtype=np.float32)
 
@@ -894,7 +894,7 @@ def test_json_reader_reads_as_orjson_path_or_declines(body):
     """What csrc's InferRequestReader (simdjson) makes of a request is what
     orjson + decode_plain make of it; where it declines, they decide."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import decode_plain, read_plain
+    from pyserver.engine.protocol.http_infer import decode_plain, read_plain
 
     read = read_plain("m", "", body, len(body), 1 << 26, codec.WIRE_TO_NUMPY)
     try:
@@ -912,7 +912,7 @@ def test_json_reader_takes_the_common_requests():
     """The requests tritonclient sends for numeric tensors (JSON data or
     binary, with outputs and an id) are read by the reader, not orjson."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import read_plain
+    from pyserver.engine.protocol.http_infer import read_plain
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.array([[1, -2, 3]], dtype=np.int64)
@@ -934,7 +934,7 @@ def test_json_reader_binary_inputs_view_the_body():
     np.ndarray(shape, dtype, body, offset) flags them; a body that is not
     bytes (a bytearray) gets that numpy view itself."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.http_infer import read_plain
+    from pyserver.engine.protocol.http_infer import read_plain
 
     flags = ["C_CONTIGUOUS", "F_CONTIGUOUS", "OWNDATA", "WRITEABLE", "ALIGNED"]
     a = np.arange(16, dtype=np.float32)

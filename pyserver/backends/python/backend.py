@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from pyserver.backends.base import Capability
+from pyserver.backends.base import RESCHEDULED, Capability
 from pyserver.backends.python import channel
 from pyserver.backends.python.execution_env import execution_env
 from pyserver.backends.python.instance import (
@@ -57,7 +57,6 @@ from pyserver.kernel.dtypes import (
     CODE_TO_NUMPY,
 )
 from pyserver.kernel.errors import Code, ServerError
-from pyserver.model.sequence import RESCHEDULED
 
 log = logging.getLogger("pyserver")
 

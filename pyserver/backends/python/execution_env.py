@@ -28,10 +28,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-import pyserver
 from pyserver.kernel.errors import Code, ServerError
 
 PARAMETER = "EXECUTION_ENV_PATH"
+# The folder that holds the pyserver package (what a worker puts on its path).
+_PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 _MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 _ARCHIVES = (".tar.gz", ".tgz", ".tar")
 # Where a worker finds pyserver when it runs another Python (stub.py appends it).
@@ -56,7 +57,7 @@ class ExecutionEnv:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             filter(None, [str(self.prefix / "lib"), env.get("LD_LIBRARY_PATH")]))
         env["CONDA_PREFIX"] = str(self.prefix)
-        env[HOME_VARIABLE] = str(Path(pyserver.__file__).resolve().parent.parent)
+        env[HOME_VARIABLE] = str(_PACKAGE_ROOT)
         for key in ("PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"):  # the server's, not its
             env.pop(key, None)
         return env

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserver.backends.base import Capability
+from pyserver.backends.base import RESCHEDULED, Capability
 from pyserver.backends.python import triton_python_backend_utils as pb
 from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
 from pyserver.backends.python.instance import (
@@ -54,7 +54,6 @@ from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, CODE_TO_WIRE
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import InferTensor
-from pyserver.model.sequence import RESCHEDULED
 
 log = logging.getLogger("pyserver")
 

@@ -1,5 +1,5 @@
 // The common case of a KServe v2 HTTP infer request's JSON header, read
-// with simdjson (engine/http_infer.pyx builds the request from it). It says
+// with simdjson (engine/protocol/http_infer.pyx builds the request from it). It says
 // yes only to what pyserver/frontends/http_codec.py's decoder would take to
 // the same result with no error: inputs with flat numeric "data" or a
 // binary_data_size, outputs asking at most for binary_data, request
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pyserver/json_writer.h"
+#include "pyserver/protocol/json_writer.h"
 
 namespace pyserver::json {
 
@@ -58,7 +58,7 @@ class InferRequestReader {
   // Writes input `i`'s "data" (`count` elements) at `dst` as `kind`
   // (kFloat32, kFloat64, kInt32, kInt64 or kUint8), converting as numpy
   // does an int64 or float64 array of the same JSON values, and as the
-  // general path's C fill does (engine/http_infer.pyx _filled). False when
+  // general path's C fill does (engine/protocol/http_infer.pyx _filled). False when
   // the values are not exactly `count` plain numbers it can take that way
   // (bools, nesting, integers beyond int64, a float in an integer tensor, a
   // negative UINT8): the caller declines.

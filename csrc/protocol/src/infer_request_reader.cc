@@ -1,4 +1,4 @@
-#include "pyserver/infer_request_reader.h"
+#include "pyserver/protocol/infer_request_reader.h"
 
 #include <simdjson.h>
 

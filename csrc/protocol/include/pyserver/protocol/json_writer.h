@@ -1,5 +1,5 @@
 // JSON text of an infer response's tensors, for the HTTP frontend's common
-// case (engine/http_infer.pyx). Numbers are written as orjson writes a numpy
+// case (engine/protocol/http_infer.pyx). Numbers are written as orjson writes a numpy
 // array's elements (OPT_SERIALIZE_NUMPY) and strings as orjson escapes them,
 // so that this path and the Python one (pyserver/frontends/http_codec.py)
 // answer byte for byte alike; it exists because orjson's numpy path plus

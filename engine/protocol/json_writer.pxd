@@ -1,4 +1,4 @@
-# csrc/include/pyserver/json_writer.h
+# csrc/include/pyserver/protocol/json_writer.h
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 
@@ -10,7 +10,7 @@ cdef extern from "<string_view>" namespace "std" nogil:
         size_t size()
 
 
-cdef extern from "pyserver/json_writer.h" namespace "pyserver::json" nogil:
+cdef extern from "pyserver/protocol/json_writer.h" namespace "pyserver::json" nogil:
     cdef enum class ElementKind(int):
         kBool "pyserver::json::ElementKind::kBool"
         kInt8 "pyserver::json::ElementKind::kInt8"

@@ -1,12 +1,12 @@
-# csrc/include/pyserver/infer_request_reader.h
+# csrc/include/pyserver/protocol/infer_request_reader.h
 from libc.stdint cimport int64_t
 from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
 
-from pyserver.engine.json_writer cimport ElementKind, string_view
+from pyserver.engine.protocol.json_writer cimport ElementKind, string_view
 
 
-cdef extern from "pyserver/infer_request_reader.h" namespace "pyserver::json" nogil:
+cdef extern from "pyserver/protocol/infer_request_reader.h" namespace "pyserver::json" nogil:
     cdef enum class ParamsState(int):
         kAbsent "pyserver::json::ParamsState::kAbsent"
         kEmpty "pyserver::json::ParamsState::kEmpty"

@@ -1,4 +1,4 @@
-#include "pyserver/json_writer.h"
+#include "pyserver/protocol/json_writer.h"
 
 #include <algorithm>
 #include <charconv>

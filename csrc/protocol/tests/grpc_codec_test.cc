@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "pyserver/grpc_codec.h"
+#include "pyserver/protocol/grpc_codec.h"
 
 namespace pyserver {
 namespace grpc {

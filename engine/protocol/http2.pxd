@@ -1,5 +1,5 @@
 # nghttp2's server session API (Debian's libnghttp2-dev, <nghttp2/nghttp2.h>),
-# and the HTTP/2 + gRPC framing classes built on it (engine/http2.pyx).
+# and the HTTP/2 + gRPC framing classes built on it (engine/protocol/http2.pyx).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.string cimport string
 
@@ -200,7 +200,7 @@ cdef extern from "<string_view>" namespace "std" nogil:
         string_view(const char* data, size_t size)
 
 
-cdef extern from "pyserver/grpc_codec.h" namespace "pyserver::grpc" nogil:
+cdef extern from "pyserver/protocol/grpc_codec.h" namespace "pyserver::grpc" nogil:
     int64_t ParseGrpcTimeoutUs(string_view value)
     string PercentEncode(string_view message)
 

@@ -1,4 +1,4 @@
-#include "pyserver/grpc_codec.h"
+#include "pyserver/protocol/grpc_codec.h"
 
 #include <cstring>
 

@@ -38,14 +38,14 @@ from libc.string cimport memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyserver.engine.infer_request_reader cimport (
+from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
     ParamsState,
     RequestInput,
     RequestOutput,
     ThreadInferRequestReader,
 )
-from pyserver.engine.json_writer cimport (
+from pyserver.engine.protocol.json_writer cimport (
     AppendArray,
     AppendInt,
     AppendString,

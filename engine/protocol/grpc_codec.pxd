@@ -1,4 +1,4 @@
-# csrc/include/pyserver/grpc_codec.h
+# csrc/include/pyserver/protocol/grpc_codec.h
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -16,7 +16,7 @@ cdef extern from "<string_view>" namespace "std" nogil:
         cbool empty()
 
 
-cdef extern from "pyserver/grpc_codec.h" namespace "pyserver::grpc" nogil:
+cdef extern from "pyserver/protocol/grpc_codec.h" namespace "pyserver::grpc" nogil:
     cdef enum class ParamKind "pyserver::grpc::Parameter::Kind"(int):
         kNone "pyserver::grpc::Parameter::Kind::kNone"
         kBool "pyserver::grpc::Parameter::Kind::kBool"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "pyserver/json_writer.h"
+#include "pyserver/protocol/json_writer.h"
 
 namespace pyserver::json {
 namespace {

@@ -534,7 +534,7 @@ def encode_stream_response(response, request=None, error=None):
 
 
 cdef class InferHandler:
-    """ModelInfer's route handler for ``pyserver.engine.http2`` (a UNARY
+    """ModelInfer's route handler for ``pyserver.engine.protocol.http2`` (a UNARY
     route): ``handler(stream, message)`` decodes the request, submits it and
     answers the stream from the future's done-callback, with no Python frame
     on the way.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "pyserver/infer_request_reader.h"
+#include "pyserver/protocol/infer_request_reader.h"
 
 namespace pyserver::json {
 namespace {
