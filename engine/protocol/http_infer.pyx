@@ -1,23 +1,21 @@
 # cython: language_level=3
-"""The common case of a KServe v2 HTTP infer request and its response, in C.
+"""The common case of a KServe v2 HTTP infer request and its answer, in C.
 
-Decoding: the JSON document with numeric tensors in "data" or in the binary
-tensor extension, outputs asking at most for ``binary_data``, and no
-request parameters but ``binary_data_output``: read by csrc's
-InferRequestReader (simdjson, numbers written straight into the arrays)
-when it says yes, else parsed by orjson and walked here (decode_plain).
-Encoding: numeric outputs, as JSON data or binary, with no shared memory:
-the whole answer written by csrc's json_writer (orjson's text, byte for
-byte) with no dict, list or number objects made for it, else through
-orjson (encode_plain) when an output or the response has parameters.
+Reading: ``read_plain`` builds the InferRequest for a JSON header with
+numeric tensors in "data" or in the binary tensor extension, outputs asking
+at most for ``binary_data``, and no request parameters but
+``binary_data_output``, from what csrc's InferRequestReader (simdjson) read:
+numbers are written straight into the input arrays, and no Python object is
+made per JSON value. Writing: ``json_answer`` writes the whole 200 answer
+with csrc's json_writer (the general path's bytes, byte for byte) with no
+dict, list or number objects made for it.
 
-As Python these walks cost ~6 µs (decode, JSON 15 -> 9 µs, binary 12 -> 6.5)
-and ~8 µs (encode) of the event loop's thread per request. They only say
-yes: anything else (an error, BYTES or BF16, shared memory, classification,
-sequence or priority parameters, ragged nesting) returns None, and
-pyserver.frontends.http_codec does the work itself, with every rule and
-error text. So what is done here is exactly what the Python code would do,
-to the same result.
+Both only say yes: anything else (an error, BYTES or BF16, shared memory,
+classification, sequence or priority parameters, nesting, parameters on an
+output) returns None, and pyserver.frontends.http_codec, the one authority
+for every rule and error text, does the work. ``http_message`` frames an
+answer; ``binary_entry``, ``data_entry`` and ``document`` are the general
+encoder's steps that build no more Python objects than they must.
 """
 
 from cpython.buffer cimport (
@@ -80,217 +78,6 @@ cdef object _array = np.array
 cdef Py_ssize_t _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 
-def decode_plain(model_name, model_version, doc, body, Py_ssize_t hlen,
-                 Py_ssize_t max_input_size, dict wire_to_numpy, dict json_kinds):
-    """An InferRequest for ``doc`` (the request's JSON header, parsed; the
-    binary tensors follow it in ``body`` from ``hlen``), or None."""
-    if type(doc) is not dict:
-        return None
-    cdef dict d = <dict>doc
-    request_id = d.get("id", "")
-    if type(request_id) is not str:
-        return None
-    params = d.get("parameters")
-    if params is None:
-        params = {}
-    elif type(params) is not dict:
-        return None
-    elif params:
-        if len(<dict>params) != 1 or type((<dict>params).get("binary_data_output")) is not bool:
-            return None
-    inputs_json = d.get("inputs")
-    if type(inputs_json) is not list:
-        return None
-    cdef Py_ssize_t total = len(body), offset = hlen, size, end, count, itemsize
-    cdef list inputs = []
-    cdef set names = set()
-    cdef dict inp
-    for item in <list>inputs_json:
-        if type(item) is not dict:
-            return None
-        inp = <dict>item
-        iparams = inp.get("parameters")
-        has_data = "data" in inp
-        binary_size = None
-        if iparams is not None:
-            if type(iparams) is not dict:
-                return None
-            if iparams:
-                if len(<dict>iparams) != 1 or "binary_data_size" not in iparams:
-                    return None
-                binary_size = (<dict>iparams)["binary_data_size"]
-        if has_data == (binary_size is not None):
-            return None  # neither or both (or shared memory)
-        name = inp.get("name")
-        datatype = inp.get("datatype")
-        shape = inp.get("shape")
-        if type(name) is not str or type(datatype) is not str or type(shape) is not list:
-            return None
-        if datatype == "BYTES" or datatype == "BF16" or name in names:
-            return None
-        npdt = wire_to_numpy.get(datatype)
-        if npdt is None:
-            return None
-        count = 1
-        for dim in <list>shape:
-            if type(dim) is not int or dim < 0 or dim > _INT64_MAX:
-                return None
-            if dim and count > _INT64_MAX // dim:
-                return None  # the element count overflows
-            count *= <Py_ssize_t>dim
-        if count == 0:
-            return None
-        names.add(name)
-        itemsize = npdt.itemsize
-        if binary_size is not None:
-            if type(binary_size) is not int or binary_size < 0:
-                return None
-            size = binary_size
-            end = offset + size
-            if end > total or size != count * itemsize:
-                return None
-            data = _ndarray(shape, npdt, body, offset)  # a read-only view, no copy
-            offset = end
-        else:
-            jdata = inp["data"]
-            if type(jdata) is not list or count > max_input_size // itemsize:
-                return None
-            data = _filled(<list>jdata, count, shape, npdt, datatype)
-            if data is None:  # numpy's way
-                try:
-                    arr = _array(jdata)
-                except (ValueError, TypeError, OverflowError):
-                    return None  # ragged: the Python decoder flattens it
-                kind = arr.dtype.kind
-                kinds = json_kinds[datatype][0]
-                if kind not in kinds or arr.size != count:
-                    return None
-                if kind == "i" and kinds == "ui" and arr.min() < 0:
-                    return None
-                data = arr.astype(npdt, copy=False).reshape(shape)
-        inputs.append(new_tensor(name, datatype, shape, data, iparams))
-    if offset != total:
-        return None
-    outputs_json = d.get("outputs")
-    cdef list outputs = []
-    if outputs_json is not None:
-        if type(outputs_json) is not list:
-            return None
-        seen = set()
-        for item in <list>outputs_json:
-            if type(item) is not dict:
-                return None
-            oparams = (<dict>item).get("parameters")
-            if oparams is not None:
-                if type(oparams) is not dict:
-                    return None
-                if oparams and (len(<dict>oparams) != 1 or
-                                type((<dict>oparams).get("binary_data")) is not bool):
-                    return None
-            name = (<dict>item).get("name")
-            if type(name) is not str or name in seen:
-                return None
-            seen.add(name)
-            outputs.append(new_output(name, oparams))
-    return new_request(model_name, model_version, request_id, inputs, outputs, params, 0, 0)
-
-
-cdef object _filled(list values, Py_ssize_t count, list shape, npdt, str datatype):
-    """A flat JSON list of plain ints and floats as the tensor, written
-    straight into a new array (np.array of the list, astype and reshape cost
-    ~3.5 µs per input; this ~0.5): the values numpy's path would give, which
-    is first an int64 array (all ints) or a float64 one (any float), then a
-    C cast to the wire type. None when the list is anything else (nested,
-    bools, big or negative-for-unsigned ints, FP16/BOOL): the caller's path
-    decides."""
-    if len(values) != count:
-        return None
-    cdef int kind = _fill_kind(datatype)
-    if kind < 0:
-        return None
-    cdef bint to_float = kind == <int>ElementKind.kFloat32 or kind == <int>ElementKind.kFloat64
-    cdef Py_ssize_t i
-    cdef bint any_float = False
-    cdef object v
-    for i in range(count):
-        v = <object>PyList_GET_ITEM(values, i)
-        if PyFloat_CheckExact(v):
-            any_float = True
-        elif not PyLong_CheckExact(v):
-            return None
-    if any_float and not to_float:
-        return None  # a float in an integer tensor: the caller's error
-    arr = _empty(shape, npdt)
-    cdef Py_buffer view
-    PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
-    cdef long long n
-    cdef double d
-    cdef int overflow
-    try:
-        for i in range(count):
-            v = <object>PyList_GET_ITEM(values, i)
-            if PyFloat_CheckExact(v):
-                d = PyFloat_AS_DOUBLE(v)
-                if kind == <int>ElementKind.kFloat32:
-                    (<float*>view.buf)[i] = <float>d
-                else:
-                    (<double*>view.buf)[i] = d
-                continue
-            n = PyLong_AsLongLongAndOverflow(v, &overflow)
-            if overflow:
-                return None  # beyond int64: numpy's path makes uint64 or objects
-            if kind == <int>ElementKind.kFloat32:
-                # numpy: ints alone are int64 cast to float32; with a float
-                # among them, float64 first
-                (<float*>view.buf)[i] = <float>(<double>n) if any_float else <float>n
-            elif kind == <int>ElementKind.kFloat64:
-                (<double*>view.buf)[i] = <double>n
-            elif kind == <int>ElementKind.kInt32:
-                (<int*>view.buf)[i] = <int>n
-            elif kind == <int>ElementKind.kInt64:
-                (<long long*>view.buf)[i] = n
-            else:
-                if n < 0:
-                    return None  # negative for unsigned: the caller's error
-                (<unsigned char*>view.buf)[i] = <unsigned char>n
-    finally:
-        PyBuffer_Release(&view)
-    return arr
-
-
-def decode_common(loads, dict wire_to_numpy, dict json_kinds, model_name, model_version,
-                  dict headers, body, Py_ssize_t max_input_size):
-    """http_codec.decode_infer_request for an uncompressed request whose
-    Inference-Header-Content-Length is absent or plain digits within the
-    body, its JSON header parsed by ``loads`` and then decode_plain's case;
-    else None (the caller's decoder then says what is wrong, or handles it)."""
-    cdef Py_ssize_t total = len(body), hlen
-    hval = headers.get(b"inference-header-content-length")
-    if hval is None:
-        hlen = total
-        src = body
-    else:
-        if not hval.isdigit() or len(hval) > 10:
-            return None
-        hlen = int(hval)
-        if hlen > total:
-            return None
-        src = body if hlen == total else memoryview(body)[:hlen]
-    if hlen == 0 or hlen > max_input_size:
-        return None
-    if hlen <= _READER_MAX:
-        request = _read_plain(model_name, model_version, body, hlen, max_input_size,
-                              wire_to_numpy)
-        if request is not None:
-            return request
-    try:
-        doc = loads(src)
-    except ValueError:
-        return None
-    return decode_plain(model_name, model_version, doc, body, hlen, max_input_size,
-                        wire_to_numpy, json_kinds)
-
-
 cpdef list http_message(bytes status_line, headers, body, bint keep_alive, bint http10):
     """A response as written: the status line, ``headers`` ((name, value)
     byte pairs), Content-Length, Connection when it is not the default,
@@ -324,52 +111,6 @@ cpdef list http_message(bytes status_line, headers, body, bint keep_alive, bint 
         parts.append(body)
         return [b"".join(parts)]
     return [b"".join(parts), body]
-
-
-def respond_plain(dumps, option, json_headers, response, request, bint keep_alive,
-                  bint http10):
-    """The whole 200 answer (http_message) to an infer request in
-    encode_plain's case, else None."""
-    if type(request) is InferRequest:
-        answer = json_answer(response, <InferRequest>request, json_headers, keep_alive, http10)
-        if answer is not None:
-            return answer
-    encoded = encode_plain(response, request, dumps, option, json_headers)
-    if encoded is None:
-        return None
-    return http_message(b"HTTP/1.1 200 OK\r\n", encoded[0], encoded[1], keep_alive, http10)
-
-
-def encode_plain(response, request, dumps, option, json_headers):
-    """``(headers, body)`` as http_codec.encode_infer_response makes them,
-    for a response whose outputs are all numeric arrays (not BYTES or BF16)
-    in native byte order and row-major, to a request without shared-memory
-    outputs (an InferRequest, not a subclass); else None."""
-    if type(request) is not InferRequest:
-        return None
-    cdef InferRequest req = <InferRequest>request
-    cdef bint default_binary = req.parameters.get("binary_data_output") is True
-    cdef dict out_params = _requested_params(req)
-    cdef list outputs_json = []
-    cdef list buffers = None
-    cdef InferTensor t
-    for item in response.outputs:
-        if type(item) is not InferTensor:
-            return None
-        t = <InferTensor>item
-        datatype = t.datatype
-        arr = t.data
-        if datatype == "BYTES" or datatype == "BF16" or type(arr) is not np.ndarray:
-            return None
-        if not arr.flags.c_contiguous or not arr.dtype.isnative or arr.ndim == 0:
-            return None
-        if _is_binary(out_params, t.name, default_binary):
-            # a view of no elements cannot be cast
-            buffers = binary_entry(outputs_json, buffers, t, datatype,
-                                   memoryview(arr).cast("B") if arr.size else b"")
-        else:
-            data_entry(outputs_json, t, datatype, arr.reshape(-1))
-    return document(response, req, outputs_json, buffers, dumps, option, json_headers)
 
 
 cdef dict _requested_params(InferRequest req):
@@ -499,7 +240,7 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
     """One output as ``{"name":..,"datatype":..,"shape":[..],"data":[..]}``,
     or with ``binary`` as ``{.., "parameters":{"binary_data_size":N}}`` with
     its array added to ``raws`` (when it has bytes); False when it is not
-    plain numeric data (or not what encode_plain would write without
+    plain numeric data (or not what the general encoder would write without
     parameters)."""
     datatype = t.datatype
     arr = t.data
@@ -559,7 +300,7 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
                        bint http10):
     """The whole 200 answer to a request whose outputs are numeric arrays
     and that sets no parameters but binary_data(_output): what
-    http_message(encode_plain(...)) puts on the wire, byte for byte, as one
+    http_message(encode_infer_response(...)) puts on the wire, byte for byte, as one
     bytes object, followed by the binary outputs' bytes (views) when some
     go as binary data; written by csrc's json_writer. Else None."""
     if response.parameters:
@@ -601,7 +342,7 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     cdef Py_ssize_t length = <Py_ssize_t>body.size() + raw_size
     cdef string head
     head.append(b"HTTP/1.1 200 OK\r\n")
-    if raws:  # as encode_plain: binary outputs of no bytes leave a JSON answer
+    if raws:  # as the general encoder: binary outputs of no bytes leave a JSON answer
         head.append(b"Content-Type: application/octet-stream\r\n"
                     b"Inference-Header-Content-Length: ")
         AppendInt(<long long>body.size(), &head)
@@ -642,20 +383,13 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     return [answer, *[memoryview(raw).cast("B") for raw in raws]]
 
 
-# JSON headers up to this size go through the reader, whose parser keeps
-# buffers as large as the largest document it read (per thread); larger
-# ones are orjson's.
-cdef Py_ssize_t _READER_MAX = 1 << 20
-
-
 cdef inline str _text(string_view v):
     return v.data()[:v.size()].decode("utf-8")
 
 
 cdef int _fill_kind(datatype) noexcept:
     """The element kind a JSON "data" input of this datatype is filled as
-    (by _filled, and by InferRequestReader.FillData), or -1: the types the
-    C fills take."""
+    (by InferRequestReader.FillData), or -1: the types the C fill takes."""
     if datatype == "FP32":
         return <int>ElementKind.kFloat32
     if datatype == "FP64":
@@ -671,15 +405,10 @@ cdef int _fill_kind(datatype) noexcept:
 
 def read_plain(model_name, model_version, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
                dict wire_to_numpy):
-    """_read_plain, for tests: what the reader makes of a request, or None."""
-    return _read_plain(model_name, model_version, body, hlen, max_input_size, wire_to_numpy)
-
-
-cdef object _read_plain(model_name, model_version, body, Py_ssize_t hlen,
-                        Py_ssize_t max_input_size, dict wire_to_numpy):
-    """decode_plain's InferRequest for the same request, read without
-    building the JSON document in Python; None when the reader declines
-    (then orjson and decode_plain take it, and say what is wrong)."""
+    """The InferRequest the general decoder (http_codec.decode_infer_request)
+    makes of the same request, read without building the JSON document in
+    Python; None when the reader declines (then orjson and the general walk
+    take it, and say what is wrong)."""
     cdef Py_buffer src
     cdef InferRequestReader* reader = &ThreadInferRequestReader()
     PyObject_GetBuffer(body, &src, 0)
@@ -771,7 +500,7 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
                 return None
             if type(body) is bytes:  # immutable: a view based on it stays valid
                 data = _view(body, <char*>src.buf + offset, inp.shape, npdt)
-            else:  # numpy's own view (writable for a bytearray), as decode_plain
+            else:  # numpy's own view (writable for a bytearray), as the general path's
                 data = _ndarray(shape, npdt, body, offset)
             offset = end
         else:

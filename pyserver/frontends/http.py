@@ -47,13 +47,12 @@ from pyserver.engine.protocol.http_infer import http_message
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http_codec import (
     DEFAULT_MAX_INPUT_SIZE,
-    decode_common_request,
+    answer_infer,
     decode_infer_request,
     encode_error,
     encode_infer_response,
     encode_json,
     release_shm,
-    respond_common,
 )
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
 from pyserver.kernel.errors import Code, ServerError
@@ -864,16 +863,11 @@ class _HttpConnection(asyncio.Protocol):
         request = None
         try:
             enc = headers.get(b"content-encoding")
-            if enc is None:
-                request = decode_common_request(model, version, headers, body,
-                                                frontend.max_input_size)
-            else:
+            if enc is not None:
                 body = _decompress(enc, body, frontend.max_input_size)
-            if request is None:
-                request = decode_infer_request(
-                    model, version, lambda k: headers.get(k.encode()), body,
-                    frontend.max_input_size, frontend.shared_memory,
-                    lambda: server.model_config(model, version))
+            request = decode_infer_request(
+                model, version, headers.get(b"inference-header-content-length"), body,
+                frontend.max_input_size, frontend.shared_memory, server.model_config)
             if frontend.header_forwarder is not None:
                 frontend.header_forwarder.forward(self._parser.raw_headers, request.parameters)
             # answered as the request's batch completes, not an iteration later
@@ -967,15 +961,13 @@ class _HttpConnection(asyncio.Protocol):
             if exc is not None:
                 raise exc
             response = fut.result()
-            data = None if encoding is not None else \
-                respond_common(response, request, keep_alive, http10)
-            if data is None:
+            if encoding is None:
+                slot.data = answer_infer(response, request, keep_alive, http10)
+            else:
                 headers, body = encode_infer_response(response, request)
-                if encoding is not None:
-                    body = _compress(encoding, body)
-                    headers = [*headers, (b"Content-Encoding", encoding.encode())]
-                data = self._build(200, headers, body, keep_alive, http10)
-            slot.data = data
+                headers = [*headers, (b"Content-Encoding", encoding.encode())]
+                slot.data = self._build(200, headers, _compress(encoding, body), keep_alive,
+                                        http10)
         except Exception as e:
             slot.data = self._error_data(e, keep_alive, http10)
         finally:

@@ -1,10 +1,18 @@
 """KServe v2 / Triton HTTP infer body codec: wire bytes <-> core objects.
 
-Pure functions, no I/O. ``decode_infer_request`` turns a request body (JSON
-header plus Triton's binary tensor extension) into an ``InferRequest`` whose
-binary inputs are numpy views over the received body (no copy);
-``encode_infer_response`` turns an ``InferResponse`` into response headers and
-a body (the JSON header, then the raw bytes of the outputs sent as binary).
+Pure functions, no I/O, one authority per direction:
+
+- ``decode_infer_request`` turns a request body (JSON header plus Triton's
+  binary tensor extension) into an ``InferRequest`` whose binary inputs are
+  numpy views over the received body (no copy). Its common case is read in
+  C by csrc's InferRequestReader (engine/protocol/http_infer.pyx,
+  ``read_plain``: simdjson, numbers written straight into the arrays); what
+  the reader declines is parsed once by orjson and walked here, where every
+  rule and error text lives.
+- ``answer_infer`` writes the whole 200 answer: in its common case in C by
+  csrc's json_writer (``json_answer``, the same bytes), else through
+  ``encode_infer_response`` (headers and body) and the HTTP framing;
+  ``encode_infer_response`` alone serves a compressed answer.
 
 Error texts follow Triton's HTTP frontend (``http_server.cc``) and core where
 clients or tests match on them; every decode error is INVALID_ARG (HTTP 400).
@@ -12,7 +20,6 @@ clients or tests match on them; every decode error is INVALID_ARG (HTTP 400).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -21,11 +28,10 @@ import orjson
 from pyserver.engine.protocol.http_infer import (
     binary_entry,
     data_entry,
-    decode_common,
-    decode_plain,
     document,
-    encode_plain,
-    respond_plain,
+    http_message,
+    json_answer,
+    read_plain,
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
@@ -34,10 +40,9 @@ from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, Requ
 __all__ = [
     "INFER_HEADER_LENGTH",
     "DEFAULT_MAX_INPUT_SIZE",
-    "decode_common_request",
+    "answer_infer",
     "decode_infer_request",
     "encode_infer_response",
-    "respond_common",
     "ShmInferRequest",
     "release_shm",
     "encode_error",
@@ -83,15 +88,19 @@ _JSON_KINDS = {
 
 _JSON_HEADERS = [(b"Content-Type", b"application/json")]
 
-# The common case of a whole infer exchange, one C call each way
-# (engine/protocol/http_infer.pyx): ``decode_common_request(model_name, model_version,
-# headers, body, max_input_size)`` is decode_infer_request's result for an
-# uncompressed request with lower-case byte header names, or None (then
-# decode_infer_request decides); ``respond_common(response, request,
-# keep_alive, http10)`` is the whole 200 answer as written, or None (then
-# encode_infer_response and the frontend's framing).
-decode_common_request = functools.partial(decode_common, _loads, WIRE_TO_NUMPY, _JSON_KINDS)
-respond_common = functools.partial(respond_plain, _dumps, _OPT_NUMPY, _JSON_HEADERS)
+# JSON headers up to this size go through the reader, whose parser keeps
+# buffers as large as the largest document it read (per thread); larger
+# ones are orjson's.
+READER_MAX = 1 << 20
+_OK = b"HTTP/1.1 200 OK\r\n"
+
+
+def read_common(model_name: str, model_version: str, body, hlen: int, max_input_size: int):
+    """The common case of a request, read in C without a Python object per
+    JSON value (csrc's InferRequestReader): the InferRequest the walk below
+    would make of it, or None when it is not the common case (then the
+    walk decides, and says what is wrong)."""
+    return read_plain(model_name, model_version, body, hlen, max_input_size, WIRE_TO_NUMPY)
 
 _REQ_BOOL_PARAMS = ("sequence_start", "sequence_end", "binary_data_output")
 
@@ -455,24 +464,26 @@ def _decode_raw(model_name, model_version, body, max_input_size, config) -> Infe
                         {"binary_data_output": True})
 
 
-def decode_infer_request(model_name: str, model_version: str, headers_get, body,
+def decode_infer_request(model_name: str, model_version: str, header_length, body,
                          max_input_size: int = DEFAULT_MAX_INPUT_SIZE, shm=None,
                          model_config=None) -> InferRequest:
-    """Decode one infer request body.
+    """Decode one infer request body: the only HTTP infer decoder.
 
-    ``headers_get(name)`` looks up a request header by its lower-case name
-    ("inference-header-content-length") and returns str/bytes or None.
-    ``body`` is the whole (decompressed) request body; binary inputs become
-    read-only numpy views into it.
+    ``header_length`` is the Inference-Header-Content-Length header's value
+    (str or bytes) or None when the request has none. ``body`` is the whole
+    (decompressed) request body; binary inputs become read-only numpy views
+    into it. The body is parsed once: by the reader in its common case,
+    else by orjson.
 
     ``shm`` is the SharedMemoryManager for inputs/outputs that name a
     ``shared_memory_region``: such a request comes back as a
     ``ShmInferRequest`` holding leases on the regions; call ``release_shm``
-    when done with it. ``model_config()`` returns the model's config JSON; it
+    when done with it. ``model_config(model_name, model_version)`` returns
+    the model's config JSON (Server.model_config); it
     is needed only for raw binary requests (header length 0).
     """
     total = len(body)
-    hval = headers_get(INFER_HEADER_LENGTH)
+    hval = header_length
     if hval is None:
         hlen = total  # Triton: no header means "all JSON"; an empty body is raw
         src = body
@@ -485,22 +496,21 @@ def decode_infer_request(model_name: str, model_version: str, headers_get, body,
                 "raw binary inference requests (Inference-Header-Content-Length: 0) are not "
                 f"supported for model '{model_name}'"
             )
-        return _decode_raw(model_name, model_version, body, max_input_size, model_config())
+        return _decode_raw(model_name, model_version, body, max_input_size,
+                           model_config(model_name, model_version))
     if hlen > max_input_size:
         raise _bad(
             f"request JSON size of {hlen} bytes exceeds the maximum allowed input size of "
             f"{max_input_size} bytes. Use --http-max-input-size to increase the limit."
         )
+    if hlen <= READER_MAX:
+        request = read_common(model_name, model_version, body, hlen, max_input_size)
+        if request is not None:
+            return request
     try:
         doc = _loads(src)
     except _JSONDecodeError as e:
         raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
-    # The common case, in C (engine/protocol/http_infer.pyx); None leaves it to the
-    # code below, which owns every rule and error text.
-    request = decode_plain(model_name, model_version, doc, body, hlen, max_input_size,
-                           WIRE_TO_NUMPY, _JSON_KINDS)
-    if request is not None:
-        return request
     if type(doc) is not dict:
         raise _member_error("inputs", None)
 
@@ -699,10 +709,6 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
     pairs without Content-Length; body is ``bytes`` (JSON only) or a list of
     buffers (the JSON header followed by the binary output data).
     """
-    # The common case, in C (engine/protocol/http_infer.pyx).
-    encoded = encode_plain(response, request, _dumps, _OPT_NUMPY, _JSON_HEADERS)
-    if encoded is not None:
-        return encoded
     default_binary = request.parameters.get("binary_data_output") is True
     requested = request.outputs
     out_params = {o.name: o.parameters for o in requested} if requested else None
@@ -750,6 +756,20 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
             data_entry(outputs_json, t, datatype, data)
 
     return document(response, request, outputs_json, buffers, _dumps, _OPT_NUMPY, _JSON_HEADERS)
+
+
+def answer_infer(response: InferResponse, request: InferRequest, keep_alive: bool,
+                 http10: bool) -> list:
+    """The whole 200 answer to an infer request, as written: in C by csrc's
+    json_writer when its outputs are plain numeric arrays and no parameters
+    or shared memory are involved (the same bytes the path below writes),
+    else encode_infer_response and the framing. Encodes once either way."""
+    if type(request) is InferRequest:  # no shared-memory outputs
+        answer = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
+        if answer is not None:
+            return answer
+    headers, body = encode_infer_response(response, request)
+    return http_message(_OK, headers, body, keep_alive, http10)
 
 
 def encode_error(err: ServerError):

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from pyserver.frontends.http_codec import (
+    INFER_HEADER_LENGTH,
     decode_infer_request,
     encode_error,
     encode_infer_response,
@@ -40,7 +41,7 @@ def make_input(name, arr, datatype, binary=True):
 
 def decode(body, headers=None, model="m", version=""):
     headers = headers or {}
-    return decode_infer_request(model, version, headers.get, body)
+    return decode_infer_request(model, version, headers.get(INFER_HEADER_LENGTH), body)
 
 
 def decode_json(doc, model="m"):
@@ -496,17 +497,18 @@ def _decode_both(body: bytes, header_len=None):
 
     def run():
         try:
-            return codec.decode_infer_request("m", "", headers.get, body)
+            return codec.decode_infer_request("m", "", headers.get(codec.INFER_HEADER_LENGTH),
+                                              body)
         except ServerError as e:
             return e
 
     with_fast = run()
-    saved = codec.decode_plain
-    codec.decode_plain = lambda *a: None
+    saved = codec.read_common
+    codec.read_common = lambda *a: None
     try:
         python_only = run()
     finally:
-        codec.decode_plain = saved
+        codec.read_common = saved
     return with_fast, python_only
 
 
@@ -621,10 +623,8 @@ def test_compiled_path_takes_what_tritonclient_sends():
     for binary in (True, False):
         body, headers = client_body([make_input("INPUT0", a, "FP32", binary)],
                                     [tc_http.InferRequestedOutput("OUTPUT0", binary_data=binary)])
-        decoded = codec.decode_plain("m", "", orjson.loads(body[:int(headers.get(
-            "inference-header-content-length", len(body)))]), body, int(headers.get(
-            "inference-header-content-length", len(body))), 1 << 26, codec.WIRE_TO_NUMPY,
-            codec._JSON_KINDS)
+        decoded = codec.read_common("m", "", body, int(headers.get(
+            "inference-header-content-length", len(body))), 1 << 26)
         assert decoded is not None
         np.testing.assert_array_equal(decoded.inputs[0].data, a)
 
@@ -636,13 +636,15 @@ def _encode_both(response, request):
         headers, body = result
         return headers, b"".join(bytes(b) for b in body) if type(body) is list else body
 
-    with_fast = flat(codec.encode_infer_response(response, request))
-    saved = codec.encode_plain
-    codec.encode_plain = lambda *a: None
+    # the whole answer, compiled where it can be, against the Python path's
+    with_fast = b"".join(bytes(p) for p in codec.answer_infer(response, request, True, False))
+    saved = codec.json_answer
+    codec.json_answer = lambda *a: None
     try:
-        python_only = flat(codec.encode_infer_response(response, request))
+        python_only = b"".join(bytes(p) for p in codec.answer_infer(response, request, True,
+                                                                    False))
     finally:
-        codec.encode_plain = saved
+        codec.json_answer = saved
     return with_fast, python_only
 
 
@@ -677,31 +679,33 @@ def test_compiled_encoding_matches_python(case):
     response = InferResponse("m", "1", rid, outs, resp_params)
     fast, python_only = _encode_both(response, request)
     assert fast == python_only
-    taken = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
-                               codec._JSON_HEADERS) is not None
-    assert taken == (case not in (4, 5, 6))
+    # json_writer takes plain numeric outputs without parameters
+    taken = codec.json_answer(response, request, codec._JSON_HEADERS, True, False) is not None
+    assert taken == (case not in (3, 4, 5, 6, 7))
     # the whole answer in one call: the framing the frontend would add
     from pyserver.engine.protocol.http_infer import http_message
 
     for keep_alive, http10 in ((True, False), (False, False), (True, True)):
-        whole = codec.respond_common(response, request, keep_alive, http10)
-        assert (whole is not None) == taken
-        if whole is not None:
-            headers, body = codec.encode_infer_response(response, request)
-            framed = http_message(b"HTTP/1.1 200 OK\r\n", headers, body, keep_alive, http10)
-            assert b"".join(bytes(p) for p in whole) == b"".join(bytes(p) for p in framed)
+        whole = codec.answer_infer(response, request, keep_alive, http10)
+        headers, body = codec.encode_infer_response(response, request)
+        framed = http_message(b"HTTP/1.1 200 OK\r\n", headers, body, keep_alive, http10)
+        assert b"".join(bytes(p) for p in whole) == b"".join(bytes(p) for p in framed)
 
 
 def _common_or_python(body: bytes, headers: dict):
-    """decode_common_request's answer (None: not its case) and the Python
-    decoder's, for the same request."""
+    """The reader's answer (None: not its case) and the Python decoder's, for
+    the same request."""
     import pyserver.frontends.http_codec as codec
 
-    common = codec.decode_common_request("m", "", headers, body, 1 << 26)
+    hval = headers.get(b"inference-header-content-length")
     try:
-        python = codec.decode_infer_request("m", "", lambda k: headers.get(k.encode()), body)
+        python = codec.decode_infer_request("m", "", hval, body)
     except ServerError as e:
         python = e
+    common = None
+    if hval is None or (hval.isdigit() and int(hval) <= len(body)):
+        common = codec.read_common("m", "", body, len(body) if hval is None else int(hval),
+                                   1 << 26)
     return common, python
 
 
@@ -746,12 +750,12 @@ def test_frontend_message_framing():
 
 
 def _orjson_answer(response, request, keep_alive=True, http10=False):
-    """The answer as the orjson path writes it (encode_plain + http_message)."""
+    """The answer as the orjson path writes it (encode_infer_response +
+    http_message)."""
     import pyserver.frontends.http_codec as codec
     from pyserver.engine.protocol.http_infer import http_message
 
-    headers, body = codec.encode_plain(response, request, codec._dumps, codec._OPT_NUMPY,
-                                       codec._JSON_HEADERS)
+    headers, body = codec.encode_infer_response(response, request)
     return b"".join(bytes(p) for p in http_message(b"HTTP/1.1 200 OK\r\n", headers, body,
                                                   keep_alive, http10))
 
@@ -783,7 +787,7 @@ def test_json_answer_writes_what_orjson_writes(dtype):
 
     rng = np.random.default_rng(7)
     # JSON data; all binary; per output (one binary, one JSON); asked
-    # binary but empty (a JSON answer, as encode_plain gives)
+    # binary but empty (a JSON answer, as encode_infer_response gives)
     asks = [({}, []), ({"binary_data_output": True}, []),
             ({}, [RequestedOutput("OUT\"0", {"binary_data": True}), RequestedOutput("é\n", {})]),
             ({"binary_data_output": True}, [RequestedOutput("é\n", None)])]
@@ -817,7 +821,7 @@ def test_json_answer_declines_what_it_does_not_write():
         response = InferResponse(name, "1", "", outs, resp_params)
         got = json_answer(response, request, codec._JSON_HEADERS, True, False)
         try:
-            whole = codec.respond_common(response, request, True, False)
+            whole = codec.answer_infer(response, request, True, False)
         except TypeError:  # orjson refuses a lone surrogate (the frontend's 500)
             whole = None
         return got, whole, request, response
@@ -892,20 +896,26 @@ def _reader_variants():
 @pytest.mark.parametrize("body", list(_reader_variants()), ids=lambda b: b[:60].decode("latin-1"))
 def test_json_reader_reads_as_orjson_path_or_declines(body):
     """What csrc's InferRequestReader (simdjson) makes of a request is what
-    orjson + decode_plain make of it; where it declines, they decide."""
+    orjson + the Python walk make of it; where it declines, they decide."""
     import pyserver.frontends.http_codec as codec
-    from pyserver.engine.protocol.http_infer import decode_plain, read_plain
+    from pyserver.engine.protocol.http_infer import read_plain
 
     read = read_plain("m", "", body, len(body), 1 << 26, codec.WIRE_TO_NUMPY)
     try:
-        doc = orjson.loads(body)
+        orjson.loads(body)
     except orjson.JSONDecodeError:
         assert read is None
         return
-    walked = decode_plain("m", "", doc, body, len(body), 1 << 26, codec.WIRE_TO_NUMPY,
-                          codec._JSON_KINDS)
+    saved = codec.read_common
+    codec.read_common = lambda *a: None
+    try:
+        walked = codec.decode_infer_request("m", "", None, body)
+    except ServerError as e:
+        walked = e
+    finally:
+        codec.read_common = saved
     if read is not None:
-        assert walked is not None and _same(read, walked), (read, walked)
+        assert not isinstance(walked, ServerError) and _same(read, walked), (read, walked)
 
 
 def test_json_reader_takes_the_common_requests():

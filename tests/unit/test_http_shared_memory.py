@@ -15,6 +15,7 @@ import pytest
 
 from pyserver.frontends.http import parse_restricted_api
 from pyserver.frontends.http_codec import (
+    INFER_HEADER_LENGTH,
     ShmInferRequest,
     decode_infer_request,
     encode_infer_response,
@@ -243,7 +244,8 @@ def test_unregister_in_flight_is_deferred(manager, posix_shm):
 def decode(doc, manager, body_extra=b""):
     body = json.dumps(doc).encode()
     headers = {"inference-header-content-length": str(len(body))} if body_extra else {}
-    return decode_infer_request("m", "", headers.get, body + body_extra, shm=manager)
+    return decode_infer_request("m", "", headers.get(INFER_HEADER_LENGTH), body + body_extra,
+                                shm=manager)
 
 
 def test_codec_shm_inputs_and_outputs(manager, posix_shm):
@@ -323,8 +325,7 @@ def test_codec_shm_errors_release_leases(manager, posix_shm):
 
 
 def raw_decode(body, config, model="m"):
-    return decode_infer_request(model, "", {"inference-header-content-length": "0"}.get,
-                                body, model_config=lambda: config)
+    return decode_infer_request(model, "", "0", body, model_config=lambda name, version: config)
 
 
 def cfg(dims, data_type="TYPE_FP32", mbs=0, n=1):
@@ -360,21 +361,21 @@ def test_raw_binary_requests():
         "[request id: <id_unknown>] input byte size mismatch for input 'IN0' for model 'm'. "
         "Expected 64, got 48")
     assert expect(Code.INVALID_ARG, decode_infer_request, "m", "",
-                  {"inference-header-content-length": "0"}.get, b"x" * 20, 10,
-                  model_config=lambda: cfg([-1], "TYPE_UINT8")) == (
+                  "0", b"x" * 20, 10,
+                  model_config=lambda name, version: cfg([-1], "TYPE_UINT8")) == (
         "Raw input has a byte_size (20 bytes) that exceeds the maximum allowed value of 10 "
         "bytes. Use --http-max-input-size to increase the limit.")
 
 
 def test_json_input_limits():
     doc = {"inputs": [{"name": "I", "shape": [1 << 40], "datatype": "FP32", "data": [1.0]}]}
-    msg = expect(Code.INVALID_ARG, decode_infer_request, "m", "", {}.get,
+    msg = expect(Code.INVALID_ARG, decode_infer_request, "m", "", None,
                  json.dumps(doc).encode(), 1 << 20)
     assert msg == ("JSON input 'I' has a byte_size (4398046511104 bytes) that exceeds the maximum "
                    "allowed value of 1048576 bytes. Use --http-max-input-size to increase the "
                    "limit.")
     doc["inputs"][0]["shape"] = [1 << 40, 1 << 40]
-    msg = expect(Code.INVALID_ARG, decode_infer_request, "m", "", {}.get,
+    msg = expect(Code.INVALID_ARG, decode_infer_request, "m", "", None,
                  json.dumps(doc).encode())
     assert msg == ("invalid shape for input 'I': shape [1099511627776,1099511627776] causes total "
                    "element count to exceed maximum size of 9223372036854775807")

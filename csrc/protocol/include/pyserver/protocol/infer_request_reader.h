@@ -57,9 +57,9 @@ class InferRequestReader {
 
   // Writes input `i`'s "data" (`count` elements) at `dst` as `kind`
   // (kFloat32, kFloat64, kInt32, kInt64 or kUint8), converting as numpy
-  // does an int64 or float64 array of the same JSON values, and as the
-  // general path's C fill does (engine/protocol/http_infer.pyx _filled). False when
-  // the values are not exactly `count` plain numbers it can take that way
+  // does an int64 or float64 array of the same JSON values (what the
+  // general path, numpy over orjson's lists, gives). False when the values
+  // are not exactly `count` plain numbers it can take that way
   // (bools, nesting, integers beyond int64, a float in an integer tensor, a
   // negative UINT8): the caller declines.
   bool FillData(size_t i, ElementKind kind, void* dst, size_t count) const;
