@@ -537,7 +537,8 @@ cdef class InferHandler:
     """ModelInfer's route handler for ``pyserver.engine.protocol.http2`` (a UNARY
     route): ``handler(stream, message)`` decodes the request, submits it and
     answers the stream from the future's done-callback, with no Python frame
-    on the way.
+    on the way. ``prepare`` is the decoding step alone, which ModelStreamInfer
+    shares (the frontend submits its requests as streams).
 
     ``submit(InferRequest, future) -> Future`` (``Server.submit``, handed an
     ImmediateFuture so that the answer goes out as the batch completes); ``loop`` for
@@ -569,20 +570,32 @@ cdef class InferHandler:
         self.on_error = on_error
         self.on_deadline = on_deadline
 
+    cpdef tuple prepare(self, stream, bytes msg):
+        """The request a ModelInfer or ModelStreamInfer message carries, as
+        both calls take it: ``(request, flags, use)``, decoded, the call's
+        forwarded headers among its parameters, and ``use`` the
+        shared-memory regions it names (None without), already resolved.
+        Raises what the message gets wrong (nothing is held then)."""
+        cdef tuple decoded = _decode(msg, self.contents_decoder)
+        request = decoded[0]
+        flags = decoded[1]
+        if self.header_forwarder is not None:
+            self.header_forwarder(stream.headers or (), request.parameters)
+        use = None
+        if flags is not None and "shared_memory" in flags:
+            if self.shm_resolver is None:
+                raise ServerError(Code.UNSUPPORTED, "shared memory is not supported here")
+            use = self.shm_resolver(request)
+        return request, flags, use
+
     def __call__(self, stream, bytes msg):
         cdef object use = None
-        cdef tuple decoded
+        cdef tuple prepared
         cdef _InferDone done
         try:
-            decoded = _decode(msg, self.contents_decoder)
-            request = decoded[0]
-            flags = decoded[1]
-            if self.header_forwarder is not None:
-                self.header_forwarder(stream.headers or (), request.parameters)
-            if flags is not None and "shared_memory" in flags:
-                if self.shm_resolver is None:
-                    raise ServerError(Code.UNSUPPORTED, "shared memory is not supported here")
-                use = self.shm_resolver(request)
+            prepared = self.prepare(stream, msg)
+            request = prepared[0]
+            use = prepared[2]
             # answered as the request's batch completes, not an iteration later
             fut = self.submit(request, ImmediateFuture())
         except Exception as e:

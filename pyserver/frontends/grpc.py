@@ -32,14 +32,13 @@ from pyserver._proto import message_class
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
-from pyserver.kernel.errors import Code, DecoupledModelError, GrpcStatus, ServerError
+from pyserver.kernel.errors import Code, GrpcStatus, ServerError
 from pyserver.kernel.types import InferResponse
 
 try:
     from pyserver.engine.protocol import http2
     from pyserver.engine.protocol.grpc_codec import (
         InferHandler,
-        decode_infer_request,
         encode_stream_response,
     )
 except ImportError as _err:  # built without nghttp2 (libnghttp2-dev)
@@ -349,6 +348,7 @@ class GrpcFrontend:
         self._loop = None
         self._connections: set = set()
         self._all_closed: asyncio.Event | None = None
+        self._infer = None  # the InferHandler both infer calls decode with (start())
         self._routes = self._build_routes()
 
     # -- lifecycle --------------------------------------------------------------
@@ -356,7 +356,7 @@ class GrpcFrontend:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         server = self._server
-        infer = InferHandler(
+        infer = self._infer = InferHandler(
             server.submit, self._loop, contents_decoder=decode_contents,
             shm_resolver=lambda request: _resolve_shared_memory(server.shared_memory, request),
             on_error=_finish_error, on_deadline=self._deadline_expired,
@@ -521,6 +521,10 @@ class GrpcFrontend:
     # -- infer ------------------------------------------------------------------------
 
     def _stream_infer(self, stream, msg):
+        """One ModelStreamInfer message: decoded as ModelInfer's are
+        (InferHandler.prepare), submitted once as a stream whatever the
+        model (one response for most, 0..N for a decoupled one), every
+        response encoded as it comes by the same codec."""
         call = stream.data
         if call is None:
             call = stream.data = _StreamCall()
@@ -533,22 +537,10 @@ class GrpcFrontend:
         request = None
         use = None
         try:
-            request, flags = decode_infer_request(msg, decode_contents)
-            if self._forwarder is not None:
-                self._forwarder.forward(stream.headers or (), request.parameters)
-            if flags is not None and "shared_memory" in flags:
-                use = _resolve_shared_memory(self._server.shared_memory, request)
-            try:
-                fut = self._server.submit(request)
-            except DecoupledModelError:
-                fut = None
-            if fut is None:  # a decoupled model: 0..N responses, then final
-                final = bool(flags and flags.get("triton_enable_empty_final_response"))
-                reply = _DecoupledReply(stream, call, request, final, use)
-                reply.handle = self._server.submit_stream(request, reply)
-                call.pending += 1
-                call.futures.add(reply.handle)
-                return
+            request, flags, use = self._infer.prepare(stream, msg)
+            empty_final = bool(flags and flags.get("triton_enable_empty_final_response"))
+            reply = _StreamReply(stream, call, request, empty_final, use)
+            reply.handle = self._server.submit_stream(request, reply)
         except Exception as e:
             if use is not None:
                 use.release()
@@ -560,9 +552,7 @@ class GrpcFrontend:
             stream.send_message(encode_stream_response(None, request, message), True)
             return
         call.pending += 1
-        call.futures.add(fut)
-        final = bool(flags and flags.get("triton_enable_empty_final_response"))
-        fut.add_done_callback(functools.partial(_stream_done, stream, call, request, final, use))
+        call.futures.add(reply.handle)
 
     def _deadline_expired(self, stream, fut):
         stream.finish(DEADLINE_EXCEEDED, "Deadline Exceeded")
@@ -781,37 +771,6 @@ def _request_id_only(msg):
 
 
 
-def _stream_done(stream, call, request, final, use, fut):
-    call.pending -= 1
-    call.futures.discard(fut)
-    try:
-        if stream.closed or stream.finished:
-            if not fut.cancelled():
-                fut.exception()  # nobody reads it; keep asyncio from logging it
-            return
-        try:
-            response = fut.result()
-            if use is not None:
-                _write_shared_memory(use, response)
-            # Triton marks every streamed response with whether it is the
-            # request's last (here always: one response per request).
-            response.parameters = {**response.parameters, "triton_final_response": True}
-            payload = encode_stream_response(response, request)
-        except asyncio.CancelledError:
-            return
-        except ServerError as e:
-            payload = _stream_error(request, e.message, True)
-        except Exception as e:
-            log.error("gRPC ModelStreamInfer response failed", exc_info=e)
-            payload = _stream_error(request, f"{type(e).__name__}: {e}", True)
-        stream.send_message(payload, True)
-        if call.closing and call.pending == 0:
-            stream.finish(OK)
-    finally:
-        if use is not None:
-            use.release()
-
-
 def _stream_error(request, message: str, final: bool) -> bytes:
     """An in-stream error for a request that reached a model: as Triton's,
     its infer_response names the request (id, model, version) and says
@@ -822,12 +781,14 @@ def _stream_error(request, message: str, final: bool) -> bytes:
     return encode_stream_response(named, request, message)
 
 
-class _DecoupledReply:
-    """Streams the responses of one request to a decoupled model: each one
-    as it comes, marked ``triton_final_response`` false, the last true; the
-    final flag alone (no response) goes out as an empty response only when
-    the request set ``triton_enable_empty_final_response``. Errors go
-    in-stream; the stream stays open."""
+class _StreamReply:
+    """Streams the responses of one ModelStreamInfer request, whatever the
+    model: each one as it comes, marked ``triton_final_response`` (false
+    but for the last, as Triton marks them; a model that is not decoupled
+    sends one, final); the final flag alone (no response) goes out as an
+    empty response only when the request set
+    ``triton_enable_empty_final_response``. Errors go in-stream; the stream
+    stays open."""
 
     __slots__ = ("stream", "call", "request", "empty_final", "use", "handle")
 
@@ -855,10 +816,16 @@ class _DecoupledReply:
                     else f"{type(error).__name__}: {error}"
                 payload = _stream_error(request, message, final)
             elif response is not None:
-                if self.use is not None:
-                    _write_shared_memory(self.use, response)
-                response.parameters = {**response.parameters, "triton_final_response": final}
-                payload = encode_stream_response(response, request)
+                try:
+                    if self.use is not None:
+                        _write_shared_memory(self.use, response)
+                    response.parameters = {**response.parameters, "triton_final_response": final}
+                    payload = encode_stream_response(response, request)
+                except ServerError as e:
+                    payload = _stream_error(request, e.message, final)
+                except Exception as e:
+                    log.error("gRPC ModelStreamInfer response failed", exc_info=e)
+                    payload = _stream_error(request, f"{type(e).__name__}: {e}", final)
             elif final and self.empty_final:
                 empty = InferResponse(request.model_name, request.model_version, request.id, [],
                                       {"triton_final_response": True})

@@ -431,13 +431,17 @@ class Server:
         with a ServerError. Validation errors raise here, synchronously.
         ``future``: the one to resolve (an ImmediateFuture, whose callback
         runs as the batch completes) when the request goes to a model's queue;
-        an ensemble or a cached model gives its own, which is returned."""
+        an ensemble or a cached model gives its own, which is returned. A
+        decoupled model's 0..N responses need submit_stream: DecoupledModelError."""
         mv = self._admit(request)
-        if mv.decoupled:
+        if mv.decoupled or (mv.ensemble is not None and decoupled_steps(self, mv)):
             raise DecoupledModelError()
+        return self._dispatch(mv, request, future)
+
+    def _dispatch(self, mv: ModelVersion, request: InferRequest, future):
+        """Runs an admitted request to a model that answers it once: through
+        the response cache, an ensemble's steps or the model's queue."""
         if mv.ensemble is not None:
-            if decoupled_steps(self, mv):  # a decoupled ensemble: 0..N responses
-                raise DecoupledModelError()
             if self.response_cache is not None and self._uses_cache(mv):
                 # a hit skips the composing models; a miss runs them
                 return submit_cached(self, mv, request, self.response_cache, lambda validated:
@@ -492,29 +496,30 @@ class Server:
         return future
 
     def submit_stream(self, request: InferRequest, on_response) -> ResponseStream:
-        """Queues a request whose responses arrive as ``on_response(response,
-        error, final)`` calls on the event loop: 0..N responses then a final
-        call (whose response may be None) for a decoupled model, one final
-        response (or error) for any other. Validation errors raise here.
+        """Queues a request to any model, its responses arriving as
+        ``on_response(response, error, final)`` calls on the event loop: 0..N
+        responses then a final call (whose response may be None) for a
+        decoupled model, one final response (or error) for any other, which
+        takes the same path as through submit (cache, ensemble, queue). The
+        request is admitted once either way; validation errors raise here.
         The returned stream cancels with ``Server.cancel``."""
         mv = self._admit(request)
         stream = ResponseStream(self._loop, on_response)
         if mv.first_response_by_stream:
             stream.first_response = (mv.stats, now_ns())
+        decoupled = mv.decoupled
         if mv.ensemble is not None:
-            mv.validate(request)
             decoupled = decoupled_steps(self, mv)
             if decoupled:
+                mv.validate(request)
                 self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
                 return stream
-            task = self._loop.create_task(run_ensemble(self, mv, request))
-            task.add_done_callback(functools.partial(end_stream, stream))
+        if decoupled:  # its responses go into the stream as the model sends them
+            self._enqueue(mv, request, None, stream)
             return stream
-        pending = mv.submit(request, stream)
-        self._handles[stream] = (mv.scheduler, pending.id)
-        self._inflight += 1
-        if mv.loop_drivers:
-            mv.dispatch()
+        answered = self._dispatch(mv, request, stream)
+        if answered is not stream:  # an ensemble's task or the cache's future
+            answered.add_done_callback(functools.partial(end_stream, stream))
         return stream
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
