@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.backends.base import RESCHEDULED, Capability
+from pyserver.backends.python import runner
 from pyserver.backends.python import triton_python_backend_utils as pb
 from pyserver.backends.python.execution_env import PARAMETER as ENV_PARAMETER
 from pyserver.backends.python.instance import (
@@ -143,10 +144,10 @@ class _Router:
         return bool(future is not None and future.cancelled())
 
     def bls_exec(self, request, decoupled):
-        return pb._bls_exec(self.current().bls_send, request, decoupled)
+        return runner.bls_exec(self.current().bls_send, request, decoupled)
 
     def bls_async_exec(self, request, decoupled):
-        return pb._bls_async_exec(self.current().bls_send, request, decoupled)
+        return runner.bls_async_exec(self.current().bls_send, request, decoupled)
 
     def ask(self, msg):
         return self.current().ask(msg)
@@ -247,7 +248,7 @@ class ThreadPythonBackend(ServedInstance):
         self._closed = False
         self._module_name = ""
         self._paths: list[str] = []
-        self.runner = pb._AsyncRunner(on_start=lambda: _router.enter(self), bind_caller=False)
+        self.runner = runner.AsyncRunner(on_start=lambda: _router.enter(self), bind_caller=False)
         _router.add(self)  # models here import this process's pb_utils, linked to it
         previous = _router.enter(self)
         try:
@@ -256,7 +257,7 @@ class ThreadPythonBackend(ServedInstance):
             init = getattr(self.model, "initialize", None)
             if init is not None:
                 result = init(self._init_args(instance_name))
-                if pb._awaitable(result):
+                if runner.awaitable(result):
                     self.runner.run(result)
         except Exception as err:
             _router.remove(self)
@@ -265,7 +266,7 @@ class ThreadPythonBackend(ServedInstance):
             _paths.drop(self._paths)
             raise ServerError(Code.INTERNAL,
                               f"python model '{self.model_name}' instance '{instance_name}': "
-                              f"{pb._describe(err)}") from None
+                              f"{runner.describe(err)}") from None
         finally:
             _router.leave(previous)
         if hasattr(self.model, "is_ready"):  # the model answers readiness itself
@@ -310,18 +311,18 @@ class ThreadPythonBackend(ServedInstance):
         try:
             result = self.model.execute(requests)
             if decoupled:
-                pb._decoupled_result(result, self.runner, self.instance_name)
-                results = [RESCHEDULED if pb._rescheduled(q) else None for q in requests]
+                runner.decoupled_result(result, self.runner, self.instance_name)
+                results = [RESCHEDULED if runner.rescheduled(q) else None for q in requests]
                 # A rescheduled request opens again when it runs again.
                 self._close_open([p for p, r in zip(pending, results) if r is RESCHEDULED])
                 return results
-            if type(result) is not list and pb._awaitable(result):
+            if type(result) is not list and runner.awaitable(result):
                 result = self.runner.run(result)
-            pb._check_responses(result, requests)
-            return [RESCHEDULED if pb._rescheduled(q) else self._result(r, q)
+            runner.check_responses(result, requests)
+            return [RESCHEDULED if runner.rescheduled(q) else self._result(r, q)
                     for r, q in zip(result, requests)]
         except Exception as err:
-            error = ServerError(Code.INTERNAL, pb._execute_failure(self.instance_name, err))
+            error = ServerError(Code.INTERNAL, runner.execute_failure(self.instance_name, err))
             if decoupled:
                 # Each open request ends with this error; nothing more may
                 # be sent for them.
@@ -356,13 +357,13 @@ class ThreadPythonBackend(ServedInstance):
         if response is None and request._sender is not None:
             response = request._sender._response  # sent through the sender instead
         if response is None:
-            return ServerError(Code.INTERNAL, pb._MISSING_RESPONSE)
+            return ServerError(Code.INTERNAL, runner.MISSING_RESPONSE)
         error = response._error
         if error is not None:
             return worker_error(error.code().name, error.message())
         outputs = {name: array if code == BYTES_CODE or array.flags.c_contiguous
                    else np.ascontiguousarray(array)
-                   for name, code, array in pb._response_tensors(
+                   for name, code, array in runner.response_tensors(
                        response, request._requested_output_names)}
         params = response._parameters_dict
         return (outputs, params) if params else outputs
@@ -376,7 +377,7 @@ class ThreadPythonBackend(ServedInstance):
             if response._error is not None:
                 error = worker_error(response._error.code().name, response._error.message())
             else:
-                outputs = {name: array for name, _code, array in pb._response_tensors(
+                outputs = {name: array for name, _code, array in runner.response_tensors(
                     response, request._requested_output_names)}
                 params = response._parameters_dict
         problem = self.deliver(request._key[1].id, outputs, params, error,
@@ -386,12 +387,12 @@ class ThreadPythonBackend(ServedInstance):
                         self.model_name, request._request_id, problem)
 
     def bls_send(self, request, decoupled, on_reply):
-        """Submits a BLS request (pb._bls_exec's ``send``); returns the
+        """Submits a BLS request (runner.bls_exec's ``send``); returns the
         function that cancels it."""
         services = self.services()
-        desc = pb._bls_description(request)
+        desc = runner.bls_description(request)
         inputs = []
-        for name, code, array in pb._bls_inputs(request):
+        for name, code, array in runner.bls_inputs(request):
             datatype = CODE_TO_WIRE.get(code)
             if datatype is None:
                 raise pb.TritonModelException(f"BLS input '{name}' has an unknown data type {code}")
@@ -416,7 +417,7 @@ class ThreadPythonBackend(ServedInstance):
     def ask(self, msg):
         """A metric or model-control call (services.py), answered once."""
         peer = self._peer
-        return pb._one_reply(lambda on_reply: self.services().handle(
+        return runner.one_reply(lambda on_reply: self.services().handle(
             peer, (msg[0], peer.register(on_reply)) + tuple(msg[1:])))
 
     # -- health and lifecycle ---------------------------------------------------------
@@ -433,14 +434,14 @@ class ThreadPythonBackend(ServedInstance):
         previous = _router.enter(self)
         try:
             result = check()
-            if pb._awaitable(result):
+            if runner.awaitable(result):
                 result = self.runner.run(result, timeout=timeout)
             if not isinstance(result, (bool, np.bool_)):
                 raise TypeError(f"is_ready() must return a boolean, got {type(result).__name__}")
             return bool(result)
         except Exception as err:
             log.warning("python model '%s' instance '%s': is_ready: %s", self.model_name,
-                        self.instance_name, pb._describe(err))
+                        self.instance_name, runner.describe(err))
             return False
         finally:
             _router.leave(previous)
@@ -455,11 +456,11 @@ class ThreadPythonBackend(ServedInstance):
         try:
             if fin is not None:
                 result = fin()
-                if pb._awaitable(result):
+                if runner.awaitable(result):
                     self.runner.run(result)
         except Exception as err:
             log.error("python model '%s' instance '%s': finalize failed: %s", self.model_name,
-                      self.instance_name, pb._describe(err))
+                      self.instance_name, runner.describe(err))
         finally:
             _router.leave(previous)
             self.runner.stop()
@@ -475,7 +476,7 @@ class ThreadPythonBackend(ServedInstance):
 def _bls_response(payload):
     """A BLS reply (services.py) as a pb_utils.InferenceResponse (None: the
     final flag alone)."""
-    failed = pb._bls_failure(payload)
+    failed = runner.bls_failure(payload)
     if failed is not None:
         return failed
     _, _size, tensors, params, _error = payload

@@ -65,11 +65,12 @@ def _load_module(name, filename):
 
 
 channel = _load_module("_pyserver_python_channel", "channel.py")
-# What models import as pb_utils; it also holds what running a model takes
-# here and in the server's in-process runner (describing errors, checking
-# execute()'s answer, the instance's asyncio loop).
+# What models import as pb_utils: Triton's API alone.
 pb_utils = _load_module("triton_python_backend_utils", "triton_python_backend_utils.py")
-describe = pb_utils._describe
+# What running a model takes, here and in the server's in-process runner
+# (describing errors, checking execute()'s answer, the instance's asyncio loop).
+runner = _load_module("_pyserver_python_runner", "runner.py")
+describe = runner.describe
 
 
 class _Runtime:
@@ -118,7 +119,7 @@ class _Runtime:
 
     def ask(self, msg):
         """A call answered once; waits for the answer."""
-        return self.pb._one_reply(lambda on_reply: self.call(msg, on_reply))
+        return runner.one_reply(lambda on_reply: self.call(msg, on_reply))
 
     def dispatch(self, seq, payload, final):
         with self._calls_lock:
@@ -159,7 +160,7 @@ class _Runtime:
             if response._error is not None:
                 error = (response._error.code().name, response._error.message())
             else:
-                tensors = pb._response_tensors(response, request._requested_output_names)
+                tensors = runner.response_tensors(response, request._requested_output_names)
                 encoded, offsets = self.up.write(tensors)
                 params = response._parameters_dict
         final = flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -197,9 +198,8 @@ class _Runtime:
         """Sends a BLS request; ``on_reply(response or None, final)`` runs on
         the control thread with the decoded pb_utils.InferenceResponse.
         Returns the function that cancels it."""
-        pb = self.pb
-        encoded, offsets = self.up.write(pb._bls_inputs(request))
-        desc = pb._bls_description(request)
+        encoded, offsets = self.up.write(runner.bls_inputs(request))
+        desc = runner.bls_description(request)
 
         def handler(payload, final):
             response = self._bls_response(payload)
@@ -217,7 +217,7 @@ class _Runtime:
     def _bls_response(self, payload):
         """A reply's pb_utils.InferenceResponse (None: the final flag alone)."""
         pb = self.pb
-        failed = pb._bls_failure(payload)
+        failed = runner.bls_failure(payload)
         if failed is not None:
             return failed
         _, size, encoded, params, _error = payload
@@ -235,10 +235,10 @@ class _Runtime:
         return response
 
     def bls_exec(self, request, decoupled):
-        return self.pb._bls_exec(self._bls_send, request, decoupled)
+        return runner.bls_exec(self._bls_send, request, decoupled)
 
     def bls_async_exec(self, request, decoupled):
-        return self.pb._bls_async_exec(self._bls_send, request, decoupled)
+        return runner.bls_async_exec(self._bls_send, request, decoupled)
 
     def _bls_cancel(self, seq):
         try:
@@ -264,7 +264,7 @@ class Worker:
         self.up, self.down = async_regions
         self.decoupled = False
         self.crash_fd = crash_fd
-        self.runner = pb_utils._AsyncRunner()
+        self.runner = runner.AsyncRunner()
         self.model = None
         self.pb = None
         self.instance_name = ""
@@ -308,7 +308,7 @@ class Worker:
         init = getattr(self.model, "initialize", None)
         if init is not None:
             result = init(dict(info["args"]))
-            if pb_utils._awaitable(result):
+            if runner.awaitable(result):
                 self.runner.run(result)
         return ("ready", hasattr(self.model, "is_ready"), os.getpid())
 
@@ -365,7 +365,7 @@ class Worker:
     def _is_ready(self):
         try:
             result = self.model.is_ready()
-            if pb_utils._awaitable(result):
+            if runner.awaitable(result):
                 result = self.runner.run(result, timeout=5.0)
             if not isinstance(result, (bool, np.bool_)):
                 return (False, "is_ready() must return a boolean, got "
@@ -380,7 +380,7 @@ class Worker:
             return None
         try:
             result = fin()
-            if pb_utils._awaitable(result):
+            if runner.awaitable(result):
                 self.runner.run(result)
         except Exception as err:
             return describe(err)
@@ -424,12 +424,12 @@ class Worker:
         try:
             result = self.model.execute(requests)
             if decoupled:
-                pb._decoupled_result(result, self.runner, self.instance_name)
+                runner.decoupled_result(result, self.runner, self.instance_name)
                 runtime.flush_responses()
-                return ("result", 0, [_AGAIN if pb._rescheduled(r) else None for r in requests])
-            if type(result) is not list and pb_utils._awaitable(result):
+                return ("result", 0, [_AGAIN if runner.rescheduled(r) else None for r in requests])
+            if type(result) is not list and runner.awaitable(result):
                 result = self.runner.run(result)
-            pb._check_responses(result, requests)
+            runner.check_responses(result, requests)
             return ("result",) + self._encode(result, requests)
         except Exception as err:
             if decoupled:
@@ -438,7 +438,7 @@ class Worker:
                 for request in requests:
                     request.get_response_sender()._close()
                 runtime.flush_responses()
-            return ("fail", pb._execute_failure(self.instance_name, err))
+            return ("fail", runner.execute_failure(self.instance_name, err))
         finally:
             with runtime.lock:
                 runtime.executing = False
@@ -453,13 +453,13 @@ class Worker:
         encoded = []
         bytes_code = _BYTES
         for response, request in zip(responses, requests):
-            if self.pb._rescheduled(request):
+            if runner.rescheduled(request):
                 encoded.append(_AGAIN)
                 continue
             if response is None and request._sender is not None:
                 response = request._sender._response  # sent through the sender instead
             if response is None:
-                encoded.append(("err", "INTERNAL", self.pb._MISSING_RESPONSE))
+                encoded.append(("err", "INTERNAL", runner.MISSING_RESPONSE))
                 continue
             error = response._error
             if error is not None:
@@ -474,7 +474,7 @@ class Worker:
                 array = t._array
                 if t._dtype == bytes_code:
                     outputs.append((name, bytes_code, array.shape, -1, 0,
-                                    self.pb._bytes_array(array)))
+                                    runner.bytes_array(array)))
                     continue
                 if not array.flags.c_contiguous:
                     array = np.ascontiguousarray(array)
