@@ -547,7 +547,7 @@ def test_malformed_requests_then_still_serving(add_sub):
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * a)
     assert client.is_server_ready()
     deadline = time.monotonic() + 5
-    while add_sub.run(lambda: len(add_sub.http._connections)) > 1:
+    while add_sub.run(lambda: len(add_sub.http.connections)) > 1:
         assert time.monotonic() < deadline, "connections leaked"
         time.sleep(0.05)
 
@@ -563,7 +563,7 @@ def test_idle_connections_are_closed(add_sub):
         assert slow.recv(10) == b""
         idle.close()
         slow.close()
-        assert add_sub.run(lambda: len(frontend._connections)) == 0
+        assert add_sub.run(lambda: len(frontend.connections)) == 0
         # a busy client is not cut off
         client = httpclient.InferenceServerClient(f"127.0.0.1:{frontend.port}")
         for _ in range(3):

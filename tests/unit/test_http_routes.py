@@ -282,7 +282,7 @@ INFER_BODY = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data
 
 
 def test_infer_targets_are_remembered_and_still_checked(front):
-    """A repeated infer target skips the routing (HttpFrontend._infer_routes)
+    """A repeated infer target skips the routing (HttpFrontend.infer_routes)
     but keeps its model and version, and other methods on it still get 405."""
     server, fe = front()
     for _ in range(2):
@@ -292,7 +292,7 @@ def test_infer_targets_are_remembered_and_still_checked(front):
     assert server.calls == [("infer", "m", "2"), ("infer", "a b", "")] * 2
     assert exchange(fe, req("GET", "/v2/models/m/versions/2/infer"))[0][::2] == (
         405, {"error": "Method Not Allowed"})
-    assert len(fe._infer_routes) == 2
+    assert len(fe.infer_routes) == 2
 
 
 def test_restricted_infer_is_checked_every_time(front):
@@ -304,4 +304,4 @@ def test_restricted_infer_is_checked_every_time(front):
     assert exchange(fe, denied)[0][0] == 403
     assert exchange(fe, allowed)[0][0] == 503
     assert server.calls == [("infer", "m", "")] * 2
-    assert fe._infer_routes == {}
+    assert fe.infer_routes == {}

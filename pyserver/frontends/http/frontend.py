@@ -1,0 +1,135 @@
+"""HttpFrontend: Triton's HTTP/REST endpoint, its listening socket, its
+connections (connection.py) and the settings they share.
+
+The ``server`` object provides ``is_live()``, ``is_ready()``, ``metadata()``,
+``model_ready_check(name, version)`` (a bool, or an awaitable of one),
+``model_metadata(name, version)``, ``model_config(name, version)``,
+``submit(InferRequest, future) -> Future`` (it may resolve the ImmediateFuture
+it is given, or return another), ``submit_stream(InferRequest, on_response)``,
+``statistics(name, version)``, ``repository_index(ready_only)``,
+``load_model(name, config=, files=)`` and ``unload_model(name,
+unload_dependents=)`` (coroutines), ``trace_settings(model, update)``,
+``log_settings(update)`` and ``shared_memory`` (a SharedMemoryManager); any
+of them may raise ``ServerError`` (``submit``'s future may also resolve with
+one). A method may return an awaitable: the response is then sent when it
+completes, in request order, without blocking the loop.
+
+Limits: request heads above ``max_header_size`` get 431 and bodies above
+``max_body_size`` 413 (a Content-Length beyond Triton's int32 range gets
+Triton's 400), both answered before the body is read, then the connection is
+closed; JSON bodies above ``max_input_size`` (``--http-max-input-size``) get
+Triton's 400 texts. A client that half-closes still gets its responses; one
+that goes away mid-request leaves nothing behind; with ``idle_timeout`` set,
+connections idle that long without a request in flight are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyserver.frontends.header_forward import HeaderForwarder
+from pyserver.frontends.http.connection import HttpConnection
+from pyserver.frontends.http.framing import error_body
+from pyserver.frontends.http.routes import RESTRICTED_API_GROUPS
+from pyserver.frontends.http_codec import DEFAULT_MAX_INPUT_SIZE
+from pyserver.runtime.shared_memory import SharedMemoryManager
+
+# Default request head limit (request line + headers).
+DEFAULT_MAX_HEADER_SIZE = 64 * 1024
+# Triton parses Content-Length as an int32 (http_server.cc GetContentLength).
+_INT32_MAX = (1 << 31) - 1
+
+
+class HttpFrontend:
+    """Triton-compatible HTTP/REST endpoint on ``host:port`` (port 0: any free port).
+
+    ``restricted_apis``: {group: (header key, header value)} as returned by
+    ``parse_restricted_api`` (``--http-restricted-api``); requests to a
+    restricted group without that header get 403. ``header_forward_pattern``
+    (``--http-header-forward-pattern``): infer and generate requests get the
+    headers it matches as string parameters (header_forward.py)."""
+
+    def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
+                 max_input_size: int = DEFAULT_MAX_INPUT_SIZE, backlog: int = 1024,
+                 reuse_port: bool = False, restricted_apis: dict | None = None,
+                 max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+                 max_body_size: int | None = None, idle_timeout: float | None = None,
+                 header_forward_pattern: str = ""):
+        self.server = server
+        # --http-header-forward-pattern: matching headers become request parameters
+        self.header_forwarder = HeaderForwarder(header_forward_pattern) \
+            if header_forward_pattern else None
+        self.host = host
+        self.port = port
+        self.max_input_size = max_input_size
+        self.max_header_size = max_header_size
+        # Triton reads Content-Length as an int32; bodies are buffered whole.
+        self.max_body_size = _INT32_MAX if max_body_size is None else max_body_size
+        self.idle_timeout = idle_timeout or None
+        self._backlog = backlog
+        self._reuse_port = reuse_port
+        self._listener = None
+        self.connections: set = set()
+        self.loop_time = None
+        self._idle_handle = None
+        # group -> (header key, value, the 403 body), as the connections match them
+        self.restrictions: dict = {}
+        # request target -> (model, version) of infer routes already seen
+        # (see HttpConnection.on_request); only without restricted APIs.
+        self.infer_routes: dict = {}
+        for group, (key, value) in (restricted_apis or {}).items():
+            if group not in RESTRICTED_API_GROUPS:
+                raise ValueError(f"unknown restricted api '{group}' ")
+            payload = error_body(f"This API is restricted, expecting header '{key}'")
+            self.restrictions[group] = (key.lower().encode("latin-1"), value.encode("latin-1"),
+                                        payload)
+        self._shm = None
+
+    @property
+    def shared_memory(self) -> SharedMemoryManager:
+        shm = self._shm
+        if shm is None:
+            shm = getattr(self.server, "shared_memory", None)
+            if shm is None:  # a server without one: client shm disabled
+                shm = SharedMemoryManager(False)
+            self._shm = shm
+        return shm
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.loop_time = loop.time
+        self._listener = await loop.create_server(
+            lambda: HttpConnection(self), self.host, self.port,
+            backlog=self._backlog, reuse_address=True,
+            reuse_port=self._reuse_port or None,
+        )
+        sockets = self._listener.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        if self.idle_timeout:
+            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
+
+    def _idle_period(self) -> float:
+        return max(0.05, min(self.idle_timeout / 2, 5.0))
+
+    def _sweep_idle(self, loop):
+        now = loop.time()
+        for conn in list(self.connections):
+            if not conn.pending and now - conn.last_active > self.idle_timeout:
+                conn.close()
+                self.connections.discard(conn)
+        if self._listener is not None:
+            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
+
+    async def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+        if listener is not None:
+            listener.close()
+        for conn in list(self.connections):
+            conn.close()
+        self.connections.clear()
+        if listener is not None:
+            await listener.wait_closed()

@@ -1,0 +1,78 @@
+"""The generate extension's routes: ``.../generate`` (one JSON answer) and
+``.../generate_stream`` (server-sent events, one per response), over the
+codec in http_generate.py."""
+
+from __future__ import annotations
+
+from pyserver.frontends.http.framing import CONN_CLOSE, JSON_HEADERS, Slot, StreamSlot, status_line
+from pyserver.frontends.http_codec import encode_json
+from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
+from pyserver.kernel.errors import Code, ServerError
+
+
+def generate(conn, method, headers, body, keep_alive, model, version):
+    return _generate(conn, model, version, body, keep_alive, False)
+
+
+def generate_stream(conn, method, headers, body, keep_alive, model, version):
+    return _generate(conn, model, version, body, keep_alive, True)
+
+
+def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, stream: bool):
+    server = conn.server
+    try:
+        request = decode_generate_request(model, version, body,
+                                          server.model_config(model, version))
+        forwarder = conn.frontend.header_forwarder
+        if forwarder is not None:
+            forwarder.forward(conn.raw_headers, request.parameters)
+    except Exception as e:
+        return conn.respond_exception(e, keep_alive)
+    http10 = conn.http10
+    if stream:
+        slot = StreamSlot(not keep_alive)
+        head = b"%sContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" \
+               b"Transfer-Encoding: chunked\r\n%s\r\n" % (
+                   status_line(200), b"" if keep_alive else CONN_CLOSE)
+        slot.chunks.append(head)
+    else:
+        slot = Slot(not keep_alive)
+        got = []
+    conn.pending.append(slot)
+
+    def on_response(response, error, final):
+        if stream:
+            if error is not None:
+                slot.add(sse_event({"error": str(error)}))
+            elif response is not None and response.outputs:
+                slot.add(sse_event(generate_response(response)))
+            if final:
+                slot.finish()
+        else:
+            if error is not None or (response is not None and response.outputs):
+                got.append((response, error))
+            if final:
+                slot.data = _answer(conn, got, keep_alive, http10)
+        conn.answered()
+
+    try:
+        server.submit_stream(request, on_response)
+    except Exception as e:
+        if stream:
+            slot.add(sse_event({"error": str(e)}))
+            slot.finish()
+        else:
+            slot.data = conn.error_data(e, keep_alive, http10)
+        conn.answered()
+
+
+def _answer(conn, got: list, keep_alive: bool, http10: bool) -> list:
+    if len(got) == 1 and got[0][1] is None:
+        return conn.build(200, JSON_HEADERS, encode_json(generate_response(got[0][0])),
+                          keep_alive, http10)
+    errors = [e for _, e in got if e is not None]
+    if errors:
+        return conn.error_data(errors[0], keep_alive, http10)
+    return conn.error_data(ServerError(
+        Code.INVALID_ARG, f"generate expects exactly one response, the model sent {len(got)}: "
+                          "use generate_stream"), keep_alive, http10)
