@@ -64,7 +64,7 @@ def main() -> None:
 
     import numpy as np
 
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import http_message, json_answer, read_plain
     from pyserver.kernel.types import InferResponse, InferTensor
 

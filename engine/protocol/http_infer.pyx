@@ -12,7 +12,7 @@ dict, list or number objects made for it.
 
 Both only say yes: anything else (an error, BYTES or BF16, shared memory,
 classification, sequence or priority parameters, nesting, parameters on an
-output) returns None, and pyserver.frontends.http_codec, the one authority
+output) returns None, and pyserver.engine.protocol.http_codec, the one authority
 for every rule and error text, does the work. ``http_message`` frames an
 answer; ``binary_entry``, ``data_entry`` and ``document`` are the general
 encoder's steps that build no more Python objects than they must.

@@ -1,4 +1,4 @@
-"""Unit tests for pyserver.frontends.http_codec (KServe v2 JSON + binary tensor extension)."""
+"""Unit tests for pyserver.engine.protocol.http_codec (KServe v2 JSON + binary tensor extension)."""
 
 import json
 import struct
@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pytest
 
-from pyserver.frontends.http_codec import (
+from pyserver.engine.protocol.http_codec import (
     INFER_HEADER_LENGTH,
     decode_infer_request,
     encode_error,
@@ -491,7 +491,7 @@ def test_decode_then_encode_round_trip_matches_client_view():
 
 def _decode_both(body: bytes, header_len=None):
     """(fast path result or error, Python-only result or error) for a body."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
 
     headers = {} if header_len is None else {"inference-header-content-length": str(header_len)}
 
@@ -617,7 +617,7 @@ def test_compiled_binary_path_decodes_as_python_does(sizes, extra, shape):
 
 def test_compiled_path_takes_what_tritonclient_sends():
     """The requests tritonclient.http builds by default go the compiled way."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
 
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     for binary in (True, False):
@@ -630,7 +630,7 @@ def test_compiled_path_takes_what_tritonclient_sends():
 
 
 def _encode_both(response, request):
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
 
     def flat(result):
         headers, body = result
@@ -650,7 +650,7 @@ def _encode_both(response, request):
 
 @pytest.mark.parametrize("case", range(9))
 def test_compiled_encoding_matches_python(case):
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.array([[True], [False]])
@@ -695,7 +695,7 @@ def test_compiled_encoding_matches_python(case):
 def _common_or_python(body: bytes, headers: dict):
     """The reader's answer (None: not its case) and the Python decoder's, for
     the same request."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
 
     hval = headers.get(b"inference-header-content-length")
     try:
@@ -752,7 +752,7 @@ def test_frontend_message_framing():
 def _orjson_answer(response, request, keep_alive=True, http10=False):
     """The answer as the orjson path writes it (encode_infer_response +
     http_message)."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import http_message
 
     headers, body = codec.encode_infer_response(response, request)
@@ -782,8 +782,8 @@ def _random_values(rng, dtype, n):
 def test_json_answer_writes_what_orjson_writes(dtype):
     """The C writer's answer is the orjson path's, byte for byte, over
     random values of every numeric type (any finite float bit pattern)."""
+    from pyserver.engine.protocol.http_codec import _JSON_HEADERS
     from pyserver.engine.protocol.http_infer import json_answer
-    from pyserver.frontends.http_codec import _JSON_HEADERS
 
     rng = np.random.default_rng(7)
     # JSON data; all binary; per output (one binary, one JSON); asked
@@ -811,7 +811,7 @@ def test_json_answer_writes_what_orjson_writes(dtype):
 def test_json_answer_declines_what_it_does_not_write():
     """Anything but plain JSON numbers without parameters is left to the
     orjson path (None), which then answers as before."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import json_answer
 
     a = np.arange(4, dtype=np.float32)
@@ -897,7 +897,7 @@ def _reader_variants():
 def test_json_reader_reads_as_orjson_path_or_declines(body):
     """What csrc's InferRequestReader (simdjson) makes of a request is what
     orjson + the Python walk make of it; where it declines, they decide."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import read_plain
 
     read = read_plain("m", "", body, len(body), 1 << 26, codec.WIRE_TO_NUMPY)
@@ -921,7 +921,7 @@ def test_json_reader_reads_as_orjson_path_or_declines(body):
 def test_json_reader_takes_the_common_requests():
     """The requests tritonclient sends for numeric tensors (JSON data or
     binary, with outputs and an id) are read by the reader, not orjson."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import read_plain
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -943,7 +943,7 @@ def test_json_reader_binary_inputs_view_the_body():
     """Binary inputs are read-only views of the request body, flagged as
     np.ndarray(shape, dtype, body, offset) flags them; a body that is not
     bytes (a bytearray) gets that numpy view itself."""
-    import pyserver.frontends.http_codec as codec
+    import pyserver.engine.protocol.http_codec as codec
     from pyserver.engine.protocol.http_infer import read_plain
 
     flags = ["C_CONTIGUOUS", "F_CONTIGUOUS", "OWNDATA", "WRITEABLE", "ALIGNED"]

@@ -13,14 +13,14 @@ from multiprocessing import shared_memory as mp_shm
 import numpy as np
 import pytest
 
-from pyserver.frontends.http import parse_restricted_api
-from pyserver.frontends.http_codec import (
+from pyserver.engine.protocol.http_codec import (
     INFER_HEADER_LENGTH,
     ShmInferRequest,
     decode_infer_request,
     encode_infer_response,
     release_shm,
 )
+from pyserver.frontends.http import parse_restricted_api
 from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import InferResponse, InferTensor

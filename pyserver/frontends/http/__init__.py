@@ -11,7 +11,7 @@ infer       the infer handler (decode once, submit, answer as the batch complete
 generate    the generate extension's handlers
 framing     status lines, shared bodies, the answer slots
 
-The infer body codec is http_codec.py beside this package, the generate
+The infer body codec is compiled (engine/protocol/http_codec.pyx), the generate
 codec http_generate.py.
 """
 

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from pyserver.engine.protocol.http_codec import encode_json
 from pyserver.frontends.http.framing import (
     EMPTY_JSON,
     JSON_HEADERS,
@@ -23,7 +24,6 @@ from pyserver.frontends.http.framing import (
     NO_HEADERS,
     build,
 )
-from pyserver.frontends.http_codec import encode_json
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.runtime.shared_memory import SYSTEM
 

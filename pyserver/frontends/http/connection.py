@@ -18,6 +18,7 @@ import functools
 import inspect
 
 from pyserver.engine.protocol.http1 import ParseError, RequestParser, Upgrade
+from pyserver.engine.protocol.http_codec import encode_error, encode_json
 from pyserver.frontends.http.framing import (
     EMPTY_JSON,
     JSON_HEADERS,
@@ -32,7 +33,6 @@ from pyserver.frontends.http.framing import (
 )
 from pyserver.frontends.http.infer import infer
 from pyserver.frontends.http.routes import match
-from pyserver.frontends.http_codec import encode_error, encode_json
 from pyserver.kernel.errors import Code, ServerError
 
 _POST = "POST"

@@ -3,8 +3,8 @@ shares, and the slots that keep pipelined answers in request order."""
 
 from __future__ import annotations
 
+from pyserver.engine.protocol.http_codec import encode_json
 from pyserver.engine.protocol.http_infer import http_message
-from pyserver.frontends.http_codec import encode_json
 
 _REASONS = {
     100: b"Continue",

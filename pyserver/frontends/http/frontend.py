@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 
+from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http.connection import HttpConnection
 from pyserver.frontends.http.framing import error_body
 from pyserver.frontends.http.routes import RESTRICTED_API_GROUPS
-from pyserver.frontends.http_codec import DEFAULT_MAX_INPUT_SIZE
 from pyserver.runtime.shared_memory import SharedMemoryManager
 
 # Default request head limit (request line + headers).

@@ -4,8 +4,8 @@ codec in http_generate.py."""
 
 from __future__ import annotations
 
+from pyserver.engine.protocol.http_codec import encode_json
 from pyserver.frontends.http.framing import CONN_CLOSE, JSON_HEADERS, Slot, StreamSlot, status_line
-from pyserver.frontends.http_codec import encode_json
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
 from pyserver.kernel.errors import Code, ServerError
 

@@ -8,13 +8,13 @@ import asyncio
 import functools
 import zlib
 
-from pyserver.frontends.http.framing import PIPELINE_HIGH, Slot
-from pyserver.frontends.http_codec import (
+from pyserver.engine.protocol.http_codec import (
     answer_infer,
     decode_infer_request,
     encode_infer_response,
     release_shm,
 )
+from pyserver.frontends.http.framing import PIPELINE_HIGH, Slot
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import ImmediateFuture
 

@@ -1,6 +1,6 @@
 // The common case of a KServe v2 HTTP infer request's JSON header, read
 // with simdjson (engine/protocol/http_infer.pyx builds the request from it). It says
-// yes only to what pyserver/frontends/http_codec.py's decoder would take to
+// yes only to what engine/protocol/http_codec.pyx's decoder would take to
 // the same result with no error: inputs with flat numeric "data" or a
 // binary_data_size, outputs asking at most for binary_data, request
 // parameters at most binary_data_output. Anything else, duplicate keys

@@ -1,7 +1,7 @@
 // JSON text of an infer response's tensors, for the HTTP frontend's common
 // case (engine/protocol/http_infer.pyx). Numbers are written as orjson writes a numpy
 // array's elements (OPT_SERIALIZE_NUMPY) and strings as orjson escapes them,
-// so that this path and the Python one (pyserver/frontends/http_codec.py)
+// so that this path and the Python one (engine/protocol/http_codec.pyx)
 // answer byte for byte alike; it exists because orjson's numpy path plus
 // the dicts around it cost the event loop ~20-30k instructions per add_sub
 // answer (this path ~18k, callgrind).

@@ -1,6 +1,11 @@
+# cython: language_level=3, annotation_typing=False
 """KServe v2 / Triton HTTP infer body codec: wire bytes <-> core objects.
 
 Pure functions, no I/O, one authority per direction:
+
+Compiled (engine/protocol/http_codec.pyx) though written as plain Python:
+the general path is what runs for every request the C common case declines,
+so it runs at compiled speed too, with every rule and error text here.
 
 - ``decode_infer_request`` turns a request body (JSON header plus Triton's
   binary tensor extension) into an ``InferRequest`` whose binary inputs are
@@ -35,7 +40,7 @@ from pyserver.engine.protocol.http_infer import (
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
-from pyserver.kernel.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 __all__ = [
     "INFER_HEADER_LENGTH",

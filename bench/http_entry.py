@@ -1,12 +1,14 @@
-"""The HTTP infer codec on what its compiled common case declines: what the
-frontend's one decode call and one answer call cost per request there.
+"""The HTTP infer codec through the frontend's entry points: what its one
+decode call and its one answer call cost per request, on what the compiled
+common case takes and on what it declines.
 
-  python bench/http_declined.py [--number 20000] [--repeat 7]
-  python bench/ab.py --baseline ../old -- http_declined.py   # against a tree before
+  python bench/http_entry.py [--number 20000] [--repeat 7]
+  python bench/ab.py --baseline ../old -- http_entry.py   # against a tree before
 
-Requests the reader declines: nested JSON data, a request parameter of the
-user's own, a BYTES input; answers the writer declines: response
-parameters, an FP16 output, a BYTES output. Each is timed through the
+Common: tritonclient's add_sub requests (JSON data; binary data) and their
+answers. Declined by the reader: nested JSON data, a request parameter of
+the user's own, a BYTES input; by the writer: response parameters, an FP16
+output, a BYTES output. Each is timed through the
 frontend's entry points (http_codec.decode_infer_request and answer_infer;
 in a tree from before the single decoder, decode_common_request then
 decode_infer_request, and respond_common then encode_infer_response, as its
@@ -29,9 +31,12 @@ LIMIT = 1 << 26
 
 def entry_points():
     """(decode(headers, body), answer(response, request)) as the frontend calls them."""
-    import pyserver.frontends.http_codec as codec
+    try:  # one decoder, one encoder, compiled
+        import pyserver.engine.protocol.http_codec as codec
+    except ImportError:  # the tree before: the frontends' codec over decode_plain
+        import pyserver.frontends.http_codec as codec
 
-    if hasattr(codec, "answer_infer"):  # one decoder, one encoder
+    if hasattr(codec, "answer_infer"):
         def decode(headers, body):
             return codec.decode_infer_request(
                 "m", "", headers.get(b"inference-header-content-length"), body, LIMIT, None,
@@ -60,6 +65,10 @@ def entry_points():
 def requests():
     values = list(range(16))
     return {
+        "common JSON": {"inputs": [
+            {"name": n, "datatype": "FP32", "shape": [1, 16], "data": values}
+            for n in ("INPUT0", "INPUT1")],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}]},
         "nested JSON data": {"inputs": [
             {"name": n, "datatype": "FP32", "shape": [4, 4],
              "data": [values[i:i + 4] for i in range(0, 16, 4)]} for n in ("INPUT0", "INPUT1")]},
@@ -80,6 +89,8 @@ def responses():
         from pyserver.core.types import InferResponse, InferTensor
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     return {
+        "common answer": InferResponse("m", "1", "", [InferTensor("OUT", "FP32", [1, 16], a),
+                                                      InferTensor("OUT1", "FP32", [1, 16], a)]),
         "response parameters": InferResponse("m", "1", "", [InferTensor("OUT", "FP32", [1, 16], a)],
                                              {"sequence": "s1"}),
         "FP16 output": InferResponse("m", "1", "", [
@@ -100,10 +111,18 @@ def main() -> None:
         from pyserver.core.types import InferRequest
     decode, answer = entry_points()
     rows = []
-    for case, doc in requests().items():
-        body = json.dumps(doc).encode()
-        decode({}, body)  # decodes (and says no error) before it is timed
-        us = min(timeit.repeat(lambda: decode({}, body), number=args.number,
+    import numpy as np
+
+    binary = np.arange(16, dtype=np.float32).tobytes()
+    header = json.dumps({"inputs": [
+        {"name": n, "datatype": "FP32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
+        for n in ("INPUT0", "INPUT1")], "parameters": {"binary_data_output": True}}).encode()
+    bodies = [(case, {}, json.dumps(doc).encode()) for case, doc in requests().items()]
+    bodies.insert(1, ("common binary", {b"inference-header-content-length": b"%d" % len(header)},
+                      header + binary + binary))
+    for case, headers, body in bodies:
+        decode(headers, body)  # decodes (and says no error) before it is timed
+        us = min(timeit.repeat(lambda: decode(headers, body), number=args.number,
                                repeat=args.repeat)) / args.number * 1e6
         rows.append({"case": case, "side": "request", "us": round(us, 3)})
     request = InferRequest("m", "", "", [], [], {})
@@ -114,7 +133,7 @@ def main() -> None:
         rows.append({"case": case, "side": "answer", "us": round(us, 3)})
     for r in rows:
         print(f"{r['side']:>7} {r['case']:<20} {r['us']:6.2f} µs", file=sys.stderr)
-    print(json.dumps({"bench": "http_declined", "rows": rows}, indent=2))
+    print(json.dumps({"bench": "http_entry", "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,26 @@
+from typing import Any, Callable
+
+from pyserver.engine.types import InferRequest, InferResponse
+
+INFER_HEADER_LENGTH: str
+DEFAULT_MAX_INPUT_SIZE: int
+READER_MAX: int
+WIRE_TO_NUMPY: dict
+
+class ShmInferRequest(InferRequest):
+    shm_leases: list
+    shm_outputs: dict
+
+def read_common(model_name: str, model_version: str, body: Any, hlen: int,
+                max_input_size: int) -> InferRequest | None: ...
+def decode_infer_request(model_name: str, model_version: str, header_length: str | bytes | None,
+                         body: Any, max_input_size: int = ..., shm: Any = ...,
+                         model_config: Callable[[str, str], dict] | None = ...) -> InferRequest: ...
+def encode_infer_response(response: InferResponse, request: InferRequest) -> tuple[list, Any]: ...
+def answer_infer(response: InferResponse, request: InferRequest, keep_alive: bool,
+                 http10: bool) -> list: ...
+def release_shm(request: Any) -> None: ...
+def encode_error(err: Exception) -> tuple[int, bytes]: ...
+def encode_json(obj: Any) -> bytes: ...
+def json_answer(response: Any, request: Any, json_headers: list, keep_alive: bool,
+                http10: bool) -> list | None: ...
