@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from pyserver._proto import message_class
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
+from pyserver.frontends.restricted import parse_restricted
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
 from pyserver.kernel.errors import Code, GrpcStatus, ServerError
 from pyserver.kernel.types import InferResponse
@@ -93,22 +94,7 @@ def parse_restricted_protocols(specs) -> dict:
             key, value = kv
             out[group] = (str(key), str(value))
         return out
-    out = {}
-    for spec in specs or ():
-        groups, sep, kv = str(spec).partition(":")
-        key, eq, value = kv.partition("=")
-        if not sep or not eq or not key:
-            raise ValueError(f"--grpc-restricted-protocol expects "
-                             f"'<protocol>,...:<key>=<value>', got '{spec}'")
-        for group in groups.split(","):
-            group = group.strip()
-            if group not in PROTOCOL_GROUPS:
-                raise ValueError(f"unknown restricted protocol '{group}', expected one of "
-                                 f"{', '.join(PROTOCOL_GROUPS)}")
-            if group in out:
-                raise ValueError(f"protocol '{group}' is restricted more than once")
-            out[group] = (key.strip(), value.strip())
-    return out
+    return parse_restricted(specs, "--grpc-restricted-protocol", "protocol", PROTOCOL_GROUPS)
 
 
 # ---------------------------------------------------------------- typed contents

@@ -14,6 +14,7 @@ from urllib.parse import unquote
 from pyserver.frontends.http import admin
 from pyserver.frontends.http.generate import generate, generate_stream
 from pyserver.frontends.http.infer import infer
+from pyserver.frontends.restricted import parse_restricted
 from pyserver.runtime.shared_memory import CUDA, SYSTEM
 
 # restricted_features.h RESTRICTED_CATEGORY_NAMES
@@ -140,24 +141,4 @@ def parse_restricted_api(values) -> dict:
     """``--http-restricted-api`` values ("<api-1>,<api-2>:<key>=<value>", the
     flag may repeat) -> {group: (header key, header value)}. Raises
     ValueError with Triton's texts (command_line_parser.cc)."""
-    result: dict = {}
-    for arg in values or ():
-        delim_name = arg.find(":")
-        delim_setting = arg.find("=", delim_name + 1) if delim_name >= 0 else -1
-        error = ("--http-restricted-api option format is '<config name>:<setting>=<value>'. "
-                 f"Got {arg}")
-        if delim_name < 0 or delim_setting < 0:
-            raise ValueError(error)
-        groups = arg[:delim_name]
-        key = arg[delim_name + 1:delim_setting]
-        value = arg[delim_setting + 1:]
-        if not groups or not key or not value:
-            raise ValueError(error)
-        for group in groups.split(","):
-            if group not in RESTRICTED_API_GROUPS:
-                raise ValueError(f"unknown restricted api '{group}' ")
-            if group in result:
-                raise ValueError(f"restricted api '{group}' can not be specified in multiple "
-                                 "config groups")
-            result[group] = (key, value)
-    return result
+    return parse_restricted(values, "--http-restricted-api", "api", RESTRICTED_API_GROUPS)
