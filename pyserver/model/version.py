@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from pathlib import Path
-from time import thread_time_ns
 from typing import Any
 
 import numpy as np
@@ -25,8 +23,6 @@ from pyserver.backends.base import (
     RESCHEDULED,
     BatchOutcome,
     Capability,
-    ExecutionDriver,
-    capabilities_of,
 )
 from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
@@ -51,6 +47,7 @@ from pyserver.kernel.types import (
 )
 from pyserver.model.classification import classify, load_labels
 from pyserver.model.inline import InlineInstance, can_inline, inline_setting, running_loop
+from pyserver.model.instance import ModelInstance, ThreadDriver
 from pyserver.model.ragged import BatchShaping
 from pyserver.model.sequence import NOT_ITERATIVE, Reschedule, SequenceControls
 from pyserver.runtime.tracing import Tracer
@@ -121,93 +118,6 @@ def _rid(request) -> str:
 
 def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
-
-
-class ModelInstance:
-    """One instance of a model version: its backend object, its name, and
-    the rate limiter's hold on it; an ExecutionDriver feeds it batches."""
-
-    __slots__ = ("model", "name", "backend", "capabilities", "rate_limit")
-
-    def __init__(self, model: "ModelVersion", name: str, backend):
-        self.model = model
-        self.name = name
-        self.backend = backend
-        self.capabilities = capabilities_of(backend)
-        # --rate-limit=execution_count: (limiter, id) while its group lists
-        # resources, held for each batch it executes
-        self.rate_limit = None
-
-
-class ThreadDriver(ExecutionDriver):
-    """An instance's own thread: waits in the scheduler for a batch (GIL
-    released), runs it, completes it and waits for the next in one call."""
-
-    def __init__(self, model: "ModelVersion", instance: ModelInstance):
-        self.model = model
-        self.instance = instance
-        self.thread = threading.Thread(target=self._run, name=f"instance:{instance.name}",
-                                       daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self, timeout: float) -> None:
-        if self.thread.is_alive():
-            self.thread.join(timeout=timeout)
-
-    def _run(self):
-        model = self.model
-        instance = self.instance
-        scheduler = model.scheduler
-        # Backends that implement Triton's execute(requests) API take the
-        # batch as separate requests; the others take gathered tensors.
-        if Capability.TAKES_REQUESTS in instance.capabilities:
-            execute = model.execute_requests
-        else:
-            execute = model.execute_batch
-        batch = scheduler.next_batch()  # blocks in C++ with the GIL released
-        inline = model.inline  # told how cheap each batch is (model/inline.py)
-        release = scheduler.release_held_signal
-        try:
-            while batch is not None:
-                if instance.rate_limit is not None:
-                    release()  # the limiter may keep it waiting
-                    outcome = self._execute_limited(execute, batch)
-                elif inline is None:
-                    outcome = execute(instance, batch)
-                else:
-                    cpu_ns = thread_time_ns()
-                    outcome = execute(instance, batch)
-                    inline.observe(thread_time_ns() - cpu_ns)
-                # The execution released the last batch's completion as it
-                # started (see complete_and_next); this covers a failure before.
-                release()
-                if model.tracing:
-                    model.stamp_traces(batch, outcome)
-                if model.iterative:
-                    model.end_iterations(batch.requests)
-                # Completes this batch and waits for the next, GIL released.
-                batch = scheduler.complete_and_next(batch, *outcome)
-        finally:
-            # A thread that dies holding a wake-up would strand every
-            # completion behind it (the queue is not empty, so no push signals).
-            release()
-
-    def _execute_limited(self, execute, batch) -> BatchOutcome:
-        """Runs a batch once the rate limiter grants this instance its
-        resources (waiting with the GIL released), then gives them back."""
-        instance = self.instance
-        limiter, limit_id = instance.rate_limit
-        if not limiter.acquire(limit_id):  # the server is stopping
-            t = now_ns()
-            return BatchOutcome(t, t, t, t, int(Code.UNAVAILABLE),
-                                "Server is stopping, scheduler for model has stopped accepting "
-                                "new inference requests")
-        try:
-            return execute(instance, batch)
-        finally:
-            limiter.release(limit_id)
 
 
 class ModelVersion:
