@@ -44,6 +44,7 @@ from pyserver.backends._common import (
 )
 from pyserver.backends.base import Capability
 from pyserver.engine.memory import CudaStreamPool
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.runtime.device_memory import DeviceMemory
 from pyserver.runtime.host_memory import HostMemory
@@ -58,11 +59,12 @@ _TRT_TO_CONFIG = {
 for _name, _config in (("INT64", "TYPE_INT64"), ("BF16", "TYPE_BF16")):
     if hasattr(trt.DataType, _name):  # TensorRT >= 9 / 10
         _TRT_TO_CONFIG[getattr(trt.DataType, _name)] = _config
-_CONFIG_TO_NUMPY = {
-    "TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT8": np.int8,
-    "TYPE_INT32": np.int32, "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8,
-    "TYPE_INT64": np.int64, "TYPE_BF16": np.uint16,  # bfloat16 travels as uint16 words
-}
+
+
+def _numpy_of(config_type: str | None):
+    """A config type's numpy dtype (the kernel's table: BF16 as uint16 words)."""
+    return WIRE_TO_NUMPY.get(config_to_wire(config_type)) if config_type else None
+
 
 _logger = trt.Logger(trt.Logger.WARNING)
 _STREAMS_PER_GPU = 8
@@ -240,7 +242,7 @@ class TensorRTBackend:
         stream = self.stream
         staged_inputs = []  # kept alive until the copies are done
         for name, value in inputs.items():
-            dtype = _CONFIG_TO_NUMPY[self.types[name]]
+            dtype = _numpy_of(self.types[name])
             staged = self.host_memory.empty(value.shape, dtype)
             np.copyto(staged, value, casting="no" if value.dtype == dtype else "unsafe")
             staged_inputs.append(staged)
@@ -257,7 +259,7 @@ class TensorRTBackend:
                 raise ServerError(Code.UNSUPPORTED,
                                   f"output '{name}' of model '{self.name}' has a data-dependent "
                                   f"shape {list(shape)}, which this backend does not support")
-            dtype = _CONFIG_TO_NUMPY.get(self.types.get(name), None) or \
+            dtype = _numpy_of(self.types.get(name)) or \
                 np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             ptr = self.device_buffers[name].reserve(nbytes)
