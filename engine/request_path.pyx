@@ -1,17 +1,33 @@
 # cython: language_level=3
-"""Two per-request steps of pyserver.model.version, compiled for the common case:
-checking a request's inputs against the model's, and cutting a batch's
+"""Two per-request steps of pyserver.model.version, compiled: validating a
+request against the model's inputs and outputs, and cutting a batch's
 outputs into each request's response.
 
 Both run on the event loop's thread for every request, and as Python they
-cost ~6 µs of the ~60 µs a gRPC call takes there (measured at c16). The
-check only says yes: for anything out of the ordinary (an error, a reshape,
-optional or variable-size inputs) it returns None and the Python code, which
-owns every rule and error text, decides. So a request is accepted here only
-if ModelVersion.validate would accept it with the same result.
+cost ~6 µs of the ~60 µs a gRPC call takes there (measured at c16).
+``validate`` is the one authority, with Triton's rules and texts; its
+typed first stage (``check``) takes the plain case (fixed dims, no reshape,
+every input required) and says yes only, so anything else (an error, a
+reshape, optional or variable-size inputs) runs the general walk, which
+decides. A model whose inputs are not all plain skips the first stage.
 """
 
 from pyserver.engine.types cimport InferRequest, InferTensor, new_response, new_tensor
+
+from pyserver.kernel.errors import Code, ServerError
+
+
+cdef object invalid_arg(str message):
+    return ServerError(Code.INVALID_ARG, message)
+
+
+cdef str _rid(request):
+    """Triton's prefix of a request's validation errors (built only for one)."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+cdef str _fmt_shape(shape):
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
 cdef class RequestPath:
@@ -29,10 +45,21 @@ cdef class RequestPath:
     cdef object output_tensor  # ModelVersion._output_tensor (classification)
     cdef object wire_of  # numpy dtype -> wire datatype (core.dtypes.numpy_to_wire)
     cdef dict wire_types  # what wire_of said, by dtype
+    cdef dict specs  # name -> TensorSpec (the general walk)
+    cdef list required_inputs
+    cdef bint has_optional
+    cdef list enforced  # variable-size, not ragged: the equal-shape rule's inputs
+    cdef bint enforce_shapes
 
     def __init__(self, model_name, version, inputs, outputs, max_batch_size, all_outputs,
-                 output_tensor, wire_of):
-        """``inputs``/``outputs``: core.model TensorSpec by name."""
+                 output_tensor, wire_of, required_inputs=(), enforced=(),
+                 enforce_shapes=False):
+        """``inputs``/``outputs``: model.version TensorSpec by name."""
+        self.specs = dict(inputs)
+        self.required_inputs = list(required_inputs)
+        self.has_optional = any(s.optional for s in inputs.values())
+        self.enforced = list(enforced)
+        self.enforce_shapes = enforce_shapes
         self.wire_of = wire_of
         self.wire_types = {}
         self.model_name = model_name
@@ -47,9 +74,92 @@ cdef class RequestPath:
         self.all_outputs = list(all_outputs)
         self.output_tensor = output_tensor
 
+    cpdef tuple validate(self, InferRequest request):
+        """``(arrays by name, batch size, shape key for the equal-shape
+        rule)``; ServerError with Triton's text when the request breaks a
+        rule."""
+        cdef tuple plain = self.check(request)
+        if plain is not None:
+            return plain
+        return self.walk(request)
+
+    def walk(self, InferRequest request):
+        """Every rule, in Triton's order, with its text: validate without its
+        first stage (the differential tests compare the two)."""
+        name = self.model_name
+        arrays = {}
+        batching = self.max_batch_size > 0
+        batch_size = 0
+        for t in request.inputs:
+            spec = self.specs.get(t.name)
+            if spec is None:
+                raise invalid_arg(f"{_rid(request)}unexpected inference input '{t.name}' for model '{name}'")
+            if t.name in arrays:
+                raise invalid_arg(f"{_rid(request)}input '{t.name}' already exists in request")
+            if t.datatype != spec.datatype:
+                raise invalid_arg(
+                    f"{_rid(request)}inference input '{t.name}' data-type is '{t.datatype}', but model "
+                    f"'{name}' expects '{spec.datatype}'")
+            shape = t.shape
+            if batching:
+                if not shape:
+                    raise invalid_arg(
+                        f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
+                        f"Expected {_fmt_shape((-1,) + spec.dims)}, got {_fmt_shape(shape)}")
+                if not arrays:
+                    batch_size = int(shape[0])
+                elif int(shape[0]) != batch_size:
+                    raise invalid_arg(
+                        f"{_rid(request)}input '{t.name}' batch size does not match other "
+                        f"inputs for '{name}'")
+                dims = shape[1:]
+            else:
+                dims = shape
+            if not spec.matches(dims):
+                expected = ((-1,) if batching else ()) + spec.dims
+                raise invalid_arg(
+                    f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
+                    f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}")
+            data = t.data
+            if spec.reshape is not None:
+                data = data.reshape(((batch_size,) if batching else ()) + spec.reshape)
+            arrays[t.name] = data
+        if len(arrays) < len(self.specs):
+            missing = [n for n in self.required_inputs if n not in arrays]
+            if missing:
+                got = ",".join(f"'{n}'" for n in arrays)
+                lack = ",".join(f"'{n}'" for n in missing)
+                n_req = len(self.required_inputs)
+                if self.has_optional:
+                    expected = f"expected number of inputs between {n_req} and {len(self.specs)}"
+                else:
+                    expected = f"expected {n_req} inputs"
+                raise invalid_arg(
+                    f"{_rid(request)}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
+                    f"input(s) [{got}], but missing required input(s) [{lack}]. Please provide "
+                    "all required input(s).")
+        if batching and batch_size > self.max_batch_size:
+            raise invalid_arg(
+                f"{_rid(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
+        seen = set()
+        for out in request.outputs:
+            if out.name not in self.output_types:
+                raise invalid_arg(f"{_rid(request)}unexpected inference output '{out.name}' "
+                                  f"for model '{name}'")
+            if out.name in seen:
+                raise invalid_arg(f"{_rid(request)}output '{out.name}' already exists in request")
+            seen.add(out.name)
+        shape_key = 0
+        if self.enforce_shapes and batching:
+            key = tuple(tuple(arrays[n].shape[1:]) if n in arrays else None for n in self.enforced)
+            if self.has_optional:
+                key = (key, tuple(sorted(arrays)))
+            shape_key = hash(key) & 0xFFFFFFFFFFFFFFFF
+        return arrays, batch_size, shape_key
+
     cpdef tuple check(self, InferRequest request):
-        """``(arrays by name, batch size, shape key 0)`` for a request that
-        passes every rule; None when the Python validate must decide."""
+        """``(arrays by name, batch size, shape key 0)`` for a plain request
+        that passes every rule; None when the general walk must decide."""
         if not self.checks:
             return None
         cdef list inputs = request.inputs

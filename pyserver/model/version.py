@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -37,7 +36,7 @@ from pyserver.engine import (
 from pyserver.engine.request_path import RequestPath
 from pyserver.kernel import dtypes
 from pyserver.kernel.context import ServerContext
-from pyserver.kernel.errors import Code, ServerError, invalid_arg
+from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import (
     InferRequest,
     InferResponse,
@@ -111,15 +110,6 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": shape}
 
 
-def _rid(request) -> str:
-    """Triton's prefix of a request's validation errors (built only for one)."""
-    return f"[request id: {request.id or '<id_unknown>'}] "
-
-
-def _fmt_shape(shape) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
-
-
 class ModelVersion:
     """One version of a model, loaded and serving."""
 
@@ -181,11 +171,12 @@ class ModelVersion:
         # instance_group { passive: true }: loaded (and warmed up) but given
         # no work, as Triton keeps them
         self.passive_instances: list[ModelInstance] = []
-        # The common case of validate() and of cutting outputs into
-        # responses, compiled (engine/request_path.pyx).
+        # Request validation (every rule and text) and the cut of outputs
+        # into responses, compiled (engine/request_path.pyx).
         self._path = RequestPath(name, self.version_str, self.inputs, self.outputs,
                                  self.max_batch_size, self._all_outputs, self._output_tensor,
-                                 dtypes.numpy_to_wire)
+                                 dtypes.numpy_to_wire, self.required_inputs, self._enforced,
+                                 self.enforce_shapes)
         self.labels = load_labels(str(Path(version_dir).parent), config)
         self.load_duration_s = 0.0
         self.tracing = False  # set by the server while tracing may be on
@@ -360,8 +351,7 @@ class ModelVersion:
                validated: tuple | None = None) -> PendingRequest:
         """Queues a request; ``validated``: what validate() already
         returned for it (the response cache validates before its lookup)."""
-        arrays, batch_size, shape_key = (validated or self._path.check(request)
-                                         or self.validate(request))
+        arrays, batch_size, shape_key = validated or self._path.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
         if self.sequence is None:
@@ -375,77 +365,9 @@ class ModelVersion:
 
     def validate(self, request: InferRequest):
         """Triton's checks and texts; returns (arrays by name, batch size,
-        shape key for the equal-shape rule)."""
-        name = self.name
-        arrays: dict[str, Any] = {}
-        batching = self.max_batch_size > 0
-        batch_size = 0
-        for t in request.inputs:
-            spec = self.inputs.get(t.name)
-            if spec is None:
-                raise invalid_arg(f"{_rid(request)}unexpected inference input '{t.name}' for model '{name}'")
-            if t.name in arrays:
-                raise invalid_arg(f"{_rid(request)}input '{t.name}' already exists in request")
-            if t.datatype != spec.datatype:
-                raise invalid_arg(
-                    f"{_rid(request)}inference input '{t.name}' data-type is '{t.datatype}', but model "
-                    f"'{name}' expects '{spec.datatype}'")
-            shape = t.shape
-            if batching:
-                if not shape:
-                    raise invalid_arg(
-                        f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                        f"Expected {_fmt_shape((-1,) + spec.dims)}, got {_fmt_shape(shape)}")
-                if not arrays:
-                    batch_size = int(shape[0])
-                elif int(shape[0]) != batch_size:
-                    raise invalid_arg(
-                        f"{_rid(request)}input '{t.name}' batch size does not match other "
-                        f"inputs for '{name}'")
-                dims = shape[1:]
-            else:
-                dims = shape
-            if not spec.matches(dims):
-                expected = ((-1,) if batching else ()) + spec.dims
-                raise invalid_arg(
-                    f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                    f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}")
-            data = t.data
-            if spec.reshape is not None:
-                data = data.reshape(((batch_size,) if batching else ()) + spec.reshape)
-            arrays[t.name] = data
-        if len(arrays) < len(self.inputs):
-            missing = [n for n in self.required_inputs if n not in arrays]
-            if missing:
-                got = ",".join(f"'{n}'" for n in arrays)
-                lack = ",".join(f"'{n}'" for n in missing)
-                n_req = len(self.required_inputs)
-                if self.has_optional:
-                    expected = f"expected number of inputs between {n_req} and {len(self.inputs)}"
-                else:
-                    expected = f"expected {n_req} inputs"
-                raise invalid_arg(
-                    f"{_rid(request)}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
-                    f"input(s) [{got}], but missing required input(s) [{lack}]. Please provide "
-                    "all required input(s).")
-        if batching and batch_size > self.max_batch_size:
-            raise invalid_arg(
-                f"{_rid(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
-        seen = set()
-        for out in request.outputs:
-            if out.name not in self.outputs:
-                raise invalid_arg(f"{_rid(request)}unexpected inference output '{out.name}' "
-                                  f"for model '{name}'")
-            if out.name in seen:
-                raise invalid_arg(f"{_rid(request)}output '{out.name}' already exists in request")
-            seen.add(out.name)
-        shape_key = 0
-        if self.enforce_shapes and batching:
-            key = tuple(tuple(arrays[n].shape[1:]) if n in arrays else None for n in self._enforced)
-            if self.has_optional:
-                key = (key, tuple(sorted(arrays)))
-            shape_key = hash(key) & 0xFFFFFFFFFFFFFFFF
-        return arrays, batch_size, shape_key
+        shape key for the equal-shape rule). Raises ServerError
+        (engine/request_path.pyx holds every rule)."""
+        return self._path.validate(request)
 
     # -- batch execution (instance threads) ----------------------------------
 

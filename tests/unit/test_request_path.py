@@ -72,7 +72,7 @@ def test_check_accepts_only_what_validate_accepts(text):
     for request in variants():
         fast = mv._path.check(request)
         try:
-            slow = mv.validate(request)
+            slow = mv._path.walk(request)  # the general walk alone
         except Exception:
             assert fast is None, [(t.name, t.shape) for t in request.inputs]
             continue
