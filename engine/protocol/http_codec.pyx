@@ -41,6 +41,7 @@ from pyserver.engine.protocol.http_infer import (
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 
 __all__ = [
     "INFER_HEADER_LENGTH",
@@ -308,24 +309,21 @@ def _member_error(field: str, value) -> ServerError:
 
 class ShmInferRequest(InferRequest):
     """An InferRequest that reads inputs from or writes outputs to client
-    shared memory: it holds the leases on the regions until
-    ``release_shm`` (after the response is encoded, or on failure)."""
+    shared memory: ``shm`` (a SharedMemoryUse) holds the leases on the
+    regions until ``release_shm`` (after the response is encoded, or on
+    failure)."""
 
-    __slots__ = ("shm_leases", "shm_outputs")
+    __slots__ = ("shm",)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, shm=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.shm_leases = []
-        self.shm_outputs = {}
+        self.shm = shm
 
 
 def release_shm(request) -> None:
     """Releases the shared-memory leases a decoded request holds (idempotent)."""
     if type(request) is ShmInferRequest:
-        leases, request.shm_leases = request.shm_leases, []
-        request.shm_outputs = {}
-        for lease in leases:
-            lease.release()
+        request.shm.release()
 
 
 def _shm_params(params: dict):
@@ -660,10 +658,11 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
     if not leases:
         return InferRequest(model_name, model_version, request_id, inputs, outputs, params,
                             priority, timeout)
+    use = SharedMemoryUse()
+    use.leases = leases
+    use.outputs = shm_outputs or {}
     request = ShmInferRequest(model_name, model_version, request_id, inputs, outputs, params,
-                              priority, timeout)
-    request.shm_leases = leases
-    request.shm_outputs = shm_outputs or {}
+                              priority, timeout, shm=use)
     return request
 
 
@@ -718,7 +717,7 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
     requested = request.outputs
     out_params = {o.name: o.parameters for o in requested} if requested else None
 
-    shm_outputs = request.shm_outputs if type(request) is ShmInferRequest else None
+    shm_outputs = request.shm.outputs if type(request) is ShmInferRequest else None
 
     outputs_json = []
     buffers = None

@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from pyserver._proto import message_class
+from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.restricted import parse_restricted
@@ -189,26 +190,6 @@ def decode_contents(name, datatype, shape, contents, model_name, request_id):
 # ---------------------------------------------------------------- shared memory
 
 
-class _ShmUse:
-    """Shared-memory inputs and outputs of one infer request (rare): inputs
-    are read from their regions before submit, outputs written to theirs
-    when the response is ready; leases are released when the call ends."""
-
-    __slots__ = ("leases", "outputs")
-
-    def __init__(self):
-        self.leases = []
-        self.outputs = {}
-
-    def release(self):
-        leases, self.leases = self.leases, []
-        for lease in leases:
-            lease.release()
-
-    def write(self, response):
-        _write_shared_memory(self, response)
-
-
 def _int_param(params: dict, key: str, default: int = 0) -> int:
     value = params.get(key, default)
     if type(value) is not int:
@@ -217,7 +198,7 @@ def _int_param(params: dict, key: str, default: int = 0) -> int:
     return value
 
 
-def _resolve_shared_memory(manager, request) -> _ShmUse | None:
+def _resolve_shared_memory(manager, request) -> SharedMemoryUse | None:
     use = None
     try:
         for t in request.inputs:
@@ -227,7 +208,7 @@ def _resolve_shared_memory(manager, request) -> _ShmUse | None:
             if region is None:
                 continue
             if use is None:
-                use = _ShmUse()
+                use = SharedMemoryUse()
             size = _int_param(t.parameters, "shared_memory_byte_size")
             offset = _int_param(t.parameters, "shared_memory_offset")
             arr, lease = manager.input_array(
@@ -244,7 +225,7 @@ def _resolve_shared_memory(manager, request) -> _ShmUse | None:
                                   "Output can't set both 'shared_memory_region' and "
                                   "'classification'")
             if use is None:
-                use = _ShmUse()
+                use = SharedMemoryUse()
             size = _int_param(out.parameters, "shared_memory_byte_size")
             offset = _int_param(out.parameters, "shared_memory_offset")
             lease = manager.output_writer(region, offset, size)
@@ -255,21 +236,6 @@ def _resolve_shared_memory(manager, request) -> _ShmUse | None:
             use.release()
         raise
     return use
-
-
-def _write_shared_memory(use: _ShmUse, response):
-    """Outputs bound to regions go there; the message keeps their name,
-    datatype and shape with empty raw contents, as Triton's does."""
-    from pyserver.kernel.types import InferTensor
-
-    outputs = []
-    for t in response.outputs:
-        lease = use.outputs.get(t.name)
-        if lease is not None and t.data is not None:
-            lease.write(t.name, t.data, t.datatype)
-            t = InferTensor(t.name, t.datatype, t.shape, None, t.parameters)
-        outputs.append(t)
-    response.outputs = outputs
 
 
 # ---------------------------------------------------------------- streams
@@ -804,7 +770,7 @@ class _StreamReply:
             elif response is not None:
                 try:
                     if self.use is not None:
-                        _write_shared_memory(self.use, response)
+                        self.use.write(response)
                     response.parameters = {**response.parameters, "triton_final_response": final}
                     payload = encode_stream_response(response, request)
                 except ServerError as e:

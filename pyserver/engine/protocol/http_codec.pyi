@@ -8,8 +8,7 @@ READER_MAX: int
 WIRE_TO_NUMPY: dict
 
 class ShmInferRequest(InferRequest):
-    shm_leases: list
-    shm_outputs: dict
+    shm: Any  # a SharedMemoryUse
 
 def read_common(model_name: str, model_version: str, body: Any, hlen: int,
                 max_input_size: int) -> InferRequest | None: ...
