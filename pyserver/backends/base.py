@@ -17,6 +17,7 @@ from the event loop instead of a thread).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from typing import NamedTuple
 
@@ -96,3 +97,11 @@ class ExecutionDriver:
         """After the scheduler stopped: lets the batch in flight end, then
         lets go (from any thread)."""
         raise NotImplementedError
+
+
+def running_loop():
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

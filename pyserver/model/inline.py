@@ -22,12 +22,11 @@ Config: ``parameters { key: "pyserver_inline_execution" value { string_value:
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
 
-from pyserver.backends.base import Capability, ExecutionDriver
+from pyserver.backends.base import Capability, ExecutionDriver, running_loop
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -177,11 +176,3 @@ class InlineInstance(ExecutionDriver):
         self._stopped = True
         if running_loop() is not self.loop and self._running.acquire(timeout=timeout):
             self._running.release()
-
-
-def running_loop():
-    """The event loop running in this thread, or None."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

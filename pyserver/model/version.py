@@ -18,11 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver._proto import ModelConfig
-from pyserver.backends.base import (
-    RESCHEDULED,
-    BatchOutcome,
-    Capability,
-)
+from pyserver.backends.base import RESCHEDULED, BatchOutcome, Capability, running_loop
 from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
     Batch,
@@ -45,7 +41,7 @@ from pyserver.kernel.types import (
     RequestedOutput,
 )
 from pyserver.model.classification import classify, load_labels
-from pyserver.model.inline import InlineInstance, can_inline, inline_setting, running_loop
+from pyserver.model.inline import InlineInstance, can_inline, inline_setting
 from pyserver.model.instance import ModelInstance, ThreadDriver
 from pyserver.model.ragged import BatchShaping
 from pyserver.model.sequence import NOT_ITERATIVE, Reschedule, SequenceControls

@@ -19,13 +19,12 @@ loop.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import os
 import threading
 
-from pyserver.backends.base import BatchOutcome, ExecutionDriver
+from pyserver.backends.base import BatchOutcome, ExecutionDriver, running_loop
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
@@ -250,11 +249,3 @@ class WorkerLoopDriver(ExecutionDriver):
         except RuntimeError:  # the loop is closed: nothing more runs here
             self.batches.clear()
             self.idle.set()
-
-
-def running_loop():
-    """The event loop running in this thread, or None."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
