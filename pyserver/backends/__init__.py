@@ -1,13 +1,12 @@
 """Backends: one module per framework, imported lazily so a CPU-only install
 without a framework still serves the models it can.
 
-A backend class is built once per model instance with
-``(model_path, config, instance_name, device, threads)`` and offers
-``execute(inputs: dict[name, ndarray]) -> dict[name, ndarray]`` (called on the
-instance's thread; it should release the GIL while it computes) and
-optionally ``close()``. A backend whose ``runs_inline`` is true computes in
-this process on the CPU: while its batches are cheap, the event loop's own
-thread may run them (pyserver/model/inline.py).
+A backend class is built once per model instance; what it offers and
+declares (its capabilities, the batch outcome, the execution-driver
+interface) is written in base.py. ``backend_class(name)`` finds the class a
+config's backend name means, ``instance_class(cls, config)`` the one that
+runs that config's instances, and ``register_backend`` adds an
+application's own.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver._proto import ModelConfig
+from pyserver.backends._common import instance_placement
 from pyserver.backends.base import RESCHEDULED, BatchOutcome, Capability, running_loop
 from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
@@ -239,8 +240,6 @@ class ModelVersion:
             attach(self)
         rate_limiter = self.context.rate_limiter
         if rate_limiter is not None and group is not None and group.rate_limiter.resources:
-            from pyserver.backends._common import instance_placement
-
             _, device = instance_placement(self.config, name)
             needs = [(r.name, getattr(r, "global"), r.count) for r in group.rate_limiter.resources]
             instance.rate_limit = (rate_limiter, rate_limiter.add_instance(

@@ -26,7 +26,7 @@ import numpy as np
 from pyserver.backends.base import Capability
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError, invalid_arg
-from pyserver.kernel.types import InferRequest, InferTensor
+from pyserver.kernel.types import InferRequest, InferTensor, PendingRequest
 
 log = logging.getLogger("pyserver")
 
@@ -130,8 +130,6 @@ def _bytes_data(which: str, meta, model_dir: Path, name: str, count: int) -> np.
 def run(mv, samples: list[WarmupSample]) -> None:
     """Runs every sample on every instance (passive ones too) of a loaded
     (not yet started) ModelVersion; raises ServerError on the first failure."""
-    from pyserver.model.version import PendingRequest
-
     for instance in mv.instances + mv.passive_instances:
         takes_requests = Capability.TAKES_REQUESTS in instance.capabilities
         for sample in samples:

@@ -34,6 +34,7 @@ from pyserver.runtime.custom_metrics import CustomMetrics
 from pyserver.runtime.device_memory import DeviceMemory
 from pyserver.runtime.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
 from pyserver.runtime.settings import LogSettings, TraceSettings
+from pyserver.runtime.shared_memory import SharedMemoryManager
 from pyserver.runtime.tracing import Tracer
 from pyserver.server.response_cache import ServerResponseCache, cache_usable, submit_cached
 from pyserver.server.response_stream import ResponseStream, end_stream
@@ -84,7 +85,6 @@ class Server:
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)
-        from pyserver.runtime.shared_memory import SharedMemoryManager
         self.shared_memory = SharedMemoryManager(allow_client_shm)
         self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
         # Per-GPU pools ({device: bytes}, 64 MiB for others), created on first use
