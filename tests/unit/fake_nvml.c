@@ -1,4 +1,4 @@
-/* A stand-in for libnvidia-ml with the entry points pyserver/gpu_metrics.py
+/* A stand-in for libnvidia-ml with the entry points pyserver/frontends/metrics/gpu.py
  * uses. GPUs are found by PCI bus ID "0000:0N:00.0" (N = 1, 2, ...: what
  * csrc/tests/fake_cudart.cc gives device N-1); each reads fixed values, and
  * its energy counter grows by 1500 mJ per read. FAKE_NVML_FAIL_POWER=1 makes

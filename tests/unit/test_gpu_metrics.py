@@ -1,4 +1,4 @@
-"""GPU metrics from NVML (pyserver/gpu_metrics.py), read through a stand-in
+"""GPU metrics from NVML (pyserver/frontends/metrics/gpu.py), read through a stand-in
 libnvidia-ml compiled here from tests/unit/fake_nvml.c: Triton's families and
 texts, GPUs matched by PCI bus ID, energy counted from the start, a reading
 NVML refuses reported as 0, and nothing at all without NVML or a GPU."""
