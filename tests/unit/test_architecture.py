@@ -46,3 +46,13 @@ def test_no_module_keeps_a_registry_of_running_servers():
             if re.search(pattern, text, re.M):
                 offenders.append(f"{path.relative_to(ROOT)}: {pattern}")
     assert not offenders, offenders
+
+
+def test_every_compiled_module_has_a_stub():
+    """engine/X.pyx -> pyserver/engine/X.pyi (the same under protocol/)."""
+    missing = []
+    for pyx in sorted((ROOT / "engine").rglob("*.pyx")):
+        stub = ROOT / "pyserver" / "engine" / pyx.relative_to(ROOT / "engine").with_suffix(".pyi")
+        if not stub.exists():
+            missing.append(str(stub.relative_to(ROOT)))
+    assert not missing, missing
