@@ -403,7 +403,7 @@ class ModelVersion:
         return BatchOutcome(t_start, t_input, t_output, t_end)
 
     def execute_requests(self, instance: ModelInstance, batch: Batch) -> BatchOutcome:
-        """Runs one batch on a backend with ``takes_requests``:
+        """Runs one batch on a backend with Capability.TAKES_REQUESTS:
         ``backend.execute_requests(pending requests)`` returns one result per
         request: a dict of outputs, an (outputs, response parameters) tuple,
         or an exception, which fails that request only. An exception raised
