@@ -56,3 +56,18 @@ def test_every_compiled_module_has_a_stub():
         if not stub.exists():
             missing.append(str(stub.relative_to(ROOT)))
     assert not missing, missing
+
+
+def test_the_architecture_document_names_every_part():
+    """docs/ARCHITECTURE.md shows where each package and top-level module
+    sits; a new one must be placed there (and in .importlinter's layers)."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    contracts = (ROOT / ".importlinter").read_text()
+    parts = sorted(p.name.removesuffix(".py") for p in (ROOT / "pyserver").iterdir()
+                   if (p.is_dir() and (p / "__init__.py").exists())
+                   or (p.suffix == ".py" and p.name != "__init__.py"))
+    helpers = {"testing", "reference_batcher", "_proto"}  # test helpers; generated code
+    missing_doc = [p for p in parts if p not in helpers and p not in doc]
+    missing_layer = [p for p in parts if p not in helpers and f"pyserver.{p}" not in contracts]
+    assert not missing_doc, missing_doc
+    assert not missing_layer, missing_layer
