@@ -658,7 +658,8 @@ class GrpcFrontend:
                 update[key] = values
             else:
                 update[key] = values[0]
-        settings = self._server.trace_settings(req.model_name or None, update or None)
+        settings = self._server.trace_settings(req.model_name or None, update or None,
+                                               network=True)
         resp = _m("inference.TraceSettingResponse")()
         for key, value in settings.items():
             values = value if isinstance(value, (list, tuple)) else [value]
@@ -672,7 +673,7 @@ class GrpcFrontend:
             if kind is None:
                 raise ServerError(Code.INVALID_ARG, f"log setting '{key}' has no value")
             update[key] = getattr(setting, kind)
-        settings = self._server.log_settings(update or None)
+        settings = self._server.log_settings(update or None, network=True)
         resp = _m("inference.LogSettingsResponse")()
         for key, value in settings.items():
             slot = resp.settings[key]

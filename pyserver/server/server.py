@@ -48,6 +48,10 @@ EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dep
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
               "logging"]
 
+# Triton's answers to a settings update over the network that names a file.
+NETWORK_LOG_FILE = "log file location can not be updated through network protocol"
+NETWORK_TRACE_FILE = "trace file location can not be updated through network protocol"
+
 
 class Server:
     """An inference server over one or more Triton model repositories.
@@ -404,14 +408,25 @@ class Server:
 
     # -- settings --------------------------------------------------------------
 
-    def log_settings(self, update: dict | None = None) -> dict:
+    def log_settings(self, update: dict | None = None, *, network: bool = False) -> dict:
+        """The logging settings, after ``update``. ``network``: the update
+        came over HTTP or gRPC, which may not name the log file (a client
+        could create or append to any file the server can write); the
+        command line and the in-process API may."""
         if update:
+            if network and "log_file" in update:
+                raise ServerError(Code.UNSUPPORTED, NETWORK_LOG_FILE)
             self.log_settings_store.update(update)
         return self.log_settings_store.as_dict()
 
-    def trace_settings(self, model_name: str | None = None, update: dict | None = None) -> dict:
+    def trace_settings(self, model_name: str | None = None, update: dict | None = None, *,
+                       network: bool = False) -> dict:
+        """The trace settings (of ``model_name``, or global), after
+        ``update``; ``network`` as for log_settings, for the trace file."""
         if model_name:
             self._resolve(model_name, "")
+        if update and network and "trace_file" in update:
+            raise ServerError(Code.UNSUPPORTED, NETWORK_TRACE_FILE)
         if update:
             self.trace_settings_store.update(model_name, update)
             self.tracer.flush()  # traces taken under the old settings

@@ -288,9 +288,9 @@ def test_log_settings(add_sub):
         asyncio.run(aio())
         assert request(add_sub.url, "POST", "/v2/logging", b'{"log_info": ')[0] == 400
     finally:
-        client.update_log_settings({k: defaults[k] for k in
+        client.update_log_settings({k: defaults[k] for k in  # the file: not over the network
                                     ("log_verbose_level", "log_info", "log_warning",
-                                     "log_error", "log_format", "log_file")})
+                                     "log_error", "log_format")})
 
 
 # ---------------------------------------------------------------- restricted APIs

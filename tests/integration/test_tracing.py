@@ -4,6 +4,7 @@ engine's timestamps into Triton's JSON trace file."""
 import json
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 from pyserver.testing import write_add_sub
@@ -29,9 +30,11 @@ def test_timestamps_traces_written_as_triton(tmp_path, start_server):
     client = httpclient.InferenceServerClient(s.url)
     trace_file = tmp_path / "trace.json"
     infer(client, 2)  # tracing is off by default: nothing is written
+    # the trace file is the server's to set (over the network it is refused)
+    s.run(s.server.trace_settings, None, {"trace_file": str(trace_file)})
     settings = client.update_trace_settings(settings={
-        "trace_file": str(trace_file), "trace_level": ["TIMESTAMPS"], "trace_rate": "2",
-        "trace_count": "2", "log_frequency": "0"})
+        "trace_level": ["TIMESTAMPS"], "trace_rate": "2", "trace_count": "2",
+        "log_frequency": "0"})
     assert settings["trace_level"] == ["TIMESTAMPS"]
     infer(client, 6)  # every 2nd request, at most 2 of them
     assert client.get_trace_settings()["trace_count"] == "0"
@@ -52,9 +55,9 @@ def test_log_frequency_writes_groups(tmp_path, start_server):
     s = start_server(tmp_path / "models")
     client = httpclient.InferenceServerClient(s.url)
     trace_file = tmp_path / "t.json"
+    s.run(s.server.trace_settings, "add_sub", {"trace_file": str(trace_file)})
     client.update_trace_settings(model_name="add_sub", settings={
-        "trace_file": str(trace_file), "trace_level": ["TIMESTAMPS"], "trace_rate": "1",
-        "log_frequency": "2"})
+        "trace_level": ["TIMESTAMPS"], "trace_rate": "1", "log_frequency": "2"})
     infer(client, 5)
     assert len(json.loads((tmp_path / "t.json.0").read_text())) == 2
     assert len(json.loads((tmp_path / "t.json.1").read_text())) == 2
@@ -68,9 +71,9 @@ def test_tensors_level_records_inputs_and_outputs(tmp_path, start_server):
     s = start_server(tmp_path / "models")
     client = httpclient.InferenceServerClient(s.url)
     trace_file = tmp_path / "tensors.json"
+    s.run(s.server.trace_settings, None, {"trace_file": str(trace_file)})
     client.update_trace_settings(settings={
-        "trace_file": str(trace_file), "trace_level": ["TENSORS"], "trace_rate": "1",
-        "trace_count": "1", "log_frequency": "0"})
+        "trace_level": ["TENSORS"], "trace_rate": "1", "trace_count": "1", "log_frequency": "0"})
     a = np.arange(16, dtype=np.float32).reshape(1, 16) / 4
     inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
               httpclient.InferInput("INPUT1", [1, 16], "FP32")]
@@ -109,3 +112,50 @@ def test_tensor_entries_write_values_as_triton():
                      "tensor": {"name": "y", "data": "0,0,0,0,0,0", "shape": "2,3",
                                 "dtype": "INT32"}}
 
+
+def test_settings_apis_cannot_name_files(tmp_path, start_server):
+    """A client could create or append to any file the server can write:
+    over HTTP and gRPC the log and trace file are refused, with Triton's
+    501 / UNIMPLEMENTED and text, and nothing is written; the server's own
+    API (and the command line) still set them."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from pyserver.frontends.grpc import GrpcFrontend
+
+    write_add_sub(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(grpc.start())
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
+        target = tmp_path / "owned.txt"
+        attempts = [
+            (lambda: client.update_log_settings({"log_file": str(target)}),
+             "log file location can not be updated through network protocol"),
+            (lambda: client.update_trace_settings(settings={"trace_file": str(target)}),
+             "trace file location can not be updated through network protocol"),
+            (lambda: client.update_trace_settings(model_name="add_sub",
+                                                  settings={"trace_file": str(target)}),
+             "trace file location can not be updated through network protocol"),
+            (lambda: gclient.update_log_settings({"log_file": str(target)}),
+             "log file location can not be updated through network protocol"),
+            (lambda: gclient.update_trace_settings(settings={"trace_file": str(target)}),
+             "trace file location can not be updated through network protocol"),
+        ]
+        for attempt, text in attempts:
+            with pytest.raises(InferenceServerException) as err:
+                attempt()
+            assert text in str(err.value)
+        assert not target.exists()
+        assert client.get_log_settings()["log_file"] == ""
+        assert client.get_trace_settings()["trace_file"] != str(target)
+        # the other settings still change over the network
+        assert client.update_log_settings({"log_verbose_level": 0})["log_verbose_level"] == 0
+        # and the server's own API names the file
+        s.run(s.server.trace_settings, None, {"trace_file": str(target)})
+        assert client.get_trace_settings()["trace_file"] == str(target)
+        gclient.close()
+    finally:
+        s.call(grpc.stop())

@@ -56,11 +56,13 @@ class RecordingServer:
     async def unload_model(self, name, unload_dependents=False):
         self.calls.append(("unload", name, unload_dependents))
 
-    def trace_settings(self, model, update):
+    def trace_settings(self, model, update, network=False):
+        assert network  # an update over HTTP says so
         self.calls.append(("trace", model, update))
         return {"trace_level": ["OFF"], "model": model}
 
-    def log_settings(self, update):
+    def log_settings(self, update, network=False):
+        assert network
         self.calls.append(("log", update))
         return {"log_info": True}
 

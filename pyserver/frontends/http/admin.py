@@ -188,11 +188,13 @@ def repository(conn, method, headers, body, keep_alive, action, model, repo):
 
 def trace_settings(conn, method, headers, body, keep_alive, model=None, version=""):
     """/v2/trace/setting and /v2/models/<model>/trace/setting."""
-    return _settings(conn, method, body, keep_alive, conn.server.trace_settings, model)
+    return _settings(conn, method, body, keep_alive,
+                     functools.partial(conn.server.trace_settings, network=True), model)
 
 
 def log_settings(conn, method, headers, body, keep_alive):
-    return _settings(conn, method, body, keep_alive, conn.server.log_settings)
+    return _settings(conn, method, body, keep_alive,
+                     functools.partial(conn.server.log_settings, network=True))
 
 
 def _settings(conn, method, body, keep_alive, fn, *args):
