@@ -40,6 +40,10 @@ log = logging.getLogger("pyserver")
 CONTROL_MODES = ("none", "explicit", "poll")
 
 
+class NotInRepository(ServerError):
+    """A load of a name no repository holds."""
+
+
 class ModelManager:
     def __init__(self, repositories: list[str], context: ServerContext,
                  load_thread_count: int = 4, control_mode: str = "none",
@@ -205,6 +209,11 @@ class ModelManager:
             serving = bool(self.versions.get(name))
             try:
                 entry, override = self._model_source(name, config, files, found)
+            except NotInRepository:
+                # A name the repository does not have (a typo) leaves no
+                # state: it neither shows in the index nor keeps the server
+                # from being ready, as in Triton.
+                raise
             except ServerError as err:
                 if not serving:
                     self.states[name] = ("UNAVAILABLE", err.message)
@@ -316,7 +325,8 @@ class ModelManager:
                 raise ServerError(Code.UNAVAILABLE, f"failed to load '{name}', {dup_errors[name]}")
         entry = found.get(name)
         if entry is None:
-            raise invalid_arg(f"failed to load '{name}', failed to poll from model repository")
+            raise NotInRepository(Code.INVALID_ARG,
+                                  f"failed to load '{name}', failed to poll from model repository")
         return entry, override
 
     def _write_override_files(self, name: str, files: dict[str, bytes]) -> Path:

@@ -128,3 +128,25 @@ def test_statistics_shape(tmp_path, start_server):
     with pytest.raises(ServerError) as err:
         s.run(s.server.statistics, "nope", "")
     assert err.value.code == Code.NOT_FOUND
+
+
+def test_loading_a_name_the_repository_lacks_keeps_the_server_ready(tmp_path, start_server):
+    """A typo in a load (explicit mode) fails that load only: the name is not
+    in the index and the server stays ready, as in Triton (a readiness probe
+    would otherwise take it out of service until a restart)."""
+    write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["m"])
+    assert s.run(s.server.is_ready)
+    with pytest.raises(ServerError) as err:
+        s.call(s.server.load_model("mm"))
+    assert "failed to load 'mm', failed to poll from model repository" in err.value.message
+    assert s.run(s.server.is_ready)
+    assert "mm" not in {r["name"] for r in s.run(s.server.repository_index)}
+    np.testing.assert_array_equal(infer(s, "m", 1.0), np.full((1, 16), 2.0))
+    # a model the repository has but that fails to load still counts
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "config.pbtxt").write_text("max_batch_size: [\n")
+    with pytest.raises(ServerError):
+        s.call(s.server.load_model("broken"))
+    index = {r["name"]: r for r in s.run(s.server.repository_index)}
+    assert index["broken"]["state"] == "UNAVAILABLE"
