@@ -133,7 +133,7 @@ cdef class Scheduler:
             with nogil:
                 self.c.get().Stop()
 
-    def enqueue(self, object request, uint32_t batch_size=0, uint32_t priority=0,
+    def enqueue(self, object request, uint32_t batch_size=0, uint64_t priority=0,
                 uint64_t timeout_us=0, uint64_t shape_key=0, uint64_t correlation_id=0,
                 uint32_t sequence_flags=0, str correlation_label=None):
         """Queues ``request``; returns its id (for ``cancel``). Raises
@@ -144,7 +144,9 @@ cdef class Scheduler:
         Py_INCREF(request)
         info.token = <Token><uintptr_t><PyObject*>request
         info.batch_size = batch_size
-        info.priority = priority
+        # A level beyond the model's is its default level, as in Triton
+        # (PriorityQueue::LevelFor); beyond uint32 too (0: the default).
+        info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
         info.timeout_us = timeout_us
         info.shape_key = shape_key
         if correlation_id:  # sequence models only

@@ -571,3 +571,24 @@ def test_idle_connections_are_closed(add_sub):
             time.sleep(0.05)
     finally:
         add_sub.call(frontend.stop())
+
+
+def test_client_values_at_the_edges_are_answered_as_triton_does(add_sub):
+    """No 500 for what a client can send (#27): a priority beyond any level
+    (2^64 - 1) runs at the model's default level, as in Triton; a
+    binary_data_size of 2^63 or more is the size error, 400."""
+    values = list(range(16))
+    doc = {"parameters": {"priority": (1 << 64) - 1},
+           "inputs": [{"name": n, "datatype": "FP32", "shape": [1, 16], "data": values}
+                      for n in ("INPUT0", "INPUT1")]}
+    status, body, _ = request(add_sub.url, "POST", "/v2/models/add_sub/infer",
+                              json.dumps(doc).encode())
+    assert status == 200, body
+    assert body["outputs"][0]["data"] == [2 * v for v in values]
+    header = json.dumps({"inputs": [
+        {"name": n, "datatype": "FP32", "shape": [1, 16],
+         "parameters": {"binary_data_size": 1 << 63}} for n in ("INPUT0", "INPUT1")]}).encode()
+    status, body, _ = request(add_sub.url, "POST", "/v2/models/add_sub/infer", header,
+                              {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 400, body
+    assert "unexpected size for input 'INPUT0'" in body["error"]
