@@ -74,10 +74,6 @@ class BatchOutcome(NamedTuple):
     code: int = 0  # Code.OK
     message: str = ""
 
-    @property
-    def failed(self) -> bool:
-        return self.code != 0
-
 
 class ExecutionDriver:
     """Feeds a model version's batches to an instance. Three kinds: an

@@ -449,7 +449,7 @@ class Server:
         an ensemble or a cached model gives its own, which is returned. A
         decoupled model's 0..N responses need submit_stream: DecoupledModelError."""
         mv = self._admit(request)
-        if mv.decoupled or (mv.ensemble is not None and decoupled_steps(self, mv)):
+        if mv.decoupled or self._decoupled(mv):  # (an ensemble's config may say so too)
             raise DecoupledModelError()
         return self._dispatch(mv, request, future)
 
@@ -522,13 +522,11 @@ class Server:
         stream = ResponseStream(self._loop, on_response)
         if mv.first_response_by_stream:
             stream.first_response = (mv.stats, now_ns())
-        decoupled = mv.decoupled
-        if mv.ensemble is not None:
-            decoupled = decoupled_steps(self, mv)
-            if decoupled:
-                mv.validate(request)
-                self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
-                return stream
+        decoupled = self._decoupled(mv)
+        if decoupled and mv.ensemble is not None:
+            mv.validate(request)
+            self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
+            return stream
         if decoupled:  # its responses go into the stream as the model sends them
             self._enqueue(mv, request, None, stream)
             return stream
@@ -538,9 +536,14 @@ class Server:
         return stream
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        mv = self._resolve(name, version)
+        return bool(self._decoupled(self._resolve(name, version)))
+
+    def _decoupled(self, mv: ModelVersion):
+        """Whether ``mv`` answers 0..N times: a decoupled model, or an
+        ensemble with decoupled steps (then those steps, looked up now:
+        the steps load and reload on their own)."""
         if mv.ensemble is not None:
-            return bool(decoupled_steps(self, mv))
+            return decoupled_steps(self, mv)
         return mv.decoupled
 
     def cancel(self, future) -> None:
