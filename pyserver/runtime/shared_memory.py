@@ -95,7 +95,7 @@ def _cuda_allocation_size(ptr: int) -> int | None:
 
 
 class _Region:
-    __slots__ = ("name", "key", "offset", "byte_size", "kind", "device_id", "_mmap",
+    __slots__ = ("name", "key", "offset", "byte_size", "kind", "device_id", "_mmap", "fd",
                  "view", "device_ptr", "refs", "awaiting_unregister")
 
     def __init__(self, name, key, offset, byte_size, kind, device_id=0):
@@ -106,6 +106,9 @@ class _Region:
         self.kind = kind
         self.device_id = device_id
         self._mmap = None
+        # The shm object stays open (system): its size is checked before each
+        # use, since pages the owner truncated away fault (SIGBUS) when touched.
+        self.fd = -1
         self.view = None        # memoryview of exactly byte_size bytes (system)
         self.device_ptr = 0     # base device pointer (cuda)
         self.refs = 0
@@ -117,8 +120,28 @@ class _Region:
                     "byte_size": self.byte_size}
         return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
 
+    def check_backed(self, offset: int, byte_size: int) -> None:
+        """Fails (INVALID_ARG) when the shm object no longer holds the bytes
+        [offset, offset + byte_size) of this region: its owner truncated it
+        after registering. Reading such pages would kill the server."""
+        if self.kind != SYSTEM or byte_size == 0:
+            return
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:
+            size = -1
+        end = self.offset + offset + byte_size
+        if size < end:
+            raise _err(Code.INVALID_ARG,
+                       f"shared memory region '{self.name}' (key '{self.key}') was truncated "
+                       f"to {max(size, 0)} bytes after it was registered; the request needs "
+                       f"bytes up to {end}")
+
     def close(self):
         if self.kind == SYSTEM:
+            fd, self.fd = self.fd, -1
+            if fd >= 0:
+                os.close(fd)
             view, self.view = self.view, None
             mm, self._mmap = self._mmap, None
             if view is not None:
@@ -221,6 +244,7 @@ class ShmLease:
             return 0
         region = self._region
         if region.kind == SYSTEM:
+            region.check_backed(self.offset, n)
             dst = np.frombuffer(region.view, dtype=np.uint8, count=n, offset=self.offset)
             np.copyto(dst, raw)
         else:
@@ -381,9 +405,11 @@ class SharedMemoryManager:
                     raise _err(Code.INVALID_ARG,
                                f"failed to register shared memory region '{name}': unable to "
                                f"process address space{reason}") from None
-            finally:
+            except BaseException:
                 os.close(fd)
+                raise
             region = _Region(name, key, offset, byte_size, SYSTEM)
+            region.fd = fd
             region._mmap = mm
             region.view = memoryview(mm)[lead:lead + byte_size]
             self._regions[name] = region
@@ -512,6 +538,7 @@ class SharedMemoryManager:
             if offset + byte_size > size:
                 raise _err(Code.INVALID_ARG,
                            f"Invalid offset + byte size for shared memory region: '{name}'")
+            region.check_backed(offset, byte_size)
             region.refs += 1
         return ShmLease(self, region, offset, byte_size)
 

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import importlib.resources
 import json
+import os
 import sys
 import types
 import uuid
@@ -173,6 +174,51 @@ def test_system_shm_errors(shm_server, regions):
     assert shm_server.server.shared_memory._regions[name].refs == 0
     client.unregister_system_shared_memory(name)
     assert client.get_system_shared_memory_status() == []
+
+
+def test_truncated_region_fails_the_request_not_the_server(shm_server, regions):
+    """#27 defect 2: the owner shrinks a registered region; reading its lost
+    pages would be SIGBUS for the whole server (Triton dies so). Each use
+    checks the size: that request is refused, the server serves on."""
+    client = httpclient.InferenceServerClient(shm_server.url)
+    name, key, handle = regions(2 * BYTES)
+    a = np.ones((1, 16), np.float32)
+    shm.set_shared_memory_region(handle, [a, a])
+    client.register_system_shared_memory(name, key, 2 * BYTES)
+
+    def infer():
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_shared_memory(name, BYTES)
+        inputs[1].set_shared_memory(name, BYTES, offset=BYTES)
+        return client.infer("add_sub", inputs)
+
+    np.testing.assert_array_equal(infer().as_numpy("OUTPUT0"), 2 * a)
+    fd = os.open("/dev/shm/" + key.lstrip("/"), os.O_RDWR)
+    try:
+        os.ftruncate(fd, 0)
+        err = expect_error(infer, 400, f"shared memory region '{name}' (key '{key}') was "
+                           "truncated to 0 bytes after it was registered; the request needs "
+                           f"bytes up to {BYTES}")
+        assert err is not None
+        # outputs into a shrunken region are refused too
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        for i in inputs:
+            i.set_data_from_numpy(a)
+        out = httpclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory(name, BYTES, offset=BYTES)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("add_sub", inputs, outputs=[out])
+        assert "was truncated to 0 bytes" in e.value.message()
+        # grown back, the region works again; other models never stopped
+        os.ftruncate(fd, 2 * BYTES)
+        shm.set_shared_memory_region(handle, [a, a])
+        np.testing.assert_array_equal(infer().as_numpy("OUTPUT1"), 0 * a)
+    finally:
+        os.close(fd)
+    assert shm_server.server.shared_memory._regions[name].refs == 0
+    client.unregister_system_shared_memory(name)
 
 
 def test_system_shm_flow_aio(shm_server, regions):
