@@ -82,6 +82,9 @@ cdef extern from "nghttp2/nghttp2.h":
         size_t len, void* user_data)
     ctypedef int (*nghttp2_on_frame_send_callback)(
         nghttp2_session* session, const nghttp2_frame* frame, void* user_data)
+    ctypedef int (*nghttp2_on_frame_not_send_callback)(
+        nghttp2_session* session, const nghttp2_frame* frame, int lib_error_code,
+        void* user_data)
     ctypedef int (*nghttp2_on_stream_close_callback)(
         nghttp2_session* session, int32_t stream_id, uint32_t error_code, void* user_data)
 
@@ -152,6 +155,8 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         nghttp2_session_callbacks* cbs, nghttp2_on_data_chunk_recv_callback cb)
     void nghttp2_session_callbacks_set_on_frame_send_callback(
         nghttp2_session_callbacks* cbs, nghttp2_on_frame_send_callback cb)
+    void nghttp2_session_callbacks_set_on_frame_not_send_callback(
+        nghttp2_session_callbacks* cbs, nghttp2_on_frame_not_send_callback cb)
     void nghttp2_session_callbacks_set_on_stream_close_callback(
         nghttp2_session_callbacks* cbs, nghttp2_on_stream_close_callback cb)
 
@@ -286,6 +291,7 @@ cdef class Connection:
     cdef int _stream_closed(self, Stream stream, uint32_t error_code) except -1
     cdef int _update_reading(self) except -1
     cdef int _flush(self) except -1
+    cdef size_t _status_message_limit(self)
     cdef int _handler_failed(self, Stream stream, object exc) except -1
     cdef int _stream_error(self, Stream stream, int status, str message) except -1
     cdef int _http_error(self, Stream stream, const char* status) except -1

@@ -94,12 +94,35 @@ cdef bytes _status_bytes(int status):
     return <bytes>cached
 
 
-def percent_encode(str message):
-    """grpc-message's encoding: bytes outside printable ASCII, and '%', as %XX."""
+# The most of an encoded grpc-message a call's trailers carry. Errors echo
+# the request id, which a client may make as long as it likes; gRPC clients
+# refuse metadata beyond 8-16 KiB and nghttp2 will not send a header block
+# beyond 64 KiB, so an unbounded text would leave the call unanswered.
+MAX_STATUS_MESSAGE = 4096
+_TRUNCATED = b"...(truncated)"
+
+
+def percent_encode(str message, size_t limit=0):
+    """grpc-message's encoding: bytes outside printable ASCII, and '%', as %XX.
+    With a limit, the result is cut to at most that many bytes (never inside
+    an escape) and marked as truncated."""
     data = message.encode("utf-8", "replace")
     cdef string out = PercentEncode(string_view(PyBytes_AS_STRING(data),
                                                 <size_t>PyBytes_GET_SIZE(data)))
-    return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+    cdef size_t keep
+    if limit == 0 or out.size() <= limit:
+        return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+    keep = limit - len(_TRUNCATED) if limit > <size_t>len(_TRUNCATED) else 0
+    # an escape is '%' and two hex digits: do not cut one
+    if keep >= 1 and out[keep - 1] == b'%':
+        keep -= 1
+    elif keep >= 2 and out[keep - 2] == b'%':
+        keep -= 2
+    kept = PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>keep)
+    # nor a UTF-8 sequence: the text before the cut must still decode
+    from urllib.parse import unquote_to_bytes
+    text = unquote_to_bytes(kept).decode("utf-8", "ignore")
+    return percent_encode(text) + _TRUNCATED
 
 
 cdef class Stream:
@@ -271,8 +294,9 @@ cdef class Stream:
         self.finishing = True
         self.status = status
         if message:
-            self.status_message = percent_encode(message if isinstance(message, str)
-                                                 else str(message))
+            self.status_message = percent_encode(
+                message if isinstance(message, str) else str(message),
+                self.connection._status_message_limit())
         if not self.headers_sent:
             self._submit_trailers()  # trailers-only
         else:
@@ -474,6 +498,17 @@ cdef int _on_frame_send(nghttp2_session* session, const nghttp2_frame* frame,
     return 0
 
 
+cdef int _on_frame_not_send(nghttp2_session* session, const nghttp2_frame* frame,
+                            int lib_error_code, void* user_data) noexcept:
+    # A response's HEADERS that nghttp2 could not send (too large for the
+    # peer): reset the stream so that the client is answered, not left to
+    # wait for its deadline.
+    if frame.hd.type == NGHTTP2_HEADERS:
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame.hd.stream_id,
+                                  NGHTTP2_INTERNAL_ERROR)
+    return 0
+
+
 cdef int _on_stream_close(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
                           void* user_data) noexcept:
     cdef Stream stream = _stream_of(session, stream_id)
@@ -504,6 +539,7 @@ cdef nghttp2_session_callbacks* _callbacks() except NULL:
         nghttp2_session_callbacks_set_on_frame_recv_callback(_CALLBACKS, _on_frame_recv)
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(_CALLBACKS, _on_data_chunk)
         nghttp2_session_callbacks_set_on_frame_send_callback(_CALLBACKS, _on_frame_send)
+        nghttp2_session_callbacks_set_on_frame_not_send_callback(_CALLBACKS, _on_frame_not_send)
         nghttp2_session_callbacks_set_on_stream_close_callback(_CALLBACKS, _on_stream_close)
     return _CALLBACKS
 
@@ -717,6 +753,16 @@ cdef class Connection:
             self.read_paused = False
             t.resume_reading()
         return 0
+
+    cdef size_t _status_message_limit(self):
+        """MAX_STATUS_MESSAGE, or less when the peer's header list limit
+        (SETTINGS_MAX_HEADER_LIST_SIZE) leaves less beside the other trailers."""
+        cdef uint32_t peer = nghttp2_session_get_remote_settings(
+            self.session, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE)
+        cdef size_t room = MAX_STATUS_MESSAGE
+        if peer < room + 512:
+            room = peer - 512 if peer > 1024 else 512
+        return room
 
     cdef int _flush(self) except -1:
         """Serializes what nghttp2 has queued and writes it to the transport."""

@@ -10,6 +10,7 @@ import json
 import queue
 import threading
 import time
+import urllib.parse
 
 import grpc
 import numpy as np
@@ -190,6 +191,34 @@ def test_infer_errors_keep_triton_codes_and_texts(add_sub):
                                       parameters={"triton_x": 1}),
                  "StatusCode.INVALID_ARGUMENT", contains="reserved for Triton usage")
     # the connection survives every error
+    np.testing.assert_array_equal(client.infer("add_sub", make_inputs(A, B))
+                                  .as_numpy("OUTPUT0"), A + B)
+    client.close()
+
+
+@pytest.mark.parametrize("id_length", [20_000, 70_000, 1_000_000])
+def test_failing_call_with_a_huge_request_id_is_answered(add_sub, id_length):
+    """#27 defect 4: the error text echoes the request id; past ~66 kB its
+    trailers were too large to send and the call was never answered. The
+    message is bounded (and marked), the code kept, the connection serves on."""
+    client = grpcclient.InferenceServerClient(add_sub.grpc_url)
+    bad = np.zeros((1, 15), np.float32)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("add_sub", make_inputs(bad, bad), request_id="r" * id_length,
+                     client_timeout=20)
+    assert time.monotonic() - started < 15  # answered, not timed out
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    message = err.value.message()
+    assert message.startswith("[request id: rrrr")
+    assert message.endswith("...(truncated)")
+    assert len(message) <= 4096
+    # a multi-byte text is never cut inside an escape
+    from pyserver.engine.protocol.http2 import percent_encode
+    for limit in range(20, 40):
+        encoded = percent_encode("\u00e9" * 50, limit)
+        assert len(encoded) <= limit and encoded.endswith(b"...(truncated)")
+        assert urllib.parse.unquote(encoded.decode(), errors="strict").startswith("\u00e9")
     np.testing.assert_array_equal(client.infer("add_sub", make_inputs(A, B))
                                   .as_numpy("OUTPUT0"), A + B)
     client.close()

@@ -15,7 +15,7 @@ CANCEL: int
 REFUSED_STREAM: int
 ENHANCE_YOUR_CALM: int
 
-def percent_encode(message: str) -> bytes: ...
+def percent_encode(message: str, limit: int = 0) -> bytes: ...
 
 class Stream:
     id: int
