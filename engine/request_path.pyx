@@ -141,6 +141,10 @@ cdef class RequestPath:
         if batching and batch_size > self.max_batch_size:
             raise invalid_arg(
                 f"{_rid(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
+        if batching and batch_size == 0 and arrays:
+            # a batch of no rows has nothing to run and no outputs to shape
+            raise invalid_arg(
+                f"{_rid(request)}inference request batch-size must be >= 1 for '{name}'")
         seen = set()
         for out in request.outputs:
             if out.name not in self.output_types:
@@ -188,7 +192,7 @@ cdef class RequestPath:
             if first:
                 if not arrays:
                     batch_size = int(shape[0])
-                    if batch_size < 0:
+                    if batch_size <= 0:
                         return None
                 elif shape[0] != batch_size:
                     return None

@@ -23,7 +23,7 @@ from pyserver.engine.types cimport new_output, new_request, new_tensor
 
 from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.engine.types import ImmediateFuture
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, shape_too_large
 
 
 cdef extern from "Python.h":
@@ -100,6 +100,15 @@ cdef bint _raw_type(string_view dt, int* typenum, int* itemsize) noexcept:
 
 cdef inline bint _is_bytes_type(string_view dt) noexcept:
     return dt.size() == 5 and memcmp(dt.data(), "BYTES", 5) == 0
+
+
+cdef inline int64_t _element_size(string_view dt) noexcept:
+    """Bytes per element in numpy (a BYTES element is an object pointer);
+    1 for a datatype the caller refuses later."""
+    cdef int typenum, itemsize
+    if _is_bytes_type(dt):
+        return sizeof(void*)
+    return itemsize if _raw_type(dt, &typenum, &itemsize) else 1
 
 
 cdef enum:
@@ -242,6 +251,26 @@ cdef object _raw_tensor(bytes msg, string_view raw, str name, string_view dataty
     return arr
 
 
+cdef int _check_allocatable(vector[int64_t]& dims, string_view datatype, str name,
+                            str request_id) except -1:
+    """Refuses a zero-element shape whose other dimensions no array can have
+    ([0, 2^63-1]): numpy would fail to make even the empty array. Whatever
+    carries the data (raw, typed contents, shared memory)."""
+    cdef int64_t nonzero = 1, d
+    cdef bint zero = False, too_large = False
+    for d in dims:
+        if d == 0:
+            zero = True
+        elif d > 0:
+            if nonzero > INT64_MAX // d:
+                too_large = True
+            else:
+                nonzero *= d
+    if zero and (too_large or nonzero > INT64_MAX // _element_size(datatype)):
+        raise _bad(_rid(request_id) + shape_too_large(name, _shape_list(dims)))
+    return 0
+
+
 cdef list _shape_list(vector[int64_t]& dims):
     cdef list out = []
     cdef size_t i
@@ -318,6 +347,7 @@ cdef tuple _decode(bytes msg, object contents_decoder):
         name = _str(t.name)
         datatype = _str(t.datatype)
         shape = _shape_list(t.shape)
+        _check_allocatable(t.shape, t.datatype, name, request_id)
         iparams = _params(t.parameters) if not t.parameters.empty() else None
         if iparams is not None and "shared_memory_region" in iparams:
             if t.has_contents:

@@ -39,7 +39,7 @@ from pyserver.engine.protocol.http_infer import (
     read_plain,
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, shape_too_large
 from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 
@@ -394,13 +394,15 @@ def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None) -> list:
     return result
 
 
-def _shape_count(name: str, shape: list) -> int:
+def _shape_count(name: str, shape: list, itemsize: int) -> int:
     count = math.prod(shape)
     if count > _INT64_MAX:
         raise _bad(
             f"invalid shape for input '{name}': shape [{','.join(str(d) for d in shape)}] causes "
             f"total element count to exceed maximum size of {_INT64_MAX}"
         )
+    if count == 0 and math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
+        raise _bad(shape_too_large(name, shape))
     return count
 
 
@@ -574,7 +576,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
             npdt = WIRE_TO_NUMPY.get(datatype)
             if npdt is None:
                 raise _bad("invalid datatype for input " + name)
-            count = _shape_count(name, shape)
+            count = _shape_count(name, shape, npdt.itemsize)
 
             if has_binary:
                 size = iparams["binary_data_size"]

@@ -111,6 +111,15 @@ class DecoupledModelError(ServerError):
         return DECOUPLED_GRPC
 
 
+def shape_too_large(name: str, shape) -> str:
+    """The text for an input whose shape no array can have: its non-zero
+    dimensions times the element size pass 2^63-1 bytes (a zero dimension
+    does not make [0, 2^63-1] allocatable)."""
+    dims = ",".join(str(d) for d in shape)
+    return (f"invalid shape for input '{name}': shape [{dims}] is larger than any tensor "
+            f"can be (its non-zero dimensions exceed {(1 << 63) - 1} bytes)")
+
+
 def invalid_arg(msg: str) -> ServerError:
     return ServerError(Code.INVALID_ARG, msg)
 

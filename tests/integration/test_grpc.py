@@ -727,3 +727,31 @@ def test_deadline_removes_queued_work(tmp_path, start_server):
     finally:
         RecordingBackend.release.set()
         s.call(frontend.stop())
+
+
+def test_shapes_no_array_can_have_are_invalid_argument(add_sub):
+    """#27 defect 7 over gRPC: [0, 2^63-1] and a zero-row batch are
+    INVALID_ARGUMENT, not INTERNAL."""
+    Request = message_class("inference.ModelInferRequest")
+    cases = [(shape, text, typed)
+             for shape, text in (([0, (1 << 63) - 1], "is larger than any tensor can be"),
+                                 ([0, 16], "batch-size must be >= 1 for 'add_sub'"))
+             for typed in (False, True)]
+    for shape, text, typed in cases:
+        req = Request(model_name="add_sub")
+        for n in ("INPUT0", "INPUT1"):
+            t = req.inputs.add(name=n, datatype="FP32")
+            t.shape.extend(shape)
+            if typed:
+                t.contents.fp32_contents.extend([])
+            else:
+                req.raw_input_contents.append(b"")
+        with pytest.raises(grpc.RpcError) as err:
+            raw_call(add_sub.grpc_url, "/inference.GRPCInferenceService/ModelInfer",
+                     req.SerializeToString())
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+        assert text in err.value.details(), err.value.details()
+    client = grpcclient.InferenceServerClient(add_sub.grpc_url)
+    np.testing.assert_array_equal(client.infer("add_sub", make_inputs(A, B))
+                                  .as_numpy("OUTPUT0"), A + B)
+    client.close()

@@ -592,3 +592,39 @@ def test_client_values_at_the_edges_are_answered_as_triton_does(add_sub):
                               {"Inference-Header-Content-Length": str(len(header))})
     assert status == 400, body
     assert "unexpected size for input 'INPUT0'" in body["error"]
+
+
+@pytest.mark.parametrize("model", ["add_sub", "batched"])
+def test_shapes_no_array_can_have_are_client_errors(tmp_path, start_server, model):
+    """#27 defect 7: a zero-element shape whose other dimensions no array
+    can have ([0, 2^63-1]) and a batch of no rows were 500s from numpy and
+    the model; both are 400, in JSON and binary requests, over every path."""
+    write_add_sub(tmp_path)
+    write_add_sub(tmp_path, name="batched", extra="dynamic_batching { }")
+    server = start_server(tmp_path)
+    url = f"/v2/models/{model}/infer"
+    huge = (1 << 63) - 1
+    for shape in ([0, huge], [huge, 0], [0, 1 << 62, 4]):
+        doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": shape, "data": []}
+                          for n in ("INPUT0", "INPUT1")]}
+        status, body, _ = request(server.url, "POST", url, json.dumps(doc).encode())
+        assert status == 400, (shape, body)
+        assert "is larger than any tensor can be" in body["error"], body
+        header = json.dumps({"inputs": [
+            {"name": n, "datatype": "FP32", "shape": shape,
+             "parameters": {"binary_data_size": 0}} for n in ("INPUT0", "INPUT1")]}).encode()
+        status, body, _ = request(server.url, "POST", url, header,
+                                  {"Inference-Header-Content-Length": str(len(header))})
+        assert status == 400, (shape, body)
+        assert "is larger than any tensor can be" in body["error"], body
+    doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": [0, 16], "data": []}
+                      for n in ("INPUT0", "INPUT1")]}
+    status, body, _ = request(server.url, "POST", url, json.dumps(doc).encode())
+    assert status == 400, body
+    assert body["error"] == (f"[request id: <id_unknown>] inference request batch-size must "
+                             f"be >= 1 for '{model}'")
+    values = list(range(16))
+    doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 16], "data": values}
+                      for n in ("INPUT0", "INPUT1")]}
+    status, body, _ = request(server.url, "POST", url, json.dumps(doc).encode())
+    assert status == 200 and body["outputs"][0]["data"] == [2 * v for v in values]
