@@ -271,6 +271,17 @@ cdef int _check_allocatable(vector[int64_t]& dims, string_view datatype, str nam
     return 0
 
 
+cdef int _check_shm_params(dict params, str tensor) except -1:
+    """An offset or size into shared memory names no region without one."""
+    if "shared_memory_region" in params:
+        return 0
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key in params:
+            raise _bad(f"'{key}' can not be specified without 'shared_memory_region' "
+                       f"parameter for tensor '{tensor}'")
+    return 0
+
+
 cdef list _shape_list(vector[int64_t]& dims):
     cdef list out = []
     cdef size_t i
@@ -349,6 +360,8 @@ cdef tuple _decode(bytes msg, object contents_decoder):
         shape = _shape_list(t.shape)
         _check_allocatable(t.shape, t.datatype, name, request_id)
         iparams = _params(t.parameters) if not t.parameters.empty() else None
+        if iparams is not None:
+            _check_shm_params(iparams, name)
         if iparams is not None and "shared_memory_region" in iparams:
             if t.has_contents:
                 raise _bad(f"unexpected 'content' provided when using shared memory for input "
@@ -382,6 +395,7 @@ cdef tuple _decode(bytes msg, object contents_decoder):
             oparams = None
         else:
             oparams = _params(view.outputs[i].parameters)
+            _check_shm_params(oparams, _str(view.outputs[i].name))
             if "shared_memory_region" in oparams:
                 if flags is None:
                     flags = {}

@@ -39,17 +39,26 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict)
     request_id = doc.pop("id", "")
     if type(request_id) is not str:
         raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
-    params = doc.pop("parameters", None) or {}
-    if type(params) is not dict:
+    nested = doc.pop("parameters", None) or {}
+    if type(nested) is not dict:
         raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
     batching = int(config.get("max_batch_size", 0)) > 0
     specs = {t["name"]: t for t in config.get("input", [])}
     inputs = []
-    for name, value in doc.items():
+    params = {}
+    # As in Triton, a field that names no input is a request parameter, at
+    # the top level or inside "parameters"; a parameter is one value.
+    fields = list(doc.items())
+    for name, value in nested.items():
+        if name in specs:
+            fields.append((name, value))
+        else:
+            params[name] = _parameter(name, value)
+    for name, value in fields:
         spec = specs.get(name)
         if spec is None:
-            raise _bad(f"unexpected field '{name}' in the generate request for model '{model}': "
-                       f"it names no input (inputs: {', '.join(sorted(specs)) or 'none'})")
+            params[name] = _parameter(name, value)
+            continue
         wire = dtypes.config_to_wire(spec["data_type"])
         values = value if type(value) is list else [value]
         if wire == "BYTES":
@@ -72,6 +81,13 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict)
             shape = [1] + shape
         inputs.append(InferTensor(name, wire, shape, data.reshape(shape)))
     return InferRequest(model, version, request_id, inputs, [], params)
+
+
+def _parameter(name: str, value):
+    if type(value) in (str, int, float, bool):
+        return value
+    raise _bad(f"parameter '{name}' has invalid type. It should be either 'int', 'bool', or "
+               "'string'.")
 
 
 def _json_value(t: InferTensor):

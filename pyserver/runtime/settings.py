@@ -157,6 +157,9 @@ class TraceSettings:
                     if level not in _TRACE_LEVELS:
                         raise invalid_arg(f"unsupported trace level '{level}', expected one of "
                                           f"{', '.join(_TRACE_LEVELS)}")
+                    if level == "OFF" and len(levels) != 1:
+                        # OFF beside a level would mean both traced and not
+                        raise invalid_arg("Expect only one trace level 'OFF' is specified")
                 target[key] = list(levels)
             elif key in _TRACE_COUNTERS:
                 try:

@@ -150,6 +150,23 @@ def test_system_shm_errors(shm_server, regions):
     bad = shm_inputs(grpcclient, name, offset=BYTES + 4)
     expect_error(lambda: client.infer("add_sub", bad), "StatusCode.INVALID_ARGUMENT",
                  f"Invalid offset + byte size for shared memory region: '{name}'")
+    # an offset or size with no region names nothing: refused as in Triton
+    # (#27, defect 8), for an input and for an output
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        inputs = shm_inputs(grpcclient, name)
+        plain = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        plain.set_data_from_numpy(a)
+        plain._get_tensor().parameters[key].int64_param = 8
+        expect_error(lambda: client.infer("add_sub", [plain, inputs[1]]),
+                     "StatusCode.INVALID_ARGUMENT",
+                     f"'{key}' can not be specified without 'shared_memory_region' parameter "
+                     "for tensor 'INPUT0'")
+        out = grpcclient.InferRequestedOutput("OUTPUT1")
+        out._get_tensor().parameters[key].int64_param = 8
+        expect_error(lambda: client.infer("add_sub", inputs, outputs=[out]),
+                     "StatusCode.INVALID_ARGUMENT",
+                     f"'{key}' can not be specified without 'shared_memory_region' parameter "
+                     "for tensor 'OUTPUT1'")
     assert shm_server.server.shared_memory._regions[name].refs == 0
     client.unregister_system_shared_memory(name)
     client.close()

@@ -76,8 +76,19 @@ def test_generate_returns_one_json_answer(served):
 
 
 def test_generate_errors(served):
-    r, body = post(served, "/v2/models/add_sub/generate", {"INPUT0": 1, "NOPE": 2})
-    assert r.status == 400 and "unexpected field 'NOPE'" in json.loads(body)["error"]
+    # a field that names no input is a request parameter (as in Triton); its
+    # value must be one value, not a list or an object (#27, defect 8)
+    r, body = post(served, "/v2/models/add_sub/generate",
+                   {"INPUT0": 1, "INPUT1": 2, "NOPE": 2, "parameters": {"t": 0.5, "s": "x"}})
+    assert r.status == 200, body
+    for doc in ({"INPUT0": 1, "INPUT1": 2, "NOPE": [2]},
+                {"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": {"a": 1}}},
+                {"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": None}}):
+        for route in ("generate", "generate_stream"):
+            r, body = post(served, f"/v2/models/add_sub/{route}", doc)
+            assert r.status == 400, body
+            assert json.loads(body)["error"] == ("parameter 'NOPE' has invalid type. It should "
+                                                 "be either 'int', 'bool', or 'string'.")
     r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": 5})
     assert r.status == 400 and "must be a string" in json.loads(body)["error"]
     r, body = post(served, "/v2/models/add_sub/generate", b"{not json")
@@ -88,10 +99,19 @@ def test_generate_errors(served):
     conn.request("GET", "/v2/models/add_sub/generate")
     assert conn.getresponse().status == 405
     conn.close()
-    # A failing model: the error arrives as an event, the stream ends.
+    # Bad input to generate_stream is an HTTP error before any stream, as in
+    # Triton (#27, defect 8), never a 200 carrying an error event
     r, body = post(served, "/v2/models/add_sub/generate_stream", {"INPUT0": 1})
+    assert r.status == 400 and r.getheader("Content-Type") == "application/json"
+    assert "expected 2 inputs but got 1 inputs" in json.loads(body)["error"]
+    r, body = post(served, "/v2/models/missing/generate_stream", {"A": 1})
+    assert r.status in (400, 404) and "missing" in json.loads(body)["error"]
+    # A model failing as it runs: the error arrives as an event, the stream ends.
+    r, body = post(served, "/v2/models/repeat/generate_stream",
+                   {"IN": 2, "parameters": {"mode": "raise"}})
+    assert r.status == 200
     got = events(body)
-    assert len(got) == 1 and "expected 2 inputs but got 1 inputs" in got[0]["error"]
+    assert got[0]["IDX"] == 0 and "gave up after one response" in got[-1]["error"], got
 
 
 def test_requests_pipelined_behind_a_stream_wait_their_turn(served):

@@ -159,3 +159,38 @@ def test_settings_apis_cannot_name_files(tmp_path, start_server):
         gclient.close()
     finally:
         s.call(grpc.stop())
+
+
+def test_off_beside_another_trace_level_is_refused(tmp_path, start_server):
+    """#27 defect 8: ["OFF", "TENSORS"] would mean traced and not; Triton
+    refuses it (400 / INVALID_ARGUMENT) and so do we, over HTTP and gRPC."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from pyserver.frontends.grpc import GrpcFrontend
+
+    write_add_sub(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
+    s.call(grpc.start())
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
+        for levels in (["OFF", "TENSORS"], ["TIMESTAMPS", "OFF"]):
+            for update, status in (
+                    (lambda: client.update_trace_settings(settings={"trace_level": levels}), "400"),
+                    (lambda: client.update_trace_settings(
+                        model_name="add_sub", settings={"trace_level": levels}), "400"),
+                    (lambda: gclient.update_trace_settings(settings={"trace_level": levels}),
+                     "StatusCode.INVALID_ARGUMENT")):
+                with pytest.raises(InferenceServerException) as err:
+                    update()
+                assert err.value.status() == status
+                assert "Expect only one trace level 'OFF' is specified" in str(err.value)
+        assert client.get_trace_settings()["trace_level"] == ["OFF"]
+        assert client.update_trace_settings(
+            settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})["trace_level"] == \
+            ["TIMESTAMPS", "TENSORS"]
+        gclient.close()
+    finally:
+        s.call(grpc.stop())

@@ -31,14 +31,14 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     http10 = conn.http10
     if stream:
         slot = StreamSlot(not keep_alive)
-        head = b"%sContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" \
-               b"Transfer-Encoding: chunked\r\n%s\r\n" % (
-                   status_line(200), b"" if keep_alive else CONN_CLOSE)
-        slot.chunks.append(head)
     else:
         slot = Slot(not keep_alive)
         got = []
     conn.pending.append(slot)
+    # Nothing is written before submit has taken the request: bad input is
+    # an HTTP error (400, 404...), as in Triton, not a 200 stream that
+    # carries it; what fails later arrives as an error event.
+    started = False
 
     def on_response(response, error, final):
         if stream:
@@ -53,17 +53,26 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
                 got.append((response, error))
             if final:
                 slot.data = _answer(conn, got, keep_alive, http10)
-        conn.answered()
+        if started:
+            conn.answered()
 
     try:
         server.submit_stream(request, on_response)
     except Exception as e:
+        error = conn.error_data(e, keep_alive, http10)
         if stream:
-            slot.add(sse_event({"error": str(e)}))
-            slot.finish()
+            slot.chunks = error
+            slot.done = True
         else:
-            slot.data = conn.error_data(e, keep_alive, http10)
+            slot.data = error
         conn.answered()
+        return
+    if stream:
+        slot.chunks.insert(0, b"%sContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                              b"Transfer-Encoding: chunked\r\n%s\r\n" % (
+                                  status_line(200), b"" if keep_alive else CONN_CLOSE))
+    started = True
+    conn.answered()
 
 
 def _answer(conn, got: list, keep_alive: bool, http10: bool) -> list:
