@@ -113,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-header-forward-pattern", default="", metavar="REGEX",
                    help="HTTP headers whose name this matches (case-insensitive unless it "
                    "starts with (?-i)) become request parameters")
+    p.add_argument("--http-header-timeout-secs", type=float, default=60.0, metavar="SECONDS",
+                   help="close (408) a connection whose request head does not arrive whole "
+                   "within this long, the first counted from the connect (nginx's "
+                   "client_header_timeout); 0: no bound")
+    p.add_argument("--http-body-timeout-secs", type=float, default=60.0, metavar="SECONDS",
+                   help="close (408) a connection whose request body pauses longer than this "
+                   "between reads (nginx's client_body_timeout); 0: no bound")
+    p.add_argument("--http-max-connections", type=int, default=0, metavar="N",
+                   help="HTTP connections held at most (one more is answered 503 and "
+                   "closed); 0: what the open-file limit leaves")
     p.add_argument("--reuse-http-port", type=parse_bool, default=False,
                    help="let several servers listen on the HTTP port (SO_REUSEPORT)")
     p.add_argument("--rate-limit", default="off", choices=["off", "execution_count"],
@@ -229,7 +239,10 @@ async def serve(args) -> int:
     if args.allow_http:
         kwargs = {"max_input_size": args.http_max_input_size,
                   "header_forward_pattern": args.http_header_forward_pattern,
-                  "reuse_port": args.reuse_http_port}
+                  "reuse_port": args.reuse_http_port,
+                  "header_timeout": args.http_header_timeout_secs,
+                  "body_timeout": args.http_body_timeout_secs,
+                  "max_connections": args.http_max_connections}
         if args.http_restricted_api:
             from pyserver.frontends.http import parse_restricted_api
             kwargs["restricted_apis"] = parse_restricted_api(args.http_restricted_api)
@@ -386,12 +399,26 @@ def model_table(rows: list[dict]) -> str:
     return "\n".join([rule, line(header), rule, *map(line, body), rule])
 
 
+def _raise_open_file_limit() -> None:
+    """A server holds a socket per client: take the whole open-file limit
+    the system grants (the soft limit is often 1,024, the hard far more)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "check-repo":
         from pyserver.check_repo import main as check_repo
         return check_repo(argv[1:])
     args = build_parser().parse_args(argv)
+    _raise_open_file_limit()
     from pyserver.runtime import settings
     console = logging.StreamHandler()
     console.setFormatter(settings.TritonLogFormatter(args.log_format))  # Triton's lines

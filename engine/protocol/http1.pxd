@@ -32,6 +32,7 @@ cdef class RequestParser:
     cdef bint keep_alive
     cdef bint http10
     cdef bint in_head
+    cdef bint in_message              # between a request's first byte and its end
     cdef Py_ssize_t head_size
     cdef Py_ssize_t head_raw
     cdef Py_ssize_t body_size

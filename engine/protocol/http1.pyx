@@ -91,6 +91,7 @@ cdef int _on_message_begin(llhttp_t* p) noexcept:
         self.raw_headers = []
     self.body = []
     self.in_head = True
+    self.in_message = True
     self.head_size = 0
     self.head_raw = 0
     self.body_size = 0
@@ -194,6 +195,7 @@ cdef int _on_message_complete(llhttp_t* p) noexcept:
     cdef list chunks = self.body
     self.body = []
     self.body_size = 0
+    self.in_message = False
     try:
         if not chunks:
             body = b""
@@ -237,6 +239,14 @@ cdef class RequestParser:
         self.raw_headers = [] if keep_raw_headers else None
         self.body = []
         self.method = "GET"
+
+    @property
+    def receiving(self):
+        """0 between requests, 1 while a request's head is arriving, 2 while
+        its body is (what the connection's read timeouts bound)."""
+        if not self.in_message:
+            return 0
+        return 1 if self.in_head else 2
 
     def feed(self, data):
         """Parses ``data`` (bytes): on_request for each request it completes.

@@ -628,3 +628,84 @@ def test_shapes_no_array_can_have_are_client_errors(tmp_path, start_server, mode
                       for n in ("INPUT0", "INPUT1")]}
     status, body, _ = request(server.url, "POST", url, json.dumps(doc).encode())
     assert status == 200 and body["outputs"][0]["data"] == [2 * v for v in values]
+
+
+def _read_all(sock) -> bytes:
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_slow_clients_are_dropped_and_connections_capped(tmp_path, start_server):
+    """#27 defect 10: a head trickled byte by byte, a body that stalls and a
+    connection that sends nothing are answered 408 and closed once their
+    bound passes; one connection past the cap gets 503; a client waiting on
+    a slow model, and the server, carry on."""
+    write_add_sub(tmp_path)
+    write_add_sub(tmp_path, name="slow", extra=(
+        "dynamic_batching { preferred_batch_size: [ 8 ] "
+        "max_queue_delay_microseconds: 1500000 }"))
+    s = start_server(tmp_path)
+    frontend = HttpFrontend(s.server, "127.0.0.1", 0, header_timeout=0.5, body_timeout=0.5,
+                            max_connections=4)
+    s.call(frontend.start())
+    port = frontend.port
+    try:
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        stalled = socket.create_connection(("127.0.0.1", port), timeout=10)
+        stalled.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Length: 100\r\n\r\n{\"in")
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        started = time.monotonic()
+        head = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+        closed = False
+        for byte in head:  # progress every 20 ms, never a whole head
+            try:
+                trickle.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.02)
+            if time.monotonic() - started > 8:
+                break
+        answer = b"" if closed else _read_all(trickle)
+        assert closed or answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"request header not received within 0.5 s" in answer or closed
+        assert time.monotonic() - started < 8
+        got = _read_all(silent)
+        assert got.startswith(b"HTTP/1.1 408") and b"request header not received" in got
+        got = _read_all(stalled)
+        assert got.startswith(b"HTTP/1.1 408") and b"request body not received" in got
+        for sock in (silent, stalled, trickle):
+            sock.close()
+
+        # the cap: 4 held, the fifth is told why and closed
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+        deadline = time.monotonic() + 5
+        while s.run(lambda: len(frontend.connections)) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        got = _read_all(extra)
+        assert got.startswith(b"HTTP/1.1 503") and b"too many connections" in got
+        extra.close()
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while s.run(lambda: len(frontend.connections)) > 0:
+            assert time.monotonic() < deadline, "connections leaked"
+            time.sleep(0.02)
+
+        # a request the model takes 1.5 s to answer outlives both bounds
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}",
+                                                  connection_timeout=10, network_timeout=10)
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        r = client.infer("slow", make_inputs(a, a, True))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * a)
+        time.sleep(0.2)
+        assert client.is_server_live()  # the kept-alive connection still serves
+    finally:
+        s.call(frontend.stop())

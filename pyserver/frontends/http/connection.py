@@ -52,7 +52,7 @@ class Reject(Exception):
 class HttpConnection(asyncio.Protocol):
     __slots__ = (
         "frontend", "server", "_transport", "_parser", "http10", "pending", "_closing",
-        "_write_paused", "_read_paused", "_eof", "last_active",
+        "_write_paused", "_read_paused", "_eof", "last_active", "head_started",
     )
 
     def __init__(self, frontend):
@@ -67,7 +67,10 @@ class HttpConnection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._eof = False
+        # loop times the frontend's sweep reads: the last bytes received, and
+        # when the request head now awaited began (0.0: none awaited)
         self.last_active = 0.0
+        self.head_started = 0.0
 
     @property
     def raw_headers(self):
@@ -77,10 +80,20 @@ class HttpConnection(asyncio.Protocol):
     # ------------------------------------------------------------ transport
 
     def connection_made(self, transport):
+        frontend = self.frontend
+        if len(frontend.connections) >= frontend.max_connections:
+            # over the cap: say why and go, before any parsing
+            self._closing = True
+            transport.write(build(503, JSON_HEADERS, error_body(
+                f"too many connections: the server holds at most "
+                f"{frontend.max_connections}"), False, False)[0])
+            transport.close()
+            return
         self._transport = transport
-        self.frontend.connections.add(self)
-        if self.frontend.idle_timeout:
-            self.last_active = self.frontend.loop_time()
+        frontend.connections.add(self)
+        # the first request head is awaited from the connect on (a client
+        # that connects and sends nothing is bounded like a slow one)
+        self.last_active = self.head_started = frontend.loop_time()
 
     def connection_lost(self, exc):
         self._transport = None
@@ -120,11 +133,16 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data):
         if self._closing:
             return
-        frontend = self.frontend
-        if frontend.idle_timeout:
-            self.last_active = frontend.loop_time()
+        now = self.frontend.loop_time()
+        self.last_active = now
+        parser = self._parser
         try:
-            self._parser.feed(data)
+            parser.feed(data)
+            if parser.receiving == 1:
+                if not self.head_started:
+                    self.head_started = now
+            else:
+                self.head_started = 0.0
         except Upgrade:
             # Upgrade (h2c, websocket) / CONNECT: we speak only HTTP/1.1. The
             # request itself was answered normally; finish queued responses,
@@ -141,6 +159,26 @@ class HttpConnection(asyncio.Protocol):
             else:
                 status, body = 400, error_body(f"malformed HTTP request: {e}")
             self.emit(build(status, JSON_HEADERS, body, False, False), True)
+
+    def timed_out(self, what: str, seconds: float) -> None:
+        """A request head or body did not arrive in time (the frontend's
+        sweep): 408 when nothing is ahead of it, then close."""
+        if self._closing or self._transport is None:
+            return
+        self._closing = True
+        if self.pending:
+            self.close()
+            return
+        self.emit(build(408, JSON_HEADERS, error_body(
+            f"request {what} not received within {seconds:g} s"), False, False), True)
+
+    @property
+    def receiving(self) -> int:
+        """0 between requests, 1 awaiting a request head, 2 its body; reads
+        paused by back-pressure wait on us, not on the client (0)."""
+        if self._read_paused:
+            return 0
+        return self._parser.receiving or (1 if self.head_started else 0)
 
     def close(self):
         """Close now (server shutdown); responses still in flight are dropped."""

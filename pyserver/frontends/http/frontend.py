@@ -19,13 +19,20 @@ Limits: request heads above ``max_header_size`` get 431 and bodies above
 Triton's 400), both answered before the body is read, then the connection is
 closed; JSON bodies above ``max_input_size`` (``--http-max-input-size``) get
 Triton's 400 texts. A client that half-closes still gets its responses; one
-that goes away mid-request leaves nothing behind; with ``idle_timeout`` set,
-connections idle that long without a request in flight are closed.
+that goes away mid-request leaves nothing behind.
+
+Slow clients (as nginx bounds them): a request head, the first one counted
+from the connect, must arrive whole within ``header_timeout`` seconds, and a
+body may not pause longer than ``body_timeout`` between reads; else 408 and
+the connection closes. With ``idle_timeout``, connections idle that long
+between requests are closed. At most ``max_connections`` are held; one more
+is answered 503 and closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE
 from pyserver.frontends.header_forward import HeaderForwarder
@@ -38,6 +45,20 @@ from pyserver.runtime.shared_memory import SharedMemoryManager
 DEFAULT_MAX_HEADER_SIZE = 64 * 1024
 # Triton parses Content-Length as an int32 (http_server.cc GetContentLength).
 _INT32_MAX = (1 << 31) - 1
+# nginx's client_header_timeout and client_body_timeout defaults.
+DEFAULT_HEADER_TIMEOUT = 60.0
+DEFAULT_BODY_TIMEOUT = 60.0
+# File descriptors kept for everything but HTTP connections (models, gRPC,
+# logs, worker pipes) when the connection cap comes from the fd limit.
+_FD_RESERVE = 256
+
+
+def default_max_connections() -> int:
+    """What the process's open-file limit leaves for HTTP connections."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(64, soft - _FD_RESERVE)
 
 
 class HttpFrontend:
@@ -54,6 +75,9 @@ class HttpFrontend:
                  reuse_port: bool = False, restricted_apis: dict | None = None,
                  max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
                  max_body_size: int | None = None, idle_timeout: float | None = None,
+                 header_timeout: float | None = DEFAULT_HEADER_TIMEOUT,
+                 body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
+                 max_connections: int | None = None,
                  header_forward_pattern: str = ""):
         self.server = server
         # --http-header-forward-pattern: matching headers become request parameters
@@ -66,12 +90,15 @@ class HttpFrontend:
         # Triton reads Content-Length as an int32; bodies are buffered whole.
         self.max_body_size = _INT32_MAX if max_body_size is None else max_body_size
         self.idle_timeout = idle_timeout or None
+        self.header_timeout = header_timeout or None
+        self.body_timeout = body_timeout or None
+        self.max_connections = max_connections or default_max_connections()
         self._backlog = backlog
         self._reuse_port = reuse_port
         self._listener = None
         self.connections: set = set()
         self.loop_time = None
-        self._idle_handle = None
+        self._sweep_handle = None
         # group -> (header key, value, the 403 body), as the connections match them
         self.restrictions: dict = {}
         # request target -> (model, version) of infer routes already seen
@@ -106,26 +133,40 @@ class HttpFrontend:
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        if self.idle_timeout:
-            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
+        if self._sweep_period() is not None:
+            self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
 
-    def _idle_period(self) -> float:
-        return max(0.05, min(self.idle_timeout / 2, 5.0))
+    def _sweep_period(self) -> float | None:
+        bounds = [t for t in (self.idle_timeout, self.header_timeout, self.body_timeout) if t]
+        if not bounds:
+            return None
+        return max(0.05, min(min(bounds) / 2, 1.0))
 
-    def _sweep_idle(self, loop):
+    def _sweep(self, loop):
+        """Closes the connections that broke a bound (once per period: one
+        timer for all of them, nothing per request)."""
         now = loop.time()
+        header, body, idle = self.header_timeout, self.body_timeout, self.idle_timeout
         for conn in list(self.connections):
-            if not conn.pending and now - conn.last_active > self.idle_timeout:
+            if idle and not conn.pending and now - conn.last_active > idle:
                 conn.close()
                 self.connections.discard(conn)
+                continue
+            state = conn.receiving
+            if state == 1:
+                if header and now - conn.head_started > header:
+                    conn.timed_out("header", header)
+            elif state == 2:
+                if body and now - conn.last_active > body:
+                    conn.timed_out("body", body)
         if self._listener is not None:
-            self._idle_handle = loop.call_later(self._idle_period(), self._sweep_idle, loop)
+            self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
 
     async def stop(self) -> None:
         listener, self._listener = self._listener, None
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-            self._idle_handle = None
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
         if listener is not None:
             listener.close()
         for conn in list(self.connections):
