@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+import time
 
 from pyserver.kernel.flags import parse_bool
 
@@ -292,12 +294,30 @@ async def serve(args) -> int:
         if hasattr(f, "begin_shutdown"):
             f.begin_shutdown()  # gRPC clients get GOAWAY before the drain
     log.info("shutting down: waiting up to %d s for in-flight requests", args.exit_timeout_secs)
-    if not await server.drain(args.exit_timeout_secs):
-        log.warning("exit timeout reached with requests still in flight")
+    deadline = time.monotonic() + args.exit_timeout_secs
+    drained = await server.drain(args.exit_timeout_secs)
+    if not drained:
+        # Past the timeout nothing more is waited for: what is still in
+        # flight is answered with an error now, the models stop at once.
+        failed = server.abandon_inflight(
+            f"the server is shutting down: its exit timeout ({args.exit_timeout_secs} s) "
+            "passed before this request completed")
+        log.warning("exit timeout reached: %d requests still in flight were failed", failed)
+        await asyncio.sleep(0.05)  # their answers go out before the connections close
+        deadline = time.monotonic() + _FORCED_STOP_S
     for f in frontends:
-        await f.stop()
-    await server.stop()
+        await f.stop(max(0.5, deadline - time.monotonic()))
+    await server.stop(None if drained else deadline)
+    if not drained:
+        # A thread still inside a model (ONNX Runtime, a thread-mode Python
+        # model) cannot be stopped; the process ends without waiting for it.
+        logging.shutdown()
+        os._exit(0)
     return 0
+
+
+# After the exit timeout: how long the frontends and the models get to close.
+_FORCED_STOP_S = 1.0
 
 
 # --trace-config KEY (as Triton spells it) -> the trace settings API's key.

@@ -363,10 +363,22 @@ class GrpcFrontend:
         listener, self._closing_listener = self._closing_listener, None
         if self._connections:
             self._all_closed = asyncio.Event()
-            try:
-                await asyncio.wait_for(self._all_closed.wait(), timeout)
-            except asyncio.TimeoutError:
-                log.warning("gRPC: %d connections still busy after %.0f s; closing them",
+            deadline = asyncio.get_running_loop().time() + timeout
+            # A connection whose calls have all ended is closed by us (its
+            # answers written first): a client may keep one open after GOAWAY.
+            while self._connections:
+                for conn in list(self._connections):
+                    if conn.open_streams == 0:
+                        conn.close()
+                left = deadline - asyncio.get_running_loop().time()
+                if not self._connections or left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._all_closed.wait(), min(left, 0.05))
+                except asyncio.TimeoutError:
+                    pass
+            if self._connections:
+                log.warning("gRPC: %d connections still busy after %.1f s; closing them",
                             len(self._connections), timeout)
             for conn in list(self._connections):
                 conn.close()

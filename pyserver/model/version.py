@@ -291,21 +291,36 @@ class ModelVersion:
         for driver in self.loop_drivers:
             driver.dispatch()
 
-    def stop(self):
+    def stop(self, deadline: float | None = None):
         """Lets queued requests run while they make progress (an unload or a
         reload waits for the requests in flight, as Triton's does), fails
-        what is left, lets running batches finish, joins instances."""
+        what is left, lets running batches finish, joins instances.
+
+        With a ``deadline`` (a time.monotonic() value: the server's exit
+        timeout has passed) nothing more runs: the queue fails at once, the
+        instances get until then to finish the batch they hold, then are
+        closed (a Python model's worker is killed, without finalize, as
+        Triton exits then without unloading) and an instance thread stuck in
+        a model is left behind."""
         if self.inline is not None:
             self.inline.release()  # the instance threads take what is queued
-        if running_loop() is None:
+        if running_loop() is None and deadline is None:
             self._drain_queue(QUEUE_STALL_S)
         self.scheduler.stop()
+        if deadline is not None:
+            # the requests were answered already: no batch is waited for
+            for instance in self.instances + self.passive_instances:
+                kill = getattr(instance.backend, "kill", None)
+                if kill is not None:
+                    kill()
         for driver in self.drivers:
-            driver.stop(timeout=30)
+            driver.stop(timeout=30 if deadline is None else
+                        max(0.0, deadline - time.monotonic()))
         for instance in self.instances + self.passive_instances:
             close = getattr(instance.backend, "close", None)
             if close is not None:
                 close()
+        for instance in self.instances + self.passive_instances:
             if instance.rate_limit is not None:
                 limiter, limit_id = instance.rate_limit
                 limiter.remove_instance(limit_id)

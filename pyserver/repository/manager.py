@@ -416,11 +416,12 @@ class ModelManager:
         return {n: (r.message if isinstance(r, ServerError) else str(r))
                 for n, r in zip(changed, results) if isinstance(r, BaseException)}
 
-    def stop_all(self) -> None:
-        """Stops every loaded version (blocking: call off the loop)."""
+    def stop_all(self, deadline: float | None = None) -> None:
+        """Stops every loaded version (blocking: call off the loop); with a
+        deadline, at once (ModelVersion.stop)."""
         for versions in self.versions.values():
             for mv in versions.values():
-                mv.stop()
+                mv.stop(deadline)
         self.versions.clear()
         for d in self._override_dirs.values():
             shutil.rmtree(d, ignore_errors=True)

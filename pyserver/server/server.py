@@ -159,7 +159,23 @@ class Server:
         except asyncio.TimeoutError:
             return False
 
-    async def stop(self):
+    def abandon_inflight(self, message: str) -> int:
+        """Fails every request still in flight with UNAVAILABLE ``message``
+        (the exit timeout passed): queued ones leave their queue, running
+        ones are answered now and what their model returns later is dropped.
+        Returns how many were failed."""
+        error = ServerError(Code.UNAVAILABLE, message)
+        failed = 0
+        for future, (scheduler, request_id) in list(self._handles.items()):
+            scheduler.cancel(request_id)
+            if not future.done():
+                future.set_exception(error)
+                failed += 1
+        return failed
+
+    async def stop(self, deadline: float | None = None):
+        """Stops the models and frees what the server holds. With a
+        ``deadline`` (time.monotonic()), models stop at once (ModelVersion.stop)."""
         if self._live is False and self.models is None:
             return
         self._stopping = True
@@ -167,7 +183,8 @@ class Server:
         if self.models is not None:
             models, self.models = self.models, None
             await models.stop_polling()
-            await asyncio.get_running_loop().run_in_executor(None, models.stop_all)
+            await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(models.stop_all, deadline))
         if self.rate_limiter is not None:
             self.rate_limiter.stop()  # an instance thread still waiting gives up its batch
         if self._completions is not None:

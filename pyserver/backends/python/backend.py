@@ -592,6 +592,14 @@ class ProcessPythonBackend(ServedInstance):
     def restarts(self) -> int:
         return self._restarts
 
+    def kill(self):
+        """A forced stop (the server's exit timeout passed): the worker ends
+        now, without finalize, as Triton exits then without unloading; close()
+        then fails what the worker never answered."""
+        worker = self._worker
+        if worker is not None:
+            worker.kill()
+
     def close(self):
         with self._state:
             self._closing = True
@@ -605,7 +613,9 @@ class ProcessPythonBackend(ServedInstance):
             return
         # A batch still in the worker (its thread was given up on) cannot be
         # finalized politely: end the process.
-        if self._lock.acquire(timeout=1.0):
+        if worker.closing:
+            pass  # killed already (a forced stop)
+        elif self._lock.acquire(timeout=1.0):
             try:
                 error = worker.stop(FINALIZE_TIMEOUT_S)
             finally:

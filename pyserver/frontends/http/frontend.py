@@ -162,7 +162,8 @@ class HttpFrontend:
         if self._listener is not None:
             self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 0.0) -> None:
+        # (timeout: what the others take; connections here close at once)
         listener, self._listener = self._listener, None
         if self._sweep_handle is not None:
             self._sweep_handle.cancel()

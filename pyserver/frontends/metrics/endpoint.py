@@ -149,7 +149,8 @@ class MetricsFrontend:
         if sockets:
             self.port = sockets[0].getsockname()[1]
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 0.0) -> None:
+        # (timeout: what the others take; connections here close at once)
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
