@@ -28,6 +28,11 @@ cdef class RequestParser:
     # forwarding names parameters as the client spelled them); else None
     cdef public list raw_headers
     cdef list body
+    # a body whose Content-Length is known and large is copied into one
+    # buffer of that size as it arrives (no chunks to join: half the peak
+    # memory, and a buffer the allocator returns to the OS once freed)
+    cdef bytes body_buffer
+    cdef Py_ssize_t body_filled
     cdef str method
     cdef bint keep_alive
     cdef bint http10

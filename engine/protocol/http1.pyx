@@ -17,6 +17,7 @@ with Triton's 400), raising ``reject(status, message)``; a request for
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy
 from libcpp.string cimport string
 
 
@@ -67,6 +68,8 @@ class Upgrade(Exception):
 
 
 cdef int64_t INT32_MAX = (1 << 31) - 1
+# Bodies from this size up (by Content-Length) go into one buffer (body_buffer).
+cdef Py_ssize_t BODY_BUFFER_MIN = 256 * 1024
 cdef dict _METHODS = {}  # llhttp method number -> name
 
 
@@ -90,6 +93,7 @@ cdef int _on_message_begin(llhttp_t* p) noexcept:
     if self.raw_headers is not None:
         self.raw_headers = []
     self.body = []
+    self.body_buffer = None
     self.in_head = True
     self.in_message = True
     self.head_size = 0
@@ -167,6 +171,14 @@ cdef int _on_headers_complete(llhttp_t* p) noexcept:
         length = self.headers.get(b"content-length")
         if length is not None:
             self.check_length(length)
+            n = int(length)
+            if n >= BODY_BUFFER_MIN:
+                try:
+                    self.body_buffer = PyBytes_FromStringAndSize(NULL, n)
+                except MemoryError:
+                    raise self.reject(413, f"request body of {n} bytes does not fit in the "
+                                           "server's memory") from None
+                self.body_filled = 0
         expect = self.headers.get(b"expect")
         if expect is not None and expect.lower() == b"100-continue":
             self.protocol.on_continue()
@@ -179,6 +191,14 @@ cdef int _on_headers_complete(llhttp_t* p) noexcept:
 cdef int _on_body(llhttp_t* p, const char* at, size_t n) noexcept:
     cdef RequestParser self = _of(p)
     self.body_size += n
+    cdef bytes buffer = self.body_buffer
+    if buffer is not None:
+        if self.body_filled + <Py_ssize_t>n > PyBytes_GET_SIZE(buffer):
+            self.error = ParseError("body longer than its Content-Length")
+            return -1
+        memcpy(PyBytes_AS_STRING(buffer) + self.body_filled, at, n)
+        self.body_filled += n
+        return 0
     try:
         if self.body_size > self.max_body_size:  # chunked bodies
             raise self.reject(413, f"request body exceeds the maximum allowed size of "
@@ -193,11 +213,15 @@ cdef int _on_body(llhttp_t* p, const char* at, size_t n) noexcept:
 cdef int _on_message_complete(llhttp_t* p) noexcept:
     cdef RequestParser self = _of(p)
     cdef list chunks = self.body
+    cdef bytes buffer = self.body_buffer
     self.body = []
+    self.body_buffer = None
     self.body_size = 0
     self.in_message = False
     try:
-        if not chunks:
+        if buffer is not None:
+            body = buffer
+        elif not chunks:
             body = b""
         elif len(chunks) == 1:
             body = chunks[0]

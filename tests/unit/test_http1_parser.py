@@ -238,3 +238,29 @@ def test_an_exception_from_the_protocol_stops_the_parse_and_surfaces():
     parser = RequestParser(Failing(), 1024, 1024, Reject)
     with pytest.raises(KeyError, match="from the frontend"):
         parser.feed(CASES["get"])
+
+
+@pytest.mark.parametrize("size", [256 * 1024 - 1, 256 * 1024, 3 * 1024 * 1024 + 7])
+def test_large_bodies_arrive_whole_in_one_buffer(size):
+    """A body known by its Content-Length is filled into one buffer (#27,
+    defect 6): the same bytes whatever the split, pipelined requests kept
+    apart, and the parser says it is mid-body until the last byte."""
+    import os
+
+    body = os.urandom(size)
+    raw = (b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size + body +
+           b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    for step in (1 << 20, 65536, 4093):
+        c = Collector()
+        parser = RequestParser(c, 1 << 16, INT32_MAX, Reject)
+        for i in range(0, len(raw), step):
+            parser.feed(raw[i:i + step])
+        assert [e[2] for e in c.events] == [b"/a", b"/b"]
+        assert c.events[0][4] == body and c.events[1][4] == b""
+        assert parser.receiving == 0
+    c = Collector()
+    parser = RequestParser(c, 1 << 16, INT32_MAX, Reject)
+    parser.feed(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size)
+    assert parser.receiving == 2
+    parser.feed(body[:1000])
+    assert parser.receiving == 2 and c.events == []
