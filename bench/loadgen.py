@@ -73,12 +73,13 @@ def grpc_frame(message: bytes) -> bytes:
 
 
 def h2load(port: int, body: Path, conns: int, seconds: float, warmup: float,
-           log: Path) -> dict:
+           log: Path, threads: int = 1) -> dict:
     """One h2load run against 127.0.0.1: one stream per connection
     (`-c N -m 1`), one client thread; a warm-up run, then the timed window.
     (Not --warm-up-time: h2load keeps counting DATA bytes through it.)"""
     def once(duration: float, log_file: Path | None) -> str:
-        cmd = ["h2load", "-c", str(conns), "-m", "1", "-t", "1", "-D", f"{int(duration * 1000)}ms",
+        cmd = ["h2load", "-c", str(conns), "-m", "1", "-t", str(threads),
+               "-D", f"{int(duration * 1000)}ms",
                "-H", "content-type: application/grpc", "-H", "te: trailers", "-d", str(body),
                f"http://127.0.0.1:{port}{GRPC_INFER_PATH}"]
         if log_file is not None:
@@ -110,11 +111,12 @@ def wrk_script(path: Path, body: bytes, headers: dict) -> Path:
     return path
 
 
-def wrk(url: str, script: Path, conns: int, seconds: float, warmup: float) -> dict:
-    """wrk against url: a warm-up run, then the timed window (one thread:
-    the server needs the other core more than wrk does)."""
+def wrk(url: str, script: Path, conns: int, seconds: float, warmup: float,
+        threads: int = 1) -> dict:
+    """wrk against url: a warm-up run, then the timed window (one thread by
+    default: the server needs the other core more than wrk does)."""
     def once(duration: float) -> str:
-        cmd = ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(duration))}s", "--timeout", "10s",
+        cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, round(duration))}s", "--timeout", "10s",
                "--latency", "-s", str(script), url]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
 

@@ -32,6 +32,7 @@ from pyserver._proto import message_class
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
+from pyserver.frontends.listener import listen
 from pyserver.frontends.restricted import parse_restricted
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
 from pyserver.kernel.errors import Code, GrpcStatus, ServerError
@@ -338,9 +339,8 @@ class GrpcFrontend:
             conn.keepalive = ConnectionKeepalive(conn, keepalive)
             return conn
 
-        self._listener = await self._loop.create_server(
-            factory, self.host, self.port, backlog=self._backlog, reuse_address=True,
-            reuse_port=self._reuse_port or None, ssl=self._ssl)
+        self._listener = await listen(factory, self.host, self.port, backlog=self._backlog,
+                                      reuse_port=self._reuse_port, ssl=self._ssl)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

@@ -39,6 +39,7 @@ from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http.connection import HttpConnection
 from pyserver.frontends.http.framing import error_body
 from pyserver.frontends.http.routes import RESTRICTED_API_GROUPS
+from pyserver.frontends.listener import listen
 from pyserver.runtime.shared_memory import SharedMemoryManager
 
 # Default request head limit (request line + headers).
@@ -125,11 +126,8 @@ class HttpFrontend:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.loop_time = loop.time
-        self._listener = await loop.create_server(
-            lambda: HttpConnection(self), self.host, self.port,
-            backlog=self._backlog, reuse_address=True,
-            reuse_port=self._reuse_port or None,
-        )
+        self._listener = await listen(lambda: HttpConnection(self), self.host, self.port,
+                                      backlog=self._backlog, reuse_port=self._reuse_port)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
