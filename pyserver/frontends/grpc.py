@@ -35,7 +35,7 @@ from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.listener import listen
 from pyserver.frontends.restricted import parse_restricted
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
-from pyserver.kernel.errors import Code, GrpcStatus, ServerError
+from pyserver.kernel.errors import Code, GrpcStatus, ServerError, unknown_load_parameter
 from pyserver.kernel.types import InferResponse
 
 try:
@@ -605,7 +605,7 @@ class GrpcFrontend:
                     files = {}
                 files[key[5:]] = param.bytes_param
             else:
-                raise ServerError(Code.INTERNAL, "unexpected error on creating Triton parameter")
+                raise unknown_load_parameter(key)
         await self._server.load_model(req.model_name, config=config, files=files)
         return _m("inference.RepositoryModelLoadResponse")()
 

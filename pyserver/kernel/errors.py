@@ -111,6 +111,13 @@ class DecoupledModelError(ServerError):
         return DECOUPLED_GRPC
 
 
+def unknown_load_parameter(key: str) -> ServerError:
+    """A model load parameter other than config and file:<path> (Triton
+    answers this with an INTERNAL error; it is the client's mistake)."""
+    return ServerError(Code.INVALID_ARG, f"unexpected load parameter '{key}': a model load "
+                                         "takes 'config' and 'file:<path>'")
+
+
 def shape_too_large(name: str, shape) -> str:
     """The text for an input whose shape no array can have: its non-zero
     dimensions times the element size pass 2^63-1 bytes (a zero dimension

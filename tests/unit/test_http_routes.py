@@ -191,8 +191,10 @@ def test_unknown_paths_and_methods(front):
         (req("GET", "/v2/cudasharedmemory/unregister"), 405, not_allowed),
         (req("POST", "/v2/logging", b"[]"), 400,
          {"error": "attempt to get members for non-object"}),
-        (req("POST", "/v2/repository/models/m/load", b'{"parameters": {"other": "x"}}'), 500,
-         {"error": "unexpected error on creating Triton parameter"}),
+        # Triton: 500 "unexpected error on creating Triton parameter"; a client mistake (#27)
+        (req("POST", "/v2/repository/models/m/load", b'{"parameters": {"other": "x"}}'), 400,
+         {"error": "unexpected load parameter 'other': a model load takes 'config' and "
+                   "'file:<path>'"}),
         (req("POST", "/v2/repository/models/m/load", b'{"parameters": []}'), 400,
          {"error": "attempt to get members for non-object"}),
     ]

@@ -24,7 +24,7 @@ from pyserver.frontends.http.framing import (
     NO_HEADERS,
     build,
 )
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, unknown_load_parameter
 from pyserver.runtime.shared_memory import SYSTEM
 
 # Triton parses sizes as an int32 (http_server.cc).
@@ -166,8 +166,7 @@ def repository(conn, method, headers, body, keep_alive, action, model, repo):
                             files = {}
                         files[key[5:]] = _b64decode(value, key)
                     else:
-                        raise ServerError(Code.INTERNAL,
-                                          "unexpected error on creating Triton parameter")
+                        raise unknown_load_parameter(key)
             return conn.call(functools.partial(server.load_model, config=config, files=files),
                              (model,), keep_alive, None)
         unload_dependents = False
