@@ -292,18 +292,23 @@ cdef list _shape_list(vector[int64_t]& dims):
 
 cdef tuple _decode(bytes msg, object contents_decoder):
     # See decode_infer_request.
+    try:
+        return _decode_view(msg, contents_decoder)
+    except UnicodeDecodeError:  # any of its strings: names, ids, keys, values
+        raise ServerError(Code.INVALID_ARG,
+                          "ModelInferRequest has a string that is not UTF-8") from None
+
+
+cdef tuple _decode_view(bytes msg, object contents_decoder):
     cdef InferRequestView view
     cdef const Parameter* p
     cdef InputTensorView* t
     cdef size_t i, raw_index = 0, nraw
     check_status(ParseModelInferRequest(<const uint8_t*>PyBytes_AS_STRING(msg),
                                         <size_t>PyBytes_GET_SIZE(msg), &view))
-    try:
-        model_name = _str(view.model_name)
-        model_version = _str(view.model_version)
-        request_id = _str(view.id)
-    except UnicodeDecodeError:
-        raise ServerError(Code.INVALID_ARG, "ModelInferRequest has a string that is not UTF-8")
+    model_name = _str(view.model_name)
+    model_version = _str(view.model_version)
+    request_id = _str(view.id)
 
     cdef dict params = {}
     cdef dict flags = None

@@ -466,7 +466,8 @@ class GrpcFrontend:
             try:
                 request = request_class.FromString(msg)
             except DecodeError as e:
-                stream.finish(INTERNAL, f"failed to parse the {rpc} request: {e}")
+                stream.finish(GrpcStatus.INVALID_ARGUMENT,
+                              f"failed to parse the {rpc} request: {e}")
                 return
             try:
                 result = fn(request)

@@ -274,7 +274,7 @@ def test_raw_byte_size_mismatch_and_typed_contents(add_sub):
     # not a ModelInferRequest at all
     with pytest.raises(grpc.RpcError) as err:
         raw_call(add_sub.grpc_url, method, b"\x0a\xff\xff")
-    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # the client's mistake (#27)
 
 
 def test_async_infer_many_in_flight(add_sub):

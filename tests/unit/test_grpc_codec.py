@@ -113,8 +113,12 @@ def test_raw_input_errors():
     bad(lambda: decode(request([("X", "FP32", (1,) * 40)], [b"\0" * 4])))
     r, _ = decode(request([("X", "FP32", (0, 4))], [b""]))
     assert r.inputs[0].data.shape == (0, 4)
-    bad(lambda: decode_infer_request(b"\x0a\x05ab"), code=Code.INTERNAL)
+    bad(lambda: decode_infer_request(b"\x0a\x05ab"))  # INVALID_ARG: the client's bytes
     bad(lambda: decode_infer_request(b"\x0a\x02\xff\xfe"))  # model name not UTF-8
+    # an input name (or any string) that is not UTF-8: the client's, not INTERNAL (#27)
+    not_utf8 = request([("X", "FP32", (1,))], [b"\0" * 4]).SerializeToString().replace(
+        b"\x0a\x01X", b"\x0a\x01\xff")
+    bad(lambda: decode_infer_request(not_utf8))
 
 
 def test_request_parameters():

@@ -12,8 +12,10 @@ constexpr uint32_t kFixed64 = 1;
 constexpr uint32_t kLen = 2;
 constexpr uint32_t kFixed32 = 5;
 
+// Bytes that are no ModelInferRequest are the client's mistake (gRPC servers
+// commonly say INTERNAL; a client should not see a server fault for it).
 Status Malformed(const char* what) {
-  return Status(StatusCode::kInternal,
+  return Status(StatusCode::kInvalidArg,
                 std::string("failed to parse the ModelInferRequest message: ") + what);
 }
 

@@ -120,7 +120,7 @@ TEST(GrpcCodec, RejectsMalformedBytes) {
     InferRequestView r;
     Status s = ParseModelInferRequest(b.data(), b.size(), &r);
     EXPECT_FALSE(s.ok());
-    EXPECT_EQ(s.code(), StatusCode::kInternal);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArg);
   }
   InferRequestView empty;
   EXPECT_TRUE(ParseModelInferRequest(nullptr, 0, &empty).ok());
