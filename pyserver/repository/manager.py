@@ -40,8 +40,11 @@ log = logging.getLogger("pyserver")
 CONTROL_MODES = ("none", "explicit", "poll")
 
 
-class NotInRepository(ServerError):
-    """A load of a name no repository holds."""
+class LoadRefused(ServerError):
+    """A load request refused before anything was tried: a name no
+    repository holds, a config override that does not parse, override files
+    that would leave the model's folder. It leaves no state (the model is
+    not in the index, the server stays ready), as a typo does in Triton."""
 
 
 class ModelManager:
@@ -209,11 +212,8 @@ class ModelManager:
             serving = bool(self.versions.get(name))
             try:
                 entry, override = self._model_source(name, config, files, found)
-            except NotInRepository:
-                # A name the repository does not have (a typo) leaves no
-                # state: it neither shows in the index nor keeps the server
-                # from being ready, as in Triton.
-                raise
+            except LoadRefused:
+                raise  # no state (see LoadRefused)
             except ServerError as err:
                 if not serving:
                     self.states[name] = ("UNAVAILABLE", err.message)
@@ -314,10 +314,12 @@ class ModelManager:
             try:
                 json_format.Parse(config, override)
             except json_format.ParseError as err:
-                raise invalid_arg(f"failed to load '{name}', invalid config override: {err}") from None
+                raise LoadRefused(Code.INVALID_ARG,
+                                  f"failed to load '{name}', invalid config override: {err}") from None
         if files:
             if override is None:
-                raise invalid_arg(f"failed to load '{name}', file override requires a config override")
+                raise LoadRefused(Code.INVALID_ARG,
+                                  f"failed to load '{name}', file override requires a config override")
             return repository.ModelDir(name, self._write_override_files(name, files)), override
         if found is None:
             found, dup_errors = repository.scan(self.repositories)
@@ -325,7 +327,7 @@ class ModelManager:
                 raise ServerError(Code.UNAVAILABLE, f"failed to load '{name}', {dup_errors[name]}")
         entry = found.get(name)
         if entry is None:
-            raise NotInRepository(Code.INVALID_ARG,
+            raise LoadRefused(Code.INVALID_ARG,
                                   f"failed to load '{name}', failed to poll from model repository")
         return entry, override
 
@@ -337,7 +339,8 @@ class ModelManager:
             path = Path(rel)
             if path.is_absolute() or ".." in path.parts or not path.parts:
                 shutil.rmtree(root, ignore_errors=True)
-                raise invalid_arg(f"failed to load '{name}', invalid file override path '{rel}'")
+                raise LoadRefused(Code.INVALID_ARG,
+                                  f"failed to load '{name}', invalid file override path '{rel}'")
             target = model_dir / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content if isinstance(content, bytes) else base64.b64decode(content))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pyserver.testing import write_add_sub
+from tests.integration.conftest import start_server  # noqa: F401 (fixture)
 from tests.integration.test_cli import start_cli
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
