@@ -205,9 +205,9 @@ def test_body_and_length_prefix_disagree(srv):
     # a bad compression flag
     headers, _, _ = c.result(c.request(body=b"\x07" + frame(msg)[1:]))
     assert grpc_status(headers)[0] == 13
-    # bytes that are not a ModelInferRequest
+    # bytes that are not a ModelInferRequest: the client's mistake (#27)
     headers, _, _ = c.result(c.request(body=frame(b"\x0a\xff\x01")))
-    assert grpc_status(headers)[0] == 13
+    assert grpc_status(headers)[0] == 3
     headers, _, _ = c.result(c.request(body=frame(msg)))
     assert grpc_status(headers) == (0, "")  # the connection is fine
     c.close()
