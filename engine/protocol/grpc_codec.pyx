@@ -351,8 +351,8 @@ cdef tuple _decode_view(bytes msg, object contents_decoder):
                 flags = {}
             flags[key] = p.bool_value
         elif p.kind == ParamKind.kInt64 or p.kind == ParamKind.kBool \
-                or p.kind == ParamKind.kString:
-            params[key] = _value(p)
+                or p.kind == ParamKind.kString or p.kind == ParamKind.kDouble:
+            params[key] = _value(p)  # a double as Triton takes it (tritonclient's floats)
         else:
             raise _type_error(key, "int64_param, bool_param, or string_param")
 

@@ -63,8 +63,7 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict)
         values = value if type(value) is list else [value]
         if wire == "BYTES":
             if not all(type(v) is str for v in values):
-                raise _bad(f"field '{name}' feeds a string input of model '{model}': "
-                           "it must be a string or a list of strings")
+                raise _bad("attempt to access JSON non-string as string")  # Triton's text
             data = np.empty(len(values), dtype=object)
             data[:] = [v.encode() for v in values]
         else:
@@ -76,11 +75,31 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict)
                 data = np.array(values, dtype=npdt)
             except (OverflowError, ValueError) as e:
                 raise _bad(f"field '{name}' does not fit input '{name}' ({wire}): {e}") from None
-        shape = [len(values)]
-        if batching:
-            shape = [1] + shape
+        dims = ([-1] if batching else []) + [int(d) for d in spec.get("dims", [])]
+        shape = _fit_shape(name, len(values), dims)
         inputs.append(InferTensor(name, wire, shape, data.reshape(shape)))
     return InferRequest(model, version, request_id, inputs, [], params)
+
+
+def _fit_shape(name: str, count: int, dims: list) -> list:
+    """The shape ``count`` elements take in an input of ``dims`` (-1:
+    variable), as Triton fits a generate field: the fixed dimensions divide
+    the count from the innermost out, the innermost variable one takes what
+    is left and the other variable ones are 1."""
+    shape = list(dims) or [-1]
+    left = count
+    for d in reversed(shape):
+        if d != -1:
+            if d == 0 or left % d:
+                raise _bad(f"The schema can not convert input '{name}' to tensor with proper "
+                           "shape")
+            left //= d
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == -1:
+            shape[i], left = left, 1
+    if left != 1:
+        raise _bad(f"The schema can not convert input '{name}' to tensor with proper shape")
+    return shape
 
 
 def _parameter(name: str, value):

@@ -90,7 +90,10 @@ class ModelManager:
         try:
             number = int(version)
         except ValueError:
-            number = None
+            # Triton's text (std::stol's complaint included)
+            raise invalid_arg(f"failed to get model version from specified version string "
+                              f"'{version}' (details: stol), version should be an integral "
+                              "value > 0") from None
         mv = versions.get(number)
         if mv is None:
             raise not_found(f"Request for unknown model: '{name}' version {version} is not found")

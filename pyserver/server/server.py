@@ -43,7 +43,7 @@ log = logging.getLogger("pyserver")
 
 # What this build serves; the list grows as features land (Triton's full list
 # adds sequence).
-EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)",
+EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
               "schedule_policy", "model_configuration", "system_shared_memory",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace",
               "logging"]

@@ -102,6 +102,7 @@ def test_health_and_metadata(add_sub):
     assert meta["name"] == "triton"
     assert meta["version"] == add_sub.server.metadata()["version"]
     assert "model_repository" in meta["extensions"]
+    assert "sequence" in meta["extensions"]  # as Triton lists it
 
     md = client.get_model_metadata("add_sub", as_json=True)
     assert md["platform"] == "onnxruntime_onnx"
@@ -173,6 +174,10 @@ def test_infer_errors_keep_triton_codes_and_texts(add_sub):
                  "Request for unknown model: 'nope' is not found")
     expect_error(lambda: client.infer("add_sub", make_inputs(A, B), model_version="7"),
                  "StatusCode.NOT_FOUND")
+    expect_error(lambda: client.infer("add_sub", make_inputs(A, B), model_version="x1"),
+                 "StatusCode.INVALID_ARGUMENT",
+                 "failed to get model version from specified version string 'x1' (details: "
+                 "stol), version should be an integral value > 0")  # Triton's text (#21)
     bad = np.zeros((1, 15), np.float32)
     expect_error(lambda: client.infer("add_sub", make_inputs(bad, bad)),
                  "StatusCode.INVALID_ARGUMENT",

@@ -46,7 +46,7 @@ def events(body: bytes) -> list:
 def test_generate_stream_sends_one_event_per_response(served):
     r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 3, "id": "g1"})
     assert r.status == 200
-    assert r.getheader("Content-Type") == "text/event-stream"
+    assert r.getheader("Content-Type") == "text/event-stream; charset=utf-8"  # as Triton
     assert r.getheader("Transfer-Encoding") == "chunked"
     got = events(body)
     assert [e["IDX"] for e in got] == [0, 1, 2]
@@ -90,7 +90,8 @@ def test_generate_errors(served):
             assert json.loads(body)["error"] == ("parameter 'NOPE' has invalid type. It should "
                                                  "be either 'int', 'bool', or 'string'.")
     r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": 5})
-    assert r.status == 400 and "must be a string" in json.loads(body)["error"]
+    assert r.status == 400  # Triton's text
+    assert json.loads(body)["error"] == "attempt to access JSON non-string as string"
     r, body = post(served, "/v2/models/add_sub/generate", b"{not json")
     assert r.status == 400 and "failed to parse the request JSON" in json.loads(body)["error"]
     r, body = post(served, "/v2/models/missing/generate", {"A": 1})
@@ -134,3 +135,24 @@ def test_requests_pipelined_behind_a_stream_wait_their_turn(served):
     first, second = data.split(b"\r\n0\r\n\r\n", 1)  # the stream's last chunk
     assert first.count(b"data: ") == 3 and b"OUTPUT0" not in first
     assert second.startswith(b"HTTP/1.1 200") and b'"OUTPUT0":2.0' in second
+
+
+def test_fields_take_the_shape_of_their_input_as_in_triton():
+    """A generate field is fitted to its input's dims (#21): fixed dims
+    divide the count from the innermost out, the innermost variable dim
+    takes the rest, other variable dims are 1; what cannot fit is refused
+    with Triton's text."""
+    import pytest
+
+    from pyserver.frontends.http_generate import _fit_shape
+    from pyserver.kernel.errors import ServerError
+
+    assert _fit_shape("P", 1, [1, 1]) == [1, 1]          # a scalar for dims [1, 1]
+    assert _fit_shape("P", 1, [-1, 1, 1]) == [1, 1, 1]   # ... of a batching model
+    assert _fit_shape("P", 6, [-1, 3]) == [2, 3]
+    assert _fit_shape("P", 6, [-1, -1]) == [1, 6]
+    assert _fit_shape("P", 16, [-1, 16]) == [1, 16]
+    for count, dims in ((5, [-1, 3]), (2, [1, 1])):
+        with pytest.raises(ServerError, match="The schema can not convert input 'P' to tensor "
+                                              "with proper shape"):
+            _fit_shape("P", count, dims)

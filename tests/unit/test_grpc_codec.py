@@ -151,9 +151,13 @@ def test_request_parameters():
         "invalid value type for 'sequence_start' parameter, expected bool_param.")
     bad(with_param("sequence_id", "bool_param", True),
         "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.")
-    bad(with_param("ratio", "double_param", 0.5),
+    bad(with_param("ratio", "uint64_param", 5),
         "invalid value type for 'ratio' parameter, expected int64_param, bool_param, or "
         "string_param.")
+    # a double is taken, as Triton takes it (tritonclient sends Python floats so: #21)
+    req = request()
+    req.parameters["ratio"].double_param = 0.5
+    assert decode(req)[0].parameters["ratio"] == 0.5
     bad(with_param("triton_other", "bool_param", True),
         "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
         "following keys starting with 'triton_' are allowed: "

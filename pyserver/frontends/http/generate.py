@@ -68,7 +68,8 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
         conn.answered()
         return
     if stream:
-        slot.chunks.insert(0, b"%sContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        slot.chunks.insert(0, b"%sContent-Type: text/event-stream; charset=utf-8\r\n"
+                              b"Cache-Control: no-cache\r\n"
                               b"Transfer-Encoding: chunked\r\n%s\r\n" % (
                                   status_line(200), b"" if keep_alive else CONN_CLOSE))
     started = True
