@@ -610,10 +610,11 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
                         raise _member_error("data", jdata)
                     if datatype == "BYTES":
                         data = _json_bytes(name, model_name, request_id, jdata, count, shape)
-                    elif datatype == "BF16":
+                    elif datatype == "BF16" or datatype == "FP16":
+                        # half floats have no JSON number form in Triton either
                         raise _bad(
-                            "receiving BF16 data via JSON is not supported. Please use the "
-                            "binary data format for input " + name
+                            f"receiving {datatype} data via JSON is not supported. Please use "
+                            "the binary data format for input " + name
                         )
                     else:
                         itemsize = npdt.itemsize
