@@ -247,7 +247,12 @@ async def serve(args) -> int:
                   "max_connections": args.http_max_connections}
         if args.http_restricted_api:
             from pyserver.frontends.http import parse_restricted_api
-            kwargs["restricted_apis"] = parse_restricted_api(args.http_restricted_api)
+            try:
+                kwargs["restricted_apis"] = parse_restricted_api(args.http_restricted_api)
+            except ValueError as err:  # a log line, as for the gRPC twin, not a traceback
+                log.error("%s", err)
+                await server.stop()
+                return 1
         http = HttpFrontend(server, args.http_address, args.http_port, **kwargs)
         if not await _start_frontend(http, "HTTP service", frontends, server):
             return 1

@@ -76,6 +76,8 @@ PROTOCOL_GROUPS = {
     "logging": ("LogSettings",),
 }
 _GROUP_OF = {rpc: group for group, rpcs in PROTOCOL_GROUPS.items() for rpc in rpcs}
+# grpc_server.h kRestrictedProtocolHeaderTemplate: what the flag's key becomes
+RESTRICTED_HEADER_PREFIX = "triton-grpc-protocol-"
 
 # Triton's gRPC server accepts messages up to INT32_MAX bytes.
 DEFAULT_MAX_MESSAGE_SIZE = (1 << 31) - 1
@@ -96,7 +98,8 @@ def parse_restricted_protocols(specs) -> dict:
             key, value = kv
             out[group] = (str(key), str(value))
         return out
-    return parse_restricted(specs, "--grpc-restricted-protocol", "protocol", PROTOCOL_GROUPS)
+    return parse_restricted(specs, "--grpc-restricted-protocol", "protocol", PROTOCOL_GROUPS,
+                            RESTRICTED_HEADER_PREFIX)
 
 
 # ---------------------------------------------------------------- typed contents

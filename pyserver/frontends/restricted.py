@@ -6,10 +6,12 @@ most once (command_line_parser.cc; the texts are Triton's)."""
 from __future__ import annotations
 
 
-def parse_restricted(values, option: str, noun: str, groups) -> dict:
+def parse_restricted(values, option: str, noun: str, groups, key_prefix: str = "") -> dict:
     """``values`` (the flag's arguments) -> {group: (header key, header value)}.
     ``option`` names the flag and ``noun`` its groups ("api", "protocol") in
-    the errors; ``groups`` are the names it accepts. Raises ValueError."""
+    the errors; ``groups`` are the names it accepts; ``key_prefix`` goes in
+    front of each key (gRPC's headers are ``triton-grpc-protocol-<key>``).
+    Raises ValueError."""
     result: dict = {}
     for arg in values or ():
         delim_name = arg.find(":")
@@ -28,5 +30,5 @@ def parse_restricted(values, option: str, noun: str, groups) -> dict:
             if group in result:
                 raise ValueError(f"restricted {noun} '{group}' can not be specified in multiple "
                                  "config groups")
-            result[group] = (key, value)
+            result[group] = (key_prefix + key, value)
     return result

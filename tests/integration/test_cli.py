@@ -272,13 +272,20 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
     ("--http-header-forward-pattern=(", "'(' is not a valid regular expression"),
     ("--grpc-header-forward-pattern=[a", "--grpc-header-forward-pattern '[a' is not a valid"),
     ("--grpc-keepalive-time=-5", "--grpc-keepalive-time must be >= 0, not -5"),
+    # a group in two restrictions: Triton's line, for HTTP as for gRPC (#21)
+    ("--allow-http=true --http-restricted-api=health:a=b --http-restricted-api=health:c=d",
+     "restricted api 'health' can not be specified in multiple config groups"),
+    ("--allow-grpc=true --grpc-restricted-protocol=health:a=b "
+     "--grpc-restricted-protocol=health:c=d",
+     "restricted protocol 'health' can not be specified in multiple config groups"),
 ])
 def test_unusable_tritonserver_flags_stop_the_server_with_a_reason(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path),
                            "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
-                           flag], capture_output=True, text=True, timeout=60)
+                           *flag.split(" ")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert message in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):

@@ -618,22 +618,26 @@ def test_restricted_protocols(tmp_path, start_grpc):
                                  "model-repository:admin=yes"]})
     client = grpcclient.InferenceServerClient(s.grpc_url)
     assert client.is_server_live()  # health is not restricted
-    expect_error(lambda: client.infer("add_sub", make_inputs(A, B)), "StatusCode.UNAVAILABLE",
-                 "This protocol is restricted, expecting header 'infer-key'")
+    # the flag's key names the header triton-grpc-protocol-<key> (Triton's docs, #21): the
+    # bare key does not open it
     expect_error(lambda: client.infer("add_sub", make_inputs(A, B),
-                                      headers={"infer-key": "wrong"}),
+                                      headers={"infer-key": "secret"}), "StatusCode.UNAVAILABLE")
+    expect_error(lambda: client.infer("add_sub", make_inputs(A, B)), "StatusCode.UNAVAILABLE",
+                 "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'")
+    expect_error(lambda: client.infer("add_sub", make_inputs(A, B),
+                                      headers={"triton-grpc-protocol-infer-key": "wrong"}),
                  "StatusCode.UNAVAILABLE")
-    result = client.infer("add_sub", make_inputs(A, B), headers={"infer-key": "secret"})
+    result = client.infer("add_sub", make_inputs(A, B), headers={"triton-grpc-protocol-infer-key": "secret"})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
     expect_error(lambda: client.get_model_config("add_sub"), "StatusCode.UNAVAILABLE")
-    assert client.get_model_config("add_sub", headers={"infer-key": "secret"}).config.name
+    assert client.get_model_config("add_sub", headers={"triton-grpc-protocol-infer-key": "secret"}).config.name
     expect_error(lambda: client.get_model_repository_index(), "StatusCode.UNAVAILABLE",
-                 "This protocol is restricted, expecting header 'admin'")
-    assert client.get_model_repository_index(headers={"admin": "yes"})
+                 "This protocol is restricted, expecting header 'triton-grpc-protocol-admin'")
+    assert client.get_model_repository_index(headers={"triton-grpc-protocol-admin": "yes"})
 
     results = queue.Queue()
     client.start_stream(lambda result, error: results.put((result, error)),
-                        headers={"infer-key": "secret"})
+                        headers={"triton-grpc-protocol-infer-key": "secret"})
     client.async_stream_infer("add_sub", make_inputs(A, B))
     result, error = results.get(timeout=30)
     assert error is None
@@ -650,7 +654,7 @@ def test_bad_restriction_specs():
     from pyserver.frontends.grpc import parse_restricted_protocols
 
     assert parse_restricted_protocols(["health,statistics:k=v"]) == {
-        "health": ("k", "v"), "statistics": ("k", "v")}
+        "health": ("triton-grpc-protocol-k", "v"), "statistics": ("triton-grpc-protocol-k", "v")}
     with pytest.raises(ValueError):
         parse_restricted_protocols(["nonsense:k=v"])
     with pytest.raises(ValueError):

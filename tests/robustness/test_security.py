@@ -115,10 +115,11 @@ def test_every_grpc_rpc_is_restricted_by_its_group(everything_restricted):
             with pytest.raises(grpc.RpcError) as err:
                 invoke(None)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE, (rpc, err.value)
-            assert f"This protocol is restricted, expecting header 'key-{group}'" in \
+            header = f"triton-grpc-protocol-key-{group}"
+            assert f"This protocol is restricted, expecting header '{header}'" in \
                 err.value.details(), (rpc, err.value.details())
             try:
-                invoke([(f"key-{group}", f"v-{group}")])
+                invoke([(header, f"v-{group}")])
             except grpc.RpcError as e:  # past the restriction: the RPC's own answer
                 assert "restricted" not in (e.details() or ""), (rpc, e.details())
                 assert e.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), \

@@ -314,7 +314,7 @@ def test_percent_encode():
 
 def test_parse_restricted_protocols():
     assert parse_restricted_protocols(["health,statistics:k=v"]) == {
-        "health": ("k", "v"), "statistics": ("k", "v")}
+        "health": ("triton-grpc-protocol-k", "v"), "statistics": ("triton-grpc-protocol-k", "v")}
     assert parse_restricted_protocols({"inference": ("a", "b")}) == {"inference": ("a", "b")}
     for spec in (["nonsense:k=v"], ["health"], ["health:k"], ["health:k=v", "health:k2=v"]):
         with pytest.raises(ValueError):

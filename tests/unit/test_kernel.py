@@ -53,13 +53,16 @@ def test_datatype_codes_round_trip():
     assert dtypes.BYTES_CODE not in dtypes.CODE_TO_NUMPY
 
 
-@pytest.mark.parametrize("parse, option, noun", [
-    (parse_restricted_api, "--http-restricted-api", "api"),
-    (parse_restricted_protocols, "--grpc-restricted-protocol", "protocol"),
+@pytest.mark.parametrize("parse, option, noun, prefix", [
+    (parse_restricted_api, "--http-restricted-api", "api", ""),
+    # gRPC's header is triton-grpc-protocol-<key>, as Triton's (#21)
+    (parse_restricted_protocols, "--grpc-restricted-protocol", "protocol",
+     "triton-grpc-protocol-"),
 ])
-def test_both_restricted_flags_share_one_grammar(parse, option, noun):
+def test_both_restricted_flags_share_one_grammar(parse, option, noun, prefix):
     assert parse(["health,metadata:k=v", "inference:a=b=c"]) == {
-        "health": ("k", "v"), "metadata": ("k", "v"), "inference": ("a", "b=c")}
+        "health": (prefix + "k", "v"), "metadata": (prefix + "k", "v"),
+        "inference": (prefix + "a", "b=c")}
     with pytest.raises(ValueError) as e:
         parse(["health"])
     assert str(e.value) == (f"{option} option format is '<config name>:<setting>=<value>'. "
