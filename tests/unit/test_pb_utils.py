@@ -115,6 +115,9 @@ def test_bls_request_object():
         request.exec()  # no worker runtime here
     with pytest.raises(TypeError):
         request.exec(decoupled=None)
+    # a bytes model name, as python_backend's BLS example passes it (#21)
+    assert pb.InferenceRequest(model_name=b"add_sub", inputs=[],
+                               requested_output_names=[])._model_name == "add_sub"
     with pytest.raises(pb.TritonModelException, match="Correlation ID must be integer or string"):
         pb.InferenceRequest(model_name="m", inputs=[], requested_output_names=[], correlation_id=1.5)
     with pytest.raises(pb.TritonModelException, match="parameters values"):

@@ -430,7 +430,9 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
         self._requested_output_names = list(dict.fromkeys(requested_output_names))
-        self._model_name = model_name
+        # bytes are taken as the name they spell (Triton's pybind11 binding
+        # converts them; python_backend's BLS example passes b"add_sub")
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
