@@ -56,6 +56,7 @@ cdef extern from "llhttp.h" nogil:
     ctypedef enum llhttp_method_t:
         pass
     const char* llhttp_method_name(llhttp_method_t method)
+    void llhttp_set_lenient_chunked_length(llhttp_t* parser, int enabled)
 
 
 class ParseError(Exception):
@@ -169,7 +170,13 @@ cdef int _on_headers_complete(llhttp_t* p) noexcept:
         self.keep_alive = llhttp_should_keep_alive(p) != 0
         self.http10 = p.http_major == 1 and p.http_minor == 0
         length = self.headers.get(b"content-length")
-        if length is not None:
+        chunked = b"transfer-encoding" in self.headers
+        if length is not None and chunked:
+            # Both (python-requests sends so when told to chunk): the chunks
+            # frame the body, as in Triton; the connection then closes, as
+            # RFC 9112 asks, so no request can hide behind the length.
+            self.keep_alive = False
+        elif length is not None:
             self.check_length(length)
             n = int(length)
             if n >= BODY_BUFFER_MIN:
@@ -254,6 +261,7 @@ cdef class RequestParser:
     def __cinit__(self, protocol, Py_ssize_t max_header_size, Py_ssize_t max_body_size,
                   reject, bint keep_raw_headers=False):
         llhttp_init(&self.parser, HTTP_REQUEST, &_SETTINGS)
+        llhttp_set_lenient_chunked_length(&self.parser, 1)  # see _on_headers_complete
         self.parser.data = <void*>self
         self.protocol = protocol
         self.max_header_size = max_header_size

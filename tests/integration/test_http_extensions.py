@@ -709,3 +709,30 @@ def test_slow_clients_are_dropped_and_connections_capped(tmp_path, start_server)
         assert client.is_server_live()  # the kept-alive connection still serves
     finally:
         s.call(frontend.stop())
+
+
+def test_chunked_body_that_also_carries_a_content_length(add_sub):
+    """What python-requests sends when told to chunk (Triton's http_test.py
+    test_content_encoding_chunked_manually): Transfer-Encoding and
+    Content-Length both; served, the chunks framing the body, and the
+    connection closed after the answer (#21)."""
+    values = list(range(16))
+    doc = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 16],
+                                  "data": values} for n in ("INPUT0", "INPUT1")]}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(doc[i:i + 50]), doc[i:i + 50])
+                      for i in range(0, len(doc), 50)) + b"0\r\n\r\n"
+    host, port = add_sub.url.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(doc)
+                     + chunks + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            data += part
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), data
+    assert json.loads(body)["outputs"][0]["data"] == [2 * v for v in values]
+    assert data.count(b"HTTP/1.1") == 1  # closed: the pipelined request is not read

@@ -183,6 +183,20 @@ CASES = {
 # httptools' newer llhttp refuses it.
 EARLIER_431 = {"endless header"}
 OBS_FOLD = {"obs-fold"}
+# Transfer-Encoding with Content-Length: the chunks frame the body (as in
+# Triton, #21) and the connection closes after it; httptools refuses it.
+TE_AND_LENGTH = {"te and length"}
+
+
+def test_chunks_frame_a_body_that_also_says_its_length():
+    events, end = run(Compiled, CASES["te and length"], [])
+    assert end is None and len(events) == 1
+    request = events[0]
+    assert request[4] == b"" and request[5] is False  # the body, then keep_alive off
+    raw = (b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"5\r\nhello\r\n0\r\n\r\n")
+    events, end = run(Compiled, raw, [])
+    assert end is None and events[0][4] == b"hello" and events[0][5] is False
 
 
 def test_a_folded_header_line_is_joined():
@@ -198,7 +212,8 @@ def test_an_endless_header_is_refused_as_it_arrives(name):
         assert run(Compiled, stream, [cut]) == ([], ("reject", 431)), cut
 
 
-@pytest.mark.parametrize("name", [n for n in CASES if n not in EARLIER_431 | OBS_FOLD])
+@pytest.mark.parametrize("name", [n for n in CASES
+                                  if n not in EARLIER_431 | OBS_FOLD | TE_AND_LENGTH])
 def test_same_requests_and_verdicts_as_httptools(name):
     stream = CASES[name]
     expected = run(HttptoolsReference, stream, [])
