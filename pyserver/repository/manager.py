@@ -120,7 +120,8 @@ class ModelManager:
         return True
 
     def index(self, ready_only: bool = False) -> list[dict]:
-        """Repository index rows as Triton reports them."""
+        """Repository index rows as Triton reports them: "reason" only when
+        there is one (TRITONSERVER_ServerModelIndex)."""
         found, dup_errors = repository.scan(self.repositories)
         names = sorted(set(found) | set(dup_errors) | set(self.versions) | set(self.states))
         rows = []
@@ -128,7 +129,7 @@ class ModelManager:
             versions = self.versions.get(name)
             if versions:
                 for v in sorted(versions):
-                    rows.append({"name": name, "version": str(v), "state": "READY", "reason": ""})
+                    rows.append({"name": name, "version": str(v), "state": "READY"})
                 continue
             if ready_only:
                 continue
@@ -137,7 +138,10 @@ class ModelManager:
                              "reason": dup_errors[name]})
             elif name in self.states:
                 state, reason = self.states[name]
-                rows.append({"name": name, "version": "", "state": state, "reason": reason})
+                row = {"name": name, "version": "", "state": state}
+                if reason:
+                    row["reason"] = reason
+                rows.append(row)
             else:
                 rows.append({"name": name})  # in the repository, never loaded
         return rows

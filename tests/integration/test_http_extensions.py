@@ -126,7 +126,8 @@ def test_statistics_after_known_traffic(add_sub):
 def test_repository_index_load_unload(explicit, tmp_path):
     client = httpclient.InferenceServerClient(explicit.url)
     index = client.get_model_repository_index()
-    assert {"name": "add_sub", "version": "1", "state": "READY", "reason": ""} in index
+    # no "reason" where there is none, as Triton's index (#21)
+    assert {"name": "add_sub", "version": "1", "state": "READY"} in index
     assert {"name": "add_sub_b"} in index
     status, ready_only, _ = request(explicit.url, "POST", "/v2/repository/index",
                                     b'{"ready": true}')
@@ -170,7 +171,7 @@ def test_repository_index_load_unload(explicit, tmp_path):
             await c.load_model("add_sub")
             assert await c.is_model_ready("add_sub")
             rows = await c.get_model_repository_index()
-            assert {"name": "add_sub", "version": "1", "state": "READY", "reason": ""} in rows
+            assert {"name": "add_sub", "version": "1", "state": "READY"} in rows
             await c.unload_model("add_sub")
             assert not await c.is_model_ready("add_sub")
         finally:
