@@ -273,7 +273,11 @@ class ModelManager:
                 self._loading -= 1
             if from_folder:
                 self._stamps[name] = stamp
-            else:  # the next load from the folder undoes the override
+            elif not files:
+                # A config override of the repository's folder: a plain load
+                # of that folder, unchanged, keeps the override (Triton's)
+                self._stamps[name] = await loop.run_in_executor(self._pool, _stamp, entry.path)
+            else:  # files of the request's own: the next load from the folder replaces them
                 self._stamps.pop(name, None)
             old = {v: mv for v, mv in self.versions.get(name, {}).items()
                    if all(mv is not kept for kept in new)}

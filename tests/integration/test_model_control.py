@@ -150,3 +150,22 @@ def test_loading_a_name_the_repository_lacks_keeps_the_server_ready(tmp_path, st
         s.call(s.server.load_model("broken"))
     index = {r["name"]: r for r in s.run(s.server.repository_index)}
     assert index["broken"]["state"] == "UNAVAILABLE"
+
+
+def test_a_plain_load_keeps_a_config_override_while_the_folder_is_unchanged(tmp_path,
+                                                                           start_server):
+    """#21 item 15: after a load with a config override, a plain load of the
+    unchanged model is a no-op (the override stays), as in Triton; once the
+    folder changes, a plain load takes the folder's config again."""
+    d = write_add_sub(tmp_path, name="m")
+    s = start_server(tmp_path, model_control_mode="explicit", load_models=["m"])
+    config = s.run(s.server.model_config, "m", "")
+    config["max_batch_size"] = 2
+    s.call(s.server.load_model("m", config=json.dumps(config)))
+    assert s.run(s.server.model_config, "m", "")["max_batch_size"] == 2
+    s.call(s.server.load_model("m"))
+    assert s.run(s.server.model_config, "m", "")["max_batch_size"] == 2  # kept
+    text = (d / "config.pbtxt").read_text()
+    (d / "config.pbtxt").write_text(text + "\n# changed\n")
+    s.call(s.server.load_model("m"))
+    assert s.run(s.server.model_config, "m", "")["max_batch_size"] == 8  # the folder's
