@@ -517,8 +517,8 @@ def test_explicit_reload_of_an_unchanged_model_is_a_no_op(tmp_path, start_server
     client.load_model("m", config=json.dumps(config))  # an override always reloads
     assert (count("1"), count("2")) == (0, 0)
     assert client.get_model_config("m")["max_batch_size"] == 4
-    client.load_model("m")  # from the folder again: undoes the override
-    assert client.get_model_config("m")["max_batch_size"] == 8
+    client.load_model("m")  # the folder unchanged: the override stays, as in Triton (#21)
+    assert client.get_model_config("m")["max_batch_size"] == 4
 
 
 # -- version policies over the API ----------------------------------------------------------
