@@ -315,7 +315,14 @@ class Server:
             mv = self._resolve(name, version)
         except ServerError:
             return False
-        return not self._stopping and mv.healthy()
+        return not self._stopping and self._serviceable(mv)
+
+    def _serviceable(self, mv: ModelVersion) -> bool:
+        """Healthy, and for an ensemble every step's model loaded: one whose
+        step was unloaded is not ready until it is back, as in Triton."""
+        if not mv.healthy():
+            return False
+        return mv.ensemble is None or None not in step_versions(self, mv.ensemble)
 
     def model_ready_check(self, name: str, version: str = ""):
         """What the model-ready endpoints answer: model_ready, and then, for
@@ -327,7 +334,7 @@ class Server:
             mv = self._resolve(name, version)
         except ServerError:
             return False
-        if self._stopping or not mv.healthy():
+        if self._stopping or not self._serviceable(mv):
             return False
         checks = [i.backend.is_ready for i in mv.instances
                   if Capability.READINESS in i.capabilities]

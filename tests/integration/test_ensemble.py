@@ -178,6 +178,10 @@ def test_explicit_mode_loads_and_unloads_composing_models(tmp_path, start_server
         assert client.is_model_ready("add_sub") and client.is_model_ready("pipeline")
         r = client.infer("pipeline", inputs(httpclient))
         np.testing.assert_array_equal(r.as_numpy("OUT_A"), 2 * A)
+        client.unload_model("add_sub")  # a step goes: the ensemble is not ready (Triton, #21)
+        assert not client.is_model_ready("pipeline")
+        client.load_model("add_sub")
+        assert client.is_model_ready("pipeline")
         client.unload_model("pipeline")
         assert client.is_model_ready("add_sub")  # without unload_dependents it stays
         client.load_model("pipeline")
