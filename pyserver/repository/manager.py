@@ -442,13 +442,18 @@ class ModelManager:
         self._pool.shutdown(wait=False)
 
 
+_EMPTY_NAME = "Model name cannot be empty. Please enter a valid name to deploy."
+
+
 def _check_name(name: str) -> None:
-    """Triton's checks and texts (ValidateModelName)."""
-    if not name:
-        raise invalid_arg("model name must not be empty")
-    if not name.strip(" \t\n\v\f\r"):
-        raise invalid_arg("model name must not contain only whitespace characters")
-    if ".." in name or "/" in name or "\\" in name or "\0" in name or name == ".":
+    """Triton's checks and texts for a name to load (its
+    qa/L0_input_validation): empty or only whitespace; a separator, or a
+    name that is ".." or "." once its spaces go, names a path ("model..1"
+    and "..." are names)."""
+    stripped = name.strip(" \t\n\v\f\r")
+    if not stripped:
+        raise invalid_arg(_EMPTY_NAME)
+    if "/" in name or "\\" in name or "\0" in name or stripped in ("..", "."):
         raise invalid_arg(f"invalid model name '{name}', model name must not contain path "
                           "traversal characters")
 

@@ -432,16 +432,26 @@ def test_bad_model_names_get_tritons_texts(tmp_path, start_server):
     write_add_sub(tmp_path, name="m")
     s = start_server(tmp_path, model_control_mode="explicit")
     client = httpclient.InferenceServerClient(s.url)
-    for name, text in [("..", "invalid model name '..', model name must not contain path "
-                               "traversal characters"),
-                       ("a..b", "model name must not contain path traversal characters"),
-                       ("   ", "model name must not contain only whitespace characters")]:
-        with pytest.raises(InferenceServerException) as err:
-            client.load_model(name)
-        assert text in err.value.message()
-    with pytest.raises(ServerError) as err:
-        s.call(s.server.load_model(""))
-    assert err.value.message == "model name must not be empty"
+    # Triton's qa/L0_input_validation (#21): traversal, empty, and names that are names
+    traversal = "model name must not contain path traversal characters"
+    empty = "Model name cannot be empty. Please enter a valid name to deploy."
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("..")
+    assert err.value.message() == "invalid model name '..', " + traversal
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("   ")
+    assert err.value.message() == empty
+    cases = [(n, traversal) for n in ("../etc", "a/../b", "model/..", "/etc/passwd",
+                                      "model/subdir", "model/", " ..", ".. ", ".")]
+    cases += [(n, empty) for n in ("", " ", "\t", "\n", " \t \n ")]
+    cases += [(n, "failed to poll from model repository")
+              for n in ("model..1", "...", "..my_model", "model....1", "model.version1")]
+    for name, text in cases:
+        with pytest.raises(ServerError) as err:
+            s.call(s.server.load_model(name))
+        assert text in err.value.message, (name, err.value.message)
+        if text != traversal:
+            assert traversal not in err.value.message
     client.load_model("m")
     client.unload_model("m", unload_dependents=True)
     assert index(s.url)[("m", "")]["reason"] == "unloaded"
