@@ -254,9 +254,17 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
             + ("" if options.auto_complete else
                "; auto-complete is disabled, so the file is required") + ")")
     backend = backend_name(config)
+    if not backend and options.auto_complete:
+        # As Triton's auto-complete: the backend whose default model file
+        # the model has (a config file or an override that names none)
+        backend = _guess_backend(model)
+        if backend:
+            config.backend = backend
+            backend = backend_name(config)
     if not backend:
+        where = "its config override" if config_override is not None else str(config_file)
         raise ConfigError(
-            f"model '{model.name}': {config_file} names no platform or backend "
+            f"model '{model.name}': {where} names no platform or backend "
             "(e.g. platform: \"onnxruntime_onnx\")")
     available = version_folders(model.path)
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")

@@ -325,6 +325,7 @@ class ModelManager:
             try:
                 json_format.Parse(config, override)
             except json_format.ParseError as err:
+                log.error("Invalid config override: %s", err)  # the line Triton's CI greps
                 raise LoadRefused(Code.INVALID_ARG,
                                   f"failed to load '{name}', invalid config override: {err}") from None
         if files:

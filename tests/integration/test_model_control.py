@@ -169,3 +169,36 @@ def test_a_plain_load_keeps_a_config_override_while_the_folder_is_unchanged(tmp_
     (d / "config.pbtxt").write_text(text + "\n# changed\n")
     s.call(s.server.load_model("m"))
     assert s.run(s.server.model_config, "m", "")["max_batch_size"] == 8  # the folder's
+
+
+def test_a_config_without_backend_is_completed_from_the_model_files(tmp_path, start_server,
+                                                                    caplog):
+    """#21 item 3 (Triton's simple_*_model_control.py): a config override
+    that names no backend or platform, and a config.pbtxt that names none,
+    get the backend whose model file the model has, as Triton's
+    auto-complete does; an override that does not parse is refused with
+    Triton's log line."""
+    import logging
+
+    d = write_add_sub(tmp_path, name="m")
+    text = (d / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in text
+    (d / "config.pbtxt").write_text(text.replace('platform: "onnxruntime_onnx"', ""))
+    s = start_server(tmp_path, model_control_mode="explicit")
+    s.call(s.server.load_model("m"))  # config.pbtxt without a backend
+    assert s.run(s.server.model_config, "m", "")["backend"] == "onnxruntime"
+    override = {"name": "m", "max_batch_size": 4,
+                "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]}
+                          for n in ("INPUT0", "INPUT1")],
+                "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]}
+                           for n in ("OUTPUT0", "OUTPUT1")]}
+    s.call(s.server.load_model("m", config=json.dumps(override)))
+    config = s.run(s.server.model_config, "m", "")
+    assert config["backend"] == "onnxruntime" and config["max_batch_size"] == 4
+    np.testing.assert_array_equal(infer(s, "m", 2.0), np.full((1, 16), 4.0))
+    with caplog.at_level(logging.ERROR, logger="pyserver"):
+        with pytest.raises(ServerError) as err:
+            s.call(s.server.load_model("m", config="{not json"))
+    assert err.value.code == Code.INVALID_ARG
+    assert any(r.getMessage().startswith("Invalid config override: ") for r in caplog.records)
+    assert s.run(s.server.model_config, "m", "")["max_batch_size"] == 4  # still serving
