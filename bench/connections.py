@@ -47,24 +47,28 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
-def bodies(tmp: Path) -> tuple[Path, Path]:
-    from pyserver._proto import message_class
+def bodies(tmp: Path, model: str = "add_sub", shape: tuple = (1, 16)) -> tuple[Path, Path]:
+    """An add_sub request to ``model`` (inputs of ``shape``): a wrk Lua
+    script (JSON) and an h2load body (a framed ModelInferRequest)."""
+    import math
 
-    values = list(range(16))
-    doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 16], "data": values}
-                      for n in ("INPUT0", "INPUT1")]}
-    script = wrk_script(tmp / "infer.lua", json.dumps(doc).encode(),
-                        {"Content-Type": "application/json"})
     import numpy as np
 
-    request = message_class("inference.ModelInferRequest")(model_name="add_sub")
+    from pyserver._proto import message_class
+
+    count = math.prod(shape)
+    doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": list(shape),
+                       "data": list(range(count))} for n in ("INPUT0", "INPUT1")]}
+    script = wrk_script(tmp / f"{model}.lua", json.dumps(doc).encode(),
+                        {"Content-Type": "application/json"})
+    request = message_class("inference.ModelInferRequest")(model_name=model)
     for n in ("INPUT0", "INPUT1"):
         t = request.inputs.add(name=n, datatype="FP32")
-        t.shape.extend([1, 16])
-        request.raw_input_contents.append(np.arange(16, dtype=np.float32).tobytes())
-    grpc_body = tmp / "infer.grpc"
-    grpc_body.write_bytes(grpc_frame(request.SerializeToString()))
-    return script, grpc_body
+        t.shape.extend(shape)
+        request.raw_input_contents.append(np.arange(count, dtype=np.float32).tobytes())
+    body = tmp / f"{model}.grpc"
+    body.write_bytes(grpc_frame(request.SerializeToString()))
+    return script, body
 
 
 def measure(server, protocol: str, conns: int, seconds: float, script: Path,

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.loadgen import grpc_frame, h2load, wrk, wrk_script  # noqa: E402
+from bench.connections import bodies  # noqa: E402
+from bench.loadgen import h2load, wrk  # noqa: E402
 from bench.systems import start_pyserver  # noqa: E402
 
 
@@ -37,29 +38,6 @@ def footprint(server) -> dict:
         except (OSError, StopIteration):
             continue
     return {"rss_mb": round(rss / 1024, 1), "fds": fds}
-
-
-def bodies(tmp: Path, model: str, size: int) -> tuple[Path, Path]:
-    import numpy as np
-
-    from pyserver._proto import message_class
-
-    values = list(range(size))
-    doc = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, size], "data": values}
-                      for n in ("INPUT0", "INPUT1")]}
-    if model == "python_add_sub":  # no batch dimension
-        for t in doc["inputs"]:
-            t["shape"] = [size]
-    script = wrk_script(tmp / f"{model}.lua", json.dumps(doc).encode(),
-                        {"Content-Type": "application/json"})
-    request = message_class("inference.ModelInferRequest")(model_name=model)
-    for n in ("INPUT0", "INPUT1"):
-        t = request.inputs.add(name=n, datatype="FP32")
-        t.shape.extend(doc["inputs"][0]["shape"])
-        request.raw_input_contents.append(np.arange(size, dtype=np.float32).tobytes())
-    body = tmp / f"{model}.grpc"
-    body.write_bytes(grpc_frame(request.SerializeToString()))
-    return script, body
 
 
 def main() -> None:
@@ -78,8 +56,8 @@ def main() -> None:
         config = repo / "python_add_sub" / "config.pbtxt"
         config.write_text(config.read_text().replace('name: "add_sub"',
                                                      'name: "python_add_sub"'))
-        models = {"add_sub": bodies(tmp, "add_sub", 16),
-                  "python_add_sub": bodies(tmp, "python_add_sub", 4)}
+        models = {"add_sub": bodies(tmp, "add_sub", (1, 16)),
+                  "python_add_sub": bodies(tmp, "python_add_sub", (4,))}  # no batch dimension
         server = start_pyserver(repo, tmp / "server.log", list(models))
         legs, total, errors = [], 0, 0
         try:

@@ -4,7 +4,7 @@ large bodies that must not leave their memory behind."""
 import socket
 import time
 
-from tests.integration.test_cli import start_cli
+from tests.integration.test_cli import start_cli, wait_until_ready
 
 
 def _rss_mb(pid: int) -> float:
@@ -40,10 +40,7 @@ def test_memory_of_a_large_body_is_returned_after_the_request(tmp_path):
     write_add_sub(tmp_path)
     proc, client, ports = start_cli(["--model-repository", str(tmp_path)])
     try:
-        deadline = time.monotonic() + 60
-        while not client.is_server_ready():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_ready(client, proc)
         assert client.is_server_live()
         start = _rss_mb(proc.pid)
         for size in (1024 << 20, 512 << 20, 512 << 20):

@@ -84,16 +84,13 @@ def test_sigterm_exits_within_the_exit_timeout(tmp_path, mode):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    from tests.integration.test_cli import start_cli
+    from tests.integration.test_cli import start_cli, wait_until_ready
 
     _sleeper_repo(tmp_path, mode)
     proc, client, ports = start_cli(["--model-repository", str(tmp_path),
                                      "--exit-timeout-secs", "2"])
     try:
-        deadline = time.monotonic() + 60
-        while not client.is_server_ready():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_ready(client, proc)
         gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
         answers = queue.Queue()
 
@@ -167,16 +164,13 @@ def test_sigterm_lets_calls_finish_within_the_exit_timeout(tmp_path):
 
     import tritonclient.grpc as grpcclient
 
-    from tests.integration.test_cli import start_cli
+    from tests.integration.test_cli import start_cli, wait_until_ready
 
     _sleeper_repo(tmp_path, "process")
     proc, client, ports = start_cli(["--model-repository", str(tmp_path),
                                      "--exit-timeout-secs", "20"])
     try:
-        deadline = time.monotonic() + 60
-        while not client.is_server_ready():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_ready(client, proc)
         gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
         results = []
         t = grpcclient.InferInput("IN", [1], "FP32")

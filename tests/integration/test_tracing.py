@@ -8,6 +8,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from pyserver.testing import write_add_sub
+from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
 
 ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
          "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
@@ -113,7 +114,7 @@ def test_tensor_entries_write_values_as_triton():
                                 "dtype": "INT32"}}
 
 
-def test_settings_apis_cannot_name_files(tmp_path, start_server):
+def test_settings_apis_cannot_name_files(tmp_path, start_grpc):  # noqa: F811
     """A client could create or append to any file the server can write:
     over HTTP and gRPC the log and trace file are refused, with Triton's
     501 / UNIMPLEMENTED and text, and nothing is written; the server's own
@@ -121,76 +122,62 @@ def test_settings_apis_cannot_name_files(tmp_path, start_server):
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from pyserver.frontends.grpc import GrpcFrontend
-
     write_add_sub(tmp_path / "models")
-    s = start_server(tmp_path / "models")
-    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
-    s.call(grpc.start())
-    try:
-        client = httpclient.InferenceServerClient(s.url)
-        gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
-        target = tmp_path / "owned.txt"
-        attempts = [
-            (lambda: client.update_log_settings({"log_file": str(target)}),
-             "log file location can not be updated through network protocol"),
-            (lambda: client.update_trace_settings(settings={"trace_file": str(target)}),
-             "trace file location can not be updated through network protocol"),
-            (lambda: client.update_trace_settings(model_name="add_sub",
-                                                  settings={"trace_file": str(target)}),
-             "trace file location can not be updated through network protocol"),
-            (lambda: gclient.update_log_settings({"log_file": str(target)}),
-             "log file location can not be updated through network protocol"),
-            (lambda: gclient.update_trace_settings(settings={"trace_file": str(target)}),
-             "trace file location can not be updated through network protocol"),
-        ]
-        for attempt, text in attempts:
-            with pytest.raises(InferenceServerException) as err:
-                attempt()
-            assert text in str(err.value)
-        assert not target.exists()
-        assert client.get_log_settings()["log_file"] == ""
-        assert client.get_trace_settings()["trace_file"] != str(target)
-        # the other settings still change over the network
-        assert client.update_log_settings({"log_verbose_level": 0})["log_verbose_level"] == 0
-        # and the server's own API names the file
-        s.run(s.server.trace_settings, None, {"trace_file": str(target)})
-        assert client.get_trace_settings()["trace_file"] == str(target)
-        gclient.close()
-    finally:
-        s.call(grpc.stop())
+    s = start_grpc(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    gclient = grpcclient.InferenceServerClient(s.grpc_url)
+    target = tmp_path / "owned.txt"
+    attempts = [
+        (lambda: client.update_log_settings({"log_file": str(target)}),
+         "log file location can not be updated through network protocol"),
+        (lambda: client.update_trace_settings(settings={"trace_file": str(target)}),
+         "trace file location can not be updated through network protocol"),
+        (lambda: client.update_trace_settings(model_name="add_sub",
+                                              settings={"trace_file": str(target)}),
+         "trace file location can not be updated through network protocol"),
+        (lambda: gclient.update_log_settings({"log_file": str(target)}),
+         "log file location can not be updated through network protocol"),
+        (lambda: gclient.update_trace_settings(settings={"trace_file": str(target)}),
+         "trace file location can not be updated through network protocol"),
+    ]
+    for attempt, text in attempts:
+        with pytest.raises(InferenceServerException) as err:
+            attempt()
+        assert text in str(err.value)
+    assert not target.exists()
+    assert client.get_log_settings()["log_file"] == ""
+    assert client.get_trace_settings()["trace_file"] != str(target)
+    # the other settings still change over the network
+    assert client.update_log_settings({"log_verbose_level": 0})["log_verbose_level"] == 0
+    # and the server's own API names the file
+    s.run(s.server.trace_settings, None, {"trace_file": str(target)})
+    assert client.get_trace_settings()["trace_file"] == str(target)
+    gclient.close()
 
 
-def test_off_beside_another_trace_level_is_refused(tmp_path, start_server):
+def test_off_beside_another_trace_level_is_refused(tmp_path, start_grpc):  # noqa: F811
     """#27 defect 8: ["OFF", "TENSORS"] would mean traced and not; Triton
     refuses it (400 / INVALID_ARGUMENT) and so do we, over HTTP and gRPC."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from pyserver.frontends.grpc import GrpcFrontend
-
     write_add_sub(tmp_path / "models")
-    s = start_server(tmp_path / "models")
-    grpc = GrpcFrontend(s.server, "127.0.0.1", 0)
-    s.call(grpc.start())
-    try:
-        client = httpclient.InferenceServerClient(s.url)
-        gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc.port}")
-        for levels in (["OFF", "TENSORS"], ["TIMESTAMPS", "OFF"]):
-            for update, status in (
-                    (lambda: client.update_trace_settings(settings={"trace_level": levels}), "400"),
-                    (lambda: client.update_trace_settings(
-                        model_name="add_sub", settings={"trace_level": levels}), "400"),
-                    (lambda: gclient.update_trace_settings(settings={"trace_level": levels}),
-                     "StatusCode.INVALID_ARGUMENT")):
-                with pytest.raises(InferenceServerException) as err:
-                    update()
-                assert err.value.status() == status
-                assert "Expect only one trace level 'OFF' is specified" in str(err.value)
-        assert client.get_trace_settings()["trace_level"] == ["OFF"]
-        assert client.update_trace_settings(
-            settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})["trace_level"] == \
-            ["TIMESTAMPS", "TENSORS"]
-        gclient.close()
-    finally:
-        s.call(grpc.stop())
+    s = start_grpc(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    gclient = grpcclient.InferenceServerClient(s.grpc_url)
+    for levels in (["OFF", "TENSORS"], ["TIMESTAMPS", "OFF"]):
+        for update, status in (
+                (lambda: client.update_trace_settings(settings={"trace_level": levels}), "400"),
+                (lambda: client.update_trace_settings(
+                    model_name="add_sub", settings={"trace_level": levels}), "400"),
+                (lambda: gclient.update_trace_settings(settings={"trace_level": levels}),
+                 "StatusCode.INVALID_ARGUMENT")):
+            with pytest.raises(InferenceServerException) as err:
+                update()
+            assert err.value.status() == status
+            assert "Expect only one trace level 'OFF' is specified" in str(err.value)
+    assert client.get_trace_settings()["trace_level"] == ["OFF"]
+    assert client.update_trace_settings(
+        settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})["trace_level"] == \
+        ["TIMESTAMPS", "TENSORS"]
+    gclient.close()

@@ -4,14 +4,13 @@ a decoupled one. PYSERVER_FUZZ_SEED and PYSERVER_FUZZ_COUNT replay a run."""
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from pyserver.testing import write_add_sub
 from tests.integration.conftest import start_server  # noqa: F401 (fixture)
-from tests.integration.test_cli import start_cli
+from tests.integration.test_cli import start_cli, wait_until_ready
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 SEED = int(os.environ.get("PYSERVER_FUZZ_SEED", "0"))
@@ -54,11 +53,7 @@ def target(tmp_path_factory):
                                      "--load-model", "*", "--allow-client-shm", "true",
                                      "--log-verbose", "0"])
     try:
-        deadline = time.monotonic() + 90
-        while not client.is_server_ready():
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "server not ready"
-            time.sleep(0.1)
+        wait_until_ready(client, proc, timeout=90)
         yield Target(proc, client, ports)
     finally:
         proc.terminate()
