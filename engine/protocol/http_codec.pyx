@@ -83,10 +83,10 @@ _JSON_KINDS = {
     "UINT16": ("ui", _NON_UINT),
     "UINT32": ("ui", _NON_UINT),
     "UINT64": ("ui", _NON_UINT),
-    "INT8": ("iu", _NON_INT),
-    "INT16": ("iu", _NON_INT),
-    "INT32": ("iu", _NON_INT),
-    "INT64": ("iu", _NON_INT),
+    "INT8": ("i", _NON_INT),
+    "INT16": ("i", _NON_INT),
+    "INT32": ("i", _NON_INT),
+    "INT64": ("i", _NON_INT),
     "FP16": ("fiu", _NON_NUMBER),
     "FP32": ("fiu", _NON_NUMBER),
     "FP64": ("fiu", _NON_NUMBER),
@@ -207,7 +207,8 @@ def _json_numeric(name, datatype, npdt, data, count, shape):
         if arr.size == 0 and kind == "f":  # [] or [[]]: a count problem, not a type one
             pass
         else:
-            raise _bad("Unable to parse 'data': " + type_msg)
+            arr = _json_wide_numbers(_flatten(data, []), kinds, type_msg)
+            kind = arr.dtype.kind
     size = arr.size
     if size != count:
         if size > count:
@@ -216,6 +217,33 @@ def _json_numeric(name, datatype, npdt, data, count, shape):
     if kind == "i" and kinds == "ui" and arr.min() < 0:
         raise _bad("Unable to parse 'data': " + _NON_UINT)
     return arr.astype(npdt, copy=False).reshape(shape)
+
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+
+
+def _json_wide_numbers(flat: list, kinds: str, type_msg: str):
+    """The elements numpy typed otherwise than the datatype asks: integers
+    past int64 (numpy makes [0, 2**64 - 1] float64 and [-1, 2**64 - 1]
+    objects). As TritonJson reads them: a signed type takes int64's range, an
+    unsigned one uint64's, a float type any number; anything else is the
+    datatype's type error."""
+    bad = _bad("Unable to parse 'data': " + type_msg)
+    if kinds == "fiu":
+        for x in flat:
+            if type(x) is not int and type(x) is not float:
+                raise bad
+        return np.array(flat, dtype=np.float64)
+    if kinds == "b":
+        raise bad
+    low, high, wide = ((0, _UINT64_MAX, np.uint64) if kinds == "ui"
+                       else (_INT64_MIN, _INT64_MAX, np.int64))
+    for x in flat:
+        if type(x) is not int or x < low or x > high:
+            raise bad
+    return np.array(flat, dtype=wide)
 
 
 def _bytes_count_error(name, model_name, request_id, got, count) -> ServerError:

@@ -40,7 +40,7 @@ RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 SYSTEM = "system"
 CUDA = "cuda"
 _SIZE_MAX = (1 << 64) - 1
-_CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
+CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 _CUDA_IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
 
@@ -362,9 +362,6 @@ class SharedMemoryManager:
 
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self._check_allowed()
-        if not name:
-            raise _err(Code.INVALID_ARG,
-                       "'region name' is necessary to register system shared memory region")
         _validate_key(name, key)
         offset = int(offset)
         byte_size = int(byte_size)
@@ -417,17 +414,17 @@ class SharedMemoryManager:
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         """Registers CUDA memory exported by another process (cudaIpcMemHandle_t)."""
         self._check_allowed()
-        if not name:
-            raise _err(Code.INVALID_ARG,
-                       "'region name' is necessary to register cuda shared memory region")
         cupy = _cupy()
         if cupy is None:
-            raise _err(Code.UNSUPPORTED,
+            # Triton built without GPU support answers every CUDA register so.
+            raise _err(Code.INVALID_ARG,
                        f"failed to register CUDA shared memory region: '{name}', GPUs not "
                        "supported")
-        if len(raw_handle) != _CUDA_IPC_HANDLE_SIZE:
+        if len(raw_handle) != CUDA_IPC_HANDLE_SIZE:
+            # What cudaIpcOpenMemHandle of such bytes comes to in Triton (gRPC
+            # hands them over unchecked; HTTP checks the length first).
             raise _err(Code.INVALID_ARG,
-                       "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+                       "failed to register shared memory region: invalid args")
         device_id = int(device_id)
         byte_size = int(byte_size)
         with self._lock:

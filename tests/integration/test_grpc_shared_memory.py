@@ -217,8 +217,34 @@ def test_cuda_shm_without_gpu(shm_server):
     if shm_server.server.shared_memory.cuda_available():
         pytest.skip("a GPU is visible: the refusal path does not apply")
     expect_error(lambda: client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64),
-                 "StatusCode.UNIMPLEMENTED",
+                 "StatusCode.INVALID_ARGUMENT",
                  "failed to register CUDA shared memory region: 'c', GPUs not supported")
     assert len(client.get_cuda_shared_memory_status().regions) == 0
     client.unregister_cuda_shared_memory()  # what perf_analyzer does: not an error
+    client.close()
+
+
+def test_cuda_shm_empty_arguments_on_a_gpu(shm_server):
+    """qa/L0_grpc/python_grpc_aio_test.py: an empty name and handle are
+    'invalid args' (gRPC passes them to cudaIpcOpenMemHandle unchecked)."""
+    if not shm_server.server.shared_memory.cuda_available():
+        pytest.skip("no GPU visible: CUDA registration is refused before its arguments")
+    client = grpcclient.InferenceServerClient(shm_server.grpc_url)
+    expect_error(lambda: client.register_cuda_shared_memory("", b"", 0, 0),
+                 "StatusCode.INVALID_ARGUMENT",
+                 "failed to register shared memory region: invalid args")
+    assert len(client.get_cuda_shared_memory_status().regions) == 0
+    client.close()
+
+
+def test_system_shm_register_texts_from_triton_qa(shm_server):
+    """qa/L0_grpc/python_grpc_aio_test.py and L0_shared_memory: a key with no
+    object is INTERNAL; an empty name is a name over gRPC."""
+    client = grpcclient.InferenceServerClient(shm_server.grpc_url)
+    expect_error(lambda: client.register_system_shared_memory("test_shm", "/test_shm", 0),
+                 "StatusCode.INTERNAL", "Unable to open shared memory region: '/test_shm'")
+    expect_error(lambda: client.register_system_shared_memory("x", "", 8),
+                 "StatusCode.INVALID_ARGUMENT",
+                 "cannot register shared memory region 'x' - invalid shm key ''")
+    assert len(client.get_system_shared_memory_status().regions) == 0
     client.close()

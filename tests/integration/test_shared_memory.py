@@ -285,7 +285,7 @@ def test_client_shm_disabled_by_default(tmp_path, start_server, regions):
 def test_cuda_shm_unsupported_without_gpu(shm_server):
     client = httpclient.InferenceServerClient(shm_server.url)
     handle = base64.b64encode(b"\0" * 64).decode()
-    expect_error(lambda: client.register_cuda_shared_memory("gpu_region", handle, 0, 1024), 501,
+    expect_error(lambda: client.register_cuda_shared_memory("gpu_region", handle, 0, 1024), 400,
                  "failed to register CUDA shared memory region: 'gpu_region', GPUs not supported")
     assert client.get_cuda_shared_memory_status() == []
     client.unregister_cuda_shared_memory()  # perf_analyzer calls this: it succeeds

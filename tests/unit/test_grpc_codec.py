@@ -193,12 +193,12 @@ def test_tensor_parameters_and_shared_memory_flag():
     ("BOOL", "bool_contents", [True, False], np.bool_),
     ("INT8", "int_contents", [1, -2], np.int8),
     ("INT16", "int_contents", [300, -300], np.int16),
-    ("INT32", "int_contents", [1 << 20, -5], np.int32),
-    ("INT64", "int64_contents", [1 << 40, -1], np.int64),
+    ("INT32", "int_contents", [(1 << 31) - 1, -(1 << 31)], np.int32),
+    ("INT64", "int64_contents", [(1 << 63) - 1, -(1 << 63)], np.int64),
     ("UINT8", "uint_contents", [255, 3], np.uint8),
     ("UINT16", "uint_contents", [65535, 1], np.uint16),
-    ("UINT32", "uint_contents", [1 << 31, 1], np.uint32),
-    ("UINT64", "uint64_contents", [1 << 63, 1], np.uint64),
+    ("UINT32", "uint_contents", [(1 << 32) - 1, 0], np.uint32),
+    ("UINT64", "uint64_contents", [(1 << 64) - 1, 0], np.uint64),
     ("FP32", "fp32_contents", [1.5, -2.0], np.float32),
     ("FP64", "fp64_contents", [1e100, -2.0], np.float64),
 ])
@@ -208,7 +208,7 @@ def test_typed_contents(datatype, field, values, dtype):
     r, _ = decode(req)
     data = r.inputs[0].data
     assert data.dtype == np.dtype(dtype) and data.shape == (1, 2)
-    np.testing.assert_array_equal(data, np.array(values).astype(dtype).reshape(1, 2))
+    np.testing.assert_array_equal(data, np.array(values, dtype=dtype).reshape(1, 2))
 
 
 def test_typed_contents_bytes_and_errors():

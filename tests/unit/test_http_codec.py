@@ -106,6 +106,48 @@ def test_decode_all_numeric_types(dtype, datatype, binary):
     np.testing.assert_array_equal(got, arr)
 
 
+@pytest.mark.parametrize("dtype,datatype", [
+    (np.uint8, "UINT8"), (np.uint16, "UINT16"), (np.uint32, "UINT32"), (np.uint64, "UINT64"),
+    (np.int8, "INT8"), (np.int16, "INT16"), (np.int32, "INT32"), (np.int64, "INT64"),
+])
+def test_json_integers_take_their_whole_range(dtype, datatype):
+    """Every integer type's min and max as JSON data, through the reader and
+    the general walk; past int64 (signed) or uint64 (unsigned) is TritonJson's
+    type error; inside those, narrower types wrap as Triton's casts do."""
+    info = np.iinfo(dtype)
+    values = [int(info.min), int(info.max), 0, int(info.max)]
+    doc = {"inputs": [{"name": "X", "datatype": datatype, "shape": [4], "data": values}]}
+    fast, python_only = _decode_both(json.dumps(doc).encode())
+    for got in (fast, python_only):
+        assert not isinstance(got, ServerError), got
+        assert got.inputs[0].data.dtype == np.dtype(dtype)
+        assert got.inputs[0].data.tolist() == values
+    signed = info.min < 0
+    wide_low, wide_high = (-(1 << 63), (1 << 63) - 1) if signed else (0, (1 << 64) - 1)
+    message = ("Unable to parse 'data': attempt to access JSON "
+               + ("non-signed-integer as signed-integer" if signed
+                  else "non-unsigned-integer as unsigned-integer"))
+    for bad in (wide_low - 1, wide_high + 1):
+        doc["inputs"][0].update(shape=[2], data=[0, bad])
+        for got in _decode_both(json.dumps(doc).encode()):
+            assert isinstance(got, ServerError) and got.message == message, (bad, got)
+    if info.bits < 64:
+        wraps = [int(info.max) + 1, int(info.min) - 1] if signed else [int(info.max) + 1]
+        doc["inputs"][0].update(shape=[len(wraps)], data=wraps)
+        for got in _decode_both(json.dumps(doc).encode()):
+            assert got.inputs[0].data.tolist() == [int(info.min), int(info.max)][:len(wraps)]
+
+
+def test_json_floats_take_integers_past_int64():
+    doc = {"inputs": [{"name": "X", "datatype": "FP64", "shape": [3],
+                       "data": [0, (1 << 64) - 1, -1]}]}
+    for got in _decode_both(json.dumps(doc).encode()):
+        assert got.inputs[0].data.tolist() == [0.0, float((1 << 64) - 1), -1.0]
+    doc["inputs"][0]["data"] = [-1, (1 << 64) - 1, "x"]
+    for got in _decode_both(json.dumps(doc).encode()):
+        assert got.message == "Unable to parse 'data': attempt to access JSON non-number as double"
+
+
 def test_decode_binary_bytes():
     arr = np.array([[b"hello", b"", b"\xff\x00binary"]], dtype=np.object_)
     body, headers = client_body([make_input("S", arr, "BYTES")])

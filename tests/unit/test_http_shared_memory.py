@@ -114,9 +114,12 @@ def test_register_status_and_errors(manager, posix_shm):
         "'triton_python_backend_shm_region_'")
     assert expect(Code.INVALID_ARG, manager.register, "x", key, 0, 0).startswith(
         "failed to register shared memory region 'x': unable to process address space")
-    assert expect(Code.INVALID_ARG, manager.register, "", key, 0, 8) == (
-        "'region name' is necessary to register system shared memory region")
     assert [r["name"] for r in manager.status()] == ["r1", "r2"]
+    # Only Triton's HTTP frontend requires a name: over gRPC "" is a name.
+    manager.register("", key, 0, 8)
+    assert sorted(r["name"] for r in manager.status()) == ["", "r1", "r2"]
+    manager.unregister("")  # "" is also "every region"
+    assert manager.status() == []
 
 
 def test_unaligned_offset_maps_the_right_bytes(manager, posix_shm):
@@ -128,13 +131,14 @@ def test_unaligned_offset_maps_the_right_bytes(manager, posix_shm):
     lease.release()
 
 
-def test_cuda_without_gpu_is_unsupported(manager, monkeypatch):
+def test_cuda_without_gpu_is_refused(manager, monkeypatch):
     monkeypatch.setattr(shm_mod, "_cuda_state", [None])
     assert not manager.cuda_available()
-    assert expect(Code.UNSUPPORTED, manager.register_cuda, "g", b"\0" * 64, 0, 1024) == (
+    # Triton built without GPUs: INVALID_ARG, whatever the arguments.
+    assert expect(Code.INVALID_ARG, manager.register_cuda, "g", b"\0" * 64, 0, 1024) == (
         "failed to register CUDA shared memory region: 'g', GPUs not supported")
-    assert expect(Code.INVALID_ARG, manager.register_cuda, "", b"\0" * 64, 0, 1024) == (
-        "'region name' is necessary to register cuda shared memory region")
+    assert expect(Code.INVALID_ARG, manager.register_cuda, "", b"", 0, 0) == (
+        "failed to register CUDA shared memory region: '', GPUs not supported")
     assert manager.status(None, "cuda") == []
     manager.unregister(None, "cuda")  # perf_analyzer's unregister-all succeeds
     manager.unregister("g", "cuda")

@@ -25,7 +25,7 @@ from pyserver.frontends.http.framing import (
     build,
 )
 from pyserver.kernel.errors import Code, ServerError, unknown_load_parameter
-from pyserver.runtime.shared_memory import SYSTEM
+from pyserver.runtime.shared_memory import CUDA_IPC_HANDLE_SIZE, SYSTEM
 
 # Triton parses sizes as an int32 (http_server.cc).
 _INT32_MAX = (1 << 31) - 1
@@ -277,4 +277,6 @@ def _register_cuda(shm, region: str, doc: dict) -> None:
         if not _is_uint(doc[field]):
             raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
     raw = _b64decode(b64, "raw_handle")
+    if len(raw) != CUDA_IPC_HANDLE_SIZE:
+        raise _bad("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
     shm.register_cuda(region, raw, doc["device_id"], doc["byte_size"])
