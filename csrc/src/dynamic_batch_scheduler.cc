@@ -99,6 +99,11 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
     queued_batch_size_ += std::max<uint32_t>(1, r.batch_size);
     if (deadline != 0 && (next_deadline_ns_ == 0 || deadline < next_deadline_ns_)) {
       next_deadline_ns_ = deadline;
+      if (!deadline_keeper_.joinable()) {
+        deadline_keeper_ = std::thread(&DynamicBatchScheduler::KeepDeadlines, this);
+      } else {
+        deadline_cv_.notify_one();
+      }
     }
     // Wake the waiting leader only when this request can change its decision.
     wake = leader_waiting_ && !parked_ &&
@@ -113,13 +118,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
     uint64_t now_ns, size_t* count, bool* saturated, uint64_t* wake_at_ns,
     std::vector<QueuedRequest>* rejected) {
-  if (next_deadline_ns_ != 0 && now_ns >= next_deadline_ns_) {
-    const size_t before = rejected->size();
-    next_deadline_ns_ = queue_.ApplyTimeouts(now_ns, rejected);
-    for (size_t i = before; i < rejected->size(); ++i) {
-      queued_batch_size_ -= std::max<uint32_t>(1, (*rejected)[i].batch_size);
-    }
-  }
+  ExpireDue(now_ns, rejected);
   if (queue_.empty()) return Decision::kEmpty;
 
   uint32_t pending_size = 0;
@@ -185,6 +184,38 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
     }
   }
   return Decision::kWait;
+}
+
+void DynamicBatchScheduler::ExpireDue(uint64_t now_ns, std::vector<QueuedRequest>* rejected) {
+  if (next_deadline_ns_ == 0 || now_ns < next_deadline_ns_) return;
+  const size_t before = rejected->size();
+  next_deadline_ns_ = queue_.ApplyTimeouts(now_ns, rejected);
+  for (size_t i = before; i < rejected->size(); ++i) {
+    queued_batch_size_ -= std::max<uint32_t>(1, (*rejected)[i].batch_size);
+  }
+}
+
+void DynamicBatchScheduler::KeepDeadlines() {
+  std::vector<QueuedRequest> rejected;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    if (next_deadline_ns_ == 0) {
+      deadline_cv_.wait(lock);
+      continue;
+    }
+    const uint64_t now = NowNs();
+    if (now < next_deadline_ns_) {
+      deadline_cv_.wait_until(lock, ToTimePoint(next_deadline_ns_));
+      continue;
+    }
+    ExpireDue(now, &rejected);
+    if (rejected.empty()) continue;  // a DELAY policy moved them behind
+    lock.unlock();
+    FailRequests(&rejected, Status(StatusCode::kUnavailable, "Request timeout expired"),
+                 FailureReason::kRejected);
+    rejected.clear();
+    lock.lock();
+  }
 }
 
 bool DynamicBatchScheduler::NextBatch(Batch* batch) {
@@ -387,6 +418,10 @@ void DynamicBatchScheduler::Stop() {
   }
   leader_cv_.notify_all();
   follower_cv_.notify_all();
+  deadline_cv_.notify_all();
+  // Enqueue starts the keeper only before stopped_ is set, so this is its
+  // last change; Stop() never runs on the keeper itself.
+  if (deadline_keeper_.joinable()) deadline_keeper_.join();
   FailRequests(&remaining, Status(StatusCode::kUnavailable, kStoppingMessage),
                FailureReason::kOther);
 }

@@ -303,6 +303,36 @@ TEST(DynamicBatcher, ExpiredRequestIsRejected) {
   instance.join();
 }
 
+TEST(DynamicBatcher, RequestExpiresWhileEveryInstanceIsBusy) {
+  // Triton's batcher fails a request when its own timeout passes, not when
+  // an instance next asks for work: here no instance ever asks again.
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 1;
+  c.default_policy.allow_timeout_override = true;
+  c.default_policy.default_timeout_us = 60 * 1000 * 1000;
+  auto s = Make(h, c);
+  Enqueue(s.get(), Req(1));
+  Batch running;
+  ASSERT_TRUE(s->NextBatch(&running));  // the one instance is now busy
+  RequestInfo own = Req(2);
+  own.timeout_us = 50 * 1000;  // shorter than the policy's default
+  const uint64_t start = NowNs();
+  Enqueue(s.get(), own);
+  Enqueue(s.get(), Req(3));  // the policy's default: still queued at the end
+  ASSERT_TRUE(h.completions->WaitReadable(3000000000ull));
+  const double waited = SecondsSince(start);
+  EXPECT_GE(waited, 0.045);
+  EXPECT_LT(waited, 2.0);
+  auto items = h.Drain();
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].token, 2u);
+  EXPECT_EQ(items[0].message, "Request timeout expired");
+  EXPECT_EQ(s->QueuedCount(), 1u);
+  EXPECT_EQ(h.stats->Snapshot().pending_count, 1);
+  s->Stop();
+}
+
 TEST(DynamicBatcher, ExpiredRequestUnderDelayPolicyGoesBehind) {
   Harness h;
   DynamicBatcherConfig c;

@@ -100,7 +100,7 @@ def test_priority_levels_reorder_the_queue(tmp_path, start_server, monkeypatch):
 
 def test_queue_full_and_timeout_answer_503(tmp_path, start_server):
     write_model(tmp_path, "q", """dynamic_batching {
-  default_queue_policy { max_queue_size: 1 default_timeout_microseconds: 100000
+  default_queue_policy { max_queue_size: 1 default_timeout_microseconds: 1000000
                          allow_timeout_override: true } }""", max_batch_size=1)
     s = start_server(tmp_path)
     # 999 occupies the only instance; 2 waits in the queue (the only slot) and
@@ -114,10 +114,10 @@ def test_queue_full_and_timeout_answer_503(tmp_path, start_server):
                 return await client.infer("q", [inp], **kw)
             busy = asyncio.ensure_future(one(999))
             await asyncio.sleep(0.2)
-            queued = asyncio.ensure_future(one(2, timeout=50000))
+            queued = asyncio.ensure_future(one(2, timeout=300000))
             await asyncio.sleep(0.05)
             full = await asyncio.gather(one(3), return_exceptions=True)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
             RecordingBackend.release.set()
             return await asyncio.gather(busy, queued, return_exceptions=True), full[0]
         finally:
@@ -131,6 +131,40 @@ def test_queue_full_and_timeout_answer_503(tmp_path, start_server):
     assert queued.status() == "503" and "Request timeout expired" in queued.message()
     stats = s.run(s.server.model_statistics, "q")
     assert stats["failure_reasons"]["REJECTED"] == 1
+
+
+def test_queued_request_times_out_while_the_instance_is_busy(tmp_path, start_server):
+    """#21 item 12: the answer comes when the request's own timeout passes,
+    not when the busy instance frees up (it never does until released)."""
+    write_model(tmp_path, "t", """dynamic_batching {
+  default_queue_policy { default_timeout_microseconds: 60000000 allow_timeout_override: true } }""",
+                max_batch_size=1)
+    s = start_server(tmp_path)
+
+    async def main():
+        client = aioclient.InferenceServerClient(s.url)
+        try:
+            async def one(v, **kw):
+                inp = aioclient.InferInput("IN", [1, 1], "FP32")
+                inp.set_data_from_numpy(np.array([[v]], np.float32))
+                return await client.infer("t", [inp], **kw)
+            busy = asyncio.ensure_future(one(999))
+            await asyncio.sleep(0.2)
+            start = asyncio.get_running_loop().time()
+            queued = await asyncio.gather(one(2, timeout=100000), return_exceptions=True)
+            waited = asyncio.get_running_loop().time() - start
+            still_busy = not busy.done()
+            RecordingBackend.release.set()
+            return queued[0], waited, still_busy, await busy
+        finally:
+            await client.close()
+
+    queued, waited, still_busy, busy = asyncio.run(main())
+    assert isinstance(queued, InferenceServerException)
+    assert queued.status() == "503" and "Request timeout expired" in queued.message()
+    assert still_busy and 0.09 <= waited < 5.0
+    assert busy.as_numpy("OUT")[0][0] == 999
+    assert RecordingBackend.batches == [[999]]
 
 
 def test_preserve_ordering_with_two_instances(tmp_path, start_server):

@@ -12,7 +12,10 @@
 //  - requests are never split; requests with different shape keys never share
 //    a batch when the equal-shape rule applies;
 //  - priority levels are served lowest level first; queue policies reject or
-//    delay expired requests and bound the queue.
+//    delay expired requests and bound the queue. A request's deadline is
+//    kept by a thread of its own (started with the first deadline), so it
+//    expires on time while every instance is busy, as Triton's batcher thread
+//    does.
 // Opt-in eager policy (ours): the idle instance takes what is queued at once,
 // so batching adds no latency at low load and still batches under load.
 #pragma once
@@ -23,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "pyserver/priority_queue.h"
@@ -85,6 +89,12 @@ class DynamicBatchScheduler : public Scheduler {
   // Drops the lock and spins until a request arrives or deadline_ns; true
   // if one arrived. Called with mu_ held; returns with it held.
   bool SpinForArrival(std::unique_lock<std::mutex>* lock, uint64_t deadline_ns);
+  // Under mu_: applies the queue policies' timeouts due at now_ns, moving
+  // the requests they reject into *rejected.
+  void ExpireDue(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
+  // The deadline keeper: sleeps until the earliest deadline, expires what is
+  // due, until Stop().
+  void KeepDeadlines();
 
   const DynamicBatcherConfig config_;
   const uint32_t max_preferred_;
@@ -101,6 +111,8 @@ class DynamicBatchScheduler : public Scheduler {
   uint64_t wake_threshold_ = 1;   // queued batch size that re-wakes the leader
   uint64_t queued_batch_size_ = 0;
   uint64_t next_deadline_ns_ = 0;  // earliest request deadline, 0 = none
+  std::condition_variable deadline_cv_;  // an earlier deadline, or Stop()
+  std::thread deadline_keeper_;          // started by the first deadline
   uint32_t delay_count_ = 0;
   std::atomic<uint64_t> arrivals_{0};  // enqueues so far, read while spinning
 };
