@@ -87,6 +87,11 @@ def backend_name(config: ModelConfig) -> str:
     return PLATFORM_TO_BACKEND.get(config.platform, config.platform)
 
 
+def decoupled_cache_error(model_name: str) -> str:
+    return (f"Response Cache does not currently support model {model_name} with 'decoupled' "
+            "transaction policy. Please disable the response cache.")
+
+
 def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> ModelConfig:
     """Fills the defaults Triton fills, and checks what Triton checks, so that
     /config shows what Triton would show."""
@@ -139,6 +144,14 @@ def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> Model
                 f"{where}: default priority level must be in range [1, {db.priority_levels}]")
         if db.preserve_ordering and db.priority_levels > 1:
             raise ConfigError(f"{where}: preserve_ordering cannot be used with priority_levels > 1")
+
+    if config.response_cache.enable:  # Triton's texts (its cache keeps one response)
+        if config.HasField("sequence_batching"):
+            raise ConfigError(
+                f"Response Cache does not currently support model {model_name} with sequence "
+                "batching scheduler. Please disable the response cache.")
+        if config.model_transaction_policy.decoupled:
+            raise ConfigError(decoupled_cache_error(model_name))
 
     if not config.instance_group and config.platform != "ensemble":  # steps run elsewhere
         config.instance_group.add()

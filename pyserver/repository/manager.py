@@ -30,6 +30,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from pyserver._proto import ModelConfig
+from pyserver.config import decoupled_cache_error
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
 from pyserver.model.version import ModelVersion
@@ -294,23 +295,40 @@ class ModelManager:
 
     async def _load_composing(self, name: str, new: list, requested: bool) -> None:
         """Explicit mode: loading an ensemble loads the models its steps use
-        (as Triton does); if one cannot load, neither can the ensemble."""
+        (as Triton does); if one cannot load, neither can the ensemble. In
+        every mode, a cached ensemble with a decoupled step does not load
+        (Triton marks such an ensemble decoupled, which its cache refuses)."""
         plan = new[0].ensemble if new else None
-        if plan is None or self.control_mode != "explicit":
+        if plan is None:
             return
         for dep in sorted(plan.model_names()):
+            if self.control_mode != "explicit":
+                lock = self._locks.get(dep)
+                if lock is not None:  # a step loading beside it (startup, poll): its outcome
+                    async with lock:
+                        pass
+                continue
             if self.versions.get(dep):
                 continue
             try:
                 await self.load(dep)
             except ServerError as err:
-                await self.unload(name)
                 reason = f"ensemble '{name}' needs model '{dep}', which failed to load: {err.message}"
-                self.states[name] = ("UNAVAILABLE", reason)
-                if requested:
-                    raise ServerError(Code.INVALID_ARG,
-                                      f"load failed for model '{name}': {reason}") from None
-                raise ServerError(err.code, reason) from None
+                await self._refuse_loaded(name, err.code, reason, requested)
+        if new[0].config.response_cache.enable and any(
+                mv.decoupled for dep in plan.model_names()
+                for mv in self.versions.get(dep, {}).values()):
+            await self._refuse_loaded(name, Code.INVALID_ARG, decoupled_cache_error(name),
+                                      requested)
+
+    async def _refuse_loaded(self, name: str, code: Code, reason: str, requested: bool):
+        """Takes back a load that its ensemble's steps make unusable."""
+        await self.unload(name)
+        self.states[name] = ("UNAVAILABLE", reason)
+        log.error("failed to load '%s': %s", name, reason)
+        if requested:
+            raise ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {reason}")
+        raise ServerError(code, reason)
 
     def composing_models(self, name: str) -> set[str]:
         """The models an ensemble's loaded versions use (empty for others)."""

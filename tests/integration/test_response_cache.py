@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.frontends.metrics import MetricsConfig
+from pyserver.kernel.errors import ServerError
 from pyserver.server.response_cache import CacheConfigError, parse_cache_config
 from pyserver.testing import write_add_sub
 from tests.integration.test_grpc import make_inputs
@@ -197,3 +199,70 @@ def test_ensemble_top_level_responses_are_cached(tmp_path, start_server):
     pipeline = stats(s, "pipeline")["inference_stats"]
     assert pipeline["cache_hit"]["count"] == 1 and pipeline["cache_miss"]["count"] == 2
     assert pipeline["success"]["count"] == 3
+
+
+def _fanout_repo(repo, cached_ensemble: bool):
+    """Triton's qa/L0_response_cache decoupled cases: the fanout ensemble over
+    the decoupled 'repeat' step, with the cache on the ensemble or not."""
+    import shutil
+
+    from tests.integration.test_python_decoupled import FANOUT, MODELS, PLUS_ONE
+    shutil.copytree(MODELS / "repeat", repo / "repeat")
+    (repo / "plus_one" / "1").mkdir(parents=True)
+    (repo / "plus_one" / "1" / "model.py").write_text(PLUS_ONE)
+    (repo / "plus_one" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+    (repo / "fanout" / "1").mkdir(parents=True)
+    (repo / "fanout" / "config.pbtxt").write_text(FANOUT + (CACHED if cached_ensemble else ""))
+
+
+def test_a_cache_on_a_decoupled_model_or_a_sequence_model_fails_its_load(tmp_path, start_server):
+    """Triton's model config checks: its cache keeps one response per request,
+    and does not take sequence batching."""
+    write_add_sub(tmp_path, name="decoupled_cache",
+                  extra="model_transaction_policy { decoupled: true }\n" + CACHED)
+    write_add_sub(tmp_path, name="sequence_cache", extra="sequence_batching { }\n" + CACHED)
+    write_add_sub(tmp_path, name="fine", extra=CACHED)
+    with pytest.raises(ServerError) as err:  # as Triton, a server that cannot load them exits
+        start_server(tmp_path, response_cache_byte_size=1 << 20)
+    assert "model decoupled_cache with 'decoupled' transaction policy" in err.value.message
+    s = start_server(tmp_path, response_cache_byte_size=1 << 20, exit_on_error=False)
+    index = {row["name"]: row for row in s.run(s.server.repository_index)}
+    assert index["decoupled_cache"]["state"] == "UNAVAILABLE"
+    assert index["decoupled_cache"]["reason"] == (
+        "Response Cache does not currently support model decoupled_cache with 'decoupled' "
+        "transaction policy. Please disable the response cache.")
+    assert index["sequence_cache"]["reason"] == (
+        "Response Cache does not currently support model sequence_cache with sequence "
+        "batching scheduler. Please disable the response cache.")
+    assert index["fine"]["state"] == "READY"
+    with httpclient.InferenceServerClient(s.url) as client:
+        assert client.is_model_ready("fine") and not client.is_model_ready("decoupled_cache")
+
+
+@pytest.mark.parametrize("mode", ["none", "explicit"])
+def test_a_cached_ensemble_with_a_decoupled_step_fails_its_load(tmp_path, start_server, mode):
+    """The ensemble is decoupled as its step is (as Triton marks it), so its
+    cache refuses it: at startup beside its steps, and on an explicit load
+    that loads the steps first."""
+    _fanout_repo(tmp_path, cached_ensemble=True)
+    kwargs = {"model_control_mode": mode} if mode == "explicit" else {"exit_on_error": False}
+    s = start_server(tmp_path, response_cache_byte_size=1 << 20, **kwargs)
+    reason = ("Response Cache does not currently support model fanout with 'decoupled' "
+              "transaction policy. Please disable the response cache.")
+    if mode == "explicit":
+        with httpclient.InferenceServerClient(s.url) as client:
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("fanout")
+            assert err.value.message() == f"load failed for model 'fanout': {reason}"
+    index = {row["name"]: row for row in s.run(s.server.repository_index)}
+    assert (index["fanout"]["state"], index["fanout"]["reason"]) == ("UNAVAILABLE", reason)
+    assert index["repeat"]["state"] == "READY" and index["plus_one"]["state"] == "READY"
+
+
+def test_an_uncached_ensemble_with_a_decoupled_step_loads(tmp_path, start_server):
+    _fanout_repo(tmp_path, cached_ensemble=False)
+    s = start_server(tmp_path, response_cache_byte_size=1 << 20)
+    with httpclient.InferenceServerClient(s.url) as client:
+        assert client.is_model_ready("fanout")
