@@ -100,6 +100,20 @@ class ModelManager:
             raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
         return mv
 
+    def steps_loaded(self, mv: ModelVersion) -> bool:
+        """For an ensemble, whether every step's model version is loaded
+        (True for other models). Triton unloads an ensemble whose step goes
+        and loads it again when the step is back; an ensemble holds nothing
+        of its own here, so it stays loaded and is reported so instead."""
+        if mv.ensemble is None:
+            return True
+        for step in mv.ensemble.steps:
+            try:
+                self.resolve(step.model_name, step.model_version)
+            except ServerError:
+                return False
+        return True
+
     def loaded(self) -> list[ModelVersion]:
         return [mv for name in sorted(self.versions) for _, mv in sorted(self.versions[name].items())]
 
@@ -129,8 +143,12 @@ class ModelManager:
         for name in names:
             versions = self.versions.get(name)
             if versions:
-                for v in sorted(versions):
-                    rows.append({"name": name, "version": str(v), "state": "READY"})
+                for v, mv in sorted(versions.items()):
+                    if self.steps_loaded(mv):
+                        rows.append({"name": name, "version": str(v), "state": "READY"})
+                    elif not ready_only:  # what Triton's unload of it leaves
+                        rows.append({"name": name, "version": str(v), "state": "UNAVAILABLE",
+                                     "reason": "unloaded"})
                 continue
             if ready_only:
                 continue

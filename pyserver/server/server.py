@@ -322,7 +322,7 @@ class Server:
         step was unloaded is not ready until it is back, as in Triton."""
         if not mv.healthy():
             return False
-        return mv.ensemble is None or None not in step_versions(self, mv.ensemble)
+        return self.models.steps_loaded(mv)
 
     def model_ready_check(self, name: str, version: str = ""):
         """What the model-ready endpoints answer: model_ready, and then, for

@@ -180,8 +180,14 @@ def test_explicit_mode_loads_and_unloads_composing_models(tmp_path, start_server
         np.testing.assert_array_equal(r.as_numpy("OUT_A"), 2 * A)
         client.unload_model("add_sub")  # a step goes: the ensemble is not ready (Triton, #21)
         assert not client.is_model_ready("pipeline")
+        rows = {r["name"]: r for r in client.get_model_repository_index()}
+        assert rows["pipeline"] == {"name": "pipeline", "version": "1", "state": "UNAVAILABLE",
+                                    "reason": "unloaded"}
+        assert "pipeline" not in {r["name"] for r in s.run(s.server.repository_index, True)}
         client.load_model("add_sub")
         assert client.is_model_ready("pipeline")
+        rows = {r["name"]: r for r in client.get_model_repository_index()}
+        assert rows["pipeline"] == {"name": "pipeline", "version": "1", "state": "READY"}
         client.unload_model("pipeline")
         assert client.is_model_ready("add_sub")  # without unload_dependents it stays
         client.load_model("pipeline")
