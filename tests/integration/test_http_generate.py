@@ -156,3 +156,73 @@ def test_fields_take_the_shape_of_their_input_as_in_triton():
         with pytest.raises(ServerError, match="The schema can not convert input 'P' to tensor "
                                               "with proper shape"):
             _fit_shape("P", count, dims)
+
+
+KV_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Reports KV-cache blocks as TensorRT-LLM's backend does: 64 tokens a
+    block, 100 blocks, as many used as the request says."""
+
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(name="nv_trt_llm_kv_cache_block_metrics",
+                                       description="KV cache blocks",
+                                       kind=pb_utils.MetricFamily.GAUGE)
+        self.blocks = {kind: family.Metric(labels={"kv_cache_block_type": kind,
+                                                    "model": "kv", "version": "1"})
+                       for kind in ("tokens_per", "used", "max")}
+        self.blocks["tokens_per"].set(64)
+        self.blocks["max"].set(100)
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            used = pb_utils.get_input_tensor_by_name(r, "USED").as_numpy()
+            self.blocks["used"].set(float(used[0]))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", used)]))
+        return out
+'''
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_orca_load_report_header(tmp_path, start_server, python_mode, stream, caplog):
+    """Triton 2.56's endpoint load report (qa/common/orca_header_test.py):
+    asked by endpoint-load-metrics-format, written as endpoint-load-metrics
+    from the model's nv_trt_llm_kv_cache_block_metrics gauges."""
+    from tests.integration.conftest import use_execution_mode
+    (tmp_path / "kv" / "1").mkdir(parents=True)
+    (tmp_path / "kv" / "1" / "model.py").write_text(KV_MODEL)
+    (tmp_path / "kv" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "USED" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
+    write_add_sub(tmp_path, size=1, max_batch_size=0)
+    use_execution_mode(tmp_path, python_mode)
+    s = start_server(tmp_path)
+    route = "generate_stream" if stream else "generate"
+
+    def ask(model, doc, fmt):
+        conn = http.client.HTTPConnection(*s.url.split(":"), timeout=30)
+        headers = {"Content-Type": "application/json"}
+        if fmt is not None:
+            headers["endpoint-load-metrics-format"] = fmt
+        conn.request("POST", f"/v2/models/{model}/{route}", body=json.dumps(doc), headers=headers)
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        assert r.status == 200
+        return r.getheader("endpoint-load-metrics")
+
+    got = ask("kv", {"USED": 25}, "json")
+    assert got.startswith("JSON ")
+    assert json.loads(got[len("JSON "):]) == {
+        "named_metrics": {"kv_cache_utilization": 0.25, "max_token_capacity": 6400}}
+    assert ask("kv", {"USED": 50}, "text") == (
+        "TEXT named_metrics.kv_cache_utilization=0.500000, "
+        "named_metrics.max_token_capacity=6400")
+    assert ask("kv", {"USED": 50}, None) is None  # not asked: not written
+    with caplog.at_level("ERROR", logger="pyserver"):
+        assert ask("kv", {"USED": 50}, "yaml") is None
+    assert "orca_type is set to an invalid type: yaml" in caplog.text

@@ -319,12 +319,13 @@ class HttpConnection(asyncio.Protocol):
         else:
             self.respond(500, JSON_HEADERS, error_body(str(e) or type(e).__name__), keep_alive)
 
-    def error_data(self, e: BaseException, keep_alive: bool, http10: bool) -> list:
+    def error_data(self, e: BaseException, keep_alive: bool, http10: bool,
+                   headers=JSON_HEADERS) -> list:
         if isinstance(e, ServerError):
             status, payload = encode_error(e)
         else:
             status, payload = 500, error_body(str(e) or type(e).__name__)
-        return build(status, JSON_HEADERS, payload, keep_alive, http10)
+        return build(status, headers, payload, keep_alive, http10)
 
     def call(self, fn, args, keep_alive: bool, encode=encode_json):
         """Answers with ``encode(fn(*args))`` (or an empty body when encode is

@@ -7,18 +7,22 @@ from __future__ import annotations
 from pyserver.engine.protocol.http_codec import encode_json
 from pyserver.frontends.http.framing import CONN_CLOSE, JSON_HEADERS, Slot, StreamSlot, status_line
 from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
+from pyserver.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, load_report
 from pyserver.kernel.errors import Code, ServerError
 
 
 def generate(conn, method, headers, body, keep_alive, model, version):
-    return _generate(conn, model, version, body, keep_alive, False)
+    return _generate(conn, model, version, body, keep_alive, False, headers.get(FORMAT_HEADER))
 
 
 def generate_stream(conn, method, headers, body, keep_alive, model, version):
-    return _generate(conn, model, version, body, keep_alive, True)
+    return _generate(conn, model, version, body, keep_alive, True, headers.get(FORMAT_HEADER))
 
 
-def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, stream: bool):
+def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, stream: bool,
+              report_format: bytes | None):
+    """``report_format``: the ORCA load report asked for (load_report.py),
+    written on the answer once the model has taken the request."""
     server = conn.server
     try:
         request = decode_generate_request(model, version, body,
@@ -39,9 +43,14 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     # an HTTP error (400, 404...), as in Triton, not a 200 stream that
     # carries it; what fails later arrives as an error event.
     started = False
+    head_sent = []
 
     def on_response(response, error, final):
         if stream:
+            if not head_sent:  # the head goes with the first response
+                head_sent.append(True)
+                slot.chunks.append(_stream_head(keep_alive, load_report(
+                    report_format, server.custom_metrics)))
             if error is not None:
                 slot.add(sse_event({"error": str(error)}))
             elif response is not None and response.outputs:
@@ -52,7 +61,8 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
             if error is not None or (response is not None and response.outputs):
                 got.append((response, error))
             if final:
-                slot.data = _answer(conn, got, keep_alive, http10)
+                report = load_report(report_format, server.custom_metrics)
+                slot.data = _answer(conn, got, keep_alive, http10, report)
         if started:
             conn.answered()
 
@@ -67,22 +77,28 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
             slot.data = error
         conn.answered()
         return
-    if stream:
-        slot.chunks.insert(0, b"%sContent-Type: text/event-stream; charset=utf-8\r\n"
-                              b"Cache-Control: no-cache\r\n"
-                              b"Transfer-Encoding: chunked\r\n%s\r\n" % (
-                                  status_line(200), b"" if keep_alive else CONN_CLOSE))
     started = True
     conn.answered()
 
 
-def _answer(conn, got: list, keep_alive: bool, http10: bool) -> list:
+def _stream_head(keep_alive: bool, report: bytes | None) -> bytes:
+    """The stream's head, written with its first response as Triton does
+    (the load report then says what that response left)."""
+    return b"%sContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n" \
+           b"%sTransfer-Encoding: chunked\r\n%s\r\n" % (
+               status_line(200),
+               b"" if report is None else b"%s: %s\r\n" % (REPORT_HEADER, report),
+               b"" if keep_alive else CONN_CLOSE)
+
+
+def _answer(conn, got: list, keep_alive: bool, http10: bool, report: bytes | None) -> list:
+    headers = JSON_HEADERS if report is None else [*JSON_HEADERS, (REPORT_HEADER, report)]
     if len(got) == 1 and got[0][1] is None:
-        return conn.build(200, JSON_HEADERS, encode_json(generate_response(got[0][0])),
+        return conn.build(200, headers, encode_json(generate_response(got[0][0])),
                           keep_alive, http10)
     errors = [e for _, e in got if e is not None]
     if errors:
-        return conn.error_data(errors[0], keep_alive, http10)
+        return conn.error_data(errors[0], keep_alive, http10, headers)
     return conn.error_data(ServerError(
         Code.INVALID_ARG, f"generate expects exactly one response, the model sent {len(got)}: "
-                          "use generate_stream"), keep_alive, http10)
+                          "use generate_stream"), keep_alive, http10, headers)
