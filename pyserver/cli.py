@@ -21,7 +21,6 @@ NO_EFFECT_FLAGS = {
     "--http-thread-count": (False, "HTTP runs on the event loop, not a thread pool"),
     "--grpc-infer-thread-count": (False, "gRPC runs on the event loop, not a thread pool"),
     "--grpc-infer-allocation-pool-size": (False, "gRPC calls keep no pool of states"),
-    "--grpc-max-response-pool-size": (False, "gRPC calls keep no pool of responses"),
     "--backend-directory": (False, "backends are part of the pyserver package"),
     "--repoagent-directory": (False, "there are no repository agents"),
     "--cache-directory": (False, "the response cache is built in (--cache-config local,...)"),

@@ -247,6 +247,10 @@ cdef class Stream:
     cdef list outq
     cdef size_t out_pos
     cdef size_t out_bytes
+    # written-message notices: (queued bytes when the message ends, callback)
+    cdef list sent_marks
+    cdef uint64_t queued_total
+    cdef uint64_t sent_total
     cdef bint finishing
     cdef int status
     cdef bytes status_message
@@ -257,6 +261,7 @@ cdef class Stream:
     cdef int _append_message(self, bytes payload, bint framed) except -1
     cdef size_t _copy_out(self, string* out, size_t n) except? 0
     cdef int _release(self) except -1
+    cdef int _notify_sent(self, bint every) except -1
     cdef int _wake(self) except -1
 
 

@@ -204,6 +204,7 @@ cdef class Stream:
             return 0
         self.outq.append(payload)
         self.out_bytes += n
+        self.queued_total += n
         self.connection.pending_bytes += n
         return 0
 
@@ -241,11 +242,28 @@ cdef class Stream:
                 del self.outq[0]
                 self.out_pos = 0
         self.out_bytes -= n
+        self.sent_total += n
         self.connection.pending_bytes -= n
+        if self.sent_marks:
+            self._notify_sent(False)
         return n
+
+    cdef int _notify_sent(self, bint every) except -1:
+        """Calls the notices of the messages nghttp2 has now taken whole
+        (``every``: all of them, the stream is gone)."""
+        marks = self.sent_marks
+        while marks and (every or (<tuple>marks[0])[0] <= self.sent_total):
+            callback = (<tuple>marks.pop(0))[1]
+            try:
+                callback()
+            except Exception:
+                pass  # a notice must not break the session's callbacks
+        return 0
 
     cdef int _release(self) except -1:
         self.connection.pending_bytes -= self.out_bytes
+        if self.sent_marks:
+            self._notify_sent(True)
         self.outq = []
         self.out_bytes = 0
         self.out_pos = 0
@@ -259,13 +277,19 @@ cdef class Stream:
             nghttp2_session_resume_data(self.connection.session, self.id)
         return 0
 
-    def send_message(self, bytes payload, bint framed=False):
+    def send_message(self, bytes payload, bint framed=False, on_sent=None):
         """Queues one response message (payload without the gRPC prefix, or
-        with it when framed). Returns False when the stream is gone."""
+        with it when framed). Returns False when the stream is gone.
+        ``on_sent()`` is called once nghttp2 has taken the whole message to
+        write, or the stream is gone (possibly before this returns)."""
         if self.finished or self.closed:
             return False
         cdef Connection conn = self.connection
         self._append_message(payload, framed)
+        if on_sent is not None:
+            if self.sent_marks is None:
+                self.sent_marks = []
+            self.sent_marks.append((self.queued_total, on_sent))
         if not self.headers_sent:
             self._submit_headers(True)
         else:

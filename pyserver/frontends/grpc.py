@@ -273,14 +273,18 @@ class GrpcFrontend:
     ``header_forward_pattern`` (``--grpc-header-forward-pattern``): infer
     calls get the metadata it matches as string parameters. ``keepalive``:
     PING and connection-age settings (grpc_keepalive.py; Triton's defaults
-    when None).
+    when None). ``max_response_pool_size`` (``--grpc-max-response-pool-size``,
+    0: no bound): how many responses of one ModelStreamInfer request may be
+    written but not yet taken by the connection; a decoupled model sending
+    more waits for the client (ResponseWindow), as in Triton.
     """
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8001, *,
                  restricted_protocols=None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_concurrent_streams: int = 1000, backlog: int = 1024,
                  reuse_port: bool = False, ssl_context=None, response_compression: int = 0,
-                 header_forward_pattern: str = "", keepalive: KeepaliveOptions | None = None):
+                 header_forward_pattern: str = "", keepalive: KeepaliveOptions | None = None,
+                 max_response_pool_size: int = 0):
         if http2 is None:
             raise RuntimeError(
                 "pyserver was built without nghttp2, so gRPC is unavailable: install "
@@ -299,6 +303,7 @@ class GrpcFrontend:
         self._forwarder = HeaderForwarder(header_forward_pattern, "--grpc-header-forward-pattern") \
             if header_forward_pattern else None
         self._keepalive = keepalive or KeepaliveOptions()
+        self._response_window = int(max_response_pool_size)
         self._listener = None
         self._closing_listener = None
         self._loop = None
@@ -508,7 +513,7 @@ class GrpcFrontend:
             request, flags, use = self._infer.prepare(stream, msg)
             empty_final = bool(flags and flags.get("triton_enable_empty_final_response"))
             reply = _StreamReply(stream, call, request, empty_final, use)
-            reply.handle = self._server.submit_stream(request, reply)
+            reply.handle = self._server.submit_stream(request, reply, self._response_window)
         except Exception as e:
             if use is not None:
                 use.release()
@@ -775,8 +780,13 @@ class _StreamReply:
         if final:
             call.pending -= 1
             call.futures.discard(self.handle)
+        # A response holding a place in the request's ResponseWindow gives
+        # it back once the connection has taken it (or at once if dropped).
+        window = self.handle.window if self.handle is not None and self.handle.held else None
         try:
             if stream.closed or stream.finished:
+                if window is not None:
+                    window.give()
                 return
             request = self.request
             payload = None
@@ -800,7 +810,9 @@ class _StreamReply:
                                       {"triton_final_response": True})
                 payload = encode_stream_response(empty, request)
             if payload is not None:
-                stream.send_message(payload, True)
+                stream.send_message(payload, True, None if window is None else window.give)
+            elif window is not None:
+                window.give()
             if final and call.closing and call.pending == 0:
                 stream.finish(OK)
         finally:

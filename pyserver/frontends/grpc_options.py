@@ -2,7 +2,8 @@
 TLS (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
 ``--grpc-server-key``, ``--grpc-root-cert``), response compression
 (``--grpc-infer-response-compression-level``), ``--reuse-grpc-port``,
-``--grpc-header-forward-pattern``, and keepalive (grpc_keepalive.py).
+``--grpc-header-forward-pattern``, ``--grpc-max-response-pool-size`` and
+keepalive (grpc_keepalive.py).
 
 TLS is asyncio's own (the event loop wraps the HTTP/2 protocol in its SSL
 transport); gRPC clients insist on ALPN selecting ``h2``, so the context
@@ -67,8 +68,24 @@ def add_cli_arguments(parser) -> None:
     group.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX",
                        help="gRPC metadata whose key this matches (case-insensitive unless it "
                        "starts with (?-i)) become request parameters")
+    group.add_argument("--grpc-max-response-pool-size", type=_positive_int, default=0,
+                       metavar="N",
+                       help="at most N responses of one streamed request on their way to the "
+                       "client; a decoupled model that sends more waits (default: no bound)")
     from pyserver.frontends import grpc_keepalive
     grpc_keepalive.add_cli_arguments(group)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        import argparse
+        raise argparse.ArgumentTypeError(
+            "Error: --grpc-max-response-pool-size must be greater than 0.")
+    return value
 
 
 def frontend_options(args) -> dict:
@@ -76,7 +93,8 @@ def frontend_options(args) -> dict:
     from pyserver.frontends.grpc_keepalive import options_from_args
     options = {"response_compression":
                COMPRESSION_LEVELS[args.grpc_infer_response_compression_level],
-               "reuse_port": args.reuse_grpc_port, "keepalive": options_from_args(args)}
+               "reuse_port": args.reuse_grpc_port, "keepalive": options_from_args(args),
+               "max_response_pool_size": args.grpc_max_response_pool_size}
     if args.grpc_header_forward_pattern:  # GrpcFrontend compiles (and checks) it
         options["header_forward_pattern"] = args.grpc_header_forward_pattern
     if args.grpc_use_ssl or args.grpc_use_ssl_mutual:

@@ -6,11 +6,46 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
+
+
+class ResponseWindow:
+    """How many responses of one request may be on their way to the client
+    at once (gRPC's --grpc-max-response-pool-size): a decoupled model that
+    sends more waits in ``take`` until the frontend has written one
+    (``give``), as Triton's response queue makes its backend wait. Never
+    waits on the event loop's own thread (the loop is what drains it) or
+    once closed (the request was cancelled or its client is gone)."""
+
+    __slots__ = ("_cond", "_free", "_open", "_loop_thread")
+
+    def __init__(self, size: int, loop_thread: int):
+        self._cond = threading.Condition(threading.Lock())
+        self._free = size
+        self._open = True
+        self._loop_thread = loop_thread
+
+    def take(self) -> None:
+        with self._cond:
+            if threading.get_ident() != self._loop_thread:
+                while self._free <= 0 and self._open:
+                    self._cond.wait()
+            self._free -= 1
+
+    def give(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._open = False
+            self._cond.notify_all()
 
 
 class ResponseStream:
@@ -27,9 +62,9 @@ class ResponseStream:
     """
 
     __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
-                 "first_response")
+                 "first_response", "window", "held")
 
-    def __init__(self, loop, on_response):
+    def __init__(self, loop, on_response, window: ResponseWindow | None = None):
         self._loop = loop
         self._on_response = on_response
         self._final = False
@@ -39,6 +74,10 @@ class ResponseStream:
         # (model stats, arrival ns) while the first response of a decoupled
         # model's request is still to come (histogram_latencies=true).
         self.first_response = None
+        # With a window, ``held`` tells on_response that the response it is
+        # handed holds a place there: the consumer gives it back once written.
+        self.window = window
+        self.held = False
 
     def _observe_first_response(self) -> None:
         first, self.first_response = self.first_response, None
@@ -61,6 +100,8 @@ class ResponseStream:
             return False
         self._cancelled = True
         self._dropping = drop
+        if self.window is not None:
+            self.window.close()
         return True
 
     def set_result(self, response) -> None:
@@ -78,19 +119,29 @@ class ResponseStream:
     def push(self, response, error=None, final=False) -> None:
         if self.first_response is not None:
             self._observe_first_response()
+        held = self.window is not None and (response is not None or error is not None)
+        if held:
+            self.window.take()
         if final:
             self._final_pushed = True
-        self._loop.call_soon_threadsafe(self._deliver, response, error, final)
+        self._loop.call_soon_threadsafe(self._deliver, response, error, final, held)
 
-    def _deliver(self, response, error, final) -> None:
+    def _deliver(self, response, error, final, held=False) -> None:
         if self._final or self._dropping:
+            if held:
+                self.window.give()
             return
         if final:
             self._final = True
+            if self.window is not None:
+                self.window.close()
+        self.held = held
         try:
             self._on_response(response, error, final)
         except Exception:
             log.exception("a response stream's consumer failed")
+        finally:
+            self.held = False
 
 
 def end_stream(stream: ResponseStream, task: asyncio.Task) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 
 from pyserver._version import __version__
 from pyserver.backends.base import Capability
@@ -37,7 +38,7 @@ from pyserver.runtime.settings import LogSettings, TraceSettings
 from pyserver.runtime.shared_memory import SharedMemoryManager
 from pyserver.runtime.tracing import Tracer
 from pyserver.server.response_cache import ServerResponseCache, cache_usable, submit_cached
-from pyserver.server.response_stream import ResponseStream, end_stream
+from pyserver.server.response_stream import ResponseStream, ResponseWindow, end_stream
 
 log = logging.getLogger("pyserver")
 
@@ -109,6 +110,7 @@ class Server:
         self.context: ServerContext | None = None  # built by start()
         self._completions: CompletionQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._live = False
         self._stopping = False
         self._inflight = 0
@@ -123,6 +125,7 @@ class Server:
 
     async def start(self):
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()  # where a ResponseWindow never waits
         self._completions = CompletionQueue()
         self._loop.add_reader(self._completions.fd, self._on_completions)
         # What every model, instance and backend is handed: no part of the
@@ -534,16 +537,21 @@ class Server:
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
         return future
 
-    def submit_stream(self, request: InferRequest, on_response) -> ResponseStream:
+    def submit_stream(self, request: InferRequest, on_response,
+                      response_window: int = 0) -> ResponseStream:
         """Queues a request to any model, its responses arriving as
         ``on_response(response, error, final)`` calls on the event loop: 0..N
         responses then a final call (whose response may be None) for a
         decoupled model, one final response (or error) for any other, which
         takes the same path as through submit (cache, ensemble, queue). The
         request is admitted once either way; validation errors raise here.
-        The returned stream cancels with ``Server.cancel``."""
+        The returned stream cancels with ``Server.cancel``.
+        ``response_window`` > 0: at most that many responses on their way
+        at once (ResponseWindow; the consumer gives each back when written)."""
         mv = self._admit(request)
-        stream = ResponseStream(self._loop, on_response)
+        window = ResponseWindow(response_window, self._loop_thread) if response_window > 0 \
+            else None
+        stream = ResponseStream(self._loop, on_response, window)
         if mv.first_response_by_stream:
             stream.first_response = (mv.stats, now_ns())
         decoupled = self._decoupled(mv)

@@ -102,7 +102,13 @@ def test_tls_options_from_the_command_line(certs):
     grpc_options.add_cli_arguments(p)
     opts = frontend_options(p.parse_args([]))
     assert opts == {"response_compression": 0, "reuse_port": False,
-                    "keepalive": KeepaliveOptions()}  # Triton's defaults
+                    "keepalive": KeepaliveOptions(),
+                    "max_response_pool_size": 0}  # Triton's defaults (INT_MAX: no bound)
+    opts = frontend_options(p.parse_args(["--grpc-max-response-pool-size=16"]))
+    assert opts["max_response_pool_size"] == 16
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit):
+            p.parse_args([f"--grpc-max-response-pool-size={bad}"])
     opts = frontend_options(p.parse_args([
         "--reuse-grpc-port=true", "--grpc-header-forward-pattern=x-.*",
         "--grpc-keepalive-time=1000", "--grpc-keepalive-timeout=500",

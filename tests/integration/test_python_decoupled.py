@@ -6,6 +6,7 @@ response on and off, and the unary endpoints' refusals."""
 
 import queue
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -515,3 +516,91 @@ def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, st
         assert "decoupled" in exc.value.message()
     finally:
         s.call(frontend.stop(5))
+
+
+FLOOD = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Sends N responses of 1 MiB as fast as it can, refilling one array
+    (each response must carry what it held when sent); counts them in a
+    gauge the test reads."""
+
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(name="flood_sent", description="responses sent",
+                                       kind=pb_utils.MetricFamily.GAUGE)
+        self.sent = family.Metric(labels={})
+
+    def execute(self, requests):
+        for r in requests:
+            n = int(pb_utils.get_input_tensor_by_name(r, "N").as_numpy()[0])
+            sender = r.get_response_sender()
+            block = np.zeros(1 << 18, np.float32)
+            for i in range(n):
+                block[:] = i
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", block)]))
+                self.sent.set(i + 1)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+@pytest.mark.parametrize("pool", [0, 2])
+def test_max_response_pool_size_holds_a_decoupled_model_back(tmp_path, start_server,
+                                                             python_mode, pool):
+    """--grpc-max-response-pool-size (Triton 2.56): with the client not
+    reading, a decoupled model may get only that many responses ahead of
+    what the connection has taken; unbounded (0), all 50 go into memory.
+    Every response arrives, in order, with what it held when sent."""
+    (tmp_path / "flood" / "1").mkdir(parents=True)
+    (tmp_path / "flood" / "1" / "model.py").write_text(FLOOD)
+    (tmp_path / "flood" / "config.pbtxt").write_text(
+        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 262144 ] } ]\n')
+    use_execution_mode(tmp_path, python_mode)
+    s = start_server(tmp_path)
+    frontend = GrpcFrontend(s.server, "127.0.0.1", 0, max_response_pool_size=pool)
+    s.call(frontend.start())
+    gate = threading.Event()
+    got = queue.Queue()
+
+    def on_result(result, error):
+        gate.wait(60)  # the client reads nothing until released
+        got.put((result, error))
+
+    def sent():
+        for name, _, _, samples in s.server.custom_metrics.snapshot():
+            if name == "flood_sent" and samples:
+                return int(samples[0][1])
+        return 0
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{frontend.port}")
+    try:
+        client.start_stream(on_result)
+        inp = grpcclient.InferInput("N", [1], "INT32")
+        inp.set_data_from_numpy(np.array([50], np.int32))
+        client.async_stream_infer("flood", [inp])
+        before, deadline = -1, time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the model stops getting ahead
+            time.sleep(0.5)
+            now = sent()
+            if now == before and now > 0:
+                break
+            before = now
+        held_back = sent()
+        gate.set()
+        results = [got.get(timeout=60) for _ in range(50)]
+        assert all(error is None for _, error in results)
+        assert [float(r.as_numpy("OUT")[-1]) for r, _ in results] == [float(i) for i in range(50)]
+    finally:
+        gate.set()
+        client.stop_stream()
+        client.close()
+        s.call(frontend.stop(5))
+    if pool:
+        assert 0 < held_back < 50  # what the HTTP/2 window and socket take, plus the pool
+    else:
+        assert held_back == 50

@@ -377,8 +377,10 @@ class ThreadPythonBackend(ServedInstance):
             if response._error is not None:
                 error = worker_error(response._error.code().name, response._error.message())
             else:
-                outputs = {name: array for name, _code, array in runner.response_tensors(
-                    response, request._requested_output_names)}
+                # A copy, as Triton's stub copies a sent response into shared
+                # memory: the model runs on and may refill the same array.
+                outputs = {name: np.array(array, order="C") for name, _code, array in
+                           runner.response_tensors(response, request._requested_output_names)}
                 params = response._parameters_dict
         problem = self.deliver(request._key[1].id, outputs, params, error,
                                flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL, now_ns())
