@@ -1,10 +1,11 @@
 # HTTP/1.1 request parsing over llhttp (Debian's node-llhttp sources).
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 from libcpp.string cimport string
 
 
 cdef extern from "llhttp.h" nogil:
     ctypedef struct llhttp_t:
+        uint64_t content_length       # the chunk's size, in on_chunk_header
         uint8_t method
         uint8_t http_major
         uint8_t http_minor
@@ -41,6 +42,7 @@ cdef class RequestParser:
     cdef Py_ssize_t head_size
     cdef Py_ssize_t head_raw
     cdef Py_ssize_t body_size
+    cdef Py_ssize_t chunk_count       # non-empty chunks of a chunked body so far
 
     cdef object head_too_large(self)
     cdef int count_head(self, size_t n) noexcept

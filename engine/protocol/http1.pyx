@@ -45,6 +45,7 @@ cdef extern from "llhttp.h":
         llhttp_cb on_headers_complete
         llhttp_data_cb on_body
         llhttp_cb on_message_complete
+        llhttp_cb on_chunk_header
 
 
 cdef extern from "llhttp.h" nogil:
@@ -69,6 +70,9 @@ class Upgrade(Exception):
 
 
 cdef int64_t INT32_MAX = (1 << 31) - 1
+# Triton's cap on a chunked body's non-empty chunks (2.6x): each chunk costs
+# an object (here a bytes), so a body of one-byte chunks is refused early.
+MAX_CHUNKS = 1 << 16
 # Bodies from this size up (by Content-Length) go into one buffer (body_buffer).
 cdef Py_ssize_t BODY_BUFFER_MIN = 256 * 1024
 cdef dict _METHODS = {}  # llhttp method number -> name
@@ -100,6 +104,7 @@ cdef int _on_message_begin(llhttp_t* p) noexcept:
     self.head_size = 0
     self.head_raw = 0
     self.body_size = 0
+    self.chunk_count = 0
     return 0
 
 
@@ -217,6 +222,21 @@ cdef int _on_body(llhttp_t* p, const char* at, size_t n) noexcept:
     return 0
 
 
+cdef int _on_chunk_header(llhttp_t* p) noexcept:
+    cdef RequestParser self = _of(p)
+    if p.content_length == 0:  # the last chunk
+        return 0
+    self.chunk_count += 1
+    if self.chunk_count <= MAX_CHUNKS:
+        return 0
+    try:
+        self.error = self.reject(400, f"Chunked request body exceeds maximum of {MAX_CHUNKS} "
+                                      "non-empty chunks. Send fewer or larger HTTP chunks.")
+    except BaseException as e:
+        self.error = e
+    return -1
+
+
 cdef int _on_message_complete(llhttp_t* p) noexcept:
     cdef RequestParser self = _of(p)
     cdef list chunks = self.body
@@ -253,6 +273,7 @@ _SETTINGS.on_header_value_complete = _on_header_value_complete
 _SETTINGS.on_headers_complete = _on_headers_complete
 _SETTINGS.on_body = _on_body
 _SETTINGS.on_message_complete = _on_message_complete
+_SETTINGS.on_chunk_header = _on_chunk_header
 
 
 cdef class RequestParser:

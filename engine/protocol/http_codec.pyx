@@ -377,7 +377,7 @@ def _acquire(shm, leases: list, region: str, offset: int, size: int):
     return lease
 
 
-def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None) -> list:
+def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None, request_id="") -> list:
     if type(outputs) is not list:
         raise _member_error("outputs", outputs)
     result = []
@@ -413,7 +413,7 @@ def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None) -> list:
         if type(name) is not str:
             raise _member_error("name", name)
         if name in seen:
-            raise _bad(f"output '{name}' already exists in request")
+            raise _bad(f"{_rid(request_id)}output '{name}' already exists in request")
         seen.add(name)
         if use_shm:
             region, offset, size = _shm_params(params)
@@ -599,7 +599,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
                 if type(d) is not int or d < 0:
                     raise _bad("Unable to parse 'shape': " + _NON_UINT)
             if name in names:
-                raise _bad(f"input '{name}' already exists in request")
+                raise _bad(f"{_rid(request_id)}input '{name}' already exists in request")
             names.add(name)
             npdt = WIRE_TO_NUMPY.get(datatype)
             if npdt is None:
@@ -679,7 +679,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
             if leases is None:
                 leases = []
             shm_outputs = {}
-            outputs = _parse_outputs(outputs_json, shm, leases, shm_outputs)
+            outputs = _parse_outputs(outputs_json, shm, leases, shm_outputs, request_id)
     except BaseException:
         if leases:
             for lease in leases:

@@ -6,6 +6,7 @@ after which the server must still answer correctly."""
 
 import asyncio
 import base64
+import gzip
 import http.client
 import json
 import socket
@@ -425,6 +426,63 @@ def test_max_input_size(add_sub):
         assert client.is_server_live()
     finally:
         add_sub.call(frontend.stop())
+
+
+def test_decompressed_size_limit(add_sub):
+    """A gzip body inflating past --http-max-input-size is refused, 400, with
+    Triton's text; one inside the limit is served."""
+    frontend = HttpFrontend(add_sub.server, "127.0.0.1", 0, max_input_size=4096)
+    add_sub.call(frontend.start())
+    try:
+        port = frontend.port
+        bomb = gzip.compress(json.dumps({"inputs": [], "pad": " " * 100000}).encode())
+        doc = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "FP32", "data": [1] * 16}
+                          for n in ("INPUT0", "INPUT1")]}
+        for body, status in ((bomb, 400), (gzip.compress(json.dumps(doc).encode()), 200)):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            try:
+                sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                got, _, reply = read_response(sock.makefile("rb"))
+            finally:
+                sock.close()
+            assert got == status, reply
+            if status == 400:
+                assert json.loads(reply) == {"error": (
+                    "Decompressed data size exceeds the maximum allowed value of 4096 bytes. "
+                    "Use --http-max-input-size to increase the limit.")}
+    finally:
+        add_sub.call(frontend.stop())
+
+
+def test_chunked_body_chunk_cap(add_sub):
+    """Triton's cap of 65,536 non-empty chunks a body: one more is 400 with
+    its text and the connection closes; the cap itself is served."""
+    port = int(add_sub.url.split(":")[1])
+    for chunks, status in ((65536, 200), (65537, 400)):
+        body = b'{"ready":true}'.ljust(chunks, b" ")
+        framed = b"".join(b"1\r\n%s\r\n" % body[i:i + 1] for i in range(chunks)) + b"0\r\n\r\n"
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        try:
+            sock.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            try:
+                sock.sendall(framed)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused and closed while the rest was on its way
+            f = sock.makefile("rb")
+            got, headers, reply = read_response(f)
+            assert got == status, reply[:200]
+            if status == 400:
+                assert json.loads(reply) == {"error": (
+                    "Chunked request body exceeds maximum of 65536 non-empty chunks. Send "
+                    "fewer or larger HTTP chunks.")}
+                assert headers.get("connection") == "close"
+        finally:
+            sock.close()
+    with httpclient.InferenceServerClient(add_sub.url) as client:
+        assert client.is_server_live()
 
 
 def read_response(f):

@@ -376,11 +376,15 @@ def test_error_parameters():
 
 def test_error_duplicates_and_outputs():
     inp = {"name": "a", "shape": [1], "datatype": "FP32", "data": [1]}
+    # core's texts, with its request-id prefix (Triton sets the id first)
     assert expect_error(decode_json, {"inputs": [inp, inp]}) == (
-        "input 'a' already exists in request")
+        "[request id: <id_unknown>] input 'a' already exists in request")
     assert expect_error(decode_json, {"inputs": [inp], "outputs": [{"name": "o"},
                                                                    {"name": "o"}]}) == (
-        "output 'o' already exists in request")
+        "[request id: <id_unknown>] output 'o' already exists in request")
+    assert expect_error(decode_json, {"id": "r7", "inputs": [inp],
+                                      "outputs": [{"name": "o"}, {"name": "o"}]}) == (
+        "[request id: r7] output 'o' already exists in request")
     assert expect_error(decode_json, {"inputs": [inp], "outputs": [
         {"name": "o", "parameters": {"shared_memory_region": "r", "binary_data": True}}]}) == (
         "Output can't set both 'shared_memory_region' and 'binary_data'")

@@ -86,8 +86,8 @@ def decompress(enc: bytes, body: bytes, limit: int) -> bytes:
     if len(out) > limit:
         raise ServerError(
             Code.INVALID_ARG,
-            f"decompressed request body exceeds the maximum allowed input size of {limit} "
-            "bytes. Use --http-max-input-size to increase the limit.",
+            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
+            "--http-max-input-size to increase the limit.",
         )
     return out
 
