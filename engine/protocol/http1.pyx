@@ -175,7 +175,13 @@ cdef int _on_headers_complete(llhttp_t* p) noexcept:
         self.keep_alive = llhttp_should_keep_alive(p) != 0
         self.http10 = p.http_major == 1 and p.http_minor == 0
         length = self.headers.get(b"content-length")
-        chunked = b"transfer-encoding" in self.headers
+        coding = self.headers.get(b"transfer-encoding")
+        chunked = coding is not None
+        if chunked and coding.rsplit(b",", 1)[-1].strip().lower() != b"chunked":
+            # RFC 9112 6.3: a request whose last coding is not chunked has
+            # no length to read (llhttp, lenient here, would wait for EOF)
+            raise self.reject(400, "malformed HTTP request: Transfer-Encoding must end with "
+                                   "chunked")
         if length is not None and chunked:
             # Both (python-requests sends so when told to chunk): the chunks
             # frame the body, as in Triton; the connection then closes, as

@@ -557,6 +557,11 @@ def test_malformed_requests_then_still_serving(add_sub):
         (b"GARBAGE\r\n\r\n", 400, "malformed HTTP request"),
         (b"GET /v2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
          "malformed HTTP request"),
+        # a last coding other than chunked leaves no length (it hung, waiting for EOF)
+        (b"GET /v2 HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: RsH\r\n\r\n{}", 400,
+         "malformed HTTP request: Transfer-Encoding must end with chunked"),
+        (b"GET /v2 HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n{}", 400,
+         "malformed HTTP request: Transfer-Encoding must end with chunked"),
         (b"POST /v2/repository/index HTTP/1.1\r\nContent-Length: 4\r\n\r\n{\"re", 400,
          "failed to parse the request JSON buffer"),
         (b"POST /v2/systemsharedmemory/region/r/register HTTP/1.1\r\nContent-Length: 2\r\n\r\n"
