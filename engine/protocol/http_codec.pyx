@@ -53,6 +53,7 @@ __all__ = [
     "release_shm",
     "encode_error",
     "encode_json",
+    "json_tensor_data",
 ]
 
 # Lower-case header name (HTTP header names are case-insensitive).
@@ -244,6 +245,29 @@ def _json_wide_numbers(flat: list, kinds: str, type_msg: str):
         if type(x) is not int or x < low or x > high:
             raise bad
     return np.array(flat, dtype=wide)
+
+
+def _half_refused(name: str, datatype: str) -> ServerError:
+    # half floats have no JSON number form in Triton either
+    return _bad(f"receiving {datatype} data via JSON is not supported. Please use the binary "
+                "data format for input " + name)
+
+
+def json_tensor_data(name: str, datatype: str, values: list, shape: list):
+    """A numeric tensor of ``shape`` from a JSON list, read as the infer
+    route reads 'data' (TritonJson's texts); the generate route's fields
+    come through here too."""
+    if datatype == "BF16" or datatype == "FP16":
+        raise _half_refused(name, datatype)
+    npdt = WIRE_TO_NUMPY.get(datatype)
+    if npdt is None or datatype == "BYTES":
+        raise _bad("invalid datatype for input " + name)
+    count = 1
+    for d in shape:
+        count *= d
+    if count == 0:
+        return np.empty(shape, npdt)
+    return _json_numeric(name, datatype, npdt, values, count, shape)
 
 
 def _bytes_count_error(name, model_name, request_id, got, count) -> ServerError:
@@ -639,11 +663,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
                     if datatype == "BYTES":
                         data = _json_bytes(name, model_name, request_id, jdata, count, shape)
                     elif datatype == "BF16" or datatype == "FP16":
-                        # half floats have no JSON number form in Triton either
-                        raise _bad(
-                            f"receiving {datatype} data via JSON is not supported. Please use "
-                            "the binary data format for input " + name
-                        )
+                        raise _half_refused(name, datatype)
                     else:
                         itemsize = npdt.itemsize
                         if itemsize > 1 and count > _INT64_MAX // itemsize:

@@ -13,9 +13,12 @@ output: a string or number for one element, a list for more.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import orjson
 
+from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE, json_tensor_data
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import InferRequest, InferTensor
@@ -27,58 +30,107 @@ def _bad(message: str) -> ServerError:
     return ServerError(Code.INVALID_ARG, message)
 
 
-def decode_generate_request(model: str, version: str, body: bytes, config: dict) -> InferRequest:
+def decode_generate_request(model: str, version: str, body: bytes, config: dict,
+                            max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> InferRequest:
     """An InferRequest from a generate body; ``config`` is the model's
-    config JSON (for its inputs' datatypes and batching)."""
+    config JSON (for its inputs' datatypes and batching). Fields are taken
+    in the order sent, as Triton walks them: the first that is wrong names
+    the error, and a field sent twice is core's 'already exists'."""
+    if len(body) > max_input_size:
+        raise _bad(f"request JSON size of {len(body)} bytes exceeds the maximum allowed input "
+                   f"size of {max_input_size} bytes. Use --http-max-input-size to increase the "
+                   "limit.")
     try:
-        doc = orjson.loads(body) if body else {}
-    except orjson.JSONDecodeError as e:
-        raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
-    if type(doc) is not dict:
+        # pairs, not dicts: a key given twice must not vanish
+        doc = json.loads(body, object_pairs_hook=_Pairs) if body else _Pairs()
+    except ValueError as e:
+        raise _bad(f"failed to parse the request JSON buffer: {e}") from None
+    if type(doc) is not _Pairs:
         raise _bad("generate request JSON must be an object")
-    request_id = doc.pop("id", "")
-    if type(request_id) is not str:
-        raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
-    nested = doc.pop("parameters", None) or {}
-    if type(nested) is not dict:
-        raise _bad("Unable to parse 'parameters': attempt to access JSON non-object as object")
+    request_id = ""
+    for name, value in doc:
+        if name == "id":
+            if type(value) is not str:
+                raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
+            request_id = value
+            break
     batching = int(config.get("max_batch_size", 0)) > 0
-    specs = {t["name"]: t for t in config.get("input", [])}
-    inputs = []
-    params = {}
-    # As in Triton, a field that names no input is a request parameter, at
-    # the top level or inside "parameters"; a parameter is one value.
-    fields = list(doc.items())
-    for name, value in nested.items():
-        if name in specs:
-            fields.append((name, value))
-        else:
-            params[name] = _parameter(name, value)
-    for name, value in fields:
-        spec = specs.get(name)
-        if spec is None:
-            params[name] = _parameter(name, value)
+    fields = _GenerateFields(model, request_id, batching,
+                             {t["name"]: t for t in config.get("input", [])}, max_input_size)
+    for name, value in doc:
+        if name == "id":
             continue
+        if name == "parameters" and name not in fields.specs:
+            if type(value) is not _Pairs:
+                raise _bad("Expected JSON object for keyword: 'parameters': attempt to access "
+                           "JSON non-object as object")
+            for nested_name, nested_value in value:
+                try:
+                    fields.take(nested_name, nested_value)
+                except ServerError as e:
+                    raise _bad(f"Converting keyword: 'parameters': {e.message}") from None
+            continue
+        fields.take(name, value)
+    return InferRequest(model, version, request_id, fields.inputs, [], fields.params)
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs, in order, duplicates kept."""
+
+
+class _GenerateFields:
+    """The inputs and request parameters of one generate request, as its
+    fields come: a field that names an input feeds it, any other is a
+    request parameter (as in Triton)."""
+
+    __slots__ = ("model", "request_id", "batching", "specs", "max_input_size", "inputs",
+                 "params", "seen", "consumed")
+
+    def __init__(self, model, request_id, batching, specs, max_input_size):
+        self.model = model
+        self.request_id = request_id
+        self.batching = batching
+        self.specs = specs
+        self.max_input_size = max_input_size
+        self.inputs = []
+        self.params = {}
+        self.seen = set()
+        self.consumed = 0
+
+    def take(self, name: str, value) -> None:
+        spec = self.specs.get(name)
+        if spec is None:
+            self.params[name] = _parameter(name, value)
+            return
+        if name in self.seen:
+            raise _bad(f"[request id: {self.request_id or '<id_unknown>'}] input '{name}' "
+                       "already exists in request")
+        self.seen.add(name)
         wire = dtypes.config_to_wire(spec["data_type"])
         values = value if type(value) is list else [value]
         if wire == "BYTES":
             if not all(type(v) is str for v in values):
                 raise _bad("attempt to access JSON non-string as string")  # Triton's text
-            data = np.empty(len(values), dtype=object)
-            data[:] = [v.encode() for v in values]
+            encoded = [v.encode() for v in values]
+            size = sum(4 + len(v) for v in encoded)  # as serialized: length prefix + bytes
         else:
+            encoded = None
             npdt = dtypes.WIRE_TO_NUMPY.get(wire)
-            if npdt is None or not all(type(v) in (int, float, bool) for v in values):
-                raise _bad(f"field '{name}' cannot feed input '{name}' ({wire}) of model "
-                           f"'{model}': expected numbers")
-            try:
-                data = np.array(values, dtype=npdt)
-            except (OverflowError, ValueError) as e:
-                raise _bad(f"field '{name}' does not fit input '{name}' ({wire}): {e}") from None
-        dims = ([-1] if batching else []) + [int(d) for d in spec.get("dims", [])]
+            size = len(values) * (npdt.itemsize if npdt is not None else 0)
+        if size + self.consumed > self.max_input_size:
+            raise _bad(f"request size of {self.consumed} bytes with input '{name}' of size "
+                       f"{size} bytes exceeds the maximum allowed input size of "
+                       f"{self.max_input_size}. Use --http-max-input-size to increase the limit.")
+        self.consumed += size
+        dims = ([-1] if self.batching else []) + [int(d) for d in spec.get("dims", [])]
         shape = _fit_shape(name, len(values), dims)
-        inputs.append(InferTensor(name, wire, shape, data.reshape(shape)))
-    return InferRequest(model, version, request_id, inputs, [], params)
+        if encoded is not None:
+            data = np.empty(len(encoded), dtype=object)
+            data[:] = encoded
+            data = data.reshape(shape)
+        else:
+            data = json_tensor_data(name, wire, values, shape)
+        self.inputs.append(InferTensor(name, wire, shape, data))
 
 
 def _fit_shape(name: str, count: int, dims: list) -> list:

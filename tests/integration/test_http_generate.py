@@ -71,8 +71,9 @@ def test_generate_returns_one_json_answer(served):
     assert r.status == 200 and json.loads(body)["IDX"] == 0
     r, body = post(served, "/v2/models/repeat/generate", {"IN": 2})
     assert r.status == 400
-    assert "generate expects exactly one response, the model sent 2: use generate_stream" in \
-        json.loads(body)["error"]
+    assert json.loads(body)["error"] == (  # Triton's text
+        "generate expects model to produce exactly 1 response, use generate stream for model "
+        "that generates various number of responses")
 
 
 def test_generate_errors(served):
@@ -81,14 +82,15 @@ def test_generate_errors(served):
     r, body = post(served, "/v2/models/add_sub/generate",
                    {"INPUT0": 1, "INPUT1": 2, "NOPE": 2, "parameters": {"t": 0.5, "s": "x"}})
     assert r.status == 200, body
-    for doc in ({"INPUT0": 1, "INPUT1": 2, "NOPE": [2]},
-                {"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": {"a": 1}}},
-                {"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": None}}):
+    invalid = "parameter 'NOPE' has invalid type. It should be either 'int', 'bool', or 'string'."
+    nested = "Converting keyword: 'parameters': " + invalid  # Triton's prefix inside "parameters"
+    for doc, text in (({"INPUT0": 1, "INPUT1": 2, "NOPE": [2]}, invalid),
+                      ({"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": {"a": 1}}}, nested),
+                      ({"INPUT0": 1, "INPUT1": 2, "parameters": {"NOPE": None}}, nested)):
         for route in ("generate", "generate_stream"):
             r, body = post(served, f"/v2/models/add_sub/{route}", doc)
             assert r.status == 400, body
-            assert json.loads(body)["error"] == ("parameter 'NOPE' has invalid type. It should "
-                                                 "be either 'int', 'bool', or 'string'.")
+            assert json.loads(body)["error"] == text
     r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": 5})
     assert r.status == 400  # Triton's text
     assert json.loads(body)["error"] == "attempt to access JSON non-string as string"
@@ -113,6 +115,61 @@ def test_generate_errors(served):
     assert r.status == 200
     got = events(body)
     assert got[0]["IDX"] == 0 and "gave up after one response" in got[-1]["error"], got
+
+
+def test_generate_fields_are_read_in_order_as_triton_reads_them(served):
+    """Triton's qa/L0_http/generate_endpoint_test.py cases: the first wrong
+    field in document order names the error (TritonJson's type texts), a key
+    sent twice is core's 'already exists', 'parameters' must be an object,
+    and a body past --http-max-input-size is refused before it is parsed."""
+    for model, doc, text in (
+            ("add_sub", b'{"INPUT0": "x", "INPUT1": 2}',
+             "Unable to parse 'data': attempt to access JSON non-number as double"),
+            ("bytes_echo", b'{"TEXT": 5}', "attempt to access JSON non-string as string"),
+            ("repeat", b'{"IN": true}',
+             "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+            ("add_sub", b'{"INPUT1": "y", "INPUT0": 1, "INPUT0": 2}',
+             "Unable to parse 'data': attempt to access JSON non-number as double"),
+            ("add_sub", b'{"INPUT0": 1, "INPUT1": 2, "INPUT0": 3}',
+             "[request id: <id_unknown>] input 'INPUT0' already exists in request"),
+            ("add_sub", b'{"id": "g7", "INPUT0": 1, "INPUT0": 3}',
+             "[request id: g7] input 'INPUT0' already exists in request"),
+            ("add_sub", b'{"INPUT0": 1, "INPUT1": 2, "parameters": 1}',
+             "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object "
+             "as object")):
+        for route in ("generate", "generate_stream"):
+            r, body = post(served, f"/v2/models/{model}/{route}", doc)
+            assert (r.status, json.loads(body)["error"]) == (400, text), (doc, route)
+    # an input inside "parameters" feeds the model as at the top level
+    r, body = post(served, "/v2/models/add_sub/generate",
+                   {"INPUT0": 1, "parameters": {"INPUT1": 2}})
+    assert r.status == 200 and json.loads(body)["OUTPUT0"] == 3.0
+
+
+def test_generate_body_past_the_input_limit(served):
+    from pyserver.frontends.http import HttpFrontend
+    frontend = HttpFrontend(served.server, "127.0.0.1", 0, max_input_size=1024)
+    served.call(frontend.start())
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=30)
+        body = json.dumps({"TEXT": ["x" * 2000]}).encode()
+        conn.request("POST", "/v2/models/bytes_echo/generate", body=body)
+        r = conn.getresponse()
+        assert (r.status, json.loads(r.read())["error"]) == (400, (
+            f"request JSON size of {len(body)} bytes exceeds the maximum allowed input size of "
+            "1024 bytes. Use --http-max-input-size to increase the limit."))
+        # inside the JSON limit, the tensor's serialized size still counts
+        # (each string takes its 4-byte length prefix)
+        body = json.dumps({"TEXT": [""] * 300}, separators=(",", ":")).encode()
+        assert len(body) < 1024
+        conn.request("POST", "/v2/models/bytes_echo/generate", body=body)
+        r = conn.getresponse()
+        assert (r.status, json.loads(r.read())["error"]) == (400, (
+            "request size of 0 bytes with input 'TEXT' of size 1200 bytes exceeds the maximum "
+            "allowed input size of 1024. Use --http-max-input-size to increase the limit."))
+        conn.close()
+    finally:
+        served.call(frontend.stop())
 
 
 def test_requests_pipelined_behind_a_stream_wait_their_turn(served):

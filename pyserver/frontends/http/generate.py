@@ -26,7 +26,8 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     server = conn.server
     try:
         request = decode_generate_request(model, version, body,
-                                          server.model_config(model, version))
+                                          server.model_config(model, version),
+                                          conn.frontend.max_input_size)
         forwarder = conn.frontend.header_forwarder
         if forwarder is not None:
             forwarder.forward(conn.raw_headers, request.parameters)
@@ -100,5 +101,6 @@ def _answer(conn, got: list, keep_alive: bool, http10: bool, report: bytes | Non
     if errors:
         return conn.error_data(errors[0], keep_alive, http10, headers)
     return conn.error_data(ServerError(
-        Code.INVALID_ARG, f"generate expects exactly one response, the model sent {len(got)}: "
-                          "use generate_stream"), keep_alive, http10, headers)
+        Code.INVALID_ARG, "generate expects model to produce exactly 1 response, use generate "
+                          "stream for model that generates various number of responses"),
+        keep_alive, http10, headers)
