@@ -12,7 +12,10 @@ the ``routes`` dict given to the connection, ``{path: (kind, handler)}``:
 - ``UNARY``: ``handler(stream, message)`` once the client has half-closed
   the stream after exactly one gRPC message;
 - ``STREAMING``: ``handler(stream, message)`` per message as it completes,
-  then ``handler(stream, None)`` when the client half-closes.
+  then ``handler(stream, None)`` when the client half-closes. A third item,
+  ``(STREAMING, handler, on_headers)``, is called ``on_headers(stream)`` as
+  soon as the request headers are in, before any message (it may finish the
+  stream there: a refusal the client sees without sending anything).
 
 Messages arrive as ``bytes`` without the 5-byte gRPC prefix (decompressed
 when the client used ``grpc-encoding`` gzip or deflate); they are filled in
@@ -852,6 +855,11 @@ cdef class Connection:
                 f"Compression algorithm '{enc.decode('latin-1')}' is not supported")
         stream.route = route
         stream.gzip_out = stream.accepts_gzip  # only ever set when compression is on
+        if len(route) > 2:
+            try:
+                route[2](stream)
+            except Exception as e:
+                self._handler_failed(stream, e)
         return 0
 
     cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:
@@ -957,7 +965,8 @@ cdef class Connection:
         if stream.prefix_fill != 0:
             return self._stream_error(stream, INTERNAL,
                                       "the request ended inside a gRPC message")
-        kind, handler = stream.route
+        route = stream.route
+        kind, handler = route[0], route[1]
         if kind == UNARY:
             if stream.messages != 1:
                 return self._stream_error(stream, INTERNAL,

@@ -436,8 +436,12 @@ class GrpcFrontend:
         routes[_HEALTH.encode()] = (unary, self._unary(
             "Check", _m("grpc.health.v1.HealthCheckRequest"), self._health_check))
         # ModelInfer's handler needs the running loop: added by start().
-        routes[(_SERVICE + "ModelStreamInfer").encode()] = (
-            streaming, self._guarded(self._stream_infer, "inference", streaming=True))
+        # A restricted stream is refused as it opens, before any message, as
+        # Triton refuses it: the client finds the stream ended at once.
+        stream_route = (streaming, self._stream_infer)
+        if "inference" in self._restricted:
+            stream_route += (functools.partial(self._denied, group="inference"),)
+        routes[(_SERVICE + "ModelStreamInfer").encode()] = stream_route
         return routes
 
     def _denied(self, stream, group: str) -> bool:
@@ -451,13 +455,11 @@ class GrpcFrontend:
         stream.finish(UNAVAILABLE, f"This protocol is restricted, expecting header '{key}'")
         return True
 
-    def _guarded(self, handler, group: str, streaming: bool = False):
+    def _guarded(self, handler, group: str):
         if group not in self._restricted:
             return handler
 
         def guarded(stream, msg):
-            if streaming and stream.data is not None:
-                return handler(stream, msg)  # checked on the first message
             if self._denied(stream, group):
                 return None
             return handler(stream, msg)
