@@ -19,6 +19,7 @@ cdef class RequestParser:
     cdef object reject                # reject(status, message) -> the exception to raise
     cdef Py_ssize_t max_header_size
     cdef Py_ssize_t max_body_size
+    cdef Py_ssize_t max_json_size     # bodies of routes other than .../infer; -1: no bound
     cdef object error                 # raised in a callback, re-raised by feed
     # the request being parsed
     cdef string url

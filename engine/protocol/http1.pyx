@@ -20,6 +20,8 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy
 from libcpp.string cimport string
 
+from pyserver.kernel.errors import request_json_too_large
+
 
 cdef extern from "llhttp.h" nogil:
     ctypedef enum llhttp_errno_t:
@@ -286,13 +288,14 @@ cdef class RequestParser:
     """The requests of one connection, fed as its bytes arrive."""
 
     def __cinit__(self, protocol, Py_ssize_t max_header_size, Py_ssize_t max_body_size,
-                  reject, bint keep_raw_headers=False):
+                  reject, bint keep_raw_headers=False, Py_ssize_t max_json_size=-1):
         llhttp_init(&self.parser, HTTP_REQUEST, &_SETTINGS)
         llhttp_set_lenient_chunked_length(&self.parser, 1)  # see _on_headers_complete
         self.parser.data = <void*>self
         self.protocol = protocol
         self.max_header_size = max_header_size
         self.max_body_size = max_body_size
+        self.max_json_size = max_json_size
         self.reject = reject
         self.headers = {}
         self.raw_headers = [] if keep_raw_headers else None
@@ -354,6 +357,10 @@ cdef class RequestParser:
             n = int(value)
         except ValueError:
             return 0  # llhttp refuses it
+        if self.max_json_size >= 0 and n > self.max_json_size:
+            path = PyBytes_FromStringAndSize(self.url.data(), self.url.size()).split(b"?", 1)[0]
+            if not path.endswith(b"/infer"):  # a JSON-only body: refused before it is read
+                raise self.reject(400, request_json_too_large(n, self.max_json_size))
         if n > INT32_MAX:
             raise self.reject(400, "Unable to parse Content-Length, value is out of range "
                                    f"[ {-INT32_MAX - 1}, {INT32_MAX} ], got: "

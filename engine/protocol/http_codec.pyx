@@ -186,9 +186,14 @@ def _parse_request_parameters(params: dict):
     return priority, timeout
 
 
+# Triton's HTTP_MAX_JSON_NESTING_DEPTH: 'data' elements may sit this deep at
+# most (the outer list holds depth 1).
+_MAX_JSON_DEPTH = 100
+
+
 def _flatten(data, out: list, depth: int = 0) -> list:
-    if depth > 64:
-        raise _bad("JSON nesting depth exceeds maximum allowed limit (64)")
+    if depth + 1 >= _MAX_JSON_DEPTH:  # this list's elements would sit that deep
+        raise _bad(f"JSON nesting depth exceeds maximum allowed limit ({_MAX_JSON_DEPTH})")
     for x in data:
         if type(x) is list:
             _flatten(x, out, depth + 1)

@@ -20,7 +20,7 @@ import orjson
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE, json_tensor_data
 from pyserver.kernel import dtypes
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, request_json_too_large
 from pyserver.kernel.types import InferRequest, InferTensor
 
 __all__ = ["decode_generate_request", "generate_response", "sse_event"]
@@ -36,10 +36,8 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict,
     config JSON (for its inputs' datatypes and batching). Fields are taken
     in the order sent, as Triton walks them: the first that is wrong names
     the error, and a field sent twice is core's 'already exists'."""
-    if len(body) > max_input_size:
-        raise _bad(f"request JSON size of {len(body)} bytes exceeds the maximum allowed input "
-                   f"size of {max_input_size} bytes. Use --http-max-input-size to increase the "
-                   "limit.")
+    if len(body) > max_input_size:  # a chunked body (a Content-Length was bounded as it came)
+        raise _bad(request_json_too_large(len(body), max_input_size))
     try:
         # pairs, not dicts: a key given twice must not vanish
         doc = json.loads(body, object_pairs_hook=_Pairs) if body else _Pairs()

@@ -118,6 +118,13 @@ def unknown_load_parameter(key: str) -> ServerError:
                                          "takes 'config' and 'file:<path>'")
 
 
+def request_json_too_large(size: int, limit: int) -> str:
+    """Triton's text for a JSON request body past --http-max-input-size
+    (every route's body but infer's, whose binary tensors may pass it)."""
+    return (f"request JSON size of {size} bytes exceeds the maximum allowed input size of "
+            f"{limit} bytes. Use --http-max-input-size to increase the limit.")
+
+
 def shape_too_large(name: str, shape) -> str:
     """The text for an input whose shape no array can have: its non-zero
     dimensions times the element size pass 2^63-1 bytes (a zero dimension

@@ -390,8 +390,15 @@ class ModelManager:
                 raise LoadRefused(Code.INVALID_ARG,
                                   f"failed to load '{name}', invalid file override path '{rel}'")
             target = model_dir / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content if isinstance(content, bytes) else base64.b64decode(content))
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content if isinstance(content, bytes)
+                                   else base64.b64decode(content))
+            except OSError as err:  # e.g. a name past NAME_MAX: Triton's 500 and text
+                shutil.rmtree(root, ignore_errors=True)
+                raise LoadRefused(Code.INTERNAL,
+                                  f"failed to load '{name}', failed to poll from model "
+                                  f"repository: {err.strerror or err}") from None
         old = self._override_dirs.pop(name, None)
         if old:
             shutil.rmtree(old, ignore_errors=True)

@@ -199,6 +199,43 @@ def test_load_with_file_override(explicit):
     body = json.dumps({"parameters": {"file:1/model.onnx": "AAAA"}}).encode()
     status, payload, _ = request(explicit.url, "POST", "/v2/repository/models/fresh2/load", body)
     assert status == 400 and "requires a config" in payload["error"]
+    # a path component past NAME_MAX (qa/L0_http test_load_oversized_file_parameter):
+    # Triton's 500 and text, nothing left behind, the server ready
+    body = json.dumps({"parameters": {"file:" + "A" * 256: "YQ==", "config": "{}"}}).encode()
+    status, payload, _ = request(explicit.url, "POST", "/v2/repository/models/fresh3/load", body)
+    assert status == 500 and "failed to poll from model repository" in payload["error"]
+    assert "fresh3" not in {row["name"] for row in client.get_model_repository_index()}
+    assert client.is_server_ready()
+
+
+def test_json_body_past_the_input_limit_is_refused_unread(add_sub):
+    """A load (any JSON-only route) whose Content-Length passes
+    --http-max-input-size is answered from its head, Triton's text
+    (qa/L0_http test_loading_large_invalid_model sends 2.8 GB)."""
+    frontend = HttpFrontend(add_sub.server, "127.0.0.1", 0, max_input_size=4096)
+    add_sub.call(frontend.start())
+    try:
+        for path in ("/v2/repository/models/big/load", "/v2/models/add_sub/generate",
+                     "/v2/repository/index"):
+            sock = socket.create_connection(("127.0.0.1", frontend.port), timeout=10)
+            try:
+                sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 2863311617\r\n"
+                             b"\r\n{" % path.encode())
+                status, _, reply = read_response(sock.makefile("rb"))
+            finally:
+                sock.close()
+            assert (status, json.loads(reply)["error"]) == (400, (
+                "request JSON size of 2863311617 bytes exceeds the maximum allowed input size "
+                "of 4096 bytes. Use --http-max-input-size to increase the limit.")), path
+        # infer bodies carry binary tensors past the JSON limit: bounded otherwise
+        sock = socket.create_connection(("127.0.0.1", frontend.port), timeout=10)
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 2863311617\r\n\r\n{")
+        status, _, reply = read_response(sock.makefile("rb"))
+        sock.close()
+        assert status == 400 and "Unable to parse Content-Length" in json.loads(reply)["error"]
+    finally:
+        add_sub.call(frontend.stop())
 
 
 def test_load_unload_refused_without_explicit_mode(add_sub):

@@ -138,6 +138,24 @@ def test_json_integers_take_their_whole_range(dtype, datatype):
             assert got.inputs[0].data.tolist() == [int(info.min), int(info.max)][:len(wraps)]
 
 
+@pytest.mark.parametrize("datatype,leaf", [("BYTES", "hello"), ("INT64", 123)])
+def test_json_nesting_depth_limit_is_tritons(datatype, leaf):
+    """HTTP_MAX_JSON_NESTING_DEPTH (100): 99 brackets deep is read, 100 is
+    refused with Triton's text (qa/L0_http test_json_recursion_depth_limit)."""
+    def nested(depth):
+        value = leaf
+        for _ in range(depth):
+            value = [value]
+        return {"inputs": [{"name": "X", "datatype": datatype, "shape": [1, 1], "data": value}]}
+
+    for got in _decode_both(json.dumps(nested(99)).encode()):
+        assert not isinstance(got, ServerError), got
+    for depth in (100, 120):
+        for got in _decode_both(json.dumps(nested(depth)).encode()):
+            assert isinstance(got, ServerError)
+            assert "JSON nesting depth exceeds maximum allowed limit (100)" in got.message
+
+
 def test_json_floats_take_integers_past_int64():
     doc = {"inputs": [{"name": "X", "datatype": "FP64", "shape": [3],
                        "data": [0, (1 << 64) - 1, -1]}]}

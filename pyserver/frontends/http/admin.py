@@ -24,7 +24,12 @@ from pyserver.frontends.http.framing import (
     NO_HEADERS,
     build,
 )
-from pyserver.kernel.errors import Code, ServerError, unknown_load_parameter
+from pyserver.kernel.errors import (
+    Code,
+    ServerError,
+    request_json_too_large,
+    unknown_load_parameter,
+)
 from pyserver.runtime.shared_memory import CUDA_IPC_HANDLE_SIZE, SYSTEM
 
 # Triton parses sizes as an int32 (http_server.cc).
@@ -43,11 +48,8 @@ def json_body(body: bytes, limit: int):
     """A non-infer JSON request body (EVRequestToJson): None when empty."""
     if not body:
         return None
-    if len(body) > limit:
-        raise ServerError(
-            Code.INVALID_ARG,
-            f"request JSON size of {len(body)} bytes exceeds the maximum allowed input size of "
-            f"{limit} bytes. Use --http-max-input-size to increase the limit.")
+    if len(body) > limit:  # a chunked body (a Content-Length was bounded as it came)
+        raise ServerError(Code.INVALID_ARG, request_json_too_large(len(body), limit))
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:

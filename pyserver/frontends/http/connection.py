@@ -60,7 +60,8 @@ class HttpConnection(asyncio.Protocol):
         self.server = frontend.server
         self._transport = None
         self._parser = RequestParser(self, frontend.max_header_size, frontend.max_body_size,
-                                     Reject, frontend.header_forwarder is not None)
+                                     Reject, frontend.header_forwarder is not None,
+                                     frontend.max_input_size)
         self.http10 = False
         self.pending = collections.deque()  # answers in request order
         self._closing = False
