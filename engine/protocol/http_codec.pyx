@@ -39,7 +39,7 @@ from pyserver.engine.protocol.http_infer import (
     read_plain,
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
-from pyserver.kernel.errors import Code, ServerError, shape_too_large
+from pyserver.kernel.errors import Code, ServerError, json_type_error, shape_too_large
 from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 
@@ -155,20 +155,20 @@ def _parse_request_parameters(params: dict):
     for key, value in params.items():
         if key == "priority":
             if not _is_uint(value):
-                raise _bad("Unable to parse 'priority': " + _NON_UINT)
+                raise json_type_error("Unable to parse 'priority': " + _NON_UINT)
             priority = value
         elif key == "timeout":
             if not _is_uint(value):
-                raise _bad("Unable to parse 'timeout': " + _NON_UINT)
+                raise json_type_error("Unable to parse 'timeout': " + _NON_UINT)
             timeout = value
         elif key == "sequence_id":
             if not (_is_uint(value) or type(value) is str):
-                raise _bad(
+                raise json_type_error(
                     "Unable to parse 'sequence_id': attempt to access JSON non-string as string"
                 )
         elif key in _REQ_BOOL_PARAMS:
             if type(value) is not bool:
-                raise _bad(f"Unable to parse '{key}': " + _NON_BOOL)
+                raise json_type_error(f"Unable to parse '{key}': " + _NON_BOOL)
         elif key.startswith("triton_"):
             raise _bad(
                 "parameter keys starting with 'triton_' are reserved for Triton usage "
@@ -221,7 +221,7 @@ def _json_numeric(name, datatype, npdt, data, count, shape):
             raise _bad("Unable to parse 'data': Shape does not match true shape of 'data' field")
         raise _bad("Failed to parse 'data' field: shape does not match true shape")
     if kind == "i" and kinds == "ui" and arr.min() < 0:
-        raise _bad("Unable to parse 'data': " + _NON_UINT)
+        raise json_type_error("Unable to parse 'data': " + _NON_UINT)
     return arr.astype(npdt, copy=False).reshape(shape)
 
 
@@ -236,7 +236,7 @@ def _json_wide_numbers(flat: list, kinds: str, type_msg: str):
     objects). As TritonJson reads them: a signed type takes int64's range, an
     unsigned one uint64's, a float type any number; anything else is the
     datatype's type error."""
-    bad = _bad("Unable to parse 'data': " + type_msg)
+    bad = json_type_error("Unable to parse 'data': " + type_msg)
     if kinds == "fiu":
         for x in flat:
             if type(x) is not int and type(x) is not float:
@@ -296,7 +296,8 @@ def _json_bytes(name, model_name, request_id, data, count, shape):
     out = []
     for x in flat:
         if type(x) is not str:
-            raise _bad("Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+            raise json_type_error(
+                "Unable to parse JSON bytes array: attempt to access JSON non-string as string")
         out.append(x.encode("utf-8"))
     if len(out) != count:
         raise _bytes_count_error(name, model_name, request_id, len(out), count)
@@ -356,12 +357,13 @@ def _input_content_error(has_data, has_binary, has_shm) -> ServerError:
 
 def _member_error(field: str, value) -> ServerError:
     if value is None:
-        return _bad(
+        return json_type_error(
             f"Unable to parse '{field}': attempt to access non-existing object member '{field}'"
         )
     if field == "shape" or field == "inputs" or field == "outputs" or field == "data":
-        return _bad(f"Unable to parse '{field}': attempt to access JSON non-array as array")
-    return _bad(f"Unable to parse '{field}': attempt to access JSON non-string as string")
+        return json_type_error(
+            f"Unable to parse '{field}': attempt to access JSON non-array as array")
+    return json_type_error(f"Unable to parse '{field}': attempt to access JSON non-string as string")
 
 
 class ShmInferRequest(InferRequest):
@@ -387,14 +389,14 @@ def _shm_params(params: dict):
     """http_server.cc CheckSharedMemoryData: (region, offset, byte_size)."""
     region = params["shared_memory_region"]
     if type(region) is not str:
-        raise _bad("Unable to parse 'shared_memory_region': attempt to access JSON non-string "
-                   "as string")
+        raise json_type_error("Unable to parse 'shared_memory_region': attempt to access JSON "
+                              "non-string as string")
     offset = params.get("shared_memory_offset", 0)
     if not _is_uint(offset):
-        raise _bad("Unable to parse 'shared_memory_offset': " + _NON_UINT)
+        raise json_type_error("Unable to parse 'shared_memory_offset': " + _NON_UINT)
     size = params.get("shared_memory_byte_size", 0)
     if not _is_uint(size):
-        raise _bad("Unable to parse 'shared_memory_byte_size': " + _NON_UINT)
+        raise json_type_error("Unable to parse 'shared_memory_byte_size': " + _NON_UINT)
     return region, offset, size
 
 
@@ -413,12 +415,13 @@ def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None, request_id=
     seen = set()
     for out in outputs:
         if type(out) is not dict:
-            raise _bad("Unable to parse 'outputs': attempt to access JSON non-object as object")
+            raise json_type_error(
+                "Unable to parse 'outputs': attempt to access JSON non-object as object")
         params = out.get("parameters")
         use_shm = False
         if params is not None:
             if type(params) is not dict:
-                raise _bad(
+                raise json_type_error(
                     "Unable to parse 'parameters': attempt to access JSON non-object as object")
             if params:
                 binary = params.get("binary_data")
@@ -428,16 +431,16 @@ def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None, request_id=
                             "Output can't set both 'shared_memory_region' and 'classification'"
                         )
                     if binary is not None and type(binary) is not bool:
-                        raise _bad("Unable to set 'binary_data': " + _NON_BOOL)
+                        raise json_type_error("Unable to set 'binary_data': " + _NON_BOOL)
                     if binary:
                         raise _bad(
                             "Output can't set both 'shared_memory_region' and 'binary_data'"
                         )
                     use_shm = True
                 if binary is not None and type(binary) is not bool:
-                    raise _bad("Unable to parse 'binary_data': " + _NON_BOOL)
+                    raise json_type_error("Unable to parse 'binary_data': " + _NON_BOOL)
                 if "classification" in params and not _is_uint(params["classification"]):
-                    raise _bad("Unable to set 'classification': " + _NON_UINT)
+                    raise json_type_error("Unable to set 'classification': " + _NON_UINT)
         name = out.get("name")
         if type(name) is not str:
             raise _member_error("name", name)
@@ -578,14 +581,15 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
 
     request_id = doc.get("id", "")
     if type(request_id) is not str:
-        raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
+        raise json_type_error("Unable to parse 'id': attempt to access JSON non-string as string")
 
     priority = timeout = 0
     params = doc.get("parameters")
     if params is None:
         params = {}
     elif type(params) is not dict:
-        raise _bad("failed to get request params.: attempt to get members for non-object")
+        raise json_type_error(
+            "failed to get request params.: attempt to get members for non-object")
     elif params:
         priority, timeout = _parse_request_parameters(params)
 
@@ -601,13 +605,14 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
         offset = hlen
         for inp in inputs_json:
             if type(inp) is not dict:
-                raise _bad("Unable to parse 'inputs': attempt to access JSON non-object as object")
+                raise json_type_error(
+                    "Unable to parse 'inputs': attempt to access JSON non-object as object")
             iparams = inp.get("parameters")
             has_data = "data" in inp
             has_binary = has_shm = False
             if iparams is not None:
                 if type(iparams) is not dict:
-                    raise _bad(
+                    raise json_type_error(
                         "Unable to parse 'parameters': attempt to access JSON non-object as object")
                 if iparams:
                     has_binary = "binary_data_size" in iparams
@@ -626,7 +631,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
                 raise _member_error("shape", shape)
             for d in shape:
                 if type(d) is not int or d < 0:
-                    raise _bad("Unable to parse 'shape': " + _NON_UINT)
+                    raise json_type_error("Unable to parse 'shape': " + _NON_UINT)
             if name in names:
                 raise _bad(f"{_rid(request_id)}input '{name}' already exists in request")
             names.add(name)
@@ -638,7 +643,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
             if has_binary:
                 size = iparams["binary_data_size"]
                 if type(size) is not int or size < 0:
-                    raise _bad("Unable to parse 'binary_data_size': " + _NON_UINT)
+                    raise json_type_error("Unable to parse 'binary_data_size': " + _NON_UINT)
                 end = offset + size
                 if end > total:
                     raise _bad(

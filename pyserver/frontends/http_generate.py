@@ -20,7 +20,7 @@ import orjson
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE, json_tensor_data
 from pyserver.kernel import dtypes
-from pyserver.kernel.errors import Code, ServerError, request_json_too_large
+from pyserver.kernel.errors import Code, ServerError, json_type_error, request_json_too_large
 from pyserver.kernel.types import InferRequest, InferTensor
 
 __all__ = ["decode_generate_request", "generate_response", "sse_event"]
@@ -49,7 +49,8 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict,
     for name, value in doc:
         if name == "id":
             if type(value) is not str:
-                raise _bad("Unable to parse 'id': attempt to access JSON non-string as string")
+                raise json_type_error(
+                    "Unable to parse 'id': attempt to access JSON non-string as string")
             request_id = value
             break
     batching = int(config.get("max_batch_size", 0)) > 0
@@ -60,13 +61,14 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict,
             continue
         if name == "parameters" and name not in fields.specs:
             if type(value) is not _Pairs:
-                raise _bad("Expected JSON object for keyword: 'parameters': attempt to access "
-                           "JSON non-object as object")
+                raise json_type_error("Expected JSON object for keyword: 'parameters': attempt "
+                                      "to access JSON non-object as object")
             for nested_name, nested_value in value:
                 try:
                     fields.take(nested_name, nested_value)
-                except ServerError as e:
-                    raise _bad(f"Converting keyword: 'parameters': {e.message}") from None
+                except ServerError as e:  # Triton's prefix; the code stays the inner one
+                    raise ServerError(e.code,
+                                      f"Converting keyword: 'parameters': {e.message}") from None
             continue
         fields.take(name, value)
     return InferRequest(model, version, request_id, fields.inputs, [], fields.params)
@@ -108,7 +110,7 @@ class _GenerateFields:
         values = value if type(value) is list else [value]
         if wire == "BYTES":
             if not all(type(v) is str for v in values):
-                raise _bad("attempt to access JSON non-string as string")  # Triton's text
+                raise json_type_error("attempt to access JSON non-string as string")  # Triton's text
             encoded = [v.encode() for v in values]
             size = sum(4 + len(v) for v in encoded)  # as serialized: length prefix + bytes
         else:

@@ -118,6 +118,14 @@ def unknown_load_parameter(key: str) -> ServerError:
                                          "takes 'config' and 'file:<path>'")
 
 
+def json_type_error(message: str) -> ServerError:
+    """A JSON field of the wrong type or missing, as TritonJson reports it
+    ("attempt to access JSON non-... as ..."): INTERNAL, so HTTP 500, as
+    Triton's HTTP frontend answers every TritonJson accessor failure
+    (qa/L0_http asserts the 500)."""
+    return ServerError(Code.INTERNAL, message)
+
+
 def request_json_too_large(size: int, limit: int) -> str:
     """Triton's text for a JSON request body past --http-max-input-size
     (every route's body but infer's, whose binary tensors may pass it)."""

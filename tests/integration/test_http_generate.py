@@ -92,7 +92,7 @@ def test_generate_errors(served):
             assert r.status == 400, body
             assert json.loads(body)["error"] == text
     r, body = post(served, "/v2/models/bytes_echo/generate", {"TEXT": 5})
-    assert r.status == 400  # Triton's text
+    assert r.status == 500  # Triton's text and code (TritonJson's failures are INTERNAL)
     assert json.loads(body)["error"] == "attempt to access JSON non-string as string"
     r, body = post(served, "/v2/models/add_sub/generate", b"{not json")
     assert r.status == 400 and "failed to parse the request JSON" in json.loads(body)["error"]
@@ -139,7 +139,8 @@ def test_generate_fields_are_read_in_order_as_triton_reads_them(served):
              "as object")):
         for route in ("generate", "generate_stream"):
             r, body = post(served, f"/v2/models/{model}/{route}", doc)
-            assert (r.status, json.loads(body)["error"]) == (400, text), (doc, route)
+            status = 500 if "attempt to access" in text else 400  # TritonJson's: INTERNAL
+            assert (r.status, json.loads(body)["error"]) == (status, text), (doc, route)
     # an input inside "parameters" feeds the model as at the top level
     r, body = post(served, "/v2/models/add_sub/generate",
                    {"INPUT0": 1, "parameters": {"INPUT1": 2}})

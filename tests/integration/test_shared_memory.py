@@ -324,9 +324,9 @@ def test_register_body_errors_on_the_wire(shm_server):
     assert post(base + "/region/r/register", b'{"key": "/k"}') == (
         400, {"error": "Shared memory register request has no 'byte_size' field"})
     assert post(base + "/region/r/register", b'{"key": 1, "byte_size": 8}') == (
-        400, {"error": "attempt to access JSON non-string as string"})
+        500, {"error": "attempt to access JSON non-string as string"})
     assert post(base + "/region/r/register", b'{"key": "/k", "byte_size": -8}') == (
-        400, {"error": "attempt to access JSON non-unsigned-integer as unsigned-integer"})
+        500, {"error": "attempt to access JSON non-unsigned-integer as unsigned-integer"})
     status, body = post(base + "/region/r/register", b'{"key": ')
     assert status == 400 and body["error"].startswith("failed to parse the request JSON buffer")
     conn = http.client.HTTPConnection(*shm_server.url.split(":"))

@@ -17,6 +17,10 @@ _ALLOWED_5XX = (
     (500, "Unable to open shared memory region"),
     (500, "Invalid shared memory region"),
     (501, ""),  # UNSUPPORTED: what the server does not do (e.g. decoupled over /infer)
+    # a JSON field of the wrong type: Triton's TritonJson failures are INTERNAL
+    (500, "attempt to access"),
+    (500, "attempt to get members for non-object"),
+    (500, "failed to poll from model repository"),  # a file override it cannot write
 )
 
 

@@ -189,13 +189,13 @@ def test_unknown_paths_and_methods(front):
         (req("PUT", "/v2/models/m/trace/setting"), 405, not_allowed),
         (req("POST", "/v2/cudasharedmemory/status"), 405, not_allowed),
         (req("GET", "/v2/cudasharedmemory/unregister"), 405, not_allowed),
-        (req("POST", "/v2/logging", b"[]"), 400,
+        (req("POST", "/v2/logging", b"[]"), 500,  # TritonJson's failures are INTERNAL
          {"error": "attempt to get members for non-object"}),
         # Triton: 500 "unexpected error on creating Triton parameter"; a client mistake (#27)
         (req("POST", "/v2/repository/models/m/load", b'{"parameters": {"other": "x"}}'), 400,
          {"error": "unexpected load parameter 'other': a model load takes 'config' and "
                    "'file:<path>'"}),
-        (req("POST", "/v2/repository/models/m/load", b'{"parameters": []}'), 400,
+        (req("POST", "/v2/repository/models/m/load", b'{"parameters": []}'), 500,
          {"error": "attempt to get members for non-object"}),
     ]
     for raw, status, body in cases:

@@ -27,6 +27,7 @@ from pyserver.frontends.http.framing import (
 from pyserver.kernel.errors import (
     Code,
     ServerError,
+    json_type_error,
     request_json_too_large,
     unknown_load_parameter,
 )
@@ -157,10 +158,10 @@ def repository(conn, method, headers, body, keep_alive, action, model, repo):
             files = None
             if params is not None:
                 if type(params) is not dict:
-                    raise _bad("attempt to get members for non-object")
+                    raise json_type_error("attempt to get members for non-object")
                 for key, value in params.items():
                     if type(value) is not str:
-                        raise _bad("attempt to access JSON non-string as string")
+                        raise json_type_error("attempt to access JSON non-string as string")
                     if key == "config":
                         config = value
                     elif key.startswith("file:"):
@@ -175,8 +176,8 @@ def repository(conn, method, headers, body, keep_alive, action, model, repo):
         if type(params) is dict and "unload_dependents" in params:
             unload_dependents = params["unload_dependents"]
             if type(unload_dependents) is not bool:
-                raise _bad("Unable to parse 'unload_dependents': attempt to access JSON "
-                           "non-boolean as boolean")
+                raise json_type_error("Unable to parse 'unload_dependents': attempt to access "
+                                      "JSON non-boolean as boolean")
         return conn.call(
             functools.partial(server.unload_model, unload_dependents=unload_dependents),
             (model,), keep_alive, None)
@@ -207,7 +208,7 @@ def _settings(conn, method, body, keep_alive, fn, *args):
             if update is None:
                 update = {}
             elif type(update) is not dict:
-                raise _bad("attempt to get members for non-object")
+                raise json_type_error("attempt to get members for non-object")
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
     return conn.call(fn, (*args, update), keep_alive)
@@ -248,15 +249,15 @@ def _register_system(shm, region: str, doc: dict) -> None:
         raise _bad("Shared memory register request has no 'key' field")
     key = doc["key"]
     if type(key) is not str:
-        raise _bad("attempt to access JSON non-string as string")
+        raise json_type_error("attempt to access JSON non-string as string")
     offset = doc.get("offset", 0)
     if not _is_uint(offset):
-        raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        raise json_type_error("attempt to access JSON non-unsigned-integer as unsigned-integer")
     if "byte_size" not in doc:
         raise _bad("Shared memory register request has no 'byte_size' field")
     byte_size = doc["byte_size"]
     if not _is_uint(byte_size):
-        raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        raise json_type_error("attempt to access JSON non-unsigned-integer as unsigned-integer")
     shm.register_system(region, key, offset, byte_size)
 
 
@@ -267,17 +268,17 @@ def _register_cuda(shm, region: str, doc: dict) -> None:
     if handle is None:
         raise _bad("Shared memory register request has no 'raw_handle' field")
     if type(handle) is not dict:
-        raise _bad("attempt to access JSON non-object as object")
+        raise json_type_error("attempt to access JSON non-object as object")
     b64 = handle.get("b64")
     if b64 is None:
-        raise _bad("attempt to access non-existing object member 'b64'")
+        raise json_type_error("attempt to access non-existing object member 'b64'")
     if type(b64) is not str:
-        raise _bad("attempt to access JSON non-string as string")
+        raise json_type_error("attempt to access JSON non-string as string")
     for field in ("byte_size", "device_id"):
         if field not in doc:
-            raise _bad(f"attempt to access non-existing object member '{field}'")
+            raise json_type_error(f"attempt to access non-existing object member '{field}'")
         if not _is_uint(doc[field]):
-            raise _bad("attempt to access JSON non-unsigned-integer as unsigned-integer")
+            raise json_type_error("attempt to access JSON non-unsigned-integer as unsigned-integer")
     raw = _b64decode(b64, "raw_handle")
     if len(raw) != CUDA_IPC_HANDLE_SIZE:
         raise _bad("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
