@@ -464,10 +464,9 @@ ensemble_scheduling {
 """
 
 
-def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, start_server):
-    """Each response of the decoupled step runs the step after it; the step
-    that does not depend on it runs once; the ensemble is decoupled."""
-    repo = tmp_path / "models"
+def write_fanout(repo, extra: str = "") -> None:
+    """The fanout ensemble (``extra`` appended to its config) over the
+    decoupled 'repeat' step and 'plus_one'."""
     shutil.copytree(MODELS / "repeat", repo / "repeat")
     (repo / "plus_one" / "1").mkdir(parents=True)
     (repo / "plus_one" / "1" / "model.py").write_text(PLUS_ONE)
@@ -475,7 +474,14 @@ def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, st
         'backend: "python"\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
     (repo / "fanout" / "1").mkdir(parents=True)
-    (repo / "fanout" / "config.pbtxt").write_text(FANOUT)
+    (repo / "fanout" / "config.pbtxt").write_text(FANOUT + extra)
+
+
+def test_ensemble_with_a_decoupled_step_streams_a_response_per_fork(tmp_path, start_server):
+    """Each response of the decoupled step runs the step after it; the step
+    that does not depend on it runs once; the ensemble is decoupled."""
+    repo = tmp_path / "models"
+    write_fanout(repo)
     use_execution_mode(repo, "thread")
     s = start_server(repo)
     frontend = GrpcFrontend(s.server, "127.0.0.1", 0)

@@ -204,17 +204,8 @@ def test_ensemble_top_level_responses_are_cached(tmp_path, start_server):
 def _fanout_repo(repo, cached_ensemble: bool):
     """Triton's qa/L0_response_cache decoupled cases: the fanout ensemble over
     the decoupled 'repeat' step, with the cache on the ensemble or not."""
-    import shutil
-
-    from tests.integration.test_python_decoupled import FANOUT, MODELS, PLUS_ONE
-    shutil.copytree(MODELS / "repeat", repo / "repeat")
-    (repo / "plus_one" / "1").mkdir(parents=True)
-    (repo / "plus_one" / "1" / "model.py").write_text(PLUS_ONE)
-    (repo / "plus_one" / "config.pbtxt").write_text(
-        'backend: "python"\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
-    (repo / "fanout" / "1").mkdir(parents=True)
-    (repo / "fanout" / "config.pbtxt").write_text(FANOUT + (CACHED if cached_ensemble else ""))
+    from tests.integration.test_python_decoupled import write_fanout
+    write_fanout(repo, CACHED if cached_ensemble else "")
 
 
 def test_a_cache_on_a_decoupled_model_or_a_sequence_model_fails_its_load(tmp_path, start_server):

@@ -2,6 +2,7 @@
 backend that records what it ran."""
 
 import asyncio
+import functools
 import threading
 
 import numpy as np
@@ -54,18 +55,23 @@ def recording():
     RecordingBackend.release.set()
 
 
+async def infer_value(client, model, v, **kw):
+    """One [[v]] request to ``model``; kw: tritonclient's infer arguments."""
+    inp = aioclient.InferInput("IN", [1, 1], "FP32")
+    inp.set_data_from_numpy(np.array([[v]], np.float32))
+    return await client.infer(model, [inp], **kw)
+
+
 async def send_all(url, model, values, priorities=None, timeouts=None):
     client = aioclient.InferenceServerClient(url)
     try:
         async def one(i, v):
-            inp = aioclient.InferInput("IN", [1, 1], "FP32")
-            inp.set_data_from_numpy(np.array([[v]], np.float32))
             kw = {}
             if priorities:
                 kw["priority"] = priorities[i]
             if timeouts:
                 kw["timeout"] = timeouts[i]
-            return await client.infer(model, [inp], **kw)
+            return await infer_value(client, model, v, **kw)
 
         tasks = []
         for i, v in enumerate(values):
@@ -108,10 +114,7 @@ def test_queue_full_and_timeout_answer_503(tmp_path, start_server):
     async def main():
         client = aioclient.InferenceServerClient(s.url)
         try:
-            async def one(v, **kw):
-                inp = aioclient.InferInput("IN", [1, 1], "FP32")
-                inp.set_data_from_numpy(np.array([[v]], np.float32))
-                return await client.infer("q", [inp], **kw)
+            one = functools.partial(infer_value, client, "q")
             busy = asyncio.ensure_future(one(999))
             await asyncio.sleep(0.2)
             queued = asyncio.ensure_future(one(2, timeout=300000))
@@ -144,10 +147,7 @@ def test_queued_request_times_out_while_the_instance_is_busy(tmp_path, start_ser
     async def main():
         client = aioclient.InferenceServerClient(s.url)
         try:
-            async def one(v, **kw):
-                inp = aioclient.InferInput("IN", [1, 1], "FP32")
-                inp.set_data_from_numpy(np.array([[v]], np.float32))
-                return await client.infer("t", [inp], **kw)
+            one = functools.partial(infer_value, client, "t")
             busy = asyncio.ensure_future(one(999))
             await asyncio.sleep(0.2)
             start = asyncio.get_running_loop().time()
