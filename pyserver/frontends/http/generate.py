@@ -44,12 +44,13 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     # an HTTP error (400, 404...), as in Triton, not a 200 stream that
     # carries it; what fails later arrives as an error event.
     started = False
-    head_sent = []
+    head_sent = False
 
     def on_response(response, error, final):
+        nonlocal head_sent
         if stream:
             if not head_sent:  # the head goes with the first response
-                head_sent.append(True)
+                head_sent = True
                 slot.chunks.append(_stream_head(keep_alive, load_report(
                     report_format, server.custom_metrics)))
             if error is not None:
