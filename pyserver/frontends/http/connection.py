@@ -78,6 +78,11 @@ class HttpConnection(asyncio.Protocol):
         """The request's headers as sent (for header forwarding)."""
         return self._parser.raw_headers
 
+    # The JSON body of the errors the connection answers itself (limits,
+    # malformed requests, timeouts): an endpoint with another error shape
+    # (the OpenAI frontend) overrides it.
+    error_body = staticmethod(error_body)
+
     # ------------------------------------------------------------ transport
 
     def connection_made(self, transport):
@@ -85,7 +90,7 @@ class HttpConnection(asyncio.Protocol):
         if len(frontend.connections) >= frontend.max_connections:
             # over the cap: say why and go, before any parsing
             self._closing = True
-            transport.write(build(503, JSON_HEADERS, error_body(
+            transport.write(build(503, JSON_HEADERS, self.error_body(
                 f"too many connections: the server holds at most "
                 f"{frontend.max_connections}"), False, False)[0])
             transport.close()
@@ -156,9 +161,9 @@ class HttpConnection(asyncio.Protocol):
         except (ParseError, Reject) as e:
             self._closing = True
             if isinstance(e, Reject):
-                status, body = e.status, error_body(e.message)
+                status, body = e.status, self.error_body(e.message)
             else:
-                status, body = 400, error_body(f"malformed HTTP request: {e}")
+                status, body = 400, self.error_body(f"malformed HTTP request: {e}")
             self.emit(build(status, JSON_HEADERS, body, False, False), True)
 
     def timed_out(self, what: str, seconds: float) -> None:
@@ -170,7 +175,7 @@ class HttpConnection(asyncio.Protocol):
         if self.pending:
             self.close()
             return
-        self.emit(build(408, JSON_HEADERS, error_body(
+        self.emit(build(408, JSON_HEADERS, self.error_body(
             f"request {what} not received within {seconds:g} s"), False, False), True)
 
     @property

@@ -71,6 +71,10 @@ class HttpFrontend:
     (``--http-header-forward-pattern``): infer and generate requests get the
     headers it matches as string parameters (header_forward.py)."""
 
+    # what each accepted connection is (another endpoint over this HTTP
+    # stack, the OpenAI frontend, brings its own routes)
+    connection_class = HttpConnection
+
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
                  max_input_size: int = DEFAULT_MAX_INPUT_SIZE, backlog: int = 1024,
                  reuse_port: bool = False, restricted_apis: dict | None = None,
@@ -126,7 +130,7 @@ class HttpFrontend:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.loop_time = loop.time
-        self._listener = await listen(lambda: HttpConnection(self), self.host, self.port,
+        self._listener = await listen(lambda: self.connection_class(self), self.host, self.port,
                                       backlog=self._backlog, reuse_port=self._reuse_port)
         sockets = self._listener.sockets
         if sockets:
