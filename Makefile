@@ -54,8 +54,11 @@ $(VENV)/.deps: pyproject.toml requirements-test.txt
 	touch $@
 
 # Builds csrc + engine (incremental: build/ persists) and installs editable.
+# The tritonserver shim (Triton's in-process API's import name) goes in too:
+# the tests import it.
 install: system-deps $(VENV)/.deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	$(VPY) -m pip install -q --no-build-isolation --no-deps -e shims/tritonserver
 
 serve: install
 	$(VPY) -m pyserver --model-repository examples/model_repository
@@ -88,7 +91,7 @@ test-gpu: install
 # ruff, then the architecture: the layers, the forbidden imports and no
 # import circles (.importlinter; docs/ARCHITECTURE.md explains them).
 lint: $(VENV)/.deps
-	$(VENV)/bin/ruff check pyserver tests bench
+	$(VENV)/bin/ruff check pyserver tests bench shims
 	$(VENV)/bin/lint-imports --no-cache
 
 test: install lint test-csrc test-embed test-python

@@ -299,13 +299,10 @@ async def serve(args) -> int:
             f.begin_shutdown()  # gRPC clients get GOAWAY before the drain
     log.info("shutting down: waiting up to %d s for in-flight requests", args.exit_timeout_secs)
     deadline = time.monotonic() + args.exit_timeout_secs
-    drained = await server.drain(args.exit_timeout_secs)
+    # Past the timeout nothing more is waited for: what is still in flight
+    # is answered with an error now, the models stop at once.
+    drained, failed = await server.drain_or_abandon(args.exit_timeout_secs)
     if not drained:
-        # Past the timeout nothing more is waited for: what is still in
-        # flight is answered with an error now, the models stop at once.
-        failed = server.abandon_inflight(
-            f"the server is shutting down: its exit timeout ({args.exit_timeout_secs} s) "
-            "passed before this request completed")
         log.warning("exit timeout reached: %d requests still in flight were failed", failed)
         await asyncio.sleep(0.05)  # their answers go out before the connections close
         deadline = time.monotonic() + _FORCED_STOP_S

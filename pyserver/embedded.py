@@ -14,9 +14,6 @@ as network requests; the HTTP and gRPC frontends are not started.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-
 import numpy as np
 
 from pyserver.kernel import dtypes
@@ -32,31 +29,19 @@ class EmbeddedServer:
     threads are batched together like concurrent network requests."""
 
     def __init__(self, model_repository, timeout_s: float = 300.0, **server_kwargs):
-        import uvloop
-
+        from pyserver.inprocess.host import ServerHost
         from pyserver.server.server import Server
 
-        self._timeout = timeout_s
-        self._loop = uvloop.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pyserver-embedded",
-                                        daemon=True)
-        self._thread.start()
         self.server = Server(model_repository, **server_kwargs)
-        try:
-            self._call(self.server.start())
-        except BaseException:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            raise
+        self._host = ServerHost(self.server, timeout_s)
+        self._host.start()
         self._closed = False
 
     def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self._timeout)
+        return self._host.call(coro)
 
     def _run(self, fn, *args):
-        async def call():
-            return fn(*args)
-        return self._call(call())
+        return self._host.run(fn, *args)
 
     # -- queries -------------------------------------------------------------
 
@@ -113,11 +98,7 @@ class EmbeddedServer:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        try:
-            self._call(self.server.stop())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(30)
+        self._host.stop()
 
     def __enter__(self):
         return self

@@ -43,6 +43,8 @@ def scan(repositories: list[str]) -> tuple[dict[str, ModelDir], dict[str, str]]:
     found: dict[str, list[Path]] = {}
     for repo in repositories:
         root = Path(repo)
+        if not root.exists():  # Triton's filesystem layer: a stat that fails
+            raise ServerError(Code.INTERNAL, f"failed to stat file {repo}")
         if not root.is_dir():
             raise ServerError(Code.INVALID_ARG, f"model repository '{repo}' is not a directory")
         for entry in sorted(root.iterdir()):

@@ -66,6 +66,9 @@ class ModelManager:
         self.versions: dict[str, dict[int, ModelVersion]] = {}
         # name -> (state, reason) for models that are not READY
         self.states: dict[str, tuple[str, str]] = {}
+        # name -> the versions an unload took down (the index lists each,
+        # while the model stays unloaded)
+        self._unloaded_versions: dict[str, list[int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._override_dirs: dict[str, str] = {}
         # name -> what the model folder looked like when it was last loaded
@@ -157,6 +160,11 @@ class ModelManager:
                              "reason": dup_errors[name]})
             elif name in self.states:
                 state, reason = self.states[name]
+                if reason == "unloaded" and self._unloaded_versions.get(name):
+                    # as Triton keeps them: each version that was unloaded
+                    rows.extend({"name": name, "version": str(v), "state": state,
+                                 "reason": reason} for v in self._unloaded_versions[name])
+                    continue
                 row = {"name": name, "version": "", "state": state}
                 if reason:
                     row["reason"] = reason
@@ -255,6 +263,7 @@ class ModelManager:
             unchanged = _unchanged_versions(old_stamp, stamp) \
                 if from_folder and old_stamp is not None else set()
             self.states[name] = ("LOADING", "")
+            self._unloaded_versions.pop(name, None)
             self._loading += 1
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
@@ -415,6 +424,7 @@ class ModelManager:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: [mv.stop() for mv in old.values()])
             self.states[name] = ("UNAVAILABLE", "unloaded")
+            self._unloaded_versions[name] = sorted(old)
             log.info("successfully unloaded '%s'", name)
 
     # -- polling ---------------------------------------------------------------

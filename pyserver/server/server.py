@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 
 from pyserver._version import __version__
@@ -161,6 +162,16 @@ class Server:
             return True
         except asyncio.TimeoutError:
             return False
+
+    async def drain_or_abandon(self, timeout_s: float) -> tuple[bool, int]:
+        """The exit timeout: waits up to ``timeout_s`` for the requests in
+        flight; past it fails what is left (abandon_inflight). Returns
+        (drained, how many were failed)."""
+        if await self.drain(timeout_s):
+            return True, 0
+        return False, self.abandon_inflight(
+            f"the server is shutting down: its exit timeout ({timeout_s:g} s) "
+            "passed before this request completed")
 
     def abandon_inflight(self, message: str) -> int:
         """Fails every request still in flight with UNAVAILABLE ``message``
@@ -432,6 +443,38 @@ class Server:
         await self.models.unload(name)
         for dep in sorted(composing):
             await self.models.unload(dep)
+
+    async def poll_repository(self) -> dict[str, str]:
+        """One poll of the repositories now (poll mode): what changed loads,
+        reloads or unloads. Returns the models that failed, with why."""
+        if self.model_control_mode != "poll":
+            raise ServerError(Code.UNAVAILABLE, "polling is disabled")
+        return await self.models.poll()
+
+    def register_repository(self, path: str) -> None:
+        """Adds a repository to those the server serves from (explicit mode;
+        its models load when asked for)."""
+        if self.model_control_mode != "explicit":
+            raise ServerError(Code.UNSUPPORTED, "repository registration is not allowed if model "
+                              "control mode is not EXPLICIT")
+        path = str(path)
+        if not os.path.isdir(path):
+            raise ServerError(Code.INVALID_ARG,
+                              f"failed to register '{path}', repository not found")
+        if path in self.repositories:
+            raise ServerError(Code.ALREADY_EXISTS,
+                              f"model repository '{path}' has already been registered")
+        self.repositories.append(path)  # the manager scans this same list
+
+    def unregister_repository(self, path: str) -> None:
+        if self.model_control_mode != "explicit":
+            raise ServerError(Code.UNSUPPORTED, "repository unregistration is not allowed if "
+                              "model control mode is not EXPLICIT")
+        path = str(path)
+        if path not in self.repositories:
+            raise ServerError(Code.INVALID_ARG,
+                              f"failed to unregister '{path}', repository not found")
+        self.repositories.remove(path)
 
     # -- settings --------------------------------------------------------------
 

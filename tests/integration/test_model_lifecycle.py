@@ -456,7 +456,7 @@ def test_bad_model_names_get_tritons_texts(tmp_path, start_server):
             assert traversal not in err.value.message
     client.load_model("m")
     client.unload_model("m", unload_dependents=True)
-    assert index(s.url)[("m", "")]["reason"] == "unloaded"
+    assert index(s.url)[("m", "1")]["reason"] == "unloaded"  # each version, as Triton lists them
 
 
 # -- the cores are shared among the models loaded -----------------------------------------

@@ -1,0 +1,3 @@
+"""Triton's tritonserver._api._datautils, for code that names it: pyserver.inprocess.tensor."""
+
+from pyserver.inprocess.tensor import *  # noqa: F401,F403
