@@ -98,6 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-address", default="0.0.0.0")
     p.add_argument("--grpc-restricted-protocol", action="append", default=[],
                    metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE")
+    p.add_argument("--allow-openai", type=parse_bool, nargs="?", const=True, default=None,
+                   help="serve OpenAI's API (/v1/completions, /v1/chat/completions, "
+                   "/v1/embeddings, /v1/models); on when --openai-port is given")
+    p.add_argument("--openai-port", type=int, default=None, metavar="PORT",
+                   help="the OpenAI API's port (default 9000); giving it turns the API on")
+    p.add_argument("--openai-address", default="0.0.0.0")
+    p.add_argument("--openai-default-max-tokens", type=int, default=16, metavar="N",
+                   help="max_tokens of an OpenAI request that sets none")
+    p.add_argument("--openai-chat-template", default="", metavar="PATH",
+                   help="a chat template (.jinja, or a tokenizer_config.json) for every model, "
+                   "instead of the one in each model's folder")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-info", type=parse_bool, default=True)
     p.add_argument("--log-warning", type=parse_bool, default=True)
@@ -194,6 +205,7 @@ async def serve(args) -> int:
         if args.grpc_header_forward_pattern:
             HeaderForwarder(args.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
         grpc_keepalive.options_from_args(args)
+        chat_template = _openai_chat_template(args)  # read before the models load
     except ValueError as err:
         log.error("%s", err)
         return 1
@@ -273,6 +285,19 @@ async def serve(args) -> int:
         if not await _start_frontend(grpc, "GRPC service", frontends, server):
             return 1
         log.info("Started GRPCInferenceService at %s:%d", args.grpc_address, grpc.port)
+    if _openai_enabled(args):
+        from pyserver.frontends.openai import DEFAULT_PORT, OpenAIFrontend
+        port = DEFAULT_PORT if args.openai_port is None else args.openai_port
+        openai_api = OpenAIFrontend(server, args.openai_address, port,
+                                    default_max_tokens=args.openai_default_max_tokens,
+                                    chat_template=chat_template,
+                                    max_input_size=args.http_max_input_size,
+                                    header_timeout=args.http_header_timeout_secs,
+                                    body_timeout=args.http_body_timeout_secs,
+                                    max_connections=args.http_max_connections)
+        if not await _start_frontend(openai_api, "OpenAI service", frontends, server):
+            return 1
+        log.info("Started OpenAI-compatible API at %s:%d", args.openai_address, openai_api.port)
     if metrics_config.allow_metrics:
         from pyserver.frontends.metrics.endpoint import MetricsFrontend
         metrics = MetricsFrontend(server, metrics_config)
@@ -340,6 +365,24 @@ async def _start_frontend(frontend, service: str, started: list, server) -> bool
         return False
     started.append(frontend)
     return True
+
+
+def _openai_enabled(args) -> bool:
+    """--allow-openai, or --openai-port without --allow-openai=false."""
+    if args.allow_openai is not None:
+        return args.allow_openai
+    return args.openai_port is not None
+
+
+def _openai_chat_template(args):
+    if not args.openai_chat_template or not _openai_enabled(args):
+        return None
+    from pyserver.frontends.openai.chat import load_template
+    try:
+        return load_template(args.openai_chat_template)
+    except OSError as err:
+        raise ValueError(f"--openai-chat-template {args.openai_chat_template}: "
+                         f"{err.strerror or err}") from None
 
 
 def parse_rate_limit_resources(values: list[str]) -> list[tuple[str, int, int]]:

@@ -121,9 +121,9 @@ def _shape(spec: dict, count: int, batching: bool) -> list | None:
 def generate_request(io: ModelIO, prompt: str, req, default_max_tokens: int,
                      request_id: str = "") -> InferRequest:
     """The InferRequest of a completions or chat request (schema.GenerationRequest)."""
-    if "text_input" not in io.inputs:
-        raise invalid(f"Model '{io.name}' does not generate text: it has no 'text_input' "
-                      "input.", "model", "model_not_supported")
+    if "text_input" not in io.inputs or (io.outputs and "text_output" not in io.outputs):
+        raise invalid(f"Model '{io.name}' does not generate text: it needs a 'text_input' "
+                      "input and a 'text_output' output.", "model", "model_not_supported")
     inputs = [io.tensor("text_input", [prompt])]
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
     present = io.inputs
