@@ -166,14 +166,18 @@ class Generation:
     def on_response(self, response, error, final) -> None:
         if self.done:
             return
-        if error is not None:
-            return self._fail(error)
-        if response is not None:
-            self._take(response)
-            if self.done:
-                return
-        if final:
-            self._finish(None)
+        try:
+            if error is not None:
+                return self._fail(error)
+            if response is not None:
+                self._take(response)
+                if self.done:
+                    return
+            if final:
+                self._finish(None)
+        except Exception as e:  # never leave the client waiting on a bug
+            if not self.done:
+                self._fail(e)
 
     # -- what comes back -----------------------------------------------------------
 
@@ -256,6 +260,7 @@ class Generation:
         self._close()
 
     def _fail(self, error) -> None:
+        self.cancel()  # an error that is not the model's last word ends it too
         err = from_exception(error)
         if self.req.stream:  # the events began: the error is the last one
             self._event(err.doc())
