@@ -35,7 +35,13 @@ from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.listener import listen
 from pyserver.frontends.restricted import parse_restricted
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY
-from pyserver.kernel.errors import Code, GrpcStatus, ServerError, unknown_load_parameter
+from pyserver.kernel.errors import (
+    Code,
+    GrpcStatus,
+    ServerError,
+    request_prefix,
+    unknown_load_parameter,
+)
 from pyserver.kernel.types import InferResponse
 
 try:
@@ -120,10 +126,6 @@ _FIELD_TYPES = (
 _INFER_TENSOR_CONTENTS = None
 
 
-def _rid(request_id: str) -> str:
-    return "[request id: " + (request_id or "<id_unknown>") + "] "
-
-
 def decode_contents(name, datatype, shape, contents, model_name, request_id):
     """An input tensor from typed ``contents`` (Triton's rules and texts)."""
     global _INFER_TENSOR_CONTENTS
@@ -154,7 +156,7 @@ def decode_contents(name, datatype, shape, contents, model_name, request_id):
     for d in shape:
         if d < 0:
             raise ServerError(Code.INVALID_ARG,
-                              f"{_rid(request_id)}unexpected shape for input '{name}' for model "
+                              f"{request_prefix(request_id)}unexpected shape for input '{name}' for model "
                               f"'{model_name}': dimension {d} is negative")
     count = 1
     for d in shape:
@@ -166,10 +168,10 @@ def decode_contents(name, datatype, shape, contents, model_name, request_id):
     if datatype == "BYTES":
         if got != count:
             if got < count:
-                msg_text = (f"{_rid(request_id)}expected {count} string elements for inference "
+                msg_text = (f"{request_prefix(request_id)}expected {count} string elements for inference "
                             f"input '{name}' for model '{model_name}', got {got}")
             else:
-                msg_text = (f"{_rid(request_id)}unexpected number of string elements "
+                msg_text = (f"{request_prefix(request_id)}unexpected number of string elements "
                             f"{count + 1} for inference input '{name}' for model "
                             f"'{model_name}', expecting {count}")
             raise ServerError(Code.INVALID_ARG, msg_text)
@@ -180,7 +182,7 @@ def decode_contents(name, datatype, shape, contents, model_name, request_id):
     if got != count:
         raise ServerError(
             Code.INVALID_ARG,
-            f"{_rid(request_id)}input byte size mismatch for input '{name}' for model "
+            f"{request_prefix(request_id)}input byte size mismatch for input '{name}' for model "
             f"'{model_name}'. Expected {count * npdt.itemsize}, got {got * npdt.itemsize}")
     if values is None:
         return np.empty(shape, npdt)

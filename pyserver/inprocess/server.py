@@ -403,11 +403,15 @@ class MetricFamily:
 
     def __init__(self, kind: MetricKind, name: str, description: str):
         self.kind = MetricKind(kind)
-        self._id = _checked(API_METRICS.new_family, name, description, int(self.kind), self)
+        # the store keys what it keeps by an owner token, not by this object
+        # (which it would then keep alive)
+        self._owner = object()
+        self._id = _checked(API_METRICS.new_family, name, description, int(self.kind),
+                            self._owner)
 
     def __del__(self):
         if getattr(self, "_id", None) is not None:
-            API_METRICS.drop_owner(self)
+            API_METRICS.drop_owner(self._owner)
 
 
 class Metric:
@@ -415,7 +419,9 @@ class Metric:
 
     def __init__(self, family: MetricFamily, labels: Optional[dict[str, str]] = None):
         self._family = family  # the family lives as long as its metrics
-        self._id = _checked(API_METRICS.new_metric, family._id, dict(labels or {}), None, self)
+        self._owner = object()
+        self._id = _checked(API_METRICS.new_metric, family._id, dict(labels or {}), None,
+                            self._owner)
 
     @property
     def kind(self) -> MetricKind:
@@ -433,7 +439,7 @@ class Metric:
 
     def __del__(self):
         if getattr(self, "_id", None) is not None:
-            API_METRICS.drop_owner(self)
+            API_METRICS.drop_owner(self._owner)
 
 
 _METRIC_ERRORS = {"UNSUPPORTED": UnsupportedError, "INVALID_ARG": InvalidArgumentError,

@@ -214,7 +214,12 @@ class Tensor:
             raise InvalidArgumentError(f"malformed BYTES tensor: {e}") from None
 
     def to_string_array(self) -> np.ndarray:
-        return self.to_bytes_array().astype(str)
+        """The elements as str (UTF-8; numpy's astype(str) would take them
+        for ASCII)."""
+        items = self.to_bytes_array()
+        decoded = [b.decode("utf-8", "replace") for b in items.reshape(-1)]
+        return np.array(decoded, dtype=str).reshape(items.shape) if decoded \
+            else np.empty(items.shape, dtype=str)
 
     @staticmethod
     def from_bytes_array(array) -> Tensor:

@@ -156,3 +156,8 @@ def unavailable(msg: str) -> ServerError:
 
 def internal(msg: str) -> ServerError:
     return ServerError(Code.INTERNAL, msg)
+
+
+def request_prefix(request_id: str) -> str:
+    """What Triton puts before a request's error texts (LogRequest())."""
+    return "[request id: " + (request_id or "<id_unknown>") + "] "

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from pyserver.kernel import dtypes
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, request_prefix
 
 __all__ = ["SequenceControls", "SEQUENCE_START", "SEQUENCE_END", "Reschedule",
            "NOT_ITERATIVE"]
@@ -259,6 +259,11 @@ class SequenceControls:
             arrays[control.name] = value.reshape(1, 1) if batching else value
         if self.corrid is not None:
             name, dtype = self.corrid
+            if (label is not None) != (dtype is None):  # a string ID for a number, or back
+                raise ServerError(Code.INVALID_ARG, (
+                    f"{request_prefix(request.id)}sequence batching control '{name}' data-type "
+                    f"is '{'BYTES' if label is not None else 'UINT64'}', but model "
+                    f"'{self.name}' expects '{'BYTES' if dtype is None else dtypes.numpy_to_wire(dtype)}'"))
             if dtype is None:
                 value = np.array([str(sequence_id).encode()], dtype=object)
             else:

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, serialize_bytes_tensor
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, request_prefix
 
 __all__ = ["SharedMemoryManager", "ShmLease", "CLIENT_SHM_DISABLED", "RESERVED_KEY_PREFIX"]
 
@@ -46,10 +46,6 @@ _CUDA_IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
 def _err(code: Code, msg: str) -> ServerError:
     return ServerError(code, msg)
-
-
-def _rid(request_id: str) -> str:
-    return "[request id: " + (request_id or "<id_unknown>") + "] "
 
 
 # ---------------------------------------------------------------- CUDA (lazy)
@@ -218,7 +214,7 @@ class ShmLease:
         if expected != self.byte_size:
             raise _err(
                 Code.INVALID_ARG,
-                f"{_rid(request_id)}input byte size mismatch for input '{input_name}' for "
+                f"{request_prefix(request_id)}input byte size mismatch for input '{input_name}' for "
                 f"model '{model_name}'. Expected {expected}, got {self.byte_size}")
         if count == 0:
             return np.empty(shape, npdt)
@@ -278,7 +274,7 @@ def _parse_bytes(buf, count, shape, input_name, model_name, request_id) -> np.nd
         if pos + 4 > end:
             raise _err(
                 Code.INVALID_ARG,
-                f"{_rid(request_id)}incomplete string length indicator for inference input "
+                f"{request_prefix(request_id)}incomplete string length indicator for inference input "
                 f"'{input_name}' for model '{model_name}', expecting 4 bytes but only "
                 f"{end - pos} bytes available")
         n = int.from_bytes(buf[pos:pos + 4], "little")
@@ -286,7 +282,7 @@ def _parse_bytes(buf, count, shape, input_name, model_name, request_id) -> np.nd
         if pos + n > end:
             raise _err(
                 Code.INVALID_ARG,
-                f"{_rid(request_id)}element byte size indicator exceeds the end of the buffer "
+                f"{request_prefix(request_id)}element byte size indicator exceeds the end of the buffer "
                 f"for inference input '{input_name}' for model '{model_name}'")
         out.append(bytes(buf[pos:pos + n]))
         pos += n
@@ -295,12 +291,12 @@ def _parse_bytes(buf, count, shape, input_name, model_name, request_id) -> np.nd
     if len(out) < count:
         raise _err(
             Code.INVALID_ARG,
-            f"{_rid(request_id)}expected {count} string elements for inference input "
+            f"{request_prefix(request_id)}expected {count} string elements for inference input "
             f"'{input_name}' for model '{model_name}', got {len(out)}")
     if len(out) > count:
         raise _err(
             Code.INVALID_ARG,
-            f"{_rid(request_id)}unexpected number of string elements {count + 1} for "
+            f"{request_prefix(request_id)}unexpected number of string elements {count + 1} for "
             f"inference input '{input_name}' for model '{model_name}', expecting {count}")
     arr = np.empty(count, dtype=np.object_)
     arr[:] = out
