@@ -60,22 +60,21 @@ class Model:
         request = inference_request if inference_request is not None \
             else InferenceRequest(model=self, **kwargs)
         responses = ResponseIterator(request.model, request, raise_on_error)
-        self._submit(request, responses)
+        self._ask(responses._submit_there, request._server_request())
         return responses
 
     def async_infer(self, inference_request: Optional[InferenceRequest] = None,
                     raise_on_error: bool = True, **kwargs) -> AsyncResponseIterator:
-        """As ``infer``, the responses on an async iterator of the running loop."""
+        """As ``infer``, the responses on an async iterator of the running
+        loop, which never blocks on the server: what the server refuses at
+        once (an unknown model, a missing input) raises from the first
+        ``__anext__`` (Triton raises it here; what the API itself refuses,
+        such as a parameter of an unsupported type, still does)."""
         request = inference_request if inference_request is not None \
             else InferenceRequest(model=self, **kwargs)
         responses = AsyncResponseIterator(request.model, request, raise_on_error)
-        self._submit(request, responses)
+        self._host.post(responses._submit_there, request._server_request())
         return responses
-
-    def _submit(self, request: InferenceRequest, responses) -> None:
-        server_request = request._server_request()
-        responses._taken(self._ask(self._host.server.submit_stream, server_request,
-                                   responses._on_response))
 
     # -- what the model is ---------------------------------------------------------------
 

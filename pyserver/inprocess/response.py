@@ -67,8 +67,9 @@ class _Responses:
         self._complete = False
         self._stream = None  # set once the server took the request
 
-    def _taken(self, stream) -> None:
-        self._stream = stream
+    def _submit_there(self, server_request) -> None:  # on the server's loop
+        # (set there, so the final response, which drops it, always comes after)
+        self._stream = self._model._host.server.submit_stream(server_request, self._on_response)
 
     def _convert(self, item) -> InferenceResponse:
         if isinstance(item, InferenceResponse):
@@ -85,8 +86,11 @@ class _Responses:
         """Cancels the request: a queued one ends at once (its final
         response carries the CANCELLED error), a running one sees
         is_cancelled() and ends when its model stops."""
+        self._model._host.post(self._cancel_there)
+
+    def _cancel_there(self) -> None:  # on the server's loop, after the submission
         if self._stream is not None:
-            self._model._host.post(self._model._host.server.cancel_stream, self._stream)
+            self._model._host.server.cancel_stream(self._stream)
 
 
 class ResponseIterator(_Responses):
@@ -131,6 +135,15 @@ class AsyncResponseIterator(_Responses):
         self._queue = asyncio.Queue()
         self._user_queue = request.response_queue
 
+    def _submit_there(self, server_request) -> None:  # on the server's loop
+        """The submission, sent without waiting: the caller's loop does not
+        block on the server's (what the server refuses at once comes back as
+        the first thing the iterator raises)."""
+        try:
+            super()._submit_there(server_request)
+        except Exception as e:  # handed to the caller's loop
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, _Refused(e))
+
     def _on_response(self, response, error, final) -> None:  # on the server's loop
         if final:
             self._stream = None
@@ -152,4 +165,17 @@ class AsyncResponseIterator(_Responses):
     async def __anext__(self) -> InferenceResponse:
         if self._complete:
             raise StopAsyncIteration
-        return self._deliver(self._convert(await self._queue.get()))
+        item = await self._queue.get()
+        if type(item) is _Refused:
+            self._complete = True
+            raise api_error(item.error)
+        return self._deliver(self._convert(item))
+
+
+class _Refused:
+    """What the server raised when it was handed the request."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error

@@ -425,6 +425,20 @@ def test_bad_requests_raise_tritons_error_classes(server):
     assert the_response(model.infer(inputs=add_sub_inputs())).error is None
 
 
+async def test_async_refusals_raise_from_the_iterator(server):
+    # async_infer never blocks its loop on the server: what the server
+    # refuses comes out of the first step of the iteration
+    with pytest.raises(tritonserver.NotFoundError, match="unknown model"):
+        async for _ in server.model("nothing").async_infer(inputs=add_sub_inputs()):
+            pass
+    with pytest.raises(tritonserver.InvalidArgumentError, match="INPUT1"):
+        async for _ in server.model("add_sub").async_infer(
+                inputs={"INPUT0": np.ones((1, 16), np.float32)}):
+            pass
+    with pytest.raises(tritonserver.InvalidArgumentError, match="Unsupported Value"):
+        server.model("add_sub").async_infer(inputs=add_sub_inputs(), parameters={"x": None})
+
+
 def test_model_errors_arrive_on_the_response(server):
     model = server.model("errors")
     mode = {"MODE": np.array(["code:UNAVAILABLE"], dtype=object)}
