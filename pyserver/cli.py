@@ -484,9 +484,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     _raise_open_file_limit()
     from pyserver.runtime import settings
-    console = logging.StreamHandler()
-    console.setFormatter(settings.TritonLogFormatter(args.log_format))  # Triton's lines
-    settings.console_handler = console
+    console = settings.console(args.log_format)  # Triton's lines
     logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
                         handlers=[console])
     if args.log_verbose:

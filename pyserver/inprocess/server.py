@@ -26,6 +26,7 @@ from pyserver.inprocess.errors import (
 from pyserver.inprocess.host import ServerHost
 from pyserver.inprocess.model import Model
 from pyserver.kernel.errors import ServerError
+from pyserver.runtime import settings
 from pyserver.runtime.custom_metrics import CustomMetricError, CustomMetrics
 
 __all__ = ["Metric", "MetricFamily", "ModelDictionary", "ModelLoadDeviceLimit", "Options",
@@ -226,6 +227,8 @@ class Server:
         try:
             core = CoreServer(**arguments)
             core.log_settings(self.options._log_settings())
+            if not self.options.log_file:  # Triton's log goes to stderr then
+                settings.log_to_console_if_unconfigured(core.log_settings()["log_format"])
         except ServerError as e:
             raise api_error(e) from None
         host = ServerHost(core)

@@ -383,9 +383,10 @@ class ModelManager:
             if name in dup_errors:
                 raise ServerError(Code.UNAVAILABLE, f"failed to load '{name}', {dup_errors[name]}")
         entry = found.get(name)
-        if entry is None:
-            raise LoadRefused(Code.INVALID_ARG,
-                                  f"failed to load '{name}', failed to poll from model repository")
+        if entry is None:  # INTERNAL, as Triton's (HTTP 500, gRPC INTERNAL)
+            log.error("failed to poll model '%s': model not found in any model repository.", name)
+            raise LoadRefused(Code.INTERNAL,
+                              f"failed to load '{name}', failed to poll from model repository")
         return entry, override
 
     def _write_override_files(self, name: str, files: dict[str, bytes]) -> Path:

@@ -48,6 +48,25 @@ class TritonLogFormatter(logging.Formatter):
         return line
 
 
+def console(log_format: str = "default") -> logging.Handler:
+    """The console's handler (stderr, Triton's lines), made once; the
+    logging settings' log_format reshapes it."""
+    global console_handler
+    if console_handler is None:
+        console_handler = logging.StreamHandler()
+        console_handler.setFormatter(TritonLogFormatter(log_format))
+    return console_handler
+
+
+def log_to_console_if_unconfigured(log_format: str = "default") -> None:
+    """For a server inside another program: Triton's core writes its log to
+    stderr, so pyserver's logger gets the console unless the program has
+    set up logging of its own (then its handlers get the records)."""
+    handler = console(log_format)
+    if not logging.getLogger().handlers and handler not in log.handlers:
+        log.addHandler(handler)
+
+
 class LogSettings:
     """The logging extension's settings, applied to the 'pyserver' logger."""
 

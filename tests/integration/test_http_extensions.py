@@ -154,7 +154,7 @@ def test_repository_index_load_unload(explicit, tmp_path):
     client.unload_model("never_heard_of_it")  # not an error, as in Triton
     client.unload_model("add_sub", unload_dependents=True)
     assert not client.is_model_ready("add_sub")
-    expect_error(lambda: client.load_model("nope"), 400,
+    expect_error(lambda: client.load_model("nope"), 500,
                  "failed to load 'nope', failed to poll from model repository")
     assert request(explicit.url, "POST", "/v2/repository/models/x/unload",
                    b'{"parameters": {"unload_dependents": 1}}')[:2] == (

@@ -206,7 +206,7 @@ def test_explicit_model_control(repo, tmp_path):
         assert server.model("add_sub").config()["max_batch_size"] == 2
         assert server.model("add_sub").batch_properties() == tritonserver.ModelBatchFlag.FIRST_DIM
 
-        with pytest.raises(tritonserver.InvalidArgumentError, match="failed to poll"):
+        with pytest.raises(tritonserver.InternalError, match="failed to poll"):
             server.load("nothing")
         with pytest.raises(tritonserver.InvalidArgumentError, match="Unrecognized load parameter"):
             server.load("echo", {"bogus": "1"})
