@@ -14,6 +14,7 @@ import gc
 import json
 import queue
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -150,6 +151,29 @@ def test_lifecycle_and_metadata(tmp_path):
     server.start(wait_until_ready=True)
     assert server.model("add_sub").ready()
     server.stop()
+
+
+def test_a_program_without_logging_gets_the_log_on_stderr(tmp_path):
+    # as Triton's core writes it, in its format (a program of its own: this
+    # test process has logging configured by pytest)
+    write_add_sub(tmp_path)
+    script = (
+        "import tritonserver\n"
+        f"s = tritonserver.Server(model_repository={str(tmp_path)!r}, log_info=True,\n"
+        "    model_control_mode=tritonserver.ModelControlMode.EXPLICIT).start()\n"
+        "try:\n"
+        "    s.load('unknown_model')\n"
+        "except tritonserver.InternalError:\n"
+        "    pass\n"
+        "s.load('add_sub')\n"
+        "s.stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any(line.startswith("E") and "failed to poll model 'unknown_model': model not found "
+               "in any model repository." in line for line in lines), done.stderr
+    assert any(line.startswith("I") and "successfully loaded 'add_sub'" in line for line in lines)
 
 
 def test_a_model_that_fails_to_load_fails_start_with_exit_on_error(tmp_path):
