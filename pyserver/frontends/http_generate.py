@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import orjson
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE, json_tensor_data
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError, json_type_error, request_json_too_large
 from pyserver.kernel.types import InferRequest, InferTensor
 
-__all__ = ["decode_generate_request", "generate_response", "sse_event"]
+__all__ = ["decode_generate_request", "generate_response"]
 
 
 def _bad(message: str) -> ServerError:
@@ -182,8 +181,3 @@ def generate_response(response) -> dict:
     for t in response.outputs:
         doc[t.name] = _json_value(t)
     return doc
-
-
-def sse_event(doc: dict) -> bytes:
-    """One server-sent event carrying ``doc``."""
-    return b"data: " + orjson.dumps(doc) + b"\n\n"

@@ -130,15 +130,15 @@ class Options:
             raise TypeError(f"model_control_mode: expected a ModelControlMode, got "
                             f"{self.model_control_mode!r}")
         cache_bytes = 0
-        for name, settings in self.cache_config.items():
+        for name, cache_settings in self.cache_config.items():
             if name != "local":
                 raise InvalidArgumentError(f"unsupported cache '{name}': this server has the "
                                            "'local' cache")
-            cache_bytes = int(settings.get("size", 0))
+            cache_bytes = int(cache_settings.get("size", 0))
         default_mbs = 4
-        for backend, settings in self.backend_configuration.items():
-            if "default-max-batch-size" in settings:
-                default_mbs = int(settings["default-max-batch-size"])
+        for backend_settings in self.backend_configuration.values():
+            if "default-max-batch-size" in backend_settings:
+                default_mbs = int(backend_settings["default-max-batch-size"])
         return dict(
             model_repository=list(repositories), server_id=self.server_id,
             model_control_mode=mode, load_models=list(self.startup_models),

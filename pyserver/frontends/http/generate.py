@@ -5,8 +5,14 @@ codec in http_generate.py."""
 from __future__ import annotations
 
 from pyserver.engine.protocol.http_codec import encode_json
-from pyserver.frontends.http.framing import CONN_CLOSE, JSON_HEADERS, Slot, StreamSlot, status_line
-from pyserver.frontends.http_generate import decode_generate_request, generate_response, sse_event
+from pyserver.frontends.http.framing import (
+    JSON_HEADERS,
+    Slot,
+    StreamSlot,
+    event_stream_head,
+    sse_event,
+)
+from pyserver.frontends.http_generate import decode_generate_request, generate_response
 from pyserver.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, load_report
 from pyserver.kernel.errors import Code, ServerError
 
@@ -86,11 +92,8 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
 def _stream_head(keep_alive: bool, report: bytes | None) -> bytes:
     """The stream's head, written with its first response as Triton does
     (the load report then says what that response left)."""
-    return b"%sContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n" \
-           b"%sTransfer-Encoding: chunked\r\n%s\r\n" % (
-               status_line(200),
-               b"" if report is None else b"%s: %s\r\n" % (REPORT_HEADER, report),
-               b"" if keep_alive else CONN_CLOSE)
+    return event_stream_head(keep_alive, b"" if report is None
+                             else b"%s: %s\r\n" % (REPORT_HEADER, report))
 
 
 def _answer(conn, got: list, keep_alive: bool, http10: bool, report: bytes | None) -> list:

@@ -23,7 +23,13 @@ from urllib.parse import unquote
 
 import orjson
 
-from pyserver.frontends.http.framing import CONN_CLOSE, JSON_HEADERS, Slot, StreamSlot, status_line
+from pyserver.frontends.http.framing import (
+    JSON_HEADERS,
+    Slot,
+    StreamSlot,
+    event_stream_head,
+    sse_event,
+)
 from pyserver.frontends.openai import codec, schema
 from pyserver.frontends.openai.errors import from_exception
 
@@ -90,16 +96,6 @@ def _generate(conn, body: bytes, keep_alive: bool, parse) -> None:
     Generation(conn, req, request_id, keep_alive, echo, stops, limit).start(infer)
 
 
-def _sse(doc) -> bytes:
-    return b"data: " + orjson.dumps(doc) + b"\n\n"
-
-
-def _stream_head(keep_alive: bool) -> bytes:
-    return b"%sContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n" \
-           b"%sTransfer-Encoding: chunked\r\n\r\n" % (status_line(200),
-                                                      b"" if keep_alive else CONN_CLOSE)
-
-
 class Generation:
     """One completions or chat request in flight, from submit to its answer."""
 
@@ -126,7 +122,7 @@ class Generation:
         self.done = False
         self.cancel_asked = False
         if req.stream:
-            self.slot.chunks.append(_stream_head(keep_alive))
+            self.slot.chunks.append(event_stream_head(keep_alive))
             if self.chat:  # the first chunk names the role
                 self._event(self._chunk({"role": "assistant", "content": ""}, None))
         if echo:
@@ -207,7 +203,7 @@ class Generation:
         self.conn.answered()
 
     def _event(self, doc) -> None:
-        self.slot.add(_sse(doc))
+        self.slot.add(sse_event(doc))
 
     def _chunk(self, piece, finish_reason) -> dict:
         if self.chat:
