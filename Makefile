@@ -16,7 +16,7 @@ LLHTTP_SOURCE := $(LLHTTP_DIR)/usr/share/llhttp/llhttp.c
 # perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
 LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
 
-.PHONY: install serve test test-csrc test-embed test-python test-gpu lint sanitize sanitize-python bench clean system-deps
+.PHONY: install serve test test-csrc test-embed test-python test-ray test-gpu lint sanitize sanitize-python bench clean system-deps
 
 # `$(call apt_need,FILE,PACKAGE)`: installs Debian's PACKAGE when FILE is missing.
 define apt_need
@@ -79,7 +79,16 @@ test-embed: install
 	  PYSERVER_EMBED_REPO=$(CURDIR)/$(EMBED_DIR)/repo $(EMBED_DIR)/embed_tests --gtest_brief=1
 
 test-python: install
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q tests --ignore=tests/rayserve
+
+# pyserver on Ray Serve (tests/rayserve: a two-node local Ray cluster), apart
+# from test-python for its time; .ci/run runs it after `make test`.
+$(VENV)/.deps-ray: requirements-ray.txt $(VENV)/.deps
+	$(VPY) -m pip install -q -r requirements-ray.txt
+	touch $@
+
+test-ray: install $(VENV)/.deps-ray
+	$(VPY) -m pytest -q tests/rayserve
 
 # GPU tests (TensorRT plans, ONNX Runtime CUDA/TensorRT EPs, torch on CUDA);
 # each module skips with its reason where its runtime or a GPU is missing.
@@ -121,7 +130,7 @@ sanitize-python: install
 	PYSERVER_ENGINE_DIR=$(CURDIR)/$(ASAN_PY_DIR)/engine PYTHONMALLOC=malloc \
 	  LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0:handle_segv=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  $(VPY) -m pytest -q -p no:cacheprovider tests
+	  $(VPY) -m pytest -q -p no:cacheprovider tests --ignore=tests/rayserve
 
 # The side-by-side suite (pyserver, Triton from nvidia-pytriton, MLServer):
 # load generators in C (wrk for HTTP, h2load for gRPC) come from Debian, the
