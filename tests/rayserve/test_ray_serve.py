@@ -70,11 +70,13 @@ def _deployment_status(app: str):
     return serve.status().applications[app].deployments["pyserver"]
 
 
+def _running(app: str) -> int:
+    states = _deployment_status(app).replica_states
+    return sum(n for state, n in states.items() if str(state).endswith("RUNNING"))
+
+
 def _healthy_with(app: str, replicas: int) -> bool:
-    status = _deployment_status(app)
-    return str(status.status).endswith("HEALTHY") and \
-        sum(n for state, n in status.replica_states.items() if str(state).endswith("RUNNING")) \
-        == replicas
+    return str(_deployment_status(app).status).endswith("HEALTHY") and _running(app) == replicas
 
 
 @pytest.fixture(scope="module")
@@ -425,14 +427,12 @@ def test_autoscaling_config(cluster):
     _, port, repo = cluster
     autoscaling = {"min_replicas": 1, "initial_replicas": 1, "max_replicas": 2,
                    "target_ongoing_requests": 1, "upscale_delay_s": 1, "downscale_delay_s": 600,
-                   "metrics_interval_s": 0.5, "look_back_period_s": 2}
+                   "look_back_period_s": 2}
     app = pyserver.rayserve.app(repo, autoscaling_config=autoscaling,
                                 ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=4)
     handle = serve.run(app, name=AUTO, route_prefix="/auto")
     try:
         _wait_for("one healthy replica", lambda: _healthy_with(AUTO, 1))
-        config = serve.status().applications[AUTO].deployments["pyserver"]
-        assert config is not None
 
         # served under its route prefix, tritonclient with a base path
         client = httpclient.InferenceServerClient(url=f"127.0.0.1:{port}/auto")
@@ -447,9 +447,14 @@ def test_autoscaling_config(cluster):
             handle.infer.remote("add_sub", {"INPUT0": a, "INPUT1": b}).result()["OUTPUT1"],
             a - b, atol=1e-6)
 
-        # the controller holds the deployment between min and max replicas
-        details = serve.status().applications[AUTO].deployments["pyserver"]
-        running = sum(n for s, n in details.replica_states.items() if str(s).endswith("RUNNING"))
-        assert 1 <= running <= 2
+        # four clients keep more than target_ongoing_requests in flight: Serve
+        # adds the second replica, and no more than max_replicas
+        with _Load(f"127.0.0.1:{port}/auto", threads=4) as load:
+            _wait_for("the scale-up to two replicas", lambda: _healthy_with(AUTO, 2))
+            target = load.count() + 20
+            _wait_for("load on two replicas", lambda: load.count() >= target)
+            assert _running(AUTO) <= 2
+        assert not load.wrong, load.wrong[:3]
+        assert load.unfinished == 0, load.failures[-5:]
     finally:
         serve.delete(AUTO)
