@@ -10,7 +10,9 @@ Python callers through a DeploymentHandle.
         "min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2}))
     handle.infer.remote("add_sub", {"INPUT0": a, "INPUT1": b}).result()
 
-Modules: deployment (PyServerDeployment, app; imports Ray), kserve (the
+or from Ray's CLI: ``serve run pyserver.rayserve:build_app model_repository=models/``.
+
+Modules: deployment (PyServerDeployment, app, build_app; imports Ray), kserve (the
 KServe v2 routes over a ``tritonserver.Server``; knows nothing of Ray).
 Ray is imported on first use of what deployment defines, so importing this
 package needs no Ray.
@@ -18,7 +20,7 @@ package needs no Ray.
 
 from __future__ import annotations
 
-__all__ = ["PyServerDeployment", "app"]
+__all__ = ["PyServerDeployment", "app", "build_app"]
 
 
 def __getattr__(name: str):

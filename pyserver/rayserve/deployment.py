@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from pyserver.rayserve.kserve import KServeRoutes, api, error_message, response_arrays
 
-__all__ = ["PyServerDeployment", "app"]
+__all__ = ["PyServerDeployment", "app", "build_app"]
 
 # Response headers that say which replica answered (and on which node).
 NODE_HEADER = "x-pyserver-node-id"
@@ -200,3 +200,44 @@ def app(model_repository, *, model_control_mode: str = "none",
     return PyServerDeployment.options(**options).bind(
         _repository(model_repository), model_control_mode=model_control_mode,
         startup_models=list(startup_models), server_options=dict(server_options or {}))
+
+
+def build_app(args: dict):
+    """The application builder for Ray's CLI, which hands over its
+    ``key=value`` arguments as strings:
+
+        serve run pyserver.rayserve:build_app model_repository=models/ \\
+            min_replicas=1 max_replicas=4 target_ongoing_requests=2 num_cpus=1
+
+    ``model_repository`` (required; several separated by commas),
+    ``model_control_mode``, ``startup_models`` (comma-separated),
+    ``num_replicas`` or ``min_replicas`` / ``max_replicas`` /
+    ``target_ongoing_requests`` (autoscaling), ``num_cpus``,
+    ``max_ongoing_requests``, ``name``."""
+    args = dict(args)
+    known = {"model_repository", "model_control_mode", "startup_models", "num_replicas",
+             "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus",
+             "max_ongoing_requests", "name"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(known)}")
+    if "model_repository" not in args:
+        raise ValueError("model_repository=PATH is required")
+    repositories = [p for p in str(args["model_repository"]).split(",") if p]
+    options: dict[str, Any] = {}
+    if "num_replicas" in args:
+        value = str(args["num_replicas"])
+        options["num_replicas"] = value if value == "auto" else int(value)
+    autoscaling = {key: float(args[key]) if key == "target_ongoing_requests" else int(args[key])
+                   for key in ("min_replicas", "max_replicas", "target_ongoing_requests")
+                   if key in args}
+    if autoscaling:
+        options["autoscaling_config"] = autoscaling
+    if "num_cpus" in args:
+        options["ray_actor_options"] = {"num_cpus": float(args["num_cpus"])}
+    if "max_ongoing_requests" in args:
+        options["max_ongoing_requests"] = int(args["max_ongoing_requests"])
+    startup = [m for m in str(args.get("startup_models", "")).split(",") if m]
+    return app(repositories if len(repositories) > 1 else repositories[0],
+               model_control_mode=str(args.get("model_control_mode", "none")),
+               startup_models=startup, name=str(args.get("name", "pyserver")), **options)

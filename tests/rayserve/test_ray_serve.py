@@ -426,8 +426,7 @@ def test_a_killed_replica_is_replaced_and_no_answered_request_is_lost(pinned):
 def test_autoscaling_config(cluster):
     _, port, repo = cluster
     autoscaling = {"min_replicas": 1, "initial_replicas": 1, "max_replicas": 2,
-                   "target_ongoing_requests": 1, "upscale_delay_s": 1, "downscale_delay_s": 600,
-                   "look_back_period_s": 2}
+                   "target_ongoing_requests": 1, "upscale_delay_s": 1, "downscale_delay_s": 600}
     app = pyserver.rayserve.app(repo, autoscaling_config=autoscaling,
                                 ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=4)
     handle = serve.run(app, name=AUTO, route_prefix="/auto")
@@ -458,3 +457,25 @@ def test_autoscaling_config(cluster):
         assert load.unfinished == 0, load.failures[-5:]
     finally:
         serve.delete(AUTO)
+
+
+def test_build_app_reads_the_cli_arguments(tmp_path):
+    """`serve run pyserver.rayserve:build_app key=value ...` (no cluster needed)."""
+    bound = pyserver.rayserve.build_app({
+        "model_repository": f"{tmp_path}/a,{tmp_path}/b", "model_control_mode": "explicit",
+        "startup_models": "add_sub,other", "min_replicas": "1", "max_replicas": "3",
+        "target_ongoing_requests": "2", "num_cpus": "0.5", "max_ongoing_requests": "4"})
+    deployment = bound._bound_deployment
+    assert deployment.name == "pyserver"
+    autoscaling = deployment._deployment_config.autoscaling_config
+    assert (autoscaling.min_replicas, autoscaling.max_replicas,
+            autoscaling.target_ongoing_requests) == (1, 3, 2)
+    assert deployment.ray_actor_options["num_cpus"] == 0.5
+    assert deployment._deployment_config.max_ongoing_requests == 4
+    assert deployment.init_args == ([f"{tmp_path}/a", f"{tmp_path}/b"],)
+    assert deployment.init_kwargs["startup_models"] == ["add_sub", "other"]
+    assert deployment.init_kwargs["model_control_mode"] == "explicit"
+    with pytest.raises(ValueError, match="model_repository"):
+        pyserver.rayserve.build_app({})
+    with pytest.raises(ValueError, match="unknown"):
+        pyserver.rayserve.build_app({"model_repository": "m", "replicas": "2"})
