@@ -224,19 +224,21 @@ class Server:
         from pyserver.server.server import Server as CoreServer
 
         arguments = self.options._server_arguments()
+        logging_before = settings.LoggerState()
         try:
             core = CoreServer(**arguments)
             core.log_settings(self.options._log_settings())
             if not self.options.log_file:  # Triton's log goes to stderr then
                 settings.log_to_console_if_unconfigured(core.log_settings()["log_format"])
-        except ServerError as e:
-            raise api_error(e) from None
-        host = ServerHost(core)
-        try:
+            host = ServerHost(core)
             host.start()
-        except ServerError as e:
-            raise api_error(e) from None
+        except BaseException as e:
+            logging_before.restore()
+            if isinstance(e, ServerError):
+                raise api_error(e) from None
+            raise
         self._host = host
+        self._logging_before = logging_before
         started = time.monotonic()
         while wait_until_ready and not self.ready() and (
                 timeout is None or time.monotonic() - started < timeout):
@@ -251,7 +253,10 @@ class Server:
         host = self._started()
         self._host = None
         self._metrics = None
-        host.stop(float(self.options.exit_timeout))
+        try:
+            host.stop(float(self.options.exit_timeout))
+        finally:
+            self._logging_before.restore()  # the program's logging as it was
 
     def _started(self) -> ServerHost:
         if self._host is None:

@@ -67,6 +67,24 @@ def log_to_console_if_unconfigured(log_format: str = "default") -> None:
         log.addHandler(handler)
 
 
+class LoggerState:
+    """The 'pyserver' logger's level and handlers when made; ``restore()``
+    puts them back (a server inside another program leaves that program's
+    logging as it found it when it stops)."""
+
+    def __init__(self):
+        self.level = log.level
+        self.handlers = list(log.handlers)
+
+    def restore(self) -> None:
+        for handler in list(log.handlers):
+            if handler not in self.handlers:
+                log.removeHandler(handler)
+                if handler is not console_handler:
+                    handler.close()
+        log.setLevel(self.level)
+
+
 class LogSettings:
     """The logging extension's settings, applied to the 'pyserver' logger."""
 

@@ -176,6 +176,22 @@ def test_a_program_without_logging_gets_the_log_on_stderr(tmp_path):
     assert any(line.startswith("I") and "successfully loaded 'add_sub'" in line for line in lines)
 
 
+def test_a_stopped_server_leaves_the_programs_logging_as_it_was(tmp_path):
+    import logging
+
+    logger = logging.getLogger("pyserver")
+    level, handlers = logger.level, list(logger.handlers)
+    write_add_sub(tmp_path)
+    server = tritonserver.Server(model_repository=str(tmp_path), log_error=True,
+                                 log_file=str(tmp_path / "log.txt")).start()
+    assert logger.level == logging.ERROR and len(logger.handlers) == len(handlers) + 1
+    server.stop()
+    assert logger.level == level and logger.handlers == handlers
+    with pytest.raises(tritonserver.InternalError):  # and after a start that failed
+        tritonserver.Server(model_repository=str(tmp_path / "none"), log_info=True).start()
+    assert logger.level == level and logger.handlers == handlers
+
+
 def test_a_model_that_fails_to_load_fails_start_with_exit_on_error(tmp_path):
     write_add_sub(tmp_path)
     (tmp_path / "broken" / "1").mkdir(parents=True)
