@@ -21,7 +21,17 @@ def pytest_configure(config):
     gc.disable()
 
 
+def pytest_collection_finish(session):
+    # What the test modules imported (torch, onnx, tritonclient, openai...)
+    # lives for the whole session: frozen, the collection after each test
+    # walks only what the tests made since (a full walk of everything cost
+    # ~0.1-0.2 s per test).
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_unconfigure(config):
+    gc.unfreeze()
     gc.enable()
 
 

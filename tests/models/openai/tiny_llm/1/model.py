@@ -51,9 +51,11 @@ class TritonPythonModel:
 
     def note(self, name, text):
         path = os.path.join(self.folder, name)
-        with open(path + ".tmp", "w") as f:
+        # a temporary name of this thread's own: requests run on threads at once
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
             f.write(text)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
 
     def generate(self, request):
         sender = request.get_response_sender()
