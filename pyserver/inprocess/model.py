@@ -30,9 +30,15 @@ class Model:
         self.version = version
         self.state = state
         self.reason = reason
+        self._versioned: dict[int, Model] = {}
 
     def _at_version(self, version: int) -> Model:
-        return Model(self._server, self.name, version)
+        """This model at the version that answered (made once per version,
+        not once per response)."""
+        model = self._versioned.get(version)
+        if model is None:
+            model = self._versioned[version] = Model(self._server, self.name, version)
+        return model
 
     @property
     def _version(self) -> str:

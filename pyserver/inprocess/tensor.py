@@ -174,17 +174,15 @@ class Tensor:
         return _MEMORY_DEVICE[self.memory_type], self.memory_type_id
 
     def _sync_on_requested_stream(self, stream) -> None:
-        unsupported = UnsupportedError(f"DLPack stream synchronization on memory type "
-                                       f"{self.memory_type} and stream {stream} not supported")
+        if self.memory_type != MemoryType.GPU:  # every CPU export: nothing to wait for
+            if stream in (None, 0, -1):
+                return
+            raise self._unsupported_stream(stream)
         if stream is not None and not isinstance(stream, int):
-            raise unsupported
-        if self.memory_type != MemoryType.GPU:
-            if stream not in (None, 0, -1):
-                raise unsupported
-            return
+            raise self._unsupported_stream(stream)
         cupy = _cupy()
         if cupy is None:
-            raise unsupported
+            raise self._unsupported_stream(stream)
         if stream == -1:  # the consumer asks for no synchronization
             return
         with cupy.cuda.Device(self.memory_type_id):
@@ -194,6 +192,10 @@ class Tensor:
             if (current.ptr or cupy.cuda.Stream.null.ptr) != wanted:
                 # work queued on our stream is done before the consumer's runs
                 cupy.cuda.ExternalStream(wanted).wait_event(current.record())
+
+    def _unsupported_stream(self, stream) -> UnsupportedError:
+        return UnsupportedError(f"DLPack stream synchronization on memory type "
+                                f"{self.memory_type} and stream {stream} not supported")
 
     @staticmethod
     def from_dlpack(obj: Any) -> Tensor:

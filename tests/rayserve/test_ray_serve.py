@@ -282,18 +282,25 @@ def test_handle_api(pinned):
 # -- two nodes --------------------------------------------------------------------------------
 
 
+def _placements(handle, replicas: int = 2) -> dict:
+    """{replica id: where it runs}, asked of the handle until ``replicas``
+    different ones answered (or 200 asks)."""
+    placements = {}
+    for _ in range(200):
+        where = handle.where.remote().result()
+        placements[where["replica_id"]] = where
+        if len(placements) == replicas:
+            break
+    return placements
+
+
 def test_requests_spread_over_replicas_on_both_nodes(pinned):
     handle, url = pinned
     nodes = _node_ids()
     assert len(nodes) == 2
 
     # the handle: each replica says where it runs
-    placements = {}
-    for _ in range(200):
-        where = handle.where.remote().result()
-        placements[where["replica_id"]] = where
-        if len(placements) == 2:
-            break
+    placements = _placements(handle)
     assert {w["node_id"] for w in placements.values()} == nodes
 
     # HTTP through the one proxy, on the head: it prefers the replica on its
@@ -374,12 +381,7 @@ class _Load:
 def test_a_killed_replica_is_replaced_and_no_answered_request_is_lost(pinned):
     handle, url = pinned
     nodes = _node_ids()
-    placements = {}
-    for _ in range(200):
-        where = handle.where.remote().result()
-        placements[where["replica_id"]] = where
-        if len(placements) == 2:
-            break
+    placements = _placements(handle)
     head = ray.get_runtime_context().get_node_id()
     # the head's replica: the one the proxy (on the head) sends most to
     victim = next(w for w in placements.values() if w["node_id"] == head)
@@ -409,12 +411,7 @@ def test_a_killed_replica_is_replaced_and_no_answered_request_is_lost(pinned):
     assert victim["replica_id"] not in after and survivor["replica_id"] in after
 
     # the replacement runs where the killed one did (one replica per node)
-    placements = {}
-    for _ in range(200):
-        where = handle.where.remote().result()
-        placements[where["replica_id"]] = where
-        if len(placements) == 2:
-            break
+    placements = _placements(handle)
     assert {w["node_id"] for w in placements.values()} == nodes
     new_one = next(w for rid, w in placements.items() if rid != survivor["replica_id"])
     assert new_one["node_id"] == victim["node_id"] and new_one["pid"] != victim["pid"]
