@@ -46,7 +46,7 @@ system-deps:
 	$(call apt_need,$(FMT_HEADER),libfmt-dev)
 	$(call apt_need,$(SIMDJSON_HEADER),libsimdjson-dev)
 
-$(VENV)/.deps: pyproject.toml requirements-test.txt
+$(VENV)/.deps: pyproject.toml requirements-test.txt requirements-storage.txt requirements-deploy.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q setuptools wheel "cython>=3.0" "cmake>=3.18" ninja numpy grpcio-tools pybind11
@@ -148,3 +148,6 @@ bench:
 
 clean:
 	rm -rf build pyserver/engine/*.so pyserver/engine/protocol/*.so pyserver/_proto/*.desc
+
+# Targets of one concern each (the container image, ...): mk/*.mk.
+-include mk/*.mk
