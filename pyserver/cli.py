@@ -50,8 +50,8 @@ _DEPRECATED_TRACE_FLAGS = {"--trace-file": "triton,file", "--trace-level": "leve
                            "--trace-log-frequency": "triton,log-frequency"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pyserver", description="Triton-compatible inference server")
+def build_parser(prog: str = "pyserver") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Triton-compatible inference server")
     p.add_argument("--model-repository", "--model-store", dest="model_repository",
                    action="append", required=True, metavar="DIR",
                    help="model repository folder (repeatable)")
@@ -476,12 +476,17 @@ def _raise_open_file_limit() -> None:
             pass
 
 
+def _program_name() -> str:
+    """The name usage lines show: `tritonserver` when run as Triton's command."""
+    return "tritonserver" if os.path.basename(sys.argv[0]) == "tritonserver" else "pyserver"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "check-repo":
         from pyserver.check_repo import main as check_repo
         return check_repo(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser(_program_name()).parse_args(argv)
     _raise_open_file_limit()
     from pyserver.runtime import settings
     console = settings.console(args.log_format)  # Triton's lines
