@@ -37,11 +37,18 @@ class ModelDir:
     path: Path
 
 
-def scan(repositories: list[str]) -> tuple[dict[str, ModelDir], dict[str, str]]:
+def scan(repositories: list[str], listed: dict[str, dict[str, Path]] | None = None
+         ) -> tuple[dict[str, ModelDir], dict[str, str]]:
     """Every model folder in every repository. Returns (models, errors); a name
-    found in two repositories is an error for that name only."""
+    found in two repositories is an error for that name only. ``listed``: the
+    models of some repositories as already known ({repository: {name: local
+    folder}}: those in object storage, through their local copies)."""
     found: dict[str, list[Path]] = {}
     for repo in repositories:
+        if listed is not None and repo in listed:
+            for name, path in listed[repo].items():
+                found.setdefault(name, []).append(path)
+            continue
         root = Path(repo)
         if not root.exists():  # Triton's filesystem layer: a stat that fails
             raise ServerError(Code.INTERNAL, f"failed to stat file {repo}")

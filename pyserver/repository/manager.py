@@ -13,6 +13,12 @@ loads what --load-model names and then what the repository API asks for,
 model whose files changed (config, version folders, labels, ...) reloads.
 Unlike Triton, a model whose load failed is retried only once its files
 change again, not on every poll.
+
+A repository in object storage (s3://, gs://, as://) is its local copy
+(remote.RemoteRepository): synced before the startup loads, before every
+poll, and before an explicit load of a model (that model's objects only),
+so each sees the bucket as it is then; what did not change is not fetched
+again, and the folder checks below then see only what did.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
 from pyserver.model.version import ModelVersion
 from pyserver.repository import loader as repository
+from pyserver.repository import remote
 
 log = logging.getLogger("pyserver")
 
@@ -75,6 +82,10 @@ class ModelManager:
         # (poll mode compares it with the folder now).
         self._stamps: dict[str, tuple] = {}
         self._poll_task: asyncio.Task | None = None
+        # object-storage repositories: URI -> its local copy; and the models
+        # whose last sync left objects behind, with why
+        self._remote: dict[str, remote.RemoteRepository] = {}
+        self._sync_errors: dict[str, str] = {}
         self._loading = 0  # loads in progress
         self._reserved = 0  # models of the parallel loads in progress
 
@@ -140,7 +151,7 @@ class ModelManager:
     def index(self, ready_only: bool = False) -> list[dict]:
         """Repository index rows as Triton reports them: "reason" only when
         there is one (TRITONSERVER_ServerModelIndex)."""
-        found, dup_errors = repository.scan(self.repositories)
+        found, dup_errors = self._scan()
         names = sorted(set(found) | set(dup_errors) | set(self.versions) | set(self.states))
         rows = []
         for name in names:
@@ -180,7 +191,9 @@ class ModelManager:
         if load_models and self.control_mode != "explicit":
             raise invalid_arg("Error: Use of '--load-model' requires setting "
                               "'--model-control-mode=explicit' as well.")
-        if self.control_mode != "explicit":
+        if self.control_mode == "explicit":  # what the index lists; nothing downloaded yet
+            await self._sync_remote(None, list_only=True)
+        else:
             return await self.load_all(None)
         if "*" in load_models:
             if len(load_models) > 1:
@@ -198,7 +211,8 @@ class ModelManager:
     async def load_all(self, names: list[str] | None = None) -> dict[str, str]:
         """Loads the named models (all in the repositories when None), in
         parallel. Returns {name: error} for those that failed."""
-        found, dup_errors = repository.scan(self.repositories)
+        repo_errors = await self._sync_remote(names)
+        found, dup_errors = self._scan()
         for name, reason in dup_errors.items():
             self.states[name] = ("UNAVAILABLE", reason)
         if names is None:
@@ -208,7 +222,7 @@ class ModelManager:
             stamps = await asyncio.get_running_loop().run_in_executor(
                 self._pool, _stamps_of, [found[n] for n in names if n in found])
         results = await self._load_many(names, found, stamps)
-        errors = dict(dup_errors)
+        errors = {**repo_errors, **dup_errors}
         for name, result in zip(names, results):
             if isinstance(result, ServerError):
                 errors[name] = result.message
@@ -244,8 +258,13 @@ class ModelManager:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             serving = bool(self.versions.get(name))
+            unreachable = {}
+            if found is None and not files:  # an explicit load: the bucket as it is now
+                unreachable = await self._sync_remote([name])
             try:
-                entry, override = self._model_source(name, config, files, found)
+                entry, override = self._model_source(name, config, files, found, unreachable)
+                if override is None and name in self._sync_errors:
+                    raise ServerError(Code.INTERNAL, self._sync_errors[name])
             except LoadRefused:
                 raise  # no state (see LoadRefused)
             except ServerError as err:
@@ -282,10 +301,11 @@ class ModelManager:
                 if self.control_mode == "poll" and stamp is not None:
                     self._stamps[name] = stamp
                 if isinstance(err, ServerError):
-                    reason = err.message
+                    reason = self._public(err.message)
                     log.error("failed to load '%s': %s", name, reason)
+                    err = ServerError(err.code, reason)
                 else:
-                    reason = f"{type(err).__name__}: {err}"
+                    reason = self._public(f"{type(err).__name__}: {err}")
                     log.exception("failed to load '%s'", name)
                     err = ServerError(Code.INTERNAL, reason)
                 if serving:  # the old versions keep serving, and stay READY
@@ -362,7 +382,7 @@ class ModelManager:
         return {dep for mv in self.versions.get(name, {}).values() if mv.ensemble is not None
                 for dep in mv.ensemble.model_names()}
 
-    def _model_source(self, name, config, files, found):
+    def _model_source(self, name, config, files, found, unreachable=None):
         """The folder to load from, and the config override if any."""
         override = None
         if config is not None:
@@ -379,14 +399,16 @@ class ModelManager:
                                   f"failed to load '{name}', file override requires a config override")
             return repository.ModelDir(name, self._write_override_files(name, files)), override
         if found is None:
-            found, dup_errors = repository.scan(self.repositories)
+            found, dup_errors = self._scan()
             if name in dup_errors:
                 raise ServerError(Code.UNAVAILABLE, f"failed to load '{name}', {dup_errors[name]}")
         entry = found.get(name)
         if entry is None:  # INTERNAL, as Triton's (HTTP 500, gRPC INTERNAL)
             log.error("failed to poll model '%s': model not found in any model repository.", name)
+            # a repository that could not be listed says why (Triton logs it)
+            why = "".join(f": {reason}" for reason in (unreachable or {}).values())
             raise LoadRefused(Code.INTERNAL,
-                              f"failed to load '{name}', failed to poll from model repository")
+                              f"failed to load '{name}', failed to poll from model repository{why}")
         return entry, override
 
     def _write_override_files(self, name: str, files: dict[str, bytes]) -> Path:
@@ -428,6 +450,86 @@ class ModelManager:
             self._unloaded_versions[name] = sorted(old)
             log.info("successfully unloaded '%s'", name)
 
+    # -- repositories in object storage ----------------------------------------
+
+    def _mirror(self, uri: str) -> remote.RemoteRepository:
+        mirror = self._remote.get(uri)
+        if mirror is None:
+            mirror = self._remote[uri] = remote.RemoteRepository(uri)
+        return mirror
+
+    def _scan(self):
+        """repository.scan of every repository, a remote one as its local
+        copy holds the models it last listed (no network)."""
+        listed = {uri: self._remote[uri].models() for uri in self.repositories
+                  if uri in self._remote}
+        for uri in self.repositories:
+            if remote.is_remote(uri) and uri not in listed:
+                listed[uri] = {}  # never listed (it could not be reached)
+        return repository.scan(self.repositories, listed)
+
+    async def _sync_remote(self, names: list[str] | None, list_only: bool = False) -> dict[str, str]:
+        """Syncs the remote repositories' copies (of the named models, of
+        all when None; with list_only, only their listing). Returns
+        {repository: error} for those that could not be listed."""
+        uris = [uri for uri in self.repositories if remote.is_remote(uri)]
+        if not uris:
+            return {}
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._sync_blocking, uris, names, list_only)
+        model_errors, repo_errors, synced = outcome
+        for name in synced:
+            self._sync_errors.pop(name, None)
+        for name, reason in model_errors.items():
+            log.error("failed to download model '%s': %s", name, reason)
+        self._sync_errors.update(model_errors)
+        return repo_errors
+
+    def _sync_blocking(self, uris, names, list_only):
+        model_errors, repo_errors, synced = {}, {}, set()
+        for uri in uris:
+            try:
+                mirror = self._mirror(uri)
+                if list_only:
+                    mirror.list_models()
+                    continue
+                model_errors.update(mirror.sync(names))
+                synced.update(names if names is not None else mirror.models())
+            except ServerError as err:
+                repo_errors[uri] = err.message
+                where = f" for model '{names[0]}'" if names and len(names) == 1 else ""
+                log.error("failed to poll model repository '%s'%s: %s", uri, where, err.message)
+        return model_errors, repo_errors, synced - set(model_errors)
+
+    def _public(self, text: str) -> str:
+        """A message with a remote model's local path named by its URI."""
+        for mirror in self._remote.values():
+            text = text.replace(str(mirror.root), mirror.location.url().rstrip("/"))
+        return text
+
+    def repository_found(self, path: str) -> bool:
+        """Whether ``path`` is a repository one can register: a folder, or
+        a bucket (folder) in object storage, then listed."""
+        if not remote.is_remote(path):
+            return os.path.isdir(path)
+        try:
+            mirror = self._mirror(path)
+        except ServerError:
+            return False
+        if not mirror.exists():
+            return False
+        try:
+            mirror.list_models()
+        except ServerError:
+            return False
+        return True
+
+    def forget_repository(self, path: str) -> None:
+        """A repository unregistered: its local copy goes (when temporary)."""
+        mirror = self._remote.pop(path, None)
+        if mirror is not None:
+            mirror.close()
+
     # -- polling ---------------------------------------------------------------
 
     def start_polling(self, interval_s: float) -> None:
@@ -458,9 +560,10 @@ class ModelManager:
         """One poll: loads new models, reloads changed ones, unloads removed
         ones. Returns {name: error} for loads that failed."""
         loop = asyncio.get_running_loop()
+        # a bucket that cannot be listed keeps its models as they were
+        await self._sync_remote(None)
         try:
-            found, dup_errors = await loop.run_in_executor(self._pool, repository.scan,
-                                                           self.repositories)
+            found, dup_errors = await loop.run_in_executor(self._pool, self._scan)
         except ServerError as err:
             log.error("failed to poll model repository: %s", err.message)
             return {}
@@ -494,6 +597,8 @@ class ModelManager:
         self.versions.clear()
         for d in self._override_dirs.values():
             shutil.rmtree(d, ignore_errors=True)
+        for mirror in self._remote.values():
+            mirror.close()
         self._pool.shutdown(wait=False)
 
 

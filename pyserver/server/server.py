@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import threading
 
 from pyserver._version import __version__
@@ -458,7 +457,8 @@ class Server:
             raise ServerError(Code.UNSUPPORTED, "repository registration is not allowed if model "
                               "control mode is not EXPLICIT")
         path = str(path)
-        if not os.path.isdir(path):
+        # a folder, or a bucket in object storage (asked now: a short block of the loop)
+        if not self.models.repository_found(path):
             raise ServerError(Code.INVALID_ARG,
                               f"failed to register '{path}', repository not found")
         if path in self.repositories:
@@ -475,6 +475,7 @@ class Server:
             raise ServerError(Code.INVALID_ARG,
                               f"failed to unregister '{path}', repository not found")
         self.repositories.remove(path)
+        self.models.forget_repository(path)
 
     # -- settings --------------------------------------------------------------
 
