@@ -45,6 +45,13 @@ class S3Store(ObjectStore):
             self._client.head_bucket(Bucket=bucket)
         except self._errors as err:
             name, message = _describe(err)
+            if name in ("400", "403"):  # a HEAD's answer has no body: a listing's says why
+                try:
+                    self._client.list_objects_v2(Bucket=bucket, MaxKeys=1)
+                except self._errors as detail:
+                    name, message = _describe(detail)
+                else:
+                    return
             if name in _MISSING_BUCKET:
                 raise StorageError(f"Could not get MetaData for bucket with name {bucket} due to "
                                    f"exception: NoSuchBucket, error message: {message}") from None
