@@ -222,6 +222,21 @@ def test_s3_repository_serves_http_and_grpc(bucket, tmp_path, start_grpc):
         assert client.is_model_ready("add_sub")
 
 
+def test_s3_python_model(bucket, start_server):
+    """A Triton Python model (model.py) from the bucket runs in its worker."""
+    bucket.put_folder(Path(__file__).parents[1] / "models" / "python" / "add_sub", "repo/add_sub")
+    s = start_server(bucket.uri())
+    with httpclient.InferenceServerClient(s.url) as client:
+        config = client.get_model_config("add_sub")
+        inputs = []
+        for spec in config["input"]:
+            tensor = httpclient.InferInput(spec["name"], [int(d) for d in spec["dims"]], "FP32")
+            tensor.set_data_from_numpy(np.full([int(d) for d in spec["dims"]], 2.0, np.float32))
+            inputs.append(tensor)
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_allclose(result.as_numpy(config["output"][0]["name"]), 4.0)
+
+
 def test_s3_poll_sees_new_model_new_version_changed_config_and_deletion(bucket, tmp_path,
                                                                         start_server):
     bucket.put_add_sub(tmp_path, "a")

@@ -397,3 +397,25 @@ def test_azure_store_errors_and_credentials():
     assert credential_object(ASCredential(account_key="k", auth_type="key"), "acct") == \
         {"account_name": "acct", "account_key": "k"}
     assert credential_object(ASCredential(), "acct") is None  # anonymous
+
+
+# -- the S3 and GCS clients' own refusals (no server reached) ------------------------
+
+
+def test_s3_without_any_credential_says_so(no_cloud_env, tmp_path):
+    pytest.importorskip("boto3")
+    from pyserver.repository.remote.s3 import S3Store
+    no_cloud_env.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask
+    no_cloud_env.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    no_cloud_env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    store = S3Store(parse("s3://127.0.0.1:1/bucket/repo"), S3Credential())
+    with pytest.raises(StorageError, match="Unable to create S3 filesystem client. Check account "
+                                           "credentials. Exception: 'NoCredentialsError'"):
+        store.check()
+
+
+def test_gcs_with_an_unreadable_credential_file(no_cloud_env, tmp_path):
+    pytest.importorskip("google.cloud.storage")
+    from pyserver.repository.remote.gcs import GCSStore
+    with pytest.raises(StorageError, match="Unable to create GCS client. Check account credentials."):
+        GCSStore(parse("gs://bucket/repo"), GCSCredential(str(tmp_path / "missing.json")))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import BinaryIO
@@ -18,35 +19,48 @@ class GCSStore(ObjectStore):
         self._storage = import_sdk("google.cloud.storage", "gs", "gcs")
         from google.api_core import exceptions
         self._exceptions = exceptions
-        self._credential = credential
-        self._local = threading.local()  # a client per thread: its HTTP session is not shared
-        self._client()  # a credential file that does not read fails here, once
+        # resolved once (google-auth's default chain may ask the metadata
+        # server), then shared by a client per thread (its HTTP session is not)
+        self._auth = self._credentials(credential)
+        self._local = threading.local()
+        self._client()
+
+    def _credentials(self, credential: GCSCredential):
+        """(project, credentials), or None for anonymous access."""
+        _read_only = ["https://www.googleapis.com/auth/devstorage.read_only"]
+        try:
+            import google.auth
+            if credential.path:  # a user's credentials or a service account's key, as Triton takes either
+                with open(credential.path, encoding="utf-8") as f:
+                    info = json.load(f)
+                if info.get("type") == "authorized_user":
+                    from google.oauth2.credentials import Credentials
+                    creds = Credentials.from_authorized_user_info(info, scopes=_read_only)
+                else:
+                    from google.oauth2.service_account import Credentials
+                    creds = Credentials.from_service_account_info(info, scopes=_read_only)
+                return info.get("project_id") or info.get("quota_project_id") or "_", creds
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                from google.auth.credentials import AnonymousCredentials
+                return "_", AnonymousCredentials()
+            try:
+                creds, project = google.auth.default(scopes=_read_only)
+            except google.auth.exceptions.DefaultCredentialsError:
+                return None  # no credential anywhere: anonymous, as Triton falls back
+            return project or "_", creds
+        except Exception as err:
+            raise StorageError(f"Unable to create GCS client. Check account credentials. "
+                               f"{type(err).__name__}: {err}") from None
 
     def _client(self):
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = self._make_client()
+            if self._auth is None:
+                client = self._storage.Client.create_anonymous_client()
+            else:
+                client = self._storage.Client(project=self._auth[0], credentials=self._auth[1])
+            self._local.client = client
         return client
-
-    def _make_client(self):
-        storage = self._storage
-        path = self._credential.path
-        try:
-            if path:  # a service account's key or a user's credentials, as Triton takes either
-                import google.auth
-                creds, project = google.auth.load_credentials_from_file(
-                    path, scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
-                return storage.Client(project=project or "_", credentials=creds)
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                from google.auth.credentials import AnonymousCredentials
-                return storage.Client(project="_", credentials=AnonymousCredentials())
-            try:
-                return storage.Client()  # google-auth's default chain
-            except Exception:  # no credential anywhere: anonymous, as Triton falls back
-                return storage.Client.create_anonymous_client()
-        except Exception as err:
-            raise StorageError(f"Unable to create GCS client. Check account credentials. "
-                               f"{type(err).__name__}: {err}") from None
 
     def check(self) -> None:
         bucket = self.location.bucket
