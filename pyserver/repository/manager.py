@@ -514,15 +514,13 @@ class ModelManager:
             return os.path.isdir(path)
         try:
             mirror = self._mirror(path)
+            if mirror.exists():
+                mirror.list_models()
+                return True
         except ServerError:
-            return False
-        if not mirror.exists():
-            return False
-        try:
-            mirror.list_models()
-        except ServerError:
-            return False
-        return True
+            pass
+        self.forget_repository(path)  # nothing kept of a repository not registered
+        return False
 
     def forget_repository(self, path: str) -> None:
         """A repository unregistered: its local copy goes (when temporary)."""

@@ -389,6 +389,30 @@ def test_s3_half_written_models_leave_the_others_serving(bucket, tmp_path, start
     assert ready_names(s) == {"good", "nofile"}
 
 
+def test_s3_failed_download_fails_that_model_only(bucket, tmp_path, start_server, monkeypatch):
+    from pyserver.repository.remote import s3
+
+    real = s3.S3Store.read_into
+
+    def flaky(self, obj, out):
+        if "/broken/" in obj.key:
+            raise s3.StorageError(f"Failed to get object at {self.location.url(obj.key)} due to "
+                                  "exception: InternalError, error message: injected")
+        return real(self, obj, out)
+
+    monkeypatch.setattr(s3.S3Store, "read_into", flaky)
+    bucket.put_add_sub(tmp_path, "good")
+    bucket.put_add_sub(tmp_path, "broken")
+    s = start_server(bucket.uri(), exit_on_error=False, model_control_mode="poll",
+                     repository_poll_secs=0)
+    assert ready_names(s) == {"good"}
+    reason = index(s)[("broken", "")]["reason"]
+    assert reason.startswith(f"Failed to get object at s3://{bucket.name}/repo/broken/"), reason
+    monkeypatch.setattr(s3.S3Store, "read_into", real)  # the store recovers
+    s.call(s.server.poll_repository())
+    assert ready_names(s) == {"good", "broken"}
+
+
 def test_s3_registered_repository_through_the_inprocess_api(bucket, tmp_path):
     tritonserver = pytest.importorskip("tritonserver")
     local = tmp_path / "local"
