@@ -319,6 +319,28 @@ def test_s3_restart_fetches_only_what_changed(bucket, tmp_path):
     assert changed == {"b/config.pbtxt"}
 
 
+def test_s3_large_objects_arrive_in_ranged_parts(bucket, monkeypatch):
+    from pyserver.repository.remote import RemoteRepository, s3
+
+    monkeypatch.setattr(s3.S3Store, "RANGED_THRESHOLD", 1000)
+    monkeypatch.setattr(s3.S3Store, "PART_SIZE", 300)
+    blob = os.urandom(2500)
+    bucket.put("repo/m/1/model.bin", blob)
+    bucket.put("repo/m/config.pbtxt", "small")
+    mirror = RemoteRepository(bucket.uri())
+    try:
+        assert mirror.sync() == {}
+        assert (mirror.root / "m" / "1" / "model.bin").read_bytes() == blob
+        assert mirror.downloads == 2
+        # a part of another upload than the one listed is refused, not mixed in
+        stale = s3.StoredObject("repo/m/1/model.bin", "0" * 32, len(blob))
+        with pytest.raises(ServerError, match="Failed to get object at .*PreconditionFailed"):
+            mirror.store.download(stale, mirror.root / "m" / "stale")
+        assert sorted(p.name for p in (mirror.root / "m").iterdir()) == ["1", "config.pbtxt"]
+    finally:
+        mirror.close()
+
+
 def test_s3_missing_bucket_fails_startup(s3_endpoint, bucket, tmp_path, start_server, start_many):
     missing = f"s3://{s3_endpoint}/no-such-bucket/repo"
     with pytest.raises(ServerError, match="Could not get MetaData for bucket with name no-such-bucket "
