@@ -1,0 +1,278 @@
+"""The command lines in deploy/ start pyserver and its probes answer.
+
+Each test takes the container's command line out of the YAML (KServe's
+ClusterServingRuntime, ModelMesh's ServingRuntime, the Helm chart's rendered
+Deployment) and runs it as it stands, with three substitutions only: the
+command name `tritonserver` becomes the console script beside this
+interpreter (or `python -m pyserver` where it is missing), the model folder
+becomes a temporary repository, and each port number becomes a free port (a
+port the file leaves at the server's default gets its flag, after the test
+has checked that the default is the port the file names). Then the probes,
+the ports and the metrics path the file declares are asked.
+"""
+
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pyserver.cli import build_parser
+from pyserver.testing import write_add_sub
+
+from .manifests import DEPLOY, by_kind, load_one, render_chart
+from .test_manifests import CHART_VALUES
+
+_SCRIPT = Path(sys.executable).parent / "tritonserver"
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "pyserver"]
+PORT_FLAGS = ("--http-port", "--grpc-port", "--metrics-port")
+REPOSITORY_FLAGS = ("--model-repository", "--model-store")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_default(flag: str):
+    """The value pyserver takes for a flag a command line leaves out."""
+    return build_parser("tritonserver").get_default(flag.lstrip("-").replace("-", "_"))
+
+
+def rewrite(args: list[str], repo: Path, ports: dict[int, int]) -> list[str]:
+    """tritonserver's flags with the repository and the port numbers replaced."""
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if eq and flag in REPOSITORY_FLAGS:
+            arg = f"{flag}={repo}"
+        elif eq and flag in PORT_FLAGS:
+            arg = f"{flag}={ports[int(value)]}"
+        out.append(arg)
+    return out
+
+
+def defaulted_ports(args: list[str], ports: dict[int, int]) -> list[str]:
+    """Flags for the ports the command line leaves at the server's default
+    (the default checked against `ports`, the file's own numbers)."""
+    extra = []
+    for flag in PORT_FLAGS:
+        if not any(a.startswith(flag + "=") for a in args):
+            default = server_default(flag)
+            assert default in ports, f"{flag} defaults to {default}, not a port the file names"
+            extra.append(f"{flag}={ports[default]}")
+    return extra
+
+
+class Process:
+    """A server process; its output in a file, shown when it fails."""
+
+    def __init__(self, argv: list[str], log: Path):
+        self.log = log
+        self.out = open(log, "w")
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self.out.flush()
+        return self.log.read_text()
+
+    def get(self, port: int, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait_for(self, port: int, path: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, f"server exited {self.proc.returncode}:\n{self.output()}"
+            try:
+                if self.get(port, path)[0] == 200:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{path} never answered 200:\n{self.output()}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.out.close()
+        assert self.proc.returncode == 0, self.output()
+
+
+def _infer(client) -> None:
+    module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.float32)
+    inputs = []
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        tensor = module.InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    result = client.infer("add_sub", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def _metrics_count(server: Process, port: int, path: str) -> str:
+    status, body = server.get(port, path)
+    assert status == 200
+    return body.decode()
+
+
+# -- KServe ------------------------------------------------------------------
+
+@pytest.mark.parametrize("storage_uri", [True, False], ids=["storageUri", "no-storageUri"])
+def test_kserve_runtime_command(tmp_path, storage_uri):
+    runtime = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")
+    (container,) = runtime["spec"]["containers"]
+    name, *flags = container["args"]
+    assert name == "tritonserver" and "command" not in container
+    if not storage_uri:
+        # what KServe's Triton defaults (server-type tritonserver) append to
+        # an InferenceService without storageUri: models come through the API
+        flags.append("--model-control-mode=explicit")
+    metrics_port = int(runtime["spec"]["annotations"]["prometheus.kserve.io/port"])
+    metrics_path = runtime["spec"]["annotations"]["prometheus.kserve.io/path"]
+    ports = {8080: free_port(), 9000: free_port(), metrics_port: free_port()}
+    if storage_uri:
+        write_add_sub(tmp_path / "models")  # what the storage initializer put in /mnt/models
+    else:
+        (tmp_path / "models").mkdir()
+    argv = rewrite(flags, tmp_path / "models", ports)
+    argv += defaulted_ports(argv, {metrics_port: ports[metrics_port]})
+    server = Process([*COMMAND, *argv], tmp_path / "server.log")
+    try:
+        http, grpc, metrics = ports[8080], ports[9000], ports[metrics_port]
+        server.wait_for(http, "/v2/health/live")
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+        if not storage_uri:
+            write_add_sub(tmp_path / "models")
+            grpc_client.load_model("add_sub")
+        server.wait_for(http, "/v2/health/ready")
+        assert grpc_client.is_server_live() and grpc_client.is_server_ready()
+        assert grpc_client.is_model_ready("add_sub")
+        _infer(httpclient.InferenceServerClient(f"127.0.0.1:{http}"))
+        _infer(grpc_client)
+        text = _metrics_count(server, metrics, metrics_path)
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 2' in text
+    finally:
+        server.close()
+
+
+# -- ModelMesh ---------------------------------------------------------------
+
+def test_modelmesh_runtime_command(tmp_path):
+    runtime = load_one(DEPLOY / "modelmesh" / "servingruntime.yaml")
+    spec = runtime["spec"]
+    (container,) = spec["containers"]
+    shell, (dash_c, script) = container["command"][0], container["args"]
+    assert dash_c == "-c"
+    # the file's ports: the adapter's management and data endpoint (gRPC),
+    # the liveness probe (HTTP); the metrics port stays Triton's 8002
+    grpc_file = spec["builtInAdapter"]["runtimeManagementPort"]
+    assert spec["grpcDataEndpoint"] == f"port:{grpc_file}"
+    probe = container["livenessProbe"]["httpGet"]
+    ports = {probe["port"]: free_port(), grpc_file: free_port(), 8002: free_port()}
+    steps = [s.strip() for s in script.split(";") if s.strip()]
+    assert steps[-1].startswith("exec tritonserver ")
+    exec_flags = shlex.split(steps[-1])[2:]
+    assert "--model-repository=/models/_triton_models" in exec_flags
+    # the same shell line, with the folder, the command and the ports replaced
+    models = tmp_path / "models" / "_triton_models"
+    (tmp_path / "models").mkdir()
+    line = script.replace("/models/_triton_models", str(models))
+    line = line.replace("exec tritonserver ", "exec " + shlex.join(COMMAND) + " ", 1)
+    line = line.rstrip() + " " + shlex.join(defaulted_ports(exec_flags, ports))
+    server = Process([shell, "-c", line], tmp_path / "server.log")
+    try:
+        http, grpc, metrics = ports[probe["port"]], ports[grpc_file], ports[8002]
+        server.wait_for(http, probe["path"])
+        assert models.is_dir()  # the line's mkdir ran
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+        # strict readiness off: ready with nothing loaded, as ModelMesh expects
+        assert client.is_server_ready()
+        assert client.get_model_repository_index().models == []
+        # the adapter places a model and loads it through the repository API
+        write_add_sub(models)
+        client.load_model("add_sub")
+        assert client.is_model_ready("add_sub")
+        _infer(client)
+        text = _metrics_count(server, metrics, "/metrics")
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in text
+        client.unload_model("add_sub")
+        deadline = time.monotonic() + 30
+        while client.is_model_ready("add_sub"):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        server.close()
+
+
+# -- the Helm chart ----------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["pvc", "everything"])
+def test_chart_deployment_command(tmp_path, case):
+    objects = render_chart(CHART_VALUES[case])
+    (deployment,) = by_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    name, *flags = container["args"]
+    assert name == "tritonserver"
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    ports = {number: free_port() for number in named.values()}
+    write_add_sub(tmp_path / "models")
+    argv = rewrite(flags, tmp_path / "models", ports)
+    assert defaulted_ports(argv, ports) == []  # the chart names every port
+    server = Process([*COMMAND, *argv], tmp_path / "server.log")
+    try:
+        def port_of(probe):
+            port = probe["httpGet"]["port"]
+            return ports[named[port] if isinstance(port, str) else port]
+
+        startup = container["startupProbe"]
+        server.wait_for(port_of(startup), startup["httpGet"]["path"])
+        for probe in (container["livenessProbe"], container["readinessProbe"]):
+            assert server.get(port_of(probe), probe["httpGet"]["path"])[0] == 200
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[named['grpc']]}")
+        assert client.is_server_ready() and client.is_model_ready("add_sub")
+        _infer(client)
+        (monitor,) = by_kind(render_chart(CHART_VALUES["everything"]), "ServiceMonitor")
+        (endpoint,) = monitor["spec"]["endpoints"]
+        text = _metrics_count(server, ports[named[endpoint["port"]]], endpoint["path"])
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in text
+        assert "nv_inference_queue_duration_us" in text  # what the autoscaling rule reads
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("source", ["kserve", "modelmesh", "helm"])
+def test_command_line_parses(source):
+    """Each file's flags are ones pyserver's command line takes (the quick
+    form of the tests above: a rejected flag names itself here)."""
+    if source == "kserve":
+        args = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")["spec"]["containers"][0]["args"][1:]
+    elif source == "modelmesh":
+        script = load_one(DEPLOY / "modelmesh" / "servingruntime.yaml")["spec"]["containers"][0]["args"][1]
+        args = shlex.split(script.split(";")[-1])[2:]
+    else:
+        deployment = by_kind(render_chart(CHART_VALUES["everything"]), "Deployment")[0]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+    parsed = build_parser("tritonserver").parse_args(args)
+    assert parsed.model_repository
+
