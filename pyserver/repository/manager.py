@@ -263,14 +263,20 @@ class ModelManager:
                 unreachable = await self._sync_remote([name])
             try:
                 entry, override = self._model_source(name, config, files, found, unreachable)
-                if override is None and name in self._sync_errors:
-                    raise ServerError(Code.INTERNAL, self._sync_errors[name])
             except LoadRefused:
                 raise  # no state (see LoadRefused)
             except ServerError as err:
                 if not serving:
                     self.states[name] = ("UNAVAILABLE", err.message)
                 raise
+            if not files and name in self._sync_errors:  # its folder is not all there
+                reason = self._sync_errors[name]
+                log.error("failed to load '%s': %s", name, reason)
+                if not serving:
+                    self.states[name] = ("UNAVAILABLE", reason)
+                if requested:
+                    raise ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {reason}")
+                raise ServerError(Code.INTERNAL, reason)
             loop = asyncio.get_running_loop()
             from_folder = override is None
             if from_folder and stamp is None and serving:  # else taken as it loads

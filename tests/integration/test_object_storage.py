@@ -20,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import uvloop
+from tritonclient.utils import InferenceServerException
 
 from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.kernel.errors import ServerError
@@ -292,7 +293,7 @@ def test_s3_explicit_load_after_upload(bucket, tmp_path, start_server):
         assert files_of(cache)["late/config.pbtxt"] == before["late/config.pbtxt"]
         # gone from the bucket: a load fails as Triton's does
         bucket.delete_prefix("repo/late/")
-        with pytest.raises(Exception, match="failed to poll from model repository"):
+        with pytest.raises(InferenceServerException, match="failed to poll from model repository"):
             client.load_model("late")
 
 
@@ -433,6 +434,14 @@ def test_s3_failed_download_fails_that_model_only(bucket, tmp_path, start_server
     monkeypatch.setattr(s3.S3Store, "read_into", real)  # the store recovers
     s.call(s.server.poll_repository())
     assert ready_names(s) == {"good", "broken"}
+    # an explicit load answers as Triton's does for a load that fails
+    monkeypatch.setattr(s3.S3Store, "read_into", flaky)
+    bucket.put_add_sub(tmp_path, "broken", prefix="repo2")
+    e = start_server(bucket.uri("repo2"), model_control_mode="explicit")
+    with httpclient.InferenceServerClient(e.url) as client:
+        with pytest.raises(InferenceServerException, match="load failed for model 'broken': "
+                                                           "Failed to get object at s3://"):
+            client.load_model("broken")
 
 
 def test_s3_registered_repository_through_the_inprocess_api(bucket, tmp_path):
