@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Builds pyserver's image without a Docker engine or a registry: Debian's
+# buildah with chroot isolation, its storage and configuration all under
+# build/image/ (nothing global is touched), and a Debian bookworm base made
+# once with debootstrap. mk/image.mk calls it; run as root.
+#
+#   docker/image.sh deps     install buildah and debootstrap when missing
+#   docker/image.sh base     the base image (debootstrap, once; then cached)
+#   docker/image.sh build    the CPU image from ./Dockerfile over that base
+#   docker/image.sh test     start the image's server and infer (tests/image)
+#   docker/image.sh lint     hadolint over Dockerfile and Dockerfile.cuda
+#   docker/image.sh clean    remove the image storage (keeps the base tarball)
+#
+# Environment: IMAGE (localhost/pyserver:cpu), IMAGE_DIR (build/image),
+# DEBIAN_MIRROR (http://deb.debian.org/debian), BUILD_JOBS (nproc),
+# PYSERVER_EXTRAS (Dockerfile's default), PIP_CERT (the CA bundle pip in
+# the build trusts; /etc/ssl/certs/ca-certificates.crt), STORAGE_DRIVER (overlay when the
+# kernel mounts it here, else vfs), PYTHON (the venv's interpreter, for test).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+IMAGE=${IMAGE:-localhost/pyserver:cpu}
+IMAGE_DIR=$(mkdir -p "${IMAGE_DIR:-build/image}" && cd "${IMAGE_DIR:-build/image}" && pwd)
+SUITE=bookworm
+BASE_IMAGE=localhost/pyserver-base:${SUITE}-python3.11
+BASE_TAR=$IMAGE_DIR/$SUITE-rootfs.tar
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+BUILD_JOBS=${BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+
+die() { echo "docker/image.sh: $*" >&2; exit 1; }
+log() { echo "[image $(date +%T)] $*"; }
+
+need_root() {
+  [ "$(id -u)" -eq 0 ] || die "$1 needs root (buildah's chroot isolation and debootstrap mount filesystems); run it with sudo"
+}
+
+# ---- configuration: everything buildah reads or writes lives in IMAGE_DIR --
+setup_env() {
+  command -v buildah >/dev/null || die "buildah is missing: run 'make image' (or docker/image.sh deps)"
+  local conf=$IMAGE_DIR/conf
+  mkdir -p "$conf" "$IMAGE_DIR/storage" "$IMAGE_DIR/run" "$IMAGE_DIR/tmp"
+  local driver=${STORAGE_DRIVER:-}
+  if [ -z "$driver" ]; then
+    driver=$(cat "$conf/driver" 2>/dev/null || true)
+  fi
+  if [ -z "$driver" ]; then
+    driver=vfs
+    local probe=$IMAGE_DIR/overlay-probe
+    rm -rf "$probe" && mkdir -p "$probe"/{lower,upper,work,merged}
+    if mount -t overlay overlay -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+         "$probe/merged" 2>/dev/null; then
+      umount "$probe/merged"
+      driver=overlay
+    fi
+    rm -rf "$probe"
+    echo "$driver" > "$conf/driver"
+  fi
+  cat > "$conf/storage.conf" <<EOF
+[storage]
+driver = "$driver"
+graphroot = "$IMAGE_DIR/storage"
+runroot = "$IMAGE_DIR/run"
+EOF
+  # No ulimits to set (the chroot isolation cannot raise them here), no
+  # cgroup manager, no registry to search: every image is localhost/.
+  cat > "$conf/containers.conf" <<'EOF'
+[containers]
+default_ulimits = []
+
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+  cat > "$conf/registries.conf" <<'EOF'
+unqualified-search-registries = []
+short-name-mode = "disabled"
+EOF
+  echo '{"default": [{"type": "insecureAcceptAnything"}]}' > "$conf/policy.json"
+  export CONTAINERS_STORAGE_CONF=$conf/storage.conf
+  export CONTAINERS_CONF=$conf/containers.conf
+  export CONTAINERS_REGISTRIES_CONF=$conf/registries.conf
+  export REGISTRIES_CONFIG_PATH=$conf/registries.conf
+  export BUILDAH_ISOLATION=chroot
+  export TMPDIR=$IMAGE_DIR/tmp
+  BUILDAH=(buildah --registries-conf "$conf/registries.conf")
+  POLICY=(--signature-policy "$conf/policy.json")
+}
+
+have_image() { "${BUILDAH[@]}" inspect --type image "$1" >/dev/null 2>&1; }
+
+cmd_deps() {
+  local missing=()
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  need_root "installing ${missing[*]}"
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# ---- the base: Debian bookworm + its python3 (3.11) and venv --------------
+cmd_base() {
+  need_root "the base image"
+  setup_env
+  if [ ! -s "$BASE_TAR" ]; then
+    command -v debootstrap >/dev/null || die "debootstrap is missing: run 'make image' (or docker/image.sh deps)"
+    local rootfs=$IMAGE_DIR/rootfs.tmp
+    log "debootstrap $SUITE from $DEBIAN_MIRROR into $rootfs (once; then $BASE_TAR is reused)"
+    rm -rf "$rootfs"
+    if ! debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+          "$SUITE" "$rootfs" "$DEBIAN_MIRROR" > "$IMAGE_DIR/debootstrap.log" 2>&1; then
+      tail -n 30 "$IMAGE_DIR/debootstrap.log" >&2
+      die "debootstrap failed (log: $IMAGE_DIR/debootstrap.log); is $DEBIAN_MIRROR reachable?"
+    fi
+    cat > "$rootfs/etc/apt/sources.list" <<EOF
+deb $DEBIAN_MIRROR $SUITE main
+deb $DEBIAN_MIRROR $SUITE-updates main
+deb http://deb.debian.org/debian-security $SUITE-security main
+EOF
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log
+    chroot "$rootfs" python3 -c "import venv, ensurepip, ssl" || die "the base's python3 lacks venv/ensurepip/ssl"
+    tar --numeric-owner --xattrs -C "$rootfs" -cf "$BASE_TAR.tmp" \
+        --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' --exclude='./run/*' .
+    mv "$BASE_TAR.tmp" "$BASE_TAR"
+    rm -rf "$rootfs"
+  fi
+  if ! have_image "$BASE_IMAGE" || [ "$BASE_TAR" -nt "$IMAGE_DIR/conf/base.stamp" ]; then
+    log "importing $BASE_TAR as $BASE_IMAGE"
+    local ctr
+    ctr=$("${BUILDAH[@]}" from "${POLICY[@]}" scratch)
+    "${BUILDAH[@]}" add "$ctr" "$BASE_TAR" / >/dev/null
+    "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env LANG=C.UTF-8 --cmd python3 --os linux --arch "$(dpkg --print-architecture)" \
+        --label org.opencontainers.image.title="pyserver-base" \
+        --label org.opencontainers.image.description="Debian $SUITE (debootstrap minbase) with python3, python3-venv" \
+        "$ctr"
+    "${BUILDAH[@]}" commit "${POLICY[@]}" --rm -q "$ctr" "$BASE_IMAGE" >/dev/null
+    touch "$IMAGE_DIR/conf/base.stamp"
+  fi
+  log "base: $BASE_IMAGE"
+}
+
+# ---- the CPU image ---------------------------------------------------------
+cmd_build() {
+  need_root "buildah bud"
+  cmd_base
+  local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BUILD_JOBS=$BUILD_JOBS"
+              --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+              --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+              --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)")
+  [ -n "${PYSERVER_EXTRAS:-}" ] && args+=(--build-arg "PYSERVER_EXTRAS=$PYSERVER_EXTRAS")
+  # pip inside the build trusts what pip trusts here (a proxy's CA, say):
+  # a build secret, so the bundle never lands in a layer.
+  local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+  [ -s "$cert" ] && args+=(--secret "id=pip_cert,src=$cert")
+  log "buildah bud -f Dockerfile -t $IMAGE (log: $IMAGE_DIR/build.log)"
+  local start=$SECONDS
+  # --format docker: OCI images have no HEALTHCHECK.
+  if ! "${BUILDAH[@]}" bud "${POLICY[@]}" --layers --pull=never --format docker --isolation chroot \
+        "${args[@]}" -f Dockerfile -t "$IMAGE" . > "$IMAGE_DIR/build.log" 2>&1; then
+    tail -n 40 "$IMAGE_DIR/build.log" >&2
+    die "buildah bud failed (whole log: $IMAGE_DIR/build.log)"
+  fi
+  # Dangling intermediate images from earlier builds stay as cache; the
+  # superseded final images do not.
+  "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+  local size
+  size=$("${BUILDAH[@]}" inspect --type image --format '{{.ImageSize}}' "$IMAGE" 2>/dev/null || echo 0)
+  log "built $IMAGE in $((SECONDS - start)) s; $(numfmt --to=iec "$size" 2>/dev/null || echo "$size bytes") uncompressed"
+}
+
+# ---- start it and talk to it -----------------------------------------------
+cmd_test() {
+  need_root "running the image (chroot)"
+  setup_env
+  have_image "$IMAGE" || die "no image $IMAGE: run 'make image' first"
+  [ -x "$PYTHON" ] || die "$PYTHON is missing: run 'make install' first"
+  local models=$IMAGE_DIR/test/models
+  rm -rf "$IMAGE_DIR/test" && mkdir -p "$IMAGE_DIR/test"
+  "$PYTHON" -c "from pyserver.testing import write_add_sub; write_add_sub('$models')"
+  "$PYTHON" tests/image/check_image.py --image "$IMAGE" --models "$models" \
+      --workdir "$IMAGE_DIR/test" --buildah "${BUILDAH[*]}"
+}
+
+cmd_lint() {
+  local hadolint=${HADOLINT:-$ROOT/.venv/bin/hadolint}
+  [ -x "$hadolint" ] || hadolint=$(command -v hadolint || true)
+  [ -n "$hadolint" ] || die "hadolint is missing: .venv/bin/pip install -r requirements-deploy.txt"
+  "$hadolint" Dockerfile Dockerfile.cuda
+}
+
+cmd_clean() {
+  setup_env
+  "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
+  "${BUILDAH[@]}" rmi --all --force >/dev/null 2>&1 || true
+  rm -rf "$IMAGE_DIR/storage" "$IMAGE_DIR/run" "$IMAGE_DIR/tmp" "$IMAGE_DIR/conf/base.stamp"
+}
+
+case "${1:-}" in
+  deps) cmd_deps ;;
+  base) cmd_deps; cmd_base ;;
+  build) cmd_deps; cmd_build ;;
+  test) cmd_test ;;
+  lint) cmd_lint ;;
+  clean) cmd_clean ;;
+  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+esac
