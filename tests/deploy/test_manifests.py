@@ -101,8 +101,9 @@ def test_kserve_runtime_is_a_triton_runtime():
     assert spec["annotations"] == {"prometheus.kserve.io/port": "8002", "prometheus.kserve.io/path": "/metrics"}
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container"  # the name KServe merges the predictor into
-    assert container["args"][:6] == ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000",
-                                     "--http-port=8080", "--allow-grpc=true", "--allow-http=true"]
+    assert container["command"] == ["tritonserver"]
+    assert container["args"][:5] == ["--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080",
+                                     "--allow-grpc=true", "--allow-http=true"]
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["runAsUser"] == 1000
     assert security["readOnlyRootFilesystem"] and security["capabilities"]["drop"] == ["ALL"]
@@ -177,7 +178,8 @@ def test_chart_deployment():
     objects = render_chart(CHART_VALUES["everything"])
     (deployment,) = by_kind(objects, "Deployment")
     container = _container(deployment)
-    assert container["args"] == ["tritonserver", "--model-repository=/models", "--http-port=8000",
+    assert container["command"] == ["tritonserver"]
+    assert container["args"] == ["--model-repository=/models", "--http-port=8000",
                                  "--grpc-port=8001", "--metrics-port=8002",
                                  "--model-control-mode=poll", "--repository-poll-secs=30"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == \

@@ -142,8 +142,8 @@ def _metrics_count(server: Process, port: int, path: str) -> str:
 def test_kserve_runtime_command(tmp_path, storage_uri):
     runtime = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")
     (container,) = runtime["spec"]["containers"]
-    name, *flags = container["args"]
-    assert name == "tritonserver" and "command" not in container
+    assert container["command"] == ["tritonserver"]
+    flags = list(container["args"])
     if not storage_uri:
         # what KServe's Triton defaults (server-type tritonserver) append to
         # an InferenceService without storageUri: models come through the API
@@ -232,8 +232,8 @@ def test_chart_deployment_command(tmp_path, case):
     objects = render_chart(CHART_VALUES[case])
     (deployment,) = by_kind(objects, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    name, *flags = container["args"]
-    assert name == "tritonserver"
+    assert container["command"] == ["tritonserver"]
+    flags = container["args"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     ports = {number: free_port() for number in named.values()}
     write_add_sub(tmp_path / "models")
@@ -266,13 +266,13 @@ def test_command_line_parses(source):
     """Each file's flags are ones pyserver's command line takes (the quick
     form of the tests above: a rejected flag names itself here)."""
     if source == "kserve":
-        args = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")["spec"]["containers"][0]["args"][1:]
+        args = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")["spec"]["containers"][0]["args"]
     elif source == "modelmesh":
         script = load_one(DEPLOY / "modelmesh" / "servingruntime.yaml")["spec"]["containers"][0]["args"][1]
         args = shlex.split(script.split(";")[-1])[2:]
     else:
         deployment = by_kind(render_chart(CHART_VALUES["everything"]), "Deployment")[0]
-        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     parsed = build_parser("tritonserver").parse_args(args)
     assert parsed.model_repository
 
