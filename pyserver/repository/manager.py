@@ -513,6 +513,15 @@ class ModelManager:
             text = text.replace(str(mirror.root), mirror.location.url().rstrip("/"))
         return text
 
+    def model_folder(self, name: str) -> Path | None:
+        """The local folder of model ``name`` (a remote one's copy), None
+        where no repository holds it."""
+        try:
+            entry = self._scan()[0].get(name)
+        except ServerError:
+            return None
+        return None if entry is None else Path(entry.path)
+
     def repository_found(self, path: str) -> bool:
         """Whether ``path`` is a repository one can register: a folder, or
         a bucket (folder) in object storage, then listed."""

@@ -424,6 +424,11 @@ class Server:
             raise ServerError(Code.UNAVAILABLE, "Server is not running")
         return self.models.index(ready_only)
 
+    def model_folder(self, name: str):
+        """The local folder model ``name`` loads from (for an object-storage
+        repository, its copy), None where no repository holds it."""
+        return None if self.models is None else self.models.model_folder(name)
+
     def _check_explicit(self):
         if self.model_control_mode != "explicit":
             raise ServerError(Code.UNAVAILABLE,

@@ -223,6 +223,21 @@ def test_s3_repository_serves_http_and_grpc(bucket, tmp_path, start_grpc):
         assert client.is_model_ready("add_sub")
 
 
+def test_s3_model_folder_is_its_local_copy(bucket, tmp_path, start_server):
+    """What reads a model's own files beside its config (the OpenAI
+    frontend's chat template) finds them in the copy of a bucket's model."""
+    from pyserver.frontends.openai import chat
+
+    bucket.put_add_sub(tmp_path, "add_sub")
+    bucket.put("repo/add_sub/chat_template.jinja", "{{ messages[0]['content'] }}!")
+    s = start_server(bucket.uri())
+    folder = s.run(s.server.model_folder, "add_sub")
+    assert folder is not None and (folder / "chat_template.jinja").is_file()
+    template = chat.find_template(folder)
+    assert template.render([{"role": "user", "content": "hi"}], "add_sub") == "hi!"
+    assert s.run(s.server.model_folder, "no_such_model") is None
+
+
 def test_s3_python_model(bucket, start_server):
     """A Triton Python model (model.py) from the bucket runs in its worker."""
     bucket.put_folder(Path(__file__).parents[1] / "models" / "python" / "add_sub", "repo/add_sub")

@@ -12,7 +12,6 @@ request leaves the queue, a running model sees ``is_cancelled()``).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from pyserver.frontends.http.connection import HttpConnection
 from pyserver.frontends.http.framing import JSON_HEADERS, build
@@ -128,19 +127,12 @@ class OpenAIFrontend(HttpFrontend):
         """How to talk to model ``name``; 404 unless it is ready."""
         return self._model(name)[1]
 
-    def _model_dir(self, name: str) -> Path | None:
-        for repo in getattr(self.server, "repositories", ()):
-            folder = Path(repo) / name
-            if folder.is_dir():
-                return folder
-        return None
-
     def chat_prompt(self, name: str, messages: list) -> str:
         template = self.chat_template
         if template is None:
             known = self._model(name)
             if known[2] is None:
-                known[2] = chat.find_template(self._model_dir(name)) or False
+                known[2] = chat.find_template(self.server.model_folder(name)) or False
             template = known[2] or None
         if template is None:
             return chat.default_prompt(messages)
