@@ -137,3 +137,26 @@ def pod_of(containers: list[dict], volumes: list[dict] | None = None) -> dict:
     if volumes:
         spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": spec}
+
+
+# What prometheus-adapter puts in its query templates, and Grafana in its
+# variables, before Prometheus sees a query: stand-ins of the same shape.
+PROMQL_STANDINS = {
+    "<<.LabelMatchers>>": 'namespace="serving",pod=~"demo-pyserver-.*"',
+    "<<.GroupBy>>": "pod",
+    "<<.Series>>": "nv_inference_queue_duration_us",
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+}
+
+
+def parse_promql(query: str, variables: dict | None = None):
+    """The query as Prometheus parses it (promql-parser; ValueError where
+    Prometheus would refuse it), after the stand-ins for the adapter's
+    templates and Grafana's variables."""
+    import promql_parser
+
+    for key, value in {**PROMQL_STANDINS, **(variables or {})}.items():
+        query = query.replace(key, value)
+    assert "<<" not in query and "$" not in query, query
+    return promql_parser.parse(query)

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 from pyserver.frontends.metrics.gpu import GPU_FAMILIES
 from pyserver.testing import write_add_sub
 
-from .manifests import DEPLOY
+from .manifests import DEPLOY, parse_promql
 from .test_runtime_commands import COMMAND, Process, _infer, free_port
 
 DASHBOARD = DEPLOY / "grafana" / "pyserver-dashboard.json"
@@ -62,6 +62,9 @@ def test_dashboard_structure():
             assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), expr
             for name in re.findall(r"\$(\w+)", expr):
                 assert name in variables or name.startswith("__"), (name, expr)
+            # as Prometheus parses it, each variable at its "All" value
+            parse_promql(expr, {f"${name}": variables[name].get("allValue", ".*")
+                                for name in variables if name != "datasource"})
     # the panels the brief names
     exprs = "\n".join(e for e, _ in _queries(dashboard))
     assert "nv_inference_count" in exprs and "nv_inference_exec_count" in exprs  # batch size

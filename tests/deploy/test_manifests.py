@@ -16,6 +16,7 @@ from .manifests import (
     crd_errors,
     load_documents,
     load_one,
+    parse_promql,
     pod_of,
     render_chart,
     validate,
@@ -249,6 +250,9 @@ def test_chart_autoscaling_on_queue_time():
     assert "rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])" in numerator
     assert "rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])" in denominator
     assert query.count("by (<<.GroupBy>>)") == 2
+    parse_promql(rule["seriesQuery"])
+    parsed = parse_promql(query)
+    assert type(parsed).__name__ == "BinaryExpr"
     assert not by_kind(render_chart(PVC), "HorizontalPodAutoscaler")
     assert by_kind(render_chart(PVC), "Deployment")[0]["spec"]["replicas"] == 1
 
