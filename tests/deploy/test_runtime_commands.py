@@ -48,12 +48,13 @@ def server_default(flag: str):
     return build_parser("tritonserver").get_default(flag.lstrip("-").replace("-", "_"))
 
 
-def rewrite(args: list[str], repo: Path, ports: dict[int, int]) -> list[str]:
-    """tritonserver's flags with the repository and the port numbers replaced."""
+def rewrite(args: list[str], repo: Path | None, ports: dict[int, int]) -> list[str]:
+    """tritonserver's flags with the repository (unless None) and the port
+    numbers replaced."""
     out = []
     for arg in args:
         flag, eq, value = arg.partition("=")
-        if eq and flag in REPOSITORY_FLAGS:
+        if eq and flag in REPOSITORY_FLAGS and repo is not None:
             arg = f"{flag}={repo}"
         elif eq and flag in PORT_FLAGS:
             arg = f"{flag}={ports[int(value)]}"
@@ -76,10 +77,10 @@ def defaulted_ports(args: list[str], ports: dict[int, int]) -> list[str]:
 class Process:
     """A server process; its output in a file, shown when it fails."""
 
-    def __init__(self, argv: list[str], log: Path):
+    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
         self.log = log
         self.out = open(log, "w")
-        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT, env=env)
 
     def output(self) -> str:
         self.out.flush()
@@ -259,6 +260,66 @@ def test_chart_deployment_command(tmp_path, case):
         assert "nv_inference_queue_duration_us" in text  # what the autoscaling rule reads
     finally:
         server.close()
+
+
+def test_chart_object_storage_command(tmp_path):
+    """The chart on an s3:// repository: the Deployment's command line and
+    environment (its own variables, and the credentials Secret's keys as
+    envFrom gives them) against moto's S3 server on 127.0.0.1."""
+    pytest.importorskip("moto")
+    boto3 = pytest.importorskip("boto3")
+    import os
+    import socket
+
+    s3_port = free_port()
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", s3_port), timeout=0.5).close()
+                break
+            except OSError:
+                assert moto.poll() is None and time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.05)
+        credentials = {"AWS_ACCESS_KEY_ID": "pyserver-test", "AWS_SECRET_ACCESS_KEY": "secret",
+                       "AWS_DEFAULT_REGION": "us-east-1"}
+        objects = render_chart({"modelRepository": {
+            "uri": f"s3://127.0.0.1:{s3_port}/models/repository",
+            "credentials": {"env": credentials}}})
+        (deployment,) = by_kind(objects, "Deployment")
+        (secret,) = by_kind(objects, "Secret")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        # what the bucket holds: a Triton repository under repository/
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}",
+                          aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+        s3.create_bucket(Bucket="models")
+        write_add_sub(tmp_path / "staging")
+        for path in sorted((tmp_path / "staging").rglob("*")):
+            if path.is_file():
+                s3.put_object(Bucket="models", Key=f"repository/{path.relative_to(tmp_path / 'staging')}",
+                              Body=path.read_bytes())
+        # the container's environment: its env entries, then envFrom's Secret
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TRITON_"))}
+        env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+        env["TMPDIR"] = str(tmp_path)  # the pod's /tmp emptyDir
+        (source,) = container["envFrom"]
+        assert source["secretRef"]["name"] == secret["metadata"]["name"]
+        env.update(secret["stringData"])
+        named = {p["name"]: p["containerPort"] for p in container["ports"]}
+        ports = {number: free_port() for number in named.values()}
+        argv = rewrite(container["args"], None, ports)
+        assert f"--model-repository=s3://127.0.0.1:{s3_port}/models/repository" in argv
+        server = Process([*COMMAND, *argv], tmp_path / "server.log", env=env)
+        try:
+            server.wait_for(ports[named["http"]], container["readinessProbe"]["httpGet"]["path"])
+            _infer(httpclient.InferenceServerClient(f"127.0.0.1:{ports[named['http']]}"))
+        finally:
+            server.close()
+    finally:
+        moto.terminate()
+        moto.wait(30)
 
 
 @pytest.mark.parametrize("source", ["kserve", "modelmesh", "helm"])
