@@ -287,3 +287,18 @@ def test_chart_values_documented_types():
     assert values["gpus"] == 0
     assert values["podSecurityContext"]["runAsUser"] == 1000
     jsonschema.validate(values["ports"], {"type": "object", "additionalProperties": {"type": "integer"}})
+
+
+def test_chart_values_schema():
+    """values.schema.json: Helm refuses misspelt or mistyped values at
+    install time (here, at render), and takes every case above."""
+    import helm_python
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+    for bad in ({"gpu": 1}, {"ports": {"http": "8000"}}, {"serverArgs": ["model-control-mode=poll"]},
+                {"modelRepository": {"uri": "/models", "pvc": {"claimName": "m"}}},
+                {"image": {"pullPolicy": "Sometimes"}}):
+        with pytest.raises(helm_python.HelmError, match="values don't meet the specifications|schema"):
+            render_chart({**PVC, **bad})
