@@ -121,10 +121,11 @@ ENV PATH=/opt/pyserver/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HEALTHCHECK_PORT=8000
 
-# Every engine module loads (the runtime libraries are all there), and the
-# command starts.
+# Every engine module loads (the runtime libraries are all there; the
+# lib*.so beside them are the C++ cores they link), and the command starts.
 RUN python -c "import importlib, pkgutil, pyserver.engine as e, pyserver.engine.protocol as p; \
-[importlib.import_module(m.name) for pkg in (e, p) for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.')]" \
+[importlib.import_module(m.name) for pkg in (e, p) for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.') \
+ if not m.name.rpartition('.')[2].startswith('lib')]" \
  && tritonserver --help >/dev/null
 
 USER 1000:1000

@@ -168,8 +168,8 @@ cmd_build() {
   # superseded final images do not.
   "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
   local size
-  size=$("${BUILDAH[@]}" inspect --type image --format '{{.ImageSize}}' "$IMAGE" 2>/dev/null || echo 0)
-  log "built $IMAGE in $((SECONDS - start)) s; $(numfmt --to=iec "$size" 2>/dev/null || echo "$size bytes") uncompressed"
+  size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" 2>/dev/null | head -n 1)
+  log "built $IMAGE in $((SECONDS - start)) s; ${size:-?} uncompressed"
 }
 
 # ---- start it and talk to it -----------------------------------------------

@@ -21,10 +21,10 @@ lint-image: $(VENV)/.deps
 	HADOLINT=$(CURDIR)/$(VENV)/bin/hadolint docker/image.sh lint
 
 image:
-	IMAGE=$(IMAGE) BUILD_JOBS=$(JOBS) timeout --foreground -k 30 $(IMAGE_BUILD_TIMEOUT) docker/image.sh build
+	IMAGE=$(IMAGE) BUILD_JOBS=$(JOBS) timeout -k 30 $(IMAGE_BUILD_TIMEOUT) docker/image.sh build
 
 test-image: lint-image image install
-	IMAGE=$(IMAGE) PYTHON=$(CURDIR)/$(VPY) timeout --foreground -k 30 $(IMAGE_TEST_TIMEOUT) docker/image.sh test
+	IMAGE=$(IMAGE) PYTHON=$(CURDIR)/$(VPY) timeout -k 30 $(IMAGE_TEST_TIMEOUT) docker/image.sh test
 
 clean-image:
 	docker/image.sh clean
