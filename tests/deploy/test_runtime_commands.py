@@ -117,7 +117,7 @@ class Process:
         assert self.proc.returncode == 0, self.output()
 
 
-def _infer(client) -> None:
+def _infer(client, model: str = "add_sub") -> None:
     module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.ones((1, 16), dtype=np.float32)
@@ -126,7 +126,7 @@ def _infer(client) -> None:
         tensor = module.InferInput(name, [1, 16], "FP32")
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
-    result = client.infer("add_sub", inputs)
+    result = client.infer(model, inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
@@ -179,7 +179,43 @@ def test_kserve_runtime_command(tmp_path, storage_uri):
 
 # -- ModelMesh ---------------------------------------------------------------
 
+# What ModelMesh's Triton adapter (kserve/modelmesh-runtime-adapter,
+# model-mesh-triton-adapter/server) does against the runtime: RuntimeStatus
+# asks ServerReady, unloads whatever RepositoryIndex(ready) lists and reads
+# ServerMetadata's version; LoadModel lays the pulled model out as
+# <root>/<model id>/ (a lone file symlinked as 1/model.onnx, or a Triton
+# folder whose config.pbtxt it rewrites without its name) and calls
+# RepositoryModelLoad(model id); inference carries the id as model_name;
+# UnloadModel calls RepositoryModelUnload.
+MODEL_IDS = ("add-sub-file__isvc-3f2a9c41d7", "add-sub-folder__isvc-8be01d5a62")
+
+
+def _adapter_layout(root: Path, pulled: Path, model_id: str, as_folder: bool) -> None:
+    from pyserver.testing import add_sub_onnx
+
+    source = pulled / model_id
+    source.mkdir(parents=True)
+    target = root / model_id
+    (target / "1").mkdir(parents=True)
+    if as_folder:
+        # a Triton model folder, its config.pbtxt as the adapter writes it back:
+        # Go's prototext, the name field removed
+        (source / "1").mkdir()
+        (source / "1" / "model.onnx").write_bytes(add_sub_onnx())
+        (target / "config.pbtxt").write_text(
+            'platform:"onnxruntime_onnx"  max_batch_size:8  '
+            'input:{name:"INPUT0"  data_type:TYPE_FP32  dims:16}  input:{name:"INPUT1"  data_type:TYPE_FP32  dims:16}  '
+            'output:{name:"OUTPUT0"  data_type:TYPE_FP32  dims:16}  output:{name:"OUTPUT1"  data_type:TYPE_FP32  dims:16}')
+        (target / "1" / "model.onnx").symlink_to(source / "1" / "model.onnx")
+    else:
+        # a lone ONNX file: no config at all (--strict-model-config=false completes it)
+        (source / "model.onnx").write_bytes(add_sub_onnx())
+        (target / "1" / "model.onnx").symlink_to(source / "model.onnx")
+
+
 def test_modelmesh_runtime_command(tmp_path):
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
     runtime = load_one(DEPLOY / "modelmesh" / "servingruntime.yaml")
     spec = runtime["spec"]
     (container,) = spec["containers"]
@@ -206,22 +242,33 @@ def test_modelmesh_runtime_command(tmp_path):
         http, grpc, metrics = ports[probe["port"]], ports[grpc_file], ports[8002]
         server.wait_for(http, probe["path"])
         assert models.is_dir()  # the line's mkdir ran
+        import grpc as grpc_module
+        channel = grpc_module.insecure_channel(f"127.0.0.1:{grpc}")
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        # RuntimeStatus: ready with nothing loaded (strict readiness off)
+        assert stub.ServerReady(service_pb2.ServerReadyRequest()).ready
+        assert list(stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models) == []
+        assert stub.ServerMetadata(service_pb2.ServerMetadataRequest()).version
+        # LoadModel, for both layouts; inference by model id
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
-        # strict readiness off: ready with nothing loaded, as ModelMesh expects
-        assert client.is_server_ready()
-        assert client.get_model_repository_index().models == []
-        # the adapter places a model and loads it through the repository API
-        write_add_sub(models)
-        client.load_model("add_sub")
-        assert client.is_model_ready("add_sub")
-        _infer(client)
+        for model_id, as_folder in zip(MODEL_IDS, (False, True)):
+            _adapter_layout(models, tmp_path / "models" / "pulled", model_id, as_folder)
+            stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name=model_id))
+            assert client.is_model_ready(model_id)
+            _infer(client, model_id)
+        index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
+        assert sorted(m.name for m in index.models) == sorted(MODEL_IDS)
         text = _metrics_count(server, metrics, "/metrics")
-        assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in text
-        client.unload_model("add_sub")
+        for model_id in MODEL_IDS:
+            assert f'nv_inference_request_success{{model="{model_id}",version="1"}} 1' in text
+        # UnloadModel
+        for model_id in MODEL_IDS:
+            stub.RepositoryModelUnload(service_pb2.RepositoryModelUnloadRequest(model_name=model_id))
         deadline = time.monotonic() + 30
-        while client.is_model_ready("add_sub"):
-            assert time.monotonic() < deadline
+        while stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models:
+            assert time.monotonic() < deadline, "the models did not unload"
             time.sleep(0.1)
+        channel.close()
     finally:
         server.close()
 
