@@ -302,3 +302,23 @@ def test_chart_values_schema():
                 {"image": {"pullPolicy": "Sometimes"}}):
         with pytest.raises(helm_python.HelmError, match="values don't meet the specifications|schema"):
             render_chart({**PVC, **bad})
+
+
+def test_chart_names_fit():
+    """Every name stays a DNS label (63 characters) whatever the release is
+    called, and fullnameOverride names everything."""
+    long_release = "a-release-name-that-is-long-enough-to-need-cutting-down-x"
+    values = {**CHART_VALUES["everything"], "modelRepository": {"pvc": {"create": True}},
+              "prometheusAdapterRule": {"configMap": True}}
+    for release, extra in ((long_release, {}), ("demo", {"fullnameOverride": "inference"})):
+        objects = render_chart({**values, **extra}, name=release)
+        names = [o["metadata"]["name"] for o in objects]
+        assert all(len(n) <= 63 and not n.endswith("-") for n in names), names
+        for obj in objects:
+            validate(obj)
+        if extra:
+            assert set(names) == {"inference", "inference-models", "inference-adapter-rules"}
+        (deployment,) = by_kind(objects, "Deployment")
+        claim = deployment["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "models", "persistentVolumeClaim": {"claimName": by_kind(
+            objects, "PersistentVolumeClaim")[0]["metadata"]["name"], "readOnly": True}} in claim
