@@ -7,7 +7,8 @@ command name `tritonserver` becomes the console script beside this
 interpreter (or `python -m pyserver` where it is missing), the model folder
 becomes a temporary repository, and each port number becomes a free port (a
 port the file leaves at the server's default gets its flag, after the test
-has checked that the default is the port the file names). Then the probes,
+has checked that the default is the port the file names); loopback address
+flags come last, so the test's servers listen on 127.0.0.1 only. Then the probes,
 the ports and the metrics path the file declares are asked.
 """
 
@@ -34,6 +35,9 @@ _SCRIPT = Path(sys.executable).parent / "tritonserver"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "pyserver"]
 PORT_FLAGS = ("--http-port", "--grpc-port", "--metrics-port")
 REPOSITORY_FLAGS = ("--model-repository", "--model-store")
+# Appended after the file's flags (the last one wins): the test's servers
+# listen on loopback only, where a pod's listen on every interface.
+LOOPBACK = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
 
 
 def free_port() -> int:
@@ -158,7 +162,7 @@ def test_kserve_runtime_command(tmp_path, storage_uri):
         (tmp_path / "models").mkdir()
     argv = rewrite(flags, tmp_path / "models", ports)
     argv += defaulted_ports(argv, {metrics_port: ports[metrics_port]})
-    server = Process([*COMMAND, *argv], tmp_path / "server.log")
+    server = Process([*COMMAND, *argv, *LOOPBACK], tmp_path / "server.log")
     try:
         http, grpc, metrics = ports[8080], ports[9000], ports[metrics_port]
         server.wait_for(http, "/v2/health/live")
@@ -236,7 +240,7 @@ def test_modelmesh_runtime_command(tmp_path):
     (tmp_path / "models").mkdir()
     line = script.replace("/models/_triton_models", str(models))
     line = line.replace("exec tritonserver ", "exec " + shlex.join(COMMAND) + " ", 1)
-    line = line.rstrip() + " " + shlex.join(defaulted_ports(exec_flags, ports))
+    line = line.rstrip() + " " + shlex.join(defaulted_ports(exec_flags, ports) + LOOPBACK)
     server = Process([shell, "-c", line], tmp_path / "server.log")
     try:
         http, grpc, metrics = ports[probe["port"]], ports[grpc_file], ports[8002]
@@ -287,7 +291,7 @@ def test_chart_deployment_command(tmp_path, case):
     write_add_sub(tmp_path / "models")
     argv = rewrite(flags, tmp_path / "models", ports)
     assert defaulted_ports(argv, ports) == []  # the chart names every port
-    server = Process([*COMMAND, *argv], tmp_path / "server.log")
+    server = Process([*COMMAND, *argv, *LOOPBACK], tmp_path / "server.log")
     try:
         def port_of(probe):
             port = probe["httpGet"]["port"]
@@ -358,7 +362,7 @@ def test_chart_object_storage_command(tmp_path):
         ports = {number: free_port() for number in named.values()}
         argv = rewrite(container["args"], None, ports)
         assert f"--model-repository=s3://127.0.0.1:{s3_port}/models/repository" in argv
-        server = Process([*COMMAND, *argv], tmp_path / "server.log", env=env)
+        server = Process([*COMMAND, *argv, *LOOPBACK], tmp_path / "server.log", env=env)
         try:
             server.wait_for(ports[named["http"]], container["readinessProbe"]["httpGet"]["path"])
             _infer(httpclient.InferenceServerClient(f"127.0.0.1:{ports[named['http']]}"))
