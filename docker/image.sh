@@ -9,7 +9,8 @@
 #   docker/image.sh build    the CPU image from ./Dockerfile over that base
 #   docker/image.sh test     start the image's server and infer (tests/image)
 #   docker/image.sh lint     hadolint over Dockerfile and Dockerfile.cuda
-#   docker/image.sh clean    remove the image storage (keeps the base tarball)
+#   docker/image.sh clean    remove the image storage (keeps the base tarball;
+#                            make clean then removes that with build/)
 #
 # Environment: IMAGE (localhost/pyserver:cpu), IMAGE_DIR (build/image),
 # DEBIAN_MIRROR (http://deb.debian.org/debian), BUILD_JOBS (nproc),
@@ -147,26 +148,41 @@ EOF
 cmd_build() {
   need_root "buildah bud"
   cmd_base
+  # Only build arguments that stay put: buildah 1.28 misses its layer cache
+  # from the first step on when any build argument's value changes, so the
+  # revision and date labels are set after the build (below).
   local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BUILD_JOBS=$BUILD_JOBS"
-              --build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-              --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
               --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)")
   [ -n "${PYSERVER_EXTRAS:-}" ] && args+=(--build-arg "PYSERVER_EXTRAS=$PYSERVER_EXTRAS")
   # pip inside the build trusts what pip trusts here (a proxy's CA, say):
   # a build secret, so the bundle never lands in a layer.
   local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
   [ -s "$cert" ] && args+=(--secret "id=pip_cert,src=$cert")
+  local previous
+  previous=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
   log "buildah bud -f Dockerfile -t $IMAGE (log: $IMAGE_DIR/build.log)"
   local start=$SECONDS
   # --format docker: OCI images have no HEALTHCHECK.
-  if ! "${BUILDAH[@]}" bud "${POLICY[@]}" --layers --pull=never --format docker --isolation chroot \
+  if ! "${BUILDAH[@]}" bud "${POLICY[@]}" --layers --force-rm --pull=never --format docker --isolation chroot \
         "${args[@]}" -f Dockerfile -t "$IMAGE" . > "$IMAGE_DIR/build.log" 2>&1; then
     tail -n 40 "$IMAGE_DIR/build.log" >&2
     die "buildah bud failed (whole log: $IMAGE_DIR/build.log)"
   fi
-  # Dangling intermediate images from earlier builds stay as cache; the
-  # superseded final images do not.
-  "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+  local revision created ctr
+  revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD -- . 2>/dev/null || revision="$revision-dirty"
+  created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  ctr=$("${BUILDAH[@]}" from --pull=never "$IMAGE")
+  "${BUILDAH[@]}" config --label "org.opencontainers.image.revision=$revision" \
+      --label "org.opencontainers.image.created=$created" "$ctr"
+  "${BUILDAH[@]}" commit "${POLICY[@]}" --rm -q --format docker "$ctr" "$IMAGE" >/dev/null
+  # The untagged intermediate images are the layer cache: never prune them.
+  # The labelled image this build replaced goes (only that one).
+  local now
+  now=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
+  if [ -n "$previous" ] && [ "$previous" != "$now" ]; then
+    "${BUILDAH[@]}" rmi "$previous" >/dev/null 2>&1 || true
+  fi
   local size
   size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" 2>/dev/null | head -n 1)
   log "built $IMAGE in $((SECONDS - start)) s; ${size:-?} uncompressed"
@@ -180,7 +196,11 @@ cmd_test() {
   [ -x "$PYTHON" ] || die "$PYTHON is missing: run 'make install' first"
   local models=$IMAGE_DIR/test/models
   rm -rf "$IMAGE_DIR/test" && mkdir -p "$IMAGE_DIR/test"
-  "$PYTHON" -c "from pyserver.testing import write_add_sub; write_add_sub('$models')"
+  # pyserver/testing.py loaded by its path: the host needs onnx (and
+  # tritonclient, for the check), not a build of pyserver's engine.
+  "$PYTHON" -c "import importlib.util as u, sys; s = u.spec_from_file_location('pyserver_testing', 'pyserver/testing.py'); \
+m = u.module_from_spec(s); s.loader.exec_module(m); m.write_add_sub(sys.argv[1])" "$models" \
+    || die "could not write the test model repository (onnx missing from $PYTHON? run 'make install')"
   "$PYTHON" tests/image/check_image.py --image "$IMAGE" --models "$models" \
       --workdir "$IMAGE_DIR/test" --buildah "${BUILDAH[*]}"
 }
@@ -192,11 +212,22 @@ cmd_lint() {
   "$hadolint" Dockerfile Dockerfile.cuda
 }
 
+# Unmounts whatever is still mounted under IMAGE_DIR (buildah's overlay
+# keeps its layer folder mounted, a killed build leaves containers mounted),
+# deepest first, so that rm -rf build/ can work.
+umount_all() {
+  awk -v dir="$IMAGE_DIR/" 'index($2, dir) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || echo "docker/image.sh: cannot unmount $m" >&2
+  done
+}
+
 cmd_clean() {
-  setup_env
-  "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
-  "${BUILDAH[@]}" rmi --all --force >/dev/null 2>&1 || true
-  rm -rf "$IMAGE_DIR/storage" "$IMAGE_DIR/run" "$IMAGE_DIR/tmp" "$IMAGE_DIR/conf/base.stamp"
+  if command -v buildah >/dev/null && [ -d "$IMAGE_DIR/storage" ]; then
+    setup_env
+    "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
+  fi
+  [ "$(id -u)" -eq 0 ] && umount_all
+  rm -rf "$IMAGE_DIR/storage" "$IMAGE_DIR/run" "$IMAGE_DIR/tmp" "$IMAGE_DIR/conf" "$IMAGE_DIR/test"
 }
 
 case "${1:-}" in

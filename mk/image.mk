@@ -9,7 +9,8 @@
 #                     host network) and infer over HTTP and gRPC, run its
 #                     HEALTHCHECK, stop it with SIGTERM (tests/image)
 #   make lint-image   hadolint over both Dockerfiles (fast; part of lint)
-#   make clean-image  the image storage (keeps the debootstrap tarball)
+#   make clean-image  the image storage (keeps the debootstrap tarball); make
+#                     clean runs it first
 IMAGE ?= localhost/pyserver:cpu
 IMAGE_TEST_TIMEOUT ?= 300
 IMAGE_BUILD_TIMEOUT ?= 3600
@@ -23,8 +24,12 @@ lint-image: $(VENV)/.deps
 image:
 	IMAGE=$(IMAGE) BUILD_JOBS=$(JOBS) timeout -k 30 $(IMAGE_BUILD_TIMEOUT) docker/image.sh build
 
-test-image: lint-image image install
+test-image: lint-image image
 	IMAGE=$(IMAGE) PYTHON=$(CURDIR)/$(VPY) timeout -k 30 $(IMAGE_TEST_TIMEOUT) docker/image.sh test
 
 clean-image:
-	docker/image.sh clean
+	@if [ -d build/image ]; then docker/image.sh clean; fi
+
+# buildah's overlay storage stays mounted under build/image: unmount it before
+# the Makefile's `clean` removes build/.
+clean: clean-image
