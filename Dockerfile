@@ -101,7 +101,8 @@ RUN mapfile -t missing < <(while read -r pkg; do \
       echo "installing: ${missing[*]}" \
       && apt-get update \
       && apt-get install -y --no-install-recommends "${missing[@]}" \
-      && rm -rf /var/lib/apt/lists/*; \
+      && apt-get clean \
+      && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \
     fi \
  && (getent group 1000 >/dev/null || groupadd --gid 1000 pyserver) \
  && (getent passwd 1000 >/dev/null \
