@@ -42,8 +42,8 @@ WORKDIR /tmp
 # hadolint ignore=DL3008
 RUN headers=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])") \
  && if [ -f "$headers/Python.h" ]; then dev=""; else dev=python3-dev; fi \
- && apt-get update \
- && apt-get install -y --no-install-recommends \
+ && apt-get -o Acquire::Retries=3 update \
+ && apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
       g++ libnghttp2-dev libxxhash-dev libfmt-dev libsimdjson-dev ${dev:+"$dev"} \
  && apt-get download node-llhttp \
  && dpkg -x node-llhttp_*.deb / && rm -f node-llhttp_*.deb \
@@ -99,8 +99,8 @@ RUN mapfile -t missing < <(while read -r pkg; do \
       || echo "$pkg"; done < /opt/runtime-packages.txt) \
  && if [ "${#missing[@]}" -gt 0 ]; then \
       echo "installing: ${missing[*]}" \
-      && apt-get update \
-      && apt-get install -y --no-install-recommends "${missing[@]}" \
+      && apt-get -o Acquire::Retries=3 update \
+      && apt-get -o Acquire::Retries=3 install -y --no-install-recommends "${missing[@]}" \
       && apt-get clean \
       && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin; \
     fi \

@@ -12,9 +12,11 @@
 #   docker/image.sh clean    remove the image storage (keeps the base tarball;
 #                            make clean then removes that with build/)
 #
-# Environment: IMAGE (localhost/pyserver:cpu), IMAGE_DIR (build/image),
+# Environment: IMAGE (localhost/pyserver:cpu), DOCKERFILE (Dockerfile; with
+# Dockerfile.cuda the recipe builds over the Debian base, a smoke test of it
+# without CUDA), IMAGE_DIR (build/image),
 # DEBIAN_MIRROR (http://deb.debian.org/debian), BUILD_JOBS (nproc),
-# PYSERVER_EXTRAS (Dockerfile's default), PIP_CERT (the CA bundle pip in
+# PYSERVER_EXTRAS (Dockerfile's default), EXTRA_BUILD_ARGS (NAME=VALUE ...), PIP_CERT (the CA bundle pip in
 # the build trusts; /etc/ssl/certs/ca-certificates.crt), STORAGE_DRIVER (overlay when the
 # kernel mounts it here, else vfs), PYTHON (the venv's interpreter, for test).
 set -euo pipefail
@@ -29,6 +31,8 @@ BASE_TAR=$IMAGE_DIR/$SUITE-rootfs.tar
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BUILD_JOBS=${BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+DOCKERFILE=${DOCKERFILE:-Dockerfile}
+BUILD_LOG=$IMAGE_DIR/build${DOCKERFILE#Dockerfile}.log
 
 die() { echo "docker/image.sh: $*" >&2; exit 1; }
 log() { echo "[image $(date +%T)] $*"; }
@@ -111,11 +115,19 @@ cmd_base() {
     local rootfs=$IMAGE_DIR/rootfs.tmp
     log "debootstrap $SUITE from $DEBIAN_MIRROR into $rootfs (once; then $BASE_TAR is reused)"
     rm -rf "$rootfs"
-    if ! debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-          "$SUITE" "$rootfs" "$DEBIAN_MIRROR" > "$IMAGE_DIR/debootstrap.log" 2>&1; then
-      tail -n 30 "$IMAGE_DIR/debootstrap.log" >&2
-      die "debootstrap failed (log: $IMAGE_DIR/debootstrap.log); is $DEBIAN_MIRROR reachable?"
-    fi
+    local attempt=1
+    # A mirror's hiccup costs one retry, not the run.
+    until debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+          "$SUITE" "$rootfs" "$DEBIAN_MIRROR" > "$IMAGE_DIR/debootstrap.log" 2>&1; do
+      if [ "$attempt" -ge 2 ]; then
+        tail -n 30 "$IMAGE_DIR/debootstrap.log" >&2
+        die "debootstrap failed twice (log: $IMAGE_DIR/debootstrap.log); is $DEBIAN_MIRROR reachable?"
+      fi
+      log "debootstrap failed; retrying once"
+      attempt=$((attempt + 1))
+      rm -rf "$rootfs"
+      sleep 5
+    done
     cat > "$rootfs/etc/apt/sources.list" <<EOF
 deb $DEBIAN_MIRROR $SUITE main
 deb $DEBIAN_MIRROR $SUITE-updates main
@@ -154,19 +166,21 @@ cmd_build() {
   local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BUILD_JOBS=$BUILD_JOBS"
               --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)")
   [ -n "${PYSERVER_EXTRAS:-}" ] && args+=(--build-arg "PYSERVER_EXTRAS=$PYSERVER_EXTRAS")
+  local extra
+  for extra in ${EXTRA_BUILD_ARGS:-}; do args+=(--build-arg "$extra"); done
   # pip inside the build trusts what pip trusts here (a proxy's CA, say):
   # a build secret, so the bundle never lands in a layer.
   local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
   [ -s "$cert" ] && args+=(--secret "id=pip_cert,src=$cert")
   local previous
   previous=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
-  log "buildah bud -f Dockerfile -t $IMAGE (log: $IMAGE_DIR/build.log)"
+  log "buildah bud -f $DOCKERFILE -t $IMAGE (log: $BUILD_LOG)"
   local start=$SECONDS
   # --format docker: OCI images have no HEALTHCHECK.
   if ! "${BUILDAH[@]}" bud "${POLICY[@]}" --layers --force-rm --pull=never --format docker --isolation chroot \
-        "${args[@]}" -f Dockerfile -t "$IMAGE" . > "$IMAGE_DIR/build.log" 2>&1; then
-    tail -n 40 "$IMAGE_DIR/build.log" >&2
-    die "buildah bud failed (whole log: $IMAGE_DIR/build.log)"
+        "${args[@]}" -f "$DOCKERFILE" -t "$IMAGE" . > "$BUILD_LOG" 2>&1; then
+    tail -n 40 "$BUILD_LOG" >&2
+    die "buildah bud failed (whole log: $BUILD_LOG)"
   fi
   local revision created ctr
   revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
