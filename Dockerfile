@@ -107,9 +107,14 @@ RUN mapfile -t missing < <(while read -r pkg; do \
  && (getent group 1000 >/dev/null || groupadd --gid 1000 pyserver) \
  && (getent passwd 1000 >/dev/null \
      || useradd --uid 1000 --gid 1000 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin pyserver) \
- && mkdir -p /models
+ && mkdir -p /models /opt/tritonserver/bin \
+ && ln -s /opt/pyserver/bin/tritonserver /opt/tritonserver/bin/tritonserver
 
 COPY --from=build /opt/pyserver /opt/pyserver
+# Flags go to tritonserver, commands run as given (docker/entrypoint.sh);
+# /opt/tritonserver/bin/tritonserver is where Triton's image has the command
+# (Seldon's and Triton's own charts name it so).
+COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/pyserver-entrypoint
 
 # HOME and every cache point at /tmp, the one writable place (a tmpfs under
 # --read-only); no bytecode is written at run time (pip compiled it).
@@ -127,7 +132,8 @@ ENV PATH=/opt/pyserver/bin:$PATH \
 RUN python -c "import importlib, pkgutil, pyserver.engine as e, pyserver.engine.protocol as p; \
 [importlib.import_module(m.name) for pkg in (e, p) for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.') \
  if not m.name.rpartition('.')[2].startswith('lib')]" \
- && tritonserver --help >/dev/null
+ && /usr/local/bin/pyserver-entrypoint --help >/dev/null \
+ && /opt/tritonserver/bin/tritonserver --help >/dev/null
 
 USER 1000:1000
 WORKDIR /tmp
@@ -137,7 +143,7 @@ EXPOSE 8000 8001 8002
 # HEALTHCHECK_PORT to it too.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ.get('HEALTHCHECK_PORT', '8000'), timeout=4)"]
-ENTRYPOINT ["tritonserver"]
+ENTRYPOINT ["/usr/local/bin/pyserver-entrypoint"]
 CMD ["--model-repository=/models"]
 
 # Last, so a new revision or date does not invalidate the layers above.

@@ -163,8 +163,10 @@ cmd_build() {
   # Only build arguments that stay put: buildah 1.28 misses its layer cache
   # from the first step on when any build argument's value changes, so the
   # revision and date labels are set after the build (below).
+  local version
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
   local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BUILD_JOBS=$BUILD_JOBS"
-              --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)")
+              --build-arg "VERSION=$version")
   [ -n "${PYSERVER_EXTRAS:-}" ] && args+=(--build-arg "PYSERVER_EXTRAS=$PYSERVER_EXTRAS")
   local extra
   for extra in ${EXTRA_BUILD_ARGS:-}; do args+=(--build-arg "$extra"); done
@@ -190,6 +192,10 @@ cmd_build() {
   "${BUILDAH[@]}" config --label "org.opencontainers.image.revision=$revision" \
       --label "org.opencontainers.image.created=$created" "$ctr"
   "${BUILDAH[@]}" commit "${POLICY[@]}" --rm -q --format docker "$ctr" "$IMAGE" >/dev/null
+  # The name deploy/'s manifests give the CPU image (pyserver:VERSION).
+  if [ "$DOCKERFILE" = Dockerfile ]; then
+    "${BUILDAH[@]}" tag "$IMAGE" "localhost/pyserver:$version"
+  fi
   # The untagged intermediate images are the layer cache: never prune them.
   # The labelled image this build replaced goes (only that one).
   local now

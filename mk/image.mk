@@ -33,3 +33,6 @@ clean-image:
 # buildah's overlay storage stays mounted under build/image: unmount it before
 # the Makefile's `clean` removes build/.
 clean: clean-image
+
+# The Dockerfiles are linted with the code.
+lint: lint-image

@@ -160,3 +160,34 @@ def parse_promql(query: str, variables: dict | None = None):
         query = query.replace(key, value)
     assert "<<" not in query and "$" not in query, query
     return promql_parser.parse(query)
+
+
+# -- what a pod runs on pyserver's image ----------------------------------------
+
+# Where the image keeps what the repository has (Dockerfile's COPY lines).
+IMAGE_FILES = {"/usr/local/bin/pyserver-entrypoint": ROOT / "docker" / "entrypoint.sh"}
+
+
+def image_config(dockerfile: Path = ROOT / "Dockerfile") -> dict[str, list[str]]:
+    """The runtime stage's ENTRYPOINT and CMD (exec form), as the image has them."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    final = text[text.rindex("\nFROM "):]
+    config = {}
+    for line in final.splitlines():
+        keyword, _, rest = line.strip().partition(" ")
+        if keyword in ("ENTRYPOINT", "CMD"):
+            config[keyword] = json.loads(rest)
+    return config
+
+
+def pod_argv(container: dict, dockerfile: Path = ROOT / "Dockerfile") -> list[str]:
+    """The process a container spec starts on pyserver's image, by
+    Kubernetes' rule: `command` replaces the image's ENTRYPOINT (and its CMD
+    with it), `args` replaces the CMD; image paths are mapped to the files
+    they are copied from."""
+    config = image_config(dockerfile)
+    if "command" in container:
+        argv = [*container["command"], *container.get("args", [])]
+    else:
+        argv = [*config["ENTRYPOINT"], *container.get("args", config.get("CMD", []))]
+    return [str(IMAGE_FILES.get(a, a)) for a in argv]

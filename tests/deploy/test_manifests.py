@@ -102,9 +102,11 @@ def test_kserve_runtime_is_a_triton_runtime():
     assert spec["annotations"] == {"prometheus.kserve.io/port": "8002", "prometheus.kserve.io/path": "/metrics"}
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container"  # the name KServe merges the predictor into
-    assert container["command"] == ["tritonserver"]
-    assert container["args"][:5] == ["--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080",
-                                     "--allow-grpc=true", "--allow-http=true"]
+    # KServe's kserve-tritonserver runtime's container, word for word: no
+    # command (the image's entrypoint runs the args), tritonserver first
+    assert "command" not in container
+    assert container["args"][:6] == ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000",
+                                     "--http-port=8080", "--allow-grpc=true", "--allow-http=true"]
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["runAsUser"] == 1000
     assert security["readOnlyRootFilesystem"] and security["capabilities"]["drop"] == ["ALL"]

@@ -9,9 +9,12 @@ becomes a temporary repository, and each port number becomes a free port (a
 port the file leaves at the server's default gets its flag, after the test
 has checked that the default is the port the file names); loopback address
 flags come last, so the test's servers listen on 127.0.0.1 only. Then the probes,
-the ports and the metrics path the file declares are asked.
+the ports and the metrics path the file declares are asked. A file that
+names no command (KServe's runtime) runs through the image's entrypoint
+script, docker/entrypoint.sh, with the console script's folder on PATH.
 """
 
+import os
 import shlex
 import subprocess
 import sys
@@ -28,7 +31,7 @@ import tritonclient.http as httpclient
 from pyserver.cli import build_parser
 from pyserver.testing import write_add_sub
 
-from .manifests import DEPLOY, by_kind, load_one, render_chart
+from .manifests import DEPLOY, ROOT, by_kind, load_one, pod_argv, render_chart
 from .test_manifests import CHART_VALUES
 
 _SCRIPT = Path(sys.executable).parent / "tritonserver"
@@ -147,8 +150,12 @@ def _metrics_count(server: Process, port: int, path: str) -> str:
 def test_kserve_runtime_command(tmp_path, storage_uri):
     runtime = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")
     (container,) = runtime["spec"]["containers"]
-    assert container["command"] == ["tritonserver"]
-    flags = list(container["args"])
+    # no command: the image's entrypoint (docker/entrypoint.sh) gets the
+    # args, `tritonserver` first, and runs them; it finds tritonserver on
+    # PATH, as in the image
+    assert _SCRIPT.exists(), "make install puts the tritonserver script beside the interpreter"
+    flags = pod_argv(container)
+    assert flags[:2] == [str(ROOT / "docker" / "entrypoint.sh"), "tritonserver"]
     if not storage_uri:
         # what KServe's Triton defaults (server-type tritonserver) append to
         # an InferenceService without storageUri: models come through the API
@@ -162,7 +169,8 @@ def test_kserve_runtime_command(tmp_path, storage_uri):
         (tmp_path / "models").mkdir()
     argv = rewrite(flags, tmp_path / "models", ports)
     argv += defaulted_ports(argv, {metrics_port: ports[metrics_port]})
-    server = Process([*COMMAND, *argv, *LOOPBACK], tmp_path / "server.log")
+    env = dict(os.environ, PATH=f"{_SCRIPT.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    server = Process([*argv, *LOOPBACK], tmp_path / "server.log", env=env)
     try:
         http, grpc, metrics = ports[8080], ports[9000], ports[metrics_port]
         server.wait_for(http, "/v2/health/live")
@@ -319,7 +327,6 @@ def test_chart_object_storage_command(tmp_path):
     envFrom gives them) against moto's S3 server on 127.0.0.1."""
     pytest.importorskip("moto")
     boto3 = pytest.importorskip("boto3")
-    import os
     import socket
 
     s3_port = free_port()
@@ -378,7 +385,8 @@ def test_command_line_parses(source):
     """Each file's flags are ones pyserver's command line takes (the quick
     form of the tests above: a rejected flag names itself here)."""
     if source == "kserve":
-        args = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")["spec"]["containers"][0]["args"]
+        command, *args = load_one(DEPLOY / "kserve" / "clusterservingruntime.yaml")["spec"]["containers"][0]["args"]
+        assert command == "tritonserver"
     elif source == "modelmesh":
         script = load_one(DEPLOY / "modelmesh" / "servingruntime.yaml")["spec"]["containers"][0]["args"][1]
         args = shlex.split(script.split(";")[-1])[2:]

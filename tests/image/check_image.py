@@ -13,8 +13,11 @@ Then: ready within the deadline (start-to-ready time printed), an inference
 over HTTP and one over gRPC with tritonclient, the image's HEALTHCHECK command
 run inside the container's namespaces (`nsenter`, as `docker exec` would)
 passes, and fails against a port nobody serves, nothing but /tmp is writable,
-and SIGTERM stops the server with status 0. Everything is torn down on every
-exit path; each wait has a deadline.
+and SIGTERM stops the server with status 0. Then once more as KServe's Triton
+runtime starts it (no command; args `tritonserver --model-store=/models ...`),
+which must serve too, with /opt/tritonserver/bin/tritonserver (Triton's path
+for the command) runnable. Everything is torn down on every exit path; each
+wait has a deadline.
 
     python tests/image/check_image.py --image localhost/pyserver:cpu \
         --models DIR --workdir DIR [--buildah "buildah ..."]
@@ -121,11 +124,16 @@ class Container:
         self._buildah("from", "--pull=never", "--name", self.name, self.image)
         self.root = self._buildah("mount", self.name)
 
-    def start(self, args: list[str], env: dict[str, str]) -> None:
+    def start(self, args: list[str], env: dict[str, str], cmd: list[str] | None = None) -> None:
+        """ENTRYPOINT + CMD + args; `cmd` replaces the image's CMD, as
+        `docker run IMAGE ARGS...` or a pod's `args` do."""
         environment = dict(e.split("=", 1) for e in self.env)
         environment.update(env)
-        command = [*self.entrypoint, *self.cmd, *args]
-        self.log = open(self.log_path, "wb")
+        command = [*self.entrypoint, *(self.cmd if cmd is None else cmd), *args]
+        if self.log:
+            self.log.close()
+        self.log = open(self.log_path, "ab")
+        self.pid = None
         self.proc = subprocess.Popen(
             ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
              "sh", "-c", _SETUP, "setup", self.root, str(self.models), self.user or "0:0", self.cwd,
@@ -239,6 +247,15 @@ def _check_infer(http_port: int, grpc_port: int) -> None:
         print(f"  {name} infer on add_sub: ok")
 
 
+def _stop(container: Container, timeout: float) -> None:
+    code = container.stop(timeout=timeout)
+    if code is None:
+        raise Failure(f"SIGTERM did not stop the server within {timeout:.0f} s")
+    if code != 0:
+        raise Failure(f"the server exited with status {code} on SIGTERM")
+    print("  SIGTERM: stopped with status 0")
+
+
 def run(args: argparse.Namespace) -> float:
     buildah = shlex.split(args.buildah)
     container = Container(buildah, args.image, Path(args.workdir))
@@ -294,12 +311,21 @@ def run(args: argparse.Namespace) -> float:
             raise Failure(f"only /tmp should be writable (status {probe.returncode}): {probe.stderr.strip()}")
         print("  root filesystem and /models read-only, /tmp writable")
 
-        code = container.stop(timeout=args.stop_timeout)
-        if code is None:
-            raise Failure(f"SIGTERM did not stop the server within {args.stop_timeout:.0f} s")
-        if code != 0:
-            raise Failure(f"the server exited with status {code} on SIGTERM")
-        print("  SIGTERM: stopped with status 0")
+        _stop(container, args.stop_timeout)
+
+        # KServe's Triton runtime: no command, the args `tritonserver` and
+        # its flags (here the ports too). The entrypoint runs them as given.
+        container.start([], {}, cmd=["tritonserver", "--model-store=/models", f"--http-port={http_port}",
+                                     f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+                                     "--allow-grpc=true", "--allow-http=true"])
+        container.pid = container.server_pid()
+        _wait_ready(container, f"http://127.0.0.1:{http_port}/v2/health/ready", args.ready_timeout)
+        _check_infer(http_port, grpc_port)
+        triton_path = container.exec(["/opt/tritonserver/bin/tritonserver", "--help"])
+        if triton_path.returncode != 0 or not triton_path.stdout.startswith("usage: tritonserver"):
+            raise Failure(f"/opt/tritonserver/bin/tritonserver --help: status {triton_path.returncode}")
+        print("  KServe's args (tritonserver first) serve; /opt/tritonserver/bin/tritonserver runs")
+        _stop(container, args.stop_timeout)
         return ready
     except Failure:
         print(f"--- server log (last lines; all in {container.log_path}) ---\n{container.tail()}",

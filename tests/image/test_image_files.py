@@ -56,7 +56,10 @@ def test_dockerfile_runtime_contract(name):
     final_text = "\n".join(f"{kw} {rest}" for kw, rest in final)
     assert ("USER", "1000:1000") in final
     assert ("EXPOSE", "8000 8001 8002") in final
-    assert ("ENTRYPOINT", '["tritonserver"]') in final
+    assert ("ENTRYPOINT", '["/usr/local/bin/pyserver-entrypoint"]') in final
+    assert "docker/entrypoint.sh /usr/local/bin/pyserver-entrypoint" in final_text
+    # Triton's image has the command there; Seldon's and Triton's charts name it
+    assert "/opt/tritonserver/bin/tritonserver" in final_text
     assert ("CMD", '["--model-repository=/models"]') in final
     assert "/v2/health/ready" in next(rest for kw, rest in final if kw == "HEALTHCHECK")
     assert "HOME=/tmp" in final_text and "PYTHONDONTWRITEBYTECODE=1" in final_text
