@@ -26,6 +26,7 @@ from pyserver.config import CONFIG_FILENAME, DEFAULT_MODEL_FILENAMES
 from pyserver.kernel.errors import ServerError
 from pyserver.model import warmup
 from pyserver.repository import loader as repository
+from pyserver.repository import remote
 
 _FIELD_NAMES = {f.name for f in ModelConfig.DESCRIPTOR.fields}
 for _desc in ModelConfig.DESCRIPTOR.nested_types:
@@ -35,13 +36,21 @@ for _desc in ModelConfig.DESCRIPTOR.nested_types:
 @dataclass
 class Problem:
     model: str
-    path: Path
+    path: Path | str  # a str for an object-storage URI (Path would fold its //)
     line: int  # 0: the file as a whole
     message: str
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else str(self.path)
         return f"{where}: model '{self.model}': {self.message}"
+
+    def name_by(self, folder: str, uri: str) -> None:
+        """Names a file of a repository's local copy (``folder``) by the
+        repository's URI, in the path and in the message."""
+        path = str(self.path)
+        if path == folder or path.startswith(folder + "/"):
+            self.path = uri + path[len(folder):]
+        self.message = self.message.replace(folder, uri)
 
 
 def locate(text: str, message: str, model_name: str = "") -> int:
@@ -165,8 +174,48 @@ def _check_onnx_io(config, model_file: Path) -> list[str]:
     return out
 
 
+def _fetch_remote(uri: str) -> tuple[remote.RemoteRepository | None, list[Problem]]:
+    """An object-storage repository fetched into its local copy (the cache
+    the server would use), and the problems of the fetch: the repository
+    unreachable, or models whose objects did not all arrive."""
+    try:
+        mirror = remote.RemoteRepository(uri)
+        errors = mirror.sync()
+    except ServerError as err:
+        return None, [Problem("", uri, 0, err.message)]
+    base = uri.rstrip("/")
+    return mirror, [Problem(name, f"{base}/{name}", 0, message) for name, message in sorted(errors.items())]
+
+
 def check(repositories: list[str], options: repository.LoadOptions) -> tuple[list[Problem], int]:
-    """Every problem in the repositories, and how many models were checked."""
+    """Every problem in the repositories, and how many models were checked.
+    A repository in object storage (s3://, gs://, as://) is fetched first,
+    as the server would fetch it, and its problems name the objects' URIs."""
+    problems: list[Problem] = []
+    mirrors: list[tuple[remote.RemoteRepository, str]] = []
+    local = []
+    try:
+        for repo in repositories:
+            if not remote.is_remote(repo):
+                local.append(repo)
+                continue
+            mirror, fetch_problems = _fetch_remote(repo)
+            problems.extend(fetch_problems)
+            if mirror is None:
+                return problems, 0
+            mirrors.append((mirror, repo.rstrip("/")))
+            local.append(str(mirror.root))
+        found, count = _check_local(local, options)
+        for problem in problems + found:
+            for mirror, uri in mirrors:
+                problem.name_by(str(mirror.root), uri)
+        return problems + found, count
+    finally:
+        for mirror, _ in mirrors:
+            mirror.close()
+
+
+def _check_local(repositories: list[str], options: repository.LoadOptions) -> tuple[list[Problem], int]:
     problems = []
     for repo in repositories:
         if (Path(repo) / CONFIG_FILENAME).is_file():
@@ -188,7 +237,8 @@ def check(repositories: list[str], options: repository.LoadOptions) -> tuple[lis
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="pyserver check-repo",
                                 description="validate a model repository without serving it")
-    p.add_argument("repository", nargs="+", help="model repository folder(s)")
+    p.add_argument("repository", nargs="+",
+                   help="model repository folder(s) or object-storage URI(s) (s3://, gs://, as://)")
     p.add_argument("--disable-auto-complete-config", action="store_true",
                    help="check config.pbtxt as written (as the server flag)")
     p.add_argument("--model-config-name", default="",

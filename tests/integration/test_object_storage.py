@@ -551,3 +551,28 @@ def test_azure_live():
     pytest.skip("Azurite (Azure's storage emulator) installs only from npm, which is not "
                 "reachable here and not on PyPI or Debian; the Azure store is tested over a fake "
                 "container client in tests/unit/test_object_storage_uri.py")
+
+
+def test_check_repo_on_an_s3_repository(s3_endpoint, bucket, tmp_path):
+    """check-repo fetches a bucket's repository as the server would and names
+    each problem by its object's URI; a missing bucket is one problem."""
+    bucket.put_add_sub(tmp_path, "fine")
+    bucket.put_add_sub(tmp_path, "typo")
+    bucket.put("repo/typo/config.pbtxt", 'name: "typo"\nplatform: "onnxruntime_onnx"\nmax_batch_sise: 4\n')
+    bucket.put_add_sub(tmp_path, "missing")
+    bucket.delete_prefix("repo/missing/1/")
+    command = [sys.executable, "-m", "pyserver", "check-repo"]
+    proc = subprocess.run([*command, bucket.uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith(f"{bucket.uri()}/typo/config.pbtxt:3: model 'typo': ") for line in lines), lines
+    assert any(line.startswith(f"{bucket.uri()}/missing") and "model 'missing'" in line for line in lines), lines
+    assert not any("'fine'" in line for line in lines)
+    assert not any(str(tmp_path / "s3-cache") in line for line in lines), "a local cache path leaked"
+    assert "2 problem(s) in 2 of 3 model(s)" in proc.stderr
+
+    missing = f"s3://{s3_endpoint}/no-such-bucket/repo"
+    proc = subprocess.run([*command, missing], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"{missing}: model '': Could not get MetaData for bucket with name "
+                                  "no-such-bucket"), proc.stdout
