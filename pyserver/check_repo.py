@@ -108,7 +108,7 @@ def check_model(model: repository.ModelDir, options: repository.LoadOptions) -> 
     if problems:
         return problems
     try:
-        config, backend, available, filename = repository.prepare_config(model, None, options)
+        config, backend, available, filename, found = repository.prepare_config(model, None, options)
     except ServerError as err:
         where = _parse_location(err.message)
         if where:
@@ -129,7 +129,7 @@ def check_model(model: repository.ModelDir, options: repository.LoadOptions) -> 
                 f"1/{DEFAULT_MODEL_FILENAMES.get(backend, 'model')})", model.path, 0)
     for number in versions:
         model_file = available[number] / filename
-        if not model_file.exists():
+        if not model_file.exists() and getattr(found, "model_file_required", True):
             add(f"version {number}: {model_file} not found", model_file, 0)
         elif backend == "onnxruntime":
             for message in _check_onnx_io(config, model_file):

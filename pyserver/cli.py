@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 
+from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
 from pyserver.kernel.flags import parse_bool
 
 log = logging.getLogger("pyserver")
@@ -21,7 +22,6 @@ NO_EFFECT_FLAGS = {
     "--http-thread-count": (False, "HTTP runs on the event loop, not a thread pool"),
     "--grpc-infer-thread-count": (False, "gRPC runs on the event loop, not a thread pool"),
     "--grpc-infer-allocation-pool-size": (False, "gRPC calls keep no pool of states"),
-    "--backend-directory": (False, "backends are part of the pyserver package"),
     "--repoagent-directory": (False, "there are no repository agents"),
     "--cache-directory": (False, "the response cache is built in (--cache-config local,...)"),
     "--buffer-manager-thread-count": (False, "tensors are copied on the requesting thread"),
@@ -70,7 +70,11 @@ def build_parser(prog: str = "pyserver") -> argparse.ArgumentParser:
     p.add_argument("--strict-model-config", type=parse_bool, default=None,
                    help="deprecated: true is --disable-auto-complete-config")
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE",
-                   help="backend setting; supported: default-max-batch-size=N")
+                   help="backend setting: default-max-batch-size=N for every backend; others "
+                   "go to the Triton backend library of that name")
+    p.add_argument("--backend-directory", default=DEFAULT_BACKEND_DIRECTORY, metavar="DIR",
+                   help="where backends not built in are found: DIR/NAME/libtriton_NAME.so (a "
+                   "Triton backend library) or DIR/NAME/model.py (a Python-based backend)")
     p.add_argument("--exit-on-error", type=parse_bool, default=True,
                    help="exit when a model fails to load at startup")
     p.add_argument("--strict-readiness", type=parse_bool, default=True,
@@ -212,13 +216,14 @@ async def serve(args) -> int:
 
     auto_complete = not args.disable_auto_complete_config and not args.strict_model_config
     default_mbs = 4
+    backend_config: dict[str, dict[str, str]] = {}
     for item in args.backend_config:
-        setting = item.split(",", 1)[-1]
+        # BACKEND,KEY=VALUE for one backend, KEY=VALUE for all (as Triton splits them)
+        backend, _, setting = item.partition(",") if "," in item.split("=", 1)[0] else ("", "", item)
         key, _, value = setting.partition("=")
         if key == "default-max-batch-size":
             default_mbs = int(value)
-        else:
-            log.warning("--backend-config %s: setting '%s' is not used by this server", item, key)
+        backend_config.setdefault(backend, {})[key] = value
     server = Server(args.model_repository, auto_complete_config=auto_complete,
                     default_max_batch_size=default_mbs,
                     summary_latencies=metrics_config.summary_latencies,
@@ -233,7 +238,8 @@ async def serve(args) -> int:
                     pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
                     cuda_memory_pool_byte_size=cuda_pool_sizes,
                     rate_limit=args.rate_limit, rate_limit_resources=rate_limit_resources,
-                    response_cache_byte_size=cache_bytes)
+                    response_cache_byte_size=cache_bytes,
+                    backend_directory=args.backend_directory, backend_config=backend_config)
     for reason in server.device_memory.unusable_sizes():
         log.warning("%s", reason)
     try:  # the settings the log and trace APIs also change, from the command line

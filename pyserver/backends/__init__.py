@@ -3,15 +3,19 @@ without a framework still serves the models it can.
 
 A backend class is built once per model instance; what it offers and
 declares (its capabilities, the batch outcome, the execution-driver
-interface) is written in base.py. ``backend_class(name)`` finds the class a
-config's backend name means, ``instance_class(cls, config)`` the one that
-runs that config's instances, and ``register_backend`` adds an
-application's own.
+interface) is written in base.py. ``find_backend`` finds the class a
+config's backend name means, as Triton searches (a built-in, a registered
+one, a Triton backend library, a Python-based backend's model.py),
+``instance_class(cls, config)`` the one that runs that config's instances,
+and ``register_backend`` adds an application's own.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyserver.kernel.errors import Code, ServerError
 
@@ -34,6 +38,7 @@ _CUSTOM: dict = {}
 
 
 def backend_class(name: str):
+    """The class of a built-in or registered backend."""
     if name in _CUSTOM:
         return _CUSTOM[name]
     try:
@@ -50,6 +55,81 @@ def backend_class(name: str):
             Code.UNAVAILABLE,
             f"unable to load backend '{name}': {err}") from None
     return getattr(module, class_name)
+
+
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+PYTHON_RUNTIME = "model.py"  # a config's `runtime` naming a Python-based backend
+
+
+@dataclass(frozen=True)
+class BackendSearch:
+    """Where a model's backend is looked for, as Triton looks: the model's
+    version folder, its folder, then ``backend_directory``/NAME/, and what
+    the server was told about backends (--backend-config, by backend name;
+    "" holds the global settings)."""
+    version_dir: Path | None
+    model_dir: Path
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY
+    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+def find_backend(name: str, runtime: str, search: BackendSearch):
+    """The class that runs a model whose config says ``backend: name`` (and
+    ``runtime``, Triton's field naming the backend's library or model.py).
+
+    In order: a backend the application registered; a Triton backend
+    library (libtriton_NAME.so, or the file ``runtime`` names) in the
+    model's version folder or its folder; a built-in backend; the library
+    in BACKEND_DIR/NAME/; a Python-based backend, BACKEND_DIR/NAME/model.py
+    (run by the Python backend; ``runtime: "model.py"`` asks for it). The
+    built-ins come before the backend directory so that a Triton install's
+    /opt/tritonserver/backends/onnxruntime does not replace pyserver's own."""
+    if name in _CUSTOM:
+        return _CUSTOM[name]
+    library_name = runtime if runtime and runtime != PYTHON_RUNTIME else f"libtriton_{name}.so"
+    own = [d for d in (search.version_dir, search.model_dir) if d is not None]
+    if runtime != PYTHON_RUNTIME:
+        for folder in own:
+            if (folder / library_name).is_file():
+                return _library_backend(folder / library_name, name, search)
+        if name in _BACKENDS and runtime in ("", f"libtriton_{name}.so"):
+            return backend_class(name)
+    backend_folder = Path(search.backend_directory) / name
+    if runtime != PYTHON_RUNTIME and (backend_folder / library_name).is_file():
+        return _library_backend(backend_folder / library_name, name, search)
+    if (backend_folder / PYTHON_RUNTIME).is_file() and (not runtime or runtime == PYTHON_RUNTIME):
+        from pyserver.backends.python import python_based_backend
+        return python_based_backend(str(backend_folder / PYTHON_RUNTIME))
+    if runtime == PYTHON_RUNTIME:
+        raise ServerError(
+            Code.INVALID_ARG,
+            f"unable to find Python backend based backend library '{PYTHON_RUNTIME}' for "
+            f"backend '{name}', searched: '{backend_folder / PYTHON_RUNTIME}'")
+    if runtime:
+        searched = " ".join(f"'{d}'" for d in (*own, backend_folder))
+        raise ServerError(Code.INVALID_ARG,
+                          f"unable to find backend library '{runtime}' for backend '{name}', "
+                          f"searched: {searched}")
+    if name not in _BACKENDS:
+        known = ", ".join(sorted(_BACKENDS))
+        raise ServerError(
+            Code.INVALID_ARG,
+            f"unable to find backend library for backend '{name}', try specifying runtime on "
+            f"the model configuration (searched {', '.join(str(d) for d in (*own, backend_folder))};"
+            f" built-in backends: {known})")
+    return backend_class(name)
+
+
+def _library_backend(path: Path, name: str, search: BackendSearch):
+    """A backend compiled against Triton's C backend API, loaded from ``path``."""
+    settings = dict(search.backend_config.get("", {}))
+    settings.update(search.backend_config.get(name, {}))
+    try:
+        from pyserver.backends.triton_c import library_backend
+    except ImportError as err:
+        raise ServerError(Code.UNAVAILABLE,
+                          f"unable to load backend '{name}' from {path}: {err}") from None
+    return library_backend(str(path), name, settings)
 
 
 def instance_class(cls, config):

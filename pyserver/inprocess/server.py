@@ -154,6 +154,9 @@ class Options:
             strict_readiness=self.strict_readiness,
             model_load_thread_count=self.model_load_thread_count,
             model_load_retry_count=self.model_load_retry_count,
+            backend_directory=self.backend_directory,
+            backend_config={name: {k: str(v) for k, v in settings.items()}
+                            for name, settings in self.backend_configuration.items()},
             # poll mode polls when asked (poll_model_repository), as Triton's API does
             repository_poll_secs=0,
         )

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyserver._proto import ModelConfig
-from pyserver.backends import backend_class, instance_class
+from pyserver.backends import DEFAULT_BACKEND_DIRECTORY, BackendSearch, find_backend, instance_class
 from pyserver.backends._common import compute_cores
 from pyserver.backends.base import Capability, capabilities_of
 from pyserver.config import (
@@ -97,6 +98,11 @@ class LoadOptions:
     summary_latencies: bool = False  # keep samples for Prometheus summaries
     config_name: str = ""  # --model-config-name: <model>/configs/<name>.pbtxt when present
     histogram_latencies: bool = False  # Triton's first-response histogram
+    # --backend-directory: where Triton backend libraries and Python-based
+    # backends are found (BACKEND_DIR/NAME/)
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY
+    # --backend-config, by backend name ("" for the global settings)
+    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 CONFIGS_FOLDER = "configs"
@@ -153,10 +159,11 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
     as it is (not rebuilt) when the new config equals its config, as Triton
     leaves an unmodified version serving when a model is polled again."""
     options = options or LoadOptions()
-    config, backend, available, filename = prepare_config(model, config_override, options)
+    config, backend, available, filename, found = prepare_config(model, config_override, options)
     if backend == "ensemble":
         return _load_ensemble(model, config, available, context, options)
-    cls = instance_class(backend_class(backend), config)
+    cls = instance_class(found, config)
+    file_required = getattr(found, "model_file_required", True)
     versions = select_versions(config, available)
     if not versions:
         raise ServerError(Code.UNAVAILABLE,
@@ -178,7 +185,7 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
                 continue
             version_dir = available[number]
             model_path = version_dir / filename
-            if not model_path.exists():
+            if file_required and not model_path.exists():
                 raise ServerError(Code.UNAVAILABLE,
                                   f"model '{model.name}' version {number}: {model_path} not found")
             mv = ModelVersion(model.name, number, config, str(version_dir), context)
@@ -245,8 +252,8 @@ def _load_ensemble(model: ModelDir, config, available: dict, context: ServerCont
 
 def prepare_config(model: ModelDir, config_override=None, options: LoadOptions | None = None):
     """The model's complete config (read, auto-completed, normalized), its
-    backend name, version folders and model file name. Runs no model; the
-    backend class is imported only when auto-complete needs it."""
+    backend name, version folders, model file name and backend class (None
+    for an ensemble; found by backends.find_backend, once). Runs no model."""
     options = options or LoadOptions()
     config_file = config_path(model.path, options.config_name)
     if config_override is not None:
@@ -277,14 +284,20 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
             "(e.g. platform: \"onnxruntime_onnx\")")
     available = version_folders(model.path)
     filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
-    complete = getattr(backend_class(backend), "auto_complete_config", None) \
-        if options.auto_complete and backend != "ensemble" \
+    found = None
+    if backend != "ensemble":
+        found = find_backend(backend, config.runtime, BackendSearch(
+            available[max(available)] if available else None, model.path,
+            options.backend_directory, options.backend_config))
+    complete = getattr(found, "auto_complete_config", None) \
+        if options.auto_complete and found is not None \
         and not _auto_complete_is_noop(backend, config) else None
     if options.auto_complete and complete is not None and available:
         # As Triton: the backend fills what the config leaves out, from the
-        # model file of the highest version.
+        # model file of the highest version (which a backend that needs no
+        # file of the model's own is handed even when it is not there).
         latest = available[max(available)] / filename
-        if latest.exists():
+        if latest.exists() or not getattr(found, "model_file_required", True):
             complete(config, str(latest), options.default_max_batch_size)
     config = normalize(config, model.name)
-    return config, backend, available, filename
+    return config, backend, available, filename, found

@@ -15,6 +15,7 @@ import logging
 import threading
 
 from pyserver._version import __version__
+from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
 from pyserver.backends.base import Capability
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.rate_limiter import RateLimiter
@@ -72,7 +73,9 @@ class Server:
                  pinned_memory_pool_byte_size: int = DEFAULT_PINNED_POOL_BYTES,
                  cuda_memory_pool_byte_size: dict[int, int] | None = None,
                  rate_limit: str = "off", rate_limit_resources=(),
-                 response_cache_byte_size: int = 0, histogram_latencies: bool = False):
+                 response_cache_byte_size: int = 0, histogram_latencies: bool = False,
+                 backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
+                 backend_config: dict[str, dict[str, str]] | None = None):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -86,7 +89,8 @@ class Server:
         self.repository_poll_secs = repository_poll_secs
         self.load_options = repository.LoadOptions(auto_complete_config, default_max_batch_size,
                                                    summary_latencies, model_config_name,
-                                                   histogram_latencies)
+                                                   histogram_latencies, backend_directory,
+                                                   backend_config or {})
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)

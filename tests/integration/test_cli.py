@@ -308,7 +308,7 @@ def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
     reuse = ["--reuse-http-port=true", "--reuse-grpc-port=true"]
     first = launch(*reuse, f"--trace-file={trace_file}", "--trace-level=TIMESTAMPS",
                    "--trace-rate=1", "--trace-log-frequency=5", "--trace-config=rate=2",
-                   "--backend-directory=/opt/tritonserver/backends", "--model-namespacing=false",
+                   "--repoagent-directory=/opt/tritonserver/repoagents", "--model-namespacing=false",
                    "--allow-sagemaker=false", "--host-policy=numa0,cpu-cores=0-1",
                    "--grpc-keepalive-time=60000", "--grpc-keepalive-permit-without-calls=true",
                    "--model-load-retry-count=1")
@@ -340,6 +340,6 @@ def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
         if second is not None:
             second.communicate(timeout=30)
     assert "'--trace-file' is deprecated: use '--trace-config triton,file=<value>'" in log
-    assert "--backend-directory has no effect on this server" in log
+    assert "--repoagent-directory has no effect on this server" in log
     assert "--host-policy has no effect on this server" in log
 

@@ -15,6 +15,8 @@ runner.py                       the worker's model runner (requests in, response
 triton_python_backend_utils.py  the module models import as pb_utils: Triton's API only
 """
 
+import functools
+
 from pyserver.backends.python.backend import ProcessPythonBackend
 from pyserver.backends.python.in_process import ThreadPythonBackend, execution_mode
 
@@ -33,4 +35,30 @@ class PythonBackend:
         return ProcessPythonBackend
 
 
-__all__ = ["ProcessPythonBackend", "PythonBackend", "ThreadPythonBackend"]
+@functools.cache
+def python_based_backend(runtime_model: str):
+    """The backend of Triton's Python-based backends: ``runtime_model``
+    (BACKEND_DIR/NAME/model.py) runs every model whose config names NAME,
+    with the Python backend, each model's own folder its model_repository.
+    One class per backend file."""
+    attributes = {"runtime_model": runtime_model}
+    process = type("ProcessPythonBasedBackend", (ProcessPythonBackend,), attributes)
+    thread = type("ThreadPythonBasedBackend", (ThreadPythonBackend,), attributes)
+
+    class PythonBasedBackend:
+        # the model's version folders need no model file of their own
+        model_file_required = False
+
+        @staticmethod
+        def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+            ProcessPythonBackend.auto_complete_config(config, model_path, default_max_batch_size,
+                                                      runtime_model=runtime_model)
+
+        @staticmethod
+        def instance_class(config):
+            return thread if execution_mode(config) == "thread" else process
+
+    return PythonBasedBackend
+
+
+__all__ = ["ProcessPythonBackend", "PythonBackend", "ThreadPythonBackend", "python_based_backend"]

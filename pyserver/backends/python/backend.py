@@ -404,9 +404,9 @@ class ProcessPythonBackend(ServedInstance):
         worker = _Worker("instance", instance_name, self._env, python=self._python)
         worker.on_log = functools.partial(log_from_model, instance_name)
         worker.on_message = self._on_worker_message
-        info = {"model_path": self.model_path, "model_name": self.model_name,
-                "instance_name": instance_name, "args": self._init_args(instance_name),
-                "decoupled": self.decoupled}
+        info = {"model_path": self.model_path, "runtime_model": self.runtime_model,
+                "model_name": self.model_name, "instance_name": instance_name,
+                "args": self._init_args(instance_name), "decoupled": self.decoupled}
         try:
             worker.main.send(("init", info))
         except OSError:
@@ -814,11 +814,14 @@ class ProcessPythonBackend(ServedInstance):
     # -- auto-complete (load time) ----------------------------------------------------
 
     @staticmethod
-    def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+    def auto_complete_config(config, model_path: str, default_max_batch_size: int,
+                             runtime_model: str = "") -> None:
         """Runs the model's ``auto_complete_config`` staticmethod (in a short
         lived worker) on ``config`` and puts the completed config in its place.
-        Models whose source shows they cannot define one start no worker."""
-        if not _may_define_auto_complete(model_path):
+        Models whose source shows they cannot define one start no worker.
+        ``runtime_model``: a Python-based backend's model.py, which runs in
+        place of the model's own."""
+        if not _may_define_auto_complete(runtime_model or model_path):
             if not config.backend and not config.platform:
                 config.backend = "python"
             return
@@ -837,8 +840,8 @@ class ProcessPythonBackend(ServedInstance):
         worker = _Worker("autocomplete", f"{name}-autocomplete", env,
                          python=sys.executable if exec_env is None else exec_env.python)
         try:
-            info = {"model_path": str(model_path), "model_name": name,
-                    "config_json": json.dumps(config_to_json(config))}
+            info = {"model_path": str(model_path), "runtime_model": runtime_model,
+                    "model_name": name, "config_json": json.dumps(config_to_json(config))}
             try:
                 reply = worker.call(("init", info))
             except WorkerExited:

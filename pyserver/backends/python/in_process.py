@@ -278,10 +278,13 @@ class ThreadPythonBackend(ServedInstance):
     def _import_model(self):
         """Imports model.py as its own module (one per instance), with the
         version and model folders on sys.path as Triton's stub has them."""
-        path = self.model_path
+        path = self.runtime_model or self.model_path
         if not path.endswith(".py"):
             raise ImportError(f"Model name must end with '.py'. Model name is \"{path}\".")
-        self._paths = _paths.add(self.version_dir, str(Path(self.version_dir).parent))
+        if self.runtime_model:  # a Python-based backend: its folder on the path
+            self._paths = _paths.add(str(Path(path).parent))
+        else:
+            self._paths = _paths.add(self.version_dir, str(Path(self.version_dir).parent))
         safe = re.sub(r"\W", "_", f"{self.model_name}_{self.version}_{self.instance_name}")
         name = f"_pyserver_model_{safe}"
         spec = importlib.util.spec_from_file_location(name, path)

@@ -35,6 +35,10 @@ class ServedInstance:
     it serves, what it asks of it (services.py), and the decoupled requests
     it has yet to finish."""
 
+    # A Python-based backend's model.py (BACKEND_DIR/NAME/model.py), which
+    # runs in place of a model.py of the model's own; "" for the latter.
+    runtime_model = ""
+
     def __init__(self, model_path: str, config, instance_name: str, context=None):
         self.model_path = str(model_path)
         self.model_name = config.name

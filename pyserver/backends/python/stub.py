@@ -274,18 +274,25 @@ class Worker:
 
     def import_model(self, info):
         model_path = info["model_path"]
-        if not model_path.endswith(".py"):
-            raise ImportError(f"Model name must end with '.py'. Model name is \"{model_path}\".")
+        runtime_model = info.get("runtime_model") or ""
+        source = runtime_model or model_path
+        if not source.endswith(".py"):
+            raise ImportError(f"Model name must end with '.py'. Model name is \"{source}\".")
         version_dir = os.path.dirname(model_path)
-        model_dir = os.path.dirname(version_dir)
+        self.pb = pb_utils
+        self.pb._runtime = _Runtime(self.main, self.ctrl, version_dir, self.up, self.down, self.pb)
+        stem = os.path.basename(source)[:-3]
+        if runtime_model:
+            # A Python-based backend, as Triton's stub runs one: its own
+            # folder on the path, its model.py imported by its bare name.
+            sys.path.append(os.path.dirname(runtime_model))
+            sys.path.append(_HERE)
+            return importlib.import_module(stem).TritonPythonModel
         # As Triton's stub: the version folder and the model folder, then the
         # backend folder; the model is imported as "<version>.<file>".
         sys.path.append(version_dir)
-        sys.path.append(model_dir)
+        sys.path.append(os.path.dirname(version_dir))
         sys.path.append(_HERE)
-        self.pb = pb_utils
-        self.pb._runtime = _Runtime(self.main, self.ctrl, version_dir, self.up, self.down, self.pb)
-        stem = os.path.basename(model_path)[:-3]
         module = importlib.import_module(f"{os.path.basename(version_dir)}.{stem}")
         return module.TritonPythonModel
 
