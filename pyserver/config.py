@@ -19,6 +19,7 @@ from pyserver.kernel.errors import Code, ServerError
 CONFIG_FILENAME = "config.pbtxt"
 DEFAULT_MODEL_FILENAMES = {
     "onnxruntime": "model.onnx",
+    "openvino": "model.xml",
     "pytorch": "model.pt",
     "tensorrt": "model.plan",
     "python": "model.py",

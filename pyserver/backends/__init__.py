@@ -22,6 +22,7 @@ from pyserver.kernel.errors import Code, ServerError
 # backend name -> (module, class)
 _BACKENDS = {
     "onnxruntime": ("pyserver.backends.onnxruntime", "OnnxRuntimeBackend"),
+    "openvino": ("pyserver.backends.openvino", "OpenVINOBackend"),
     "python": ("pyserver.backends.python", "PythonBackend"),
     "pytorch": ("pyserver.backends.pytorch", "PyTorchBackend"),
     "tensorrt": ("pyserver.backends.tensorrt", "TensorRTBackend"),

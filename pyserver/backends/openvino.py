@@ -1,0 +1,251 @@
+"""OpenVINO backend, configured as Triton's openvino backend reads a model
+config:
+
+- the model is an IR pair (model.xml beside model.bin, the default file) or
+  any file OpenVINO reads itself (model.onnx through
+  `default_model_filename`);
+- `parameters`: NUM_STREAMS (AUTO, NUMA or a count), PERFORMANCE_HINT
+  (LATENCY, THROUGHPUT, CUMULATIVE_THROUGHPUT), INFERENCE_NUM_THREADS,
+  COMPILATION_NUM_THREADS, HINT_BF16 (YES), CPU_EXTENSION_PATH,
+  SKIP_OV_DYNAMIC_BATCHSIZE, RESHAPE_IO_LAYERS, TARGET_DEVICE (CPU by
+  default); and COMPILED_MODEL_CACHE, ours: a folder where OpenVINO keeps
+  compiled blobs (its CACHE_DIR), so a restart skips compilation. Bad values
+  are load errors worded as Triton's;
+- with max_batch_size > 0 the first dimension of every input becomes
+  dynamic (unless SKIP_OV_DYNAMIC_BATCHSIZE), so any batch up to the
+  maximum runs; other dynamic dimensions stay dynamic (OpenVINO's CPU
+  plugin runs them as given);
+- every element type OpenVINO and the config both have (not BF16, which
+  numpy lacks, nor strings);
+- one compiled model and infer request per instance; infer releases the GIL.
+"""
+
+from __future__ import annotations
+
+import openvino as ov
+
+from pyserver.backends._common import data_type_name, string_param
+from pyserver.backends.base import Capability
+from pyserver.kernel.errors import Code, ServerError
+
+# OpenVINO element type names -> config data types.
+_OV_TO_CONFIG = {
+    "boolean": "TYPE_BOOL", "u8": "TYPE_UINT8", "u16": "TYPE_UINT16", "u32": "TYPE_UINT32",
+    "u64": "TYPE_UINT64", "i8": "TYPE_INT8", "i16": "TYPE_INT16", "i32": "TYPE_INT32",
+    "i64": "TYPE_INT64", "f16": "TYPE_FP16", "f32": "TYPE_FP32", "f64": "TYPE_FP64",
+}
+_DEVICE_PARAMS = ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS", "HINT_BF16",
+                  "NUM_STREAMS", "PERFORMANCE_HINT")
+_HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT",
+          "cumulative_throughput": "CUMULATIVE_THROUGHPUT"}
+
+
+def _type_name(port) -> str:
+    return port.get_element_type().get_type_name()
+
+
+def _yes(config, key: str) -> bool:
+    value = string_param(config, key)
+    return value is not None and value.strip().lower() == "yes"
+
+
+def device_properties(config, threads: int) -> dict:
+    """The properties the model compiles with, from the config's
+    parameters as Triton's openvino backend parses them. ``threads`` is
+    this instance's share of the cores: INFERENCE_NUM_THREADS's default
+    here, so that N instances do not oversubscribe them (Triton's default
+    is every core)."""
+    properties = {"INFERENCE_NUM_THREADS": max(1, threads)}
+    for key in _DEVICE_PARAMS:
+        raw = string_param(config, key)
+        if raw is None or raw == "":
+            continue
+        value = raw.strip().lower()
+        if key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
+            if not value.isdigit():
+                raise ServerError(Code.INVALID_ARG, f"expected the parameter '{key}' to be a "
+                                                    f"non-negative number, got {value}")
+            properties[key] = int(value)
+        elif key == "HINT_BF16":
+            if value != "yes":
+                raise ServerError(Code.INVALID_ARG,
+                                  f"expected the parameter '{key}' to be YES, got {value}")
+            properties["INFERENCE_PRECISION_HINT"] = "bf16"
+        elif key == "NUM_STREAMS":
+            if value in ("auto", "numa"):
+                properties[key] = value.upper()
+            elif value.isdigit():
+                properties[key] = int(value)
+            else:
+                raise ServerError(Code.INVALID_ARG, f"expected the parameter '{key}' to be "
+                                                    f"either AUTO/NUMA/<int_value>, got {value}")
+        else:  # PERFORMANCE_HINT
+            if value not in _HINTS:
+                raise ServerError(Code.INVALID_ARG, f"expected the parameter '{key}' to be "
+                                                    "LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, "
+                                                    f"got {value}")
+            properties[key] = _HINTS[value]
+    if properties["INFERENCE_NUM_THREADS"] == 0:  # 0: OpenVINO's own default
+        del properties["INFERENCE_NUM_THREADS"]
+    cache = string_param(config, "COMPILED_MODEL_CACHE")
+    if cache:
+        properties["CACHE_DIR"] = cache
+    return properties
+
+
+def _core(config) -> ov.Core:
+    core = ov.Core()
+    extension = string_param(config, "CPU_EXTENSION_PATH")
+    if extension:
+        try:
+            core.add_extension(extension)
+        except Exception as err:
+            raise ServerError(Code.INVALID_ARG, f"openvino error in loading custom CPU "
+                                                f"extensions: {err}") from None
+    return core
+
+
+def _read(core: ov.Core, model_path: str):
+    try:
+        return core.read_model(model_path)
+    except Exception as err:
+        raise ServerError(Code.INVALID_ARG,
+                          f"openvino could not read '{model_path}': {err}") from None
+
+
+def _partial_dims(port) -> list:
+    return [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
+
+
+class OpenVINOBackend:
+    def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
+        self.name = config.name
+        self.instance_name = instance_name
+        target = (string_param(config, "TARGET_DEVICE") or "CPU").strip().upper()
+        properties = device_properties(config, threads)
+        core = _core(config)
+        model = _read(core, model_path)
+        self.batching = config.max_batch_size > 0
+        inputs = {p.get_any_name(): p for p in model.inputs}
+        outputs = [p.get_any_name() for p in model.outputs]
+        for kind, declared, names in (("input", config.input, set(inputs)),
+                                      ("output", config.output, set(outputs))):
+            unknown = {t.name for t in declared} - names
+            if unknown:
+                raise ServerError(
+                    Code.INVALID_ARG,
+                    f"model '{config.name}' config declares {kind}(s) {sorted(unknown)} that "
+                    f"{model_path} does not have (it has {sorted(names)})")
+        ports = {p.get_any_name(): p for p in list(model.inputs) + list(model.outputs)}
+        for kind, declared in (("input", config.input), ("output", config.output)):
+            for t in declared:
+                provided = _OV_TO_CONFIG.get(_type_name(ports[t.name]))
+                if provided != data_type_name(t.data_type):
+                    raise ServerError(
+                        Code.INVALID_ARG,
+                        f"unable to load model '{config.name}', configuration expects datatype "
+                        f"{data_type_name(t.data_type)} for {kind} '{t.name}', model provides "
+                        f"{provided or _type_name(ports[t.name])}")
+        shapes = self._shapes(config, model, inputs)
+        if shapes:
+            try:
+                model.reshape(shapes)
+            except Exception as err:
+                raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': "
+                                                    f"openvino could not reshape it: {err}") \
+                    from None
+        try:
+            self.compiled = core.compile_model(model, target, properties)
+        except Exception as err:
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': openvino "
+                                                f"could not compile it for {target}: {err}") \
+                from None
+        self.request = self.compiled.create_infer_request()
+        self.output_names = outputs
+        self.input_names = set(inputs)
+        self.properties = properties
+        self.capabilities = Capability.RUNS_INLINE if target == "CPU" else Capability.NONE
+
+    @staticmethod
+    def _shapes(config, model, inputs: dict) -> dict:
+        """New input shapes: the config's dims (RESHAPE_IO_LAYERS), and a
+        dynamic batch dimension for a batching model."""
+        batch = config.max_batch_size > 0 and not _yes(config, "SKIP_OV_DYNAMIC_BATCHSIZE")
+        reshape = _yes(config, "RESHAPE_IO_LAYERS")
+        if not batch and not reshape:
+            return {}
+        declared = {t.name: t for t in config.input}
+        shapes = {}
+        for name, port in inputs.items():
+            dims = _partial_dims(port)
+            skip = 1 if config.max_batch_size > 0 else 0
+            t = declared.get(name)
+            if reshape and t is not None:
+                given = list(t.reshape.shape) if t.HasField("reshape") else list(t.dims)
+                if any(d < -1 or d == 0 for d in given):
+                    raise ServerError(Code.INTERNAL, "openvino backend does not support "
+                                                     "dimensions values other than `-1` or "
+                                                     "positive integers")
+                dims = dims[:skip] + given
+            if batch and dims:
+                dims[0] = -1
+            shapes[name] = ov.PartialShape([ov.Dimension() if d < 0 else ov.Dimension(d)
+                                            for d in dims])
+        return shapes
+
+    @staticmethod
+    def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:
+        """Fills max_batch_size, dynamic batching, inputs and outputs from
+        the model, as Triton's openvino backend does: a model whose every
+        input and output has a layout with a batch dimension ("N") can
+        batch, and gets max_batch_size = default_max_batch_size (at least
+        1), with dynamic batching when that is > 1 and no scheduler is set."""
+        model = _read(_core(config), model_path)
+        ports = list(model.inputs) + list(model.outputs)
+
+        def has_batch(port):
+            try:
+                return ov.layout_helpers.get_layout(port).has_name("N")
+            except Exception:
+                return False
+
+        if all(has_batch(p) for p in ports):
+            if config.max_batch_size == 0:
+                config.max_batch_size = max(1, default_max_batch_size)
+            if (config.max_batch_size > 1 and not config.HasField("dynamic_batching")
+                    and not config.HasField("sequence_batching")):
+                config.dynamic_batching.SetInParent()
+        skip = 1 if config.max_batch_size > 0 else 0
+        from pyserver._proto import enum_descriptor
+        data_types = enum_descriptor("inference.DataType").values_by_name
+
+        def fill(target, tensors, kind):
+            for port in tensors:
+                name = port.get_any_name()
+                type_name = _type_name(port)
+                if type_name not in _OV_TO_CONFIG:
+                    raise ServerError(Code.UNSUPPORTED,
+                                      f"model '{config.name}': {kind} '{name}' has type "
+                                      f"{type_name}, which this backend does not support")
+                entry = target.add()
+                entry.name = name
+                entry.data_type = data_types[_OV_TO_CONFIG[type_name]].number
+                entry.dims.extend(_partial_dims(port)[skip:])
+
+        if not config.input:
+            fill(config.input, model.inputs, "input")
+        if not config.output:
+            fill(config.output, model.outputs, "output")
+        if not config.platform and not config.backend:
+            config.backend = "openvino"
+
+    def execute(self, inputs: dict) -> dict:
+        # infer releases the GIL while the graph runs; share_inputs wraps
+        # the batch's buffers without a copy, the outputs are copied out of
+        # the request's own tensors (reused by the next batch).
+        results = self.request.infer(inputs, share_inputs=True, share_outputs=False)
+        return {name: results[i] for i, name in enumerate(self.output_names)}
+
+    def close(self) -> None:
+        self.request = None
+        self.compiled = None
