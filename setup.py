@@ -55,7 +55,8 @@ class CMakeBuild(build_ext):
         if getattr(self, "editable_mode", False) or self.inplace:
             # setuptools copies only the extension modules back into the
             # source tree; the core library and descriptor set must follow.
-            for library in ("libpyserver_core.so", "libpyserver_protocol.so"):
+            for library in ("libpyserver_core.so", "libpyserver_protocol.so",
+                            "libtritonserver.so"):
                 _copy_if_changed(engine_dir / library, ROOT / "pyserver" / "engine" / library)
             _copy_if_changed(engine_dir.parent / "_proto" / "pyserver_protos.desc",
                              ROOT / "pyserver" / "_proto" / "pyserver_protos.desc")

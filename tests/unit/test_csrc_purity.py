@@ -30,7 +30,7 @@ def test_the_core_holds_no_protocol_code():
     assert not offenders, offenders
 
 
-LIBRARIES = ("libpyserver_core.so", "libpyserver_protocol.so")
+LIBRARIES = ("libpyserver_core.so", "libpyserver_protocol.so", "libtritonserver.so")
 
 
 def test_one_core_library_shared_by_every_engine_module():

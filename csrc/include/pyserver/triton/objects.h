@@ -1,0 +1,137 @@
+// The objects behind Triton's opaque C API handles (tritonbackend.h):
+// what pyserver's libtritonserver.so hands a backend loaded from a
+// libtriton_NAME.so. Plain C++ (no Python): engine/triton_c.pyx fills
+// requests from a batch's arrays and reads the responses back after
+// TRITONBACKEND_ModelInstanceExecute returns, with the GIL released.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "triton/core/tritonbackend.h"
+
+struct TRITONSERVER_Error {
+  TRITONSERVER_Error_Code code;
+  std::string message;
+};
+
+struct TRITONSERVER_Message {
+  std::string json;
+};
+
+namespace pyserver::triton {
+
+// The entry points one backend library exports (all but Execute optional).
+struct EntryPoints {
+  using BackendFn = TRITONSERVER_Error* (*)(TRITONBACKEND_Backend*);
+  using ModelFn = TRITONSERVER_Error* (*)(TRITONBACKEND_Model*);
+  using InstanceFn = TRITONSERVER_Error* (*)(TRITONBACKEND_ModelInstance*);
+  using ExecuteFn = TRITONSERVER_Error* (*)(TRITONBACKEND_ModelInstance*,
+                                            TRITONBACKEND_Request**, uint32_t);
+  BackendFn initialize = nullptr;
+  BackendFn finalize = nullptr;
+  ModelFn model_initialize = nullptr;
+  ModelFn model_finalize = nullptr;
+  InstanceFn instance_initialize = nullptr;
+  InstanceFn instance_finalize = nullptr;
+  ExecuteFn execute = nullptr;
+};
+
+// One tensor a response carries: its bytes are owned here (CPU memory).
+struct OutputTensor {
+  std::string name;
+  TRITONSERVER_DataType datatype;
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+};
+
+// One response a backend sent: outputs, or an error; final or not.
+struct SentResponse {
+  std::vector<std::unique_ptr<OutputTensor>> outputs;
+  bool has_response = false;  // false: only the final flag (factory)
+  bool has_error = false;
+  TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_UNKNOWN;
+  std::string error_message;
+  bool final = false;
+};
+
+// Where a request's responses go: shared by the request, its factories and
+// its responses, so a response sent after the request's release still lands.
+struct ResponseSink {
+  std::mutex mu;
+  std::vector<SentResponse> sent;
+  void Push(SentResponse response) {
+    std::lock_guard<std::mutex> lock(mu);
+    sent.push_back(std::move(response));
+  }
+  std::vector<SentResponse> Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<SentResponse> out;
+    out.swap(sent);
+    return out;
+  }
+};
+
+}  // namespace pyserver::triton
+
+struct TRITONBACKEND_Backend {
+  std::string name;
+  std::string config_json;  // {"cmdline":{...}} from --backend-config
+  void* state = nullptr;
+  TRITONBACKEND_ExecutionPolicy policy = TRITONBACKEND_EXECUTION_BLOCKING;
+  pyserver::triton::EntryPoints entry;
+};
+
+struct TRITONBACKEND_Model {
+  TRITONBACKEND_Backend* backend = nullptr;
+  std::string name;
+  uint64_t version = 0;
+  std::string repository;  // the model's folder
+  std::string config_json;
+  bool auto_complete = false;
+  void* state = nullptr;
+};
+
+struct TRITONBACKEND_ModelInstance {
+  TRITONBACKEND_Model* model = nullptr;
+  std::string name;
+  TRITONSERVER_InstanceGroupKind kind = TRITONSERVER_INSTANCEGROUPKIND_CPU;
+  int32_t device_id = 0;
+  void* state = nullptr;
+};
+
+// A view of one input: its bytes belong to the batch's arrays, which the
+// caller keeps alive until the request is released.
+struct TRITONBACKEND_Input {
+  std::string name;
+  TRITONSERVER_DataType datatype;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t byte_size = 0;
+};
+
+struct TRITONBACKEND_Request {
+  std::string id;
+  uint64_t correlation_id = 0;
+  uint32_t flags = 0;
+  std::vector<TRITONBACKEND_Input> inputs;
+  std::vector<std::string> requested_outputs;
+  std::shared_ptr<pyserver::triton::ResponseSink> sink =
+      std::make_shared<pyserver::triton::ResponseSink>();
+  bool released = false;
+  uint32_t release_flags = 0;
+};
+
+struct TRITONBACKEND_ResponseFactory {
+  std::shared_ptr<pyserver::triton::ResponseSink> sink;
+};
+
+struct TRITONBACKEND_Response {
+  std::shared_ptr<pyserver::triton::ResponseSink> sink;
+  std::vector<std::unique_ptr<pyserver::triton::OutputTensor>> outputs;
+};
+
+struct TRITONBACKEND_Output {};  // an OutputTensor, seen through the C API

@@ -1,0 +1,120 @@
+// pyserver's declaration of the part of Triton's server C API
+// (tritonserver.h) that backends call. Written for pyserver from Triton's
+// documented API: names, signatures and enum values follow it so that a
+// backend built against Triton's header links against pyserver's
+// libtritonserver.so. Implemented in csrc/src/triton_server_api.cc.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TRITONSERVER_DECLSPEC __attribute__((__visibility__("default")))
+
+#define TRITONSERVER_API_VERSION_MAJOR 1
+#define TRITONSERVER_API_VERSION_MINOR 34
+
+typedef struct TRITONSERVER_Error TRITONSERVER_Error;
+typedef struct TRITONSERVER_Message TRITONSERVER_Message;
+struct TRITONSERVER_Server;
+struct TRITONSERVER_BufferAttributes;
+struct TRITONSERVER_InferenceRequest;
+struct TRITONSERVER_InferenceResponse;
+struct TRITONSERVER_ResponseAllocator;
+struct TRITONSERVER_Parameter;
+
+typedef enum TRITONSERVER_datatype_enum {
+  TRITONSERVER_TYPE_INVALID,
+  TRITONSERVER_TYPE_BOOL,
+  TRITONSERVER_TYPE_UINT8,
+  TRITONSERVER_TYPE_UINT16,
+  TRITONSERVER_TYPE_UINT32,
+  TRITONSERVER_TYPE_UINT64,
+  TRITONSERVER_TYPE_INT8,
+  TRITONSERVER_TYPE_INT16,
+  TRITONSERVER_TYPE_INT32,
+  TRITONSERVER_TYPE_INT64,
+  TRITONSERVER_TYPE_FP16,
+  TRITONSERVER_TYPE_FP32,
+  TRITONSERVER_TYPE_FP64,
+  TRITONSERVER_TYPE_BYTES,
+  TRITONSERVER_TYPE_BF16
+} TRITONSERVER_DataType;
+
+typedef enum TRITONSERVER_memorytype_enum {
+  TRITONSERVER_MEMORY_CPU,
+  TRITONSERVER_MEMORY_CPU_PINNED,
+  TRITONSERVER_MEMORY_GPU
+} TRITONSERVER_MemoryType;
+
+typedef enum TRITONSERVER_parametertype_enum {
+  TRITONSERVER_PARAMETER_STRING,
+  TRITONSERVER_PARAMETER_INT,
+  TRITONSERVER_PARAMETER_BOOL,
+  TRITONSERVER_PARAMETER_DOUBLE,
+  TRITONSERVER_PARAMETER_BYTES
+} TRITONSERVER_ParameterType;
+
+typedef enum TRITONSERVER_loglevel_enum {
+  TRITONSERVER_LOG_INFO,
+  TRITONSERVER_LOG_WARN,
+  TRITONSERVER_LOG_ERROR,
+  TRITONSERVER_LOG_VERBOSE
+} TRITONSERVER_LogLevel;
+
+typedef enum TRITONSERVER_errorcode_enum {
+  TRITONSERVER_ERROR_UNKNOWN,
+  TRITONSERVER_ERROR_INTERNAL,
+  TRITONSERVER_ERROR_NOT_FOUND,
+  TRITONSERVER_ERROR_INVALID_ARG,
+  TRITONSERVER_ERROR_UNAVAILABLE,
+  TRITONSERVER_ERROR_UNSUPPORTED,
+  TRITONSERVER_ERROR_ALREADY_EXISTS,
+  TRITONSERVER_ERROR_CANCELLED
+} TRITONSERVER_Error_Code;
+
+typedef enum tritonserver_requestreleaseflag_enum {
+  TRITONSERVER_REQUEST_RELEASE_ALL = 1,
+  TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+} TRITONSERVER_RequestReleaseFlag;
+
+typedef enum tritonserver_responsecompleteflag_enum {
+  TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+} TRITONSERVER_ResponseCompleteFlag;
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ApiVersion(uint32_t* major,
+                                                                  uint32_t* minor);
+TRITONSERVER_DECLSPEC const char* TRITONSERVER_DataTypeString(TRITONSERVER_DataType datatype);
+TRITONSERVER_DECLSPEC TRITONSERVER_DataType TRITONSERVER_StringToDataType(const char* dtype);
+TRITONSERVER_DECLSPEC uint32_t TRITONSERVER_DataTypeByteSize(TRITONSERVER_DataType datatype);
+TRITONSERVER_DECLSPEC const char* TRITONSERVER_MemoryTypeString(TRITONSERVER_MemoryType memtype);
+TRITONSERVER_DECLSPEC const char* TRITONSERVER_ParameterTypeString(
+    TRITONSERVER_ParameterType paramtype);
+
+TRITONSERVER_DECLSPEC bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level,
+                                                                  const char* filename,
+                                                                  const int line,
+                                                                  const char* msg);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code,
+                                                                const char* msg);
+TRITONSERVER_DECLSPEC void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error_Code TRITONSERVER_ErrorCode(TRITONSERVER_Error* error);
+TRITONSERVER_DECLSPEC const char* TRITONSERVER_ErrorCodeString(TRITONSERVER_Error* error);
+TRITONSERVER_DECLSPEC const char* TRITONSERVER_ErrorMessage(TRITONSERVER_Error* error);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageNewFromSerializedJson(
+    TRITONSERVER_Message** message, const char* base, size_t byte_size);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageDelete(
+    TRITONSERVER_Message* message);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(
+    TRITONSERVER_Message* message, const char** base, size_t* byte_size);
+
+#ifdef __cplusplus
+}
+#endif

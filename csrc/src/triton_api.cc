@@ -1,0 +1,525 @@
+// pyserver's implementation of the TRITONSERVER_* and TRITONBACKEND_*
+// functions a Triton backend calls, over the objects in
+// pyserver/triton/objects.h. CPU memory only; statistics a backend reports
+// are accepted (pyserver times the batch itself).
+#include <cstdio>
+#include <cstring>
+
+#include "pyserver/triton/objects.h"
+
+using pyserver::triton::OutputTensor;
+using pyserver::triton::SentResponse;
+
+#define API extern "C" TRITONSERVER_Error*
+
+namespace {
+
+TRITONSERVER_Error* Err(TRITONSERVER_Error_Code code, std::string message) {
+  return new TRITONSERVER_Error{code, std::move(message)};
+}
+
+TRITONSERVER_Error* Null(const char* what) {
+  return Err(TRITONSERVER_ERROR_INVALID_ARG, std::string(what) + " is null");
+}
+
+#define CHECK_ARG(p) \
+  if ((p) == nullptr) return Null(#p)
+
+int g_log_verbose = 0;  // TRITONSERVER_LOG_VERBOSE is off
+
+}  // namespace
+
+// ---- TRITONSERVER_*: versions, types, logging, errors, messages ----------
+
+API TRITONSERVER_ApiVersion(uint32_t* major, uint32_t* minor) {
+  *major = TRITONSERVER_API_VERSION_MAJOR;
+  *minor = TRITONSERVER_API_VERSION_MINOR;
+  return nullptr;
+}
+
+static const char* const kTypeNames[] = {"INVALID", "BOOL",  "UINT8", "UINT16", "UINT32",
+                                         "UINT64",  "INT8",  "INT16", "INT32",  "INT64",
+                                         "FP16",    "FP32",  "FP64",  "BYTES",  "BF16"};
+static const uint32_t kTypeSizes[] = {0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 0, 2};
+
+extern "C" const char* TRITONSERVER_DataTypeString(TRITONSERVER_DataType datatype) {
+  unsigned i = static_cast<unsigned>(datatype);
+  return i < 15 ? kTypeNames[i] : "<invalid>";
+}
+
+extern "C" TRITONSERVER_DataType TRITONSERVER_StringToDataType(const char* dtype) {
+  for (unsigned i = 1; i < 15; ++i) {
+    if (std::strcmp(dtype, kTypeNames[i]) == 0) return static_cast<TRITONSERVER_DataType>(i);
+  }
+  return TRITONSERVER_TYPE_INVALID;
+}
+
+extern "C" uint32_t TRITONSERVER_DataTypeByteSize(TRITONSERVER_DataType datatype) {
+  unsigned i = static_cast<unsigned>(datatype);
+  return i < 15 ? kTypeSizes[i] : 0;
+}
+
+extern "C" const char* TRITONSERVER_MemoryTypeString(TRITONSERVER_MemoryType memtype) {
+  switch (memtype) {
+    case TRITONSERVER_MEMORY_CPU: return "CPU";
+    case TRITONSERVER_MEMORY_CPU_PINNED: return "CPU_PINNED";
+    case TRITONSERVER_MEMORY_GPU: return "GPU";
+  }
+  return "<invalid>";
+}
+
+extern "C" const char* TRITONSERVER_ParameterTypeString(TRITONSERVER_ParameterType paramtype) {
+  switch (paramtype) {
+    case TRITONSERVER_PARAMETER_STRING: return "STRING";
+    case TRITONSERVER_PARAMETER_INT: return "INT";
+    case TRITONSERVER_PARAMETER_BOOL: return "BOOL";
+    case TRITONSERVER_PARAMETER_DOUBLE: return "DOUBLE";
+    case TRITONSERVER_PARAMETER_BYTES: return "BYTES";
+  }
+  return "<invalid>";
+}
+
+extern "C" bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level) {
+  return level != TRITONSERVER_LOG_VERBOSE || g_log_verbose > 0;
+}
+
+API TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level, const char* filename, const int line,
+                            const char* msg) {
+  if (!TRITONSERVER_LogIsEnabled(level)) return nullptr;
+  static const char kLetters[] = {'I', 'W', 'E', 'V'};
+  char letter = static_cast<unsigned>(level) < 4 ? kLetters[level] : 'I';
+  std::fprintf(stderr, "%c %s:%d] %s\n", letter, filename ? filename : "", line, msg ? msg : "");
+  return nullptr;
+}
+
+API TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg) {
+  return Err(code, msg ? msg : "");
+}
+
+extern "C" void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error) { delete error; }
+
+extern "C" TRITONSERVER_Error_Code TRITONSERVER_ErrorCode(TRITONSERVER_Error* error) {
+  return error->code;
+}
+
+extern "C" const char* TRITONSERVER_ErrorCodeString(TRITONSERVER_Error* error) {
+  static const char* const kNames[] = {"Unknown",     "Internal",     "Not found",
+                                       "Invalid argument", "Unavailable", "Unsupported",
+                                       "Already exists",   "Cancelled"};
+  unsigned i = static_cast<unsigned>(error->code);
+  return i < 8 ? kNames[i] : "<invalid code>";
+}
+
+extern "C" const char* TRITONSERVER_ErrorMessage(TRITONSERVER_Error* error) {
+  return error->message.c_str();
+}
+
+API TRITONSERVER_MessageNewFromSerializedJson(TRITONSERVER_Message** message, const char* base,
+                                              size_t byte_size) {
+  CHECK_ARG(message);
+  *message = new TRITONSERVER_Message{std::string(base, byte_size)};
+  return nullptr;
+}
+
+API TRITONSERVER_MessageDelete(TRITONSERVER_Message* message) {
+  delete message;
+  return nullptr;
+}
+
+API TRITONSERVER_MessageSerializeToJson(TRITONSERVER_Message* message, const char** base,
+                                        size_t* byte_size) {
+  CHECK_ARG(message);
+  *base = message->json.c_str();
+  *byte_size = message->json.size();
+  return nullptr;
+}
+
+// ---- TRITONBACKEND_*: backend, model, instance ---------------------------
+
+API TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor) {
+  *major = TRITONBACKEND_API_VERSION_MAJOR;
+  *minor = TRITONBACKEND_API_VERSION_MINOR;
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendName(TRITONBACKEND_Backend* backend, const char** name) {
+  CHECK_ARG(backend);
+  *name = backend->name.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendConfig(TRITONBACKEND_Backend* backend,
+                                TRITONSERVER_Message** backend_config) {
+  CHECK_ARG(backend);
+  *backend_config = new TRITONSERVER_Message{backend->config_json};
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendExecutionPolicy(TRITONBACKEND_Backend* backend,
+                                         TRITONBACKEND_ExecutionPolicy* policy) {
+  CHECK_ARG(backend);
+  *policy = backend->policy;
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendSetExecutionPolicy(TRITONBACKEND_Backend* backend,
+                                            TRITONBACKEND_ExecutionPolicy policy) {
+  CHECK_ARG(backend);
+  backend->policy = policy;
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendState(TRITONBACKEND_Backend* backend, void** state) {
+  CHECK_ARG(backend);
+  *state = backend->state;
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendSetState(TRITONBACKEND_Backend* backend, void* state) {
+  CHECK_ARG(backend);
+  backend->state = state;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelName(TRITONBACKEND_Model* model, const char** name) {
+  CHECK_ARG(model);
+  *name = model->name.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelVersion(TRITONBACKEND_Model* model, uint64_t* version) {
+  CHECK_ARG(model);
+  *version = model->version;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelRepository(TRITONBACKEND_Model* model,
+                                  TRITONBACKEND_ArtifactType* artifact_type,
+                                  const char** location) {
+  CHECK_ARG(model);
+  *artifact_type = TRITONBACKEND_ARTIFACT_FILESYSTEM;
+  *location = model->repository.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelConfig(TRITONBACKEND_Model* model, const uint32_t config_version,
+                              TRITONSERVER_Message** model_config) {
+  CHECK_ARG(model);
+  if (config_version != 1) {
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED,
+               "model configuration version " + std::to_string(config_version) +
+                   " not supported, supported versions are: 1");
+  }
+  *model_config = new TRITONSERVER_Message{model->config_json};
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelAutoCompleteConfig(TRITONBACKEND_Model* model, bool* auto_complete) {
+  CHECK_ARG(model);
+  *auto_complete = model->auto_complete;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelSetConfig(TRITONBACKEND_Model* model, const uint32_t config_version,
+                                 TRITONSERVER_Message* model_config) {
+  CHECK_ARG(model);
+  CHECK_ARG(model_config);
+  if (config_version != 1) {
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED, "model configuration version not supported");
+  }
+  model->config_json = model_config->json;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelBackend(TRITONBACKEND_Model* model, TRITONBACKEND_Backend** backend) {
+  CHECK_ARG(model);
+  *backend = model->backend;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelState(TRITONBACKEND_Model* model, void** state) {
+  CHECK_ARG(model);
+  *state = model->state;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelSetState(TRITONBACKEND_Model* model, void* state) {
+  CHECK_ARG(model);
+  model->state = state;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceName(TRITONBACKEND_ModelInstance* instance, const char** name) {
+  CHECK_ARG(instance);
+  *name = instance->name.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceKind(TRITONBACKEND_ModelInstance* instance,
+                                    TRITONSERVER_InstanceGroupKind* kind) {
+  CHECK_ARG(instance);
+  *kind = instance->kind;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceDeviceId(TRITONBACKEND_ModelInstance* instance,
+                                        int32_t* device_id) {
+  CHECK_ARG(instance);
+  *device_id = instance->device_id;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceIsPassive(TRITONBACKEND_ModelInstance* instance,
+                                         bool* is_passive) {
+  CHECK_ARG(instance);
+  *is_passive = false;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceModel(TRITONBACKEND_ModelInstance* instance,
+                                     TRITONBACKEND_Model** model) {
+  CHECK_ARG(instance);
+  *model = instance->model;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceState(TRITONBACKEND_ModelInstance* instance, void** state) {
+  CHECK_ARG(instance);
+  *state = instance->state;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceSetState(TRITONBACKEND_ModelInstance* instance, void* state) {
+  CHECK_ARG(instance);
+  instance->state = state;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceReportStatistics(TRITONBACKEND_ModelInstance* instance,
+                                                TRITONBACKEND_Request* request, const bool,
+                                                const uint64_t, const uint64_t,
+                                                const uint64_t, const uint64_t) {
+  CHECK_ARG(instance);
+  CHECK_ARG(request);
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKEND_ModelInstance* instance,
+                                                     const uint64_t, const uint64_t,
+                                                     const uint64_t, const uint64_t,
+                                                     const uint64_t) {
+  CHECK_ARG(instance);
+  return nullptr;
+}
+
+// ---- requests and their inputs -------------------------------------------
+
+API TRITONBACKEND_RequestId(TRITONBACKEND_Request* request, const char** id) {
+  CHECK_ARG(request);
+  *id = request->id.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestCorrelationId(TRITONBACKEND_Request* request, uint64_t* id) {
+  CHECK_ARG(request);
+  *id = request->correlation_id;
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestFlags(TRITONBACKEND_Request* request, uint32_t* flags) {
+  CHECK_ARG(request);
+  *flags = request->flags;
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestInputCount(TRITONBACKEND_Request* request, uint32_t* count) {
+  CHECK_ARG(request);
+  *count = static_cast<uint32_t>(request->inputs.size());
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestInputName(TRITONBACKEND_Request* request, const uint32_t index,
+                                   const char** input_name) {
+  CHECK_ARG(request);
+  if (index >= request->inputs.size()) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index) +
+                                                   ": request has " +
+                                                   std::to_string(request->inputs.size()) +
+                                                   " inputs");
+  }
+  *input_name = request->inputs[index].name.c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestInput(TRITONBACKEND_Request* request, const char* name,
+                               TRITONBACKEND_Input** input) {
+  CHECK_ARG(request);
+  CHECK_ARG(name);
+  for (auto& in : request->inputs) {
+    if (in.name == name) {
+      *input = &in;
+      return nullptr;
+    }
+  }
+  return Err(TRITONSERVER_ERROR_INVALID_ARG,
+             std::string("unknown request input name ") + name);
+}
+
+API TRITONBACKEND_RequestInputByIndex(TRITONBACKEND_Request* request, const uint32_t index,
+                                      TRITONBACKEND_Input** input) {
+  CHECK_ARG(request);
+  if (index >= request->inputs.size()) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index));
+  }
+  *input = &request->inputs[index];
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestOutputCount(TRITONBACKEND_Request* request, uint32_t* count) {
+  CHECK_ARG(request);
+  *count = static_cast<uint32_t>(request->requested_outputs.size());
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* request, const uint32_t index,
+                                    const char** output_name) {
+  CHECK_ARG(request);
+  if (index >= request->requested_outputs.size()) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index));
+  }
+  *output_name = request->requested_outputs[index].c_str();
+  return nullptr;
+}
+
+API TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* request, uint32_t release_flags) {
+  CHECK_ARG(request);
+  // The request object stays with engine/triton_c.pyx, which frees it
+  // after the batch; release only marks it.
+  request->released = true;
+  request->release_flags = release_flags;
+  return nullptr;
+}
+
+API TRITONBACKEND_InputProperties(TRITONBACKEND_Input* input, const char** name,
+                                  TRITONSERVER_DataType* datatype, const int64_t** shape,
+                                  uint32_t* dims_count, uint64_t* byte_size,
+                                  uint32_t* buffer_count) {
+  CHECK_ARG(input);
+  if (name) *name = input->name.c_str();
+  if (datatype) *datatype = input->datatype;
+  if (shape) *shape = input->shape.data();
+  if (dims_count) *dims_count = static_cast<uint32_t>(input->shape.size());
+  if (byte_size) *byte_size = input->byte_size;
+  if (buffer_count) *buffer_count = 1;
+  return nullptr;
+}
+
+API TRITONBACKEND_InputBuffer(TRITONBACKEND_Input* input, const uint32_t index,
+                              const void** buffer, uint64_t* buffer_byte_size,
+                              TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id) {
+  CHECK_ARG(input);
+  if (index != 0) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "buffer index " + std::to_string(index) + " out of range: input '" + input->name +
+                   "' has 1 buffer");
+  }
+  *buffer = input->data;
+  *buffer_byte_size = input->byte_size;
+  *memory_type = TRITONSERVER_MEMORY_CPU;
+  *memory_type_id = 0;
+  return nullptr;
+}
+
+// ---- responses, outputs, factories ---------------------------------------
+
+API TRITONBACKEND_ResponseFactoryNew(TRITONBACKEND_ResponseFactory** factory,
+                                     TRITONBACKEND_Request* request) {
+  CHECK_ARG(request);
+  *factory = new TRITONBACKEND_ResponseFactory{request->sink};
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseFactoryDelete(TRITONBACKEND_ResponseFactory* factory) {
+  delete factory;
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseFactorySendFlags(TRITONBACKEND_ResponseFactory* factory,
+                                           const uint32_t send_flags) {
+  CHECK_ARG(factory);
+  SentResponse sent;
+  sent.final = (send_flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL) != 0;
+  factory->sink->Push(std::move(sent));
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** response,
+                              TRITONBACKEND_Request* request) {
+  CHECK_ARG(request);
+  *response = new TRITONBACKEND_Response{request->sink, {}};
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseNewFromFactory(TRITONBACKEND_Response** response,
+                                         TRITONBACKEND_ResponseFactory* factory) {
+  CHECK_ARG(factory);
+  *response = new TRITONBACKEND_Response{factory->sink, {}};
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* response) {
+  delete response;
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* response,
+                                 TRITONBACKEND_Output** output, const char* name,
+                                 const TRITONSERVER_DataType datatype, const int64_t* shape,
+                                 const uint32_t dims_count) {
+  CHECK_ARG(response);
+  CHECK_ARG(name);
+  for (auto& out : response->outputs) {
+    if (out->name == name) {
+      return Err(TRITONSERVER_ERROR_ALREADY_EXISTS,
+                 std::string("response already has an output named ") + name);
+    }
+  }
+  auto tensor = std::make_unique<OutputTensor>();
+  tensor->name = name;
+  tensor->datatype = datatype;
+  tensor->shape.assign(shape, shape + dims_count);
+  *output = reinterpret_cast<TRITONBACKEND_Output*>(tensor.get());
+  response->outputs.push_back(std::move(tensor));
+  return nullptr;
+}
+
+API TRITONBACKEND_OutputBuffer(TRITONBACKEND_Output* output, void** buffer,
+                               const uint64_t buffer_byte_size,
+                               TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id) {
+  CHECK_ARG(output);
+  auto* tensor = reinterpret_cast<OutputTensor*>(output);
+  tensor->data.resize(buffer_byte_size);
+  // Whatever memory was asked for, the buffer is CPU memory: say so.
+  *memory_type = TRITONSERVER_MEMORY_CPU;
+  *memory_type_id = 0;
+  *buffer = tensor->data.data();
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t send_flags,
+                               TRITONSERVER_Error* error) {
+  CHECK_ARG(response);
+  SentResponse sent;
+  sent.has_response = error == nullptr;
+  sent.final = (send_flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL) != 0;
+  if (error != nullptr) {  // the error stays the backend's to delete
+    sent.has_error = true;
+    sent.error_code = error->code;
+    sent.error_message = error->message;
+  } else {
+    sent.outputs = std::move(response->outputs);
+  }
+  response->sink->Push(std::move(sent));
+  delete response;
+  return nullptr;
+}

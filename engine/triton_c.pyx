@@ -1,0 +1,194 @@
+# Backends built for Triton's C API (libtriton_NAME.so), driven through
+# csrc/src/triton_*.cc: this module only converts a batch's arrays into
+# TRITONBACKEND_Request objects, runs ModelInstanceExecute with the GIL
+# released, and turns what the backend sent back into numpy arrays.
+# cython: language_level=3
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libcpp cimport bool as cbool
+from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from pyserver.engine.status cimport Status, check_status
+from pyserver.kernel.dtypes import CODE_TO_NUMPY, BYTES_CODE, WIRE_TO_CODE
+from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
+
+
+cdef extern from "pyserver/triton/objects.h" nogil:
+    ctypedef enum TRITONSERVER_DataType:
+        TRITONSERVER_TYPE_INVALID
+
+    cdef struct TRITONBACKEND_Input:
+        string name
+        TRITONSERVER_DataType datatype
+        vector[int64_t] shape
+        const void* data
+        uint64_t byte_size
+
+    cdef cppclass OutputTensor "pyserver::triton::OutputTensor":
+        string name
+        int datatype
+        vector[int64_t] shape
+        vector[char] data
+
+    cdef cppclass SentResponse "pyserver::triton::SentResponse":
+        vector[unique_ptr[OutputTensor]] outputs
+        cbool has_response
+        cbool has_error
+        int error_code
+        string error_message
+        cbool final
+
+    cdef cppclass ResponseSink "pyserver::triton::ResponseSink":
+        vector[SentResponse] Take()
+
+    cdef cppclass TRITONBACKEND_Request:
+        TRITONBACKEND_Request()
+        string id
+        uint64_t correlation_id
+        uint32_t flags
+        vector[TRITONBACKEND_Input] inputs
+        vector[string] requested_outputs
+        shared_ptr[ResponseSink] sink
+
+
+cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
+    cdef cppclass CBackendLibrary "pyserver::triton::BackendLibrary":
+        pass
+
+    cdef cppclass CModel "pyserver::triton::Model":
+        const string& config_json()
+
+    cdef cppclass CInstance "pyserver::triton::Instance":
+        Status Execute(vector[TRITONBACKEND_Request*]& requests)
+
+    Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
+        const string& path, const string& name, const string& config_json,
+        unique_ptr[CBackendLibrary]* out)
+    Status CreateModel "pyserver::triton::Model::Create"(
+        CBackendLibrary* library, const string& name, uint64_t version,
+        const string& repository, const string& config_json, cbool auto_complete,
+        unique_ptr[CModel]* out)
+    Status CreateInstance "pyserver::triton::Instance::Create"(
+        CModel* model, const string& name, int kind, int device_id, unique_ptr[CInstance]* out)
+
+
+cdef class BackendLibrary:
+    """One libtriton_NAME.so, TRITONBACKEND_Initialize'd."""
+    cdef unique_ptr[CBackendLibrary] lib
+
+    def __init__(self, str path, str name, str config_json):
+        check_status(CreateLibrary(path.encode(), name.encode(), config_json.encode(), &self.lib))
+
+    def close(self):
+        """TRITONBACKEND_Finalize and dlclose."""
+        self.lib.reset()
+
+
+cdef class Model:
+    """A model of a backend library, TRITONBACKEND_ModelInitialize'd."""
+    cdef unique_ptr[CModel] model
+    cdef BackendLibrary library
+
+    def __init__(self, BackendLibrary library, str name, uint64_t version, str repository,
+                 str config_json, bint auto_complete):
+        self.library = library
+        check_status(CreateModel(library.lib.get(), name.encode(), version, repository.encode(),
+                                 config_json.encode(), auto_complete, &self.model))
+
+    @property
+    def config_json(self):
+        return self.model.get().config_json().decode()
+
+    def close(self):
+        self.model.reset()
+
+
+cdef object _to_python(SentResponse& sent):
+    """(outputs dict or None, (code, message) or None, final)."""
+    cdef OutputTensor* t
+    error = None
+    outputs = None
+    if sent.has_error:
+        error = (<int>sent.error_code + 1, sent.error_message.decode("utf-8", "replace"))
+    elif sent.has_response:
+        outputs = {}
+        for i in range(sent.outputs.size()):
+            t = sent.outputs[i].get()
+            shape = tuple(t.shape)
+            raw = t.data.data()[:t.data.size()] if t.data.size() else b""
+            if t.datatype == BYTES_CODE:
+                arr = deserialize_bytes_tensor(raw).reshape(shape)
+            else:
+                arr = np.frombuffer(raw, dtype=CODE_TO_NUMPY[t.datatype]).reshape(shape)
+            outputs[t.name.decode()] = arr
+    return outputs, error, sent.final
+
+
+cdef class Instance:
+    """A model instance; execute() runs one batch of pending requests."""
+    cdef unique_ptr[CInstance] instance
+    cdef Model owner
+
+    def __init__(self, Model model, str name, int kind, int device_id):
+        self.owner = model
+        check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
+                                    &self.instance))
+
+    def execute(self, list pending):
+        """Runs the batch; returns, per request, the list of what its backend
+        sent: (outputs or None, (code, message) or None, final)."""
+        cdef vector[TRITONBACKEND_Request*] requests
+        cdef TRITONBACKEND_Request* r
+        cdef TRITONBACKEND_Input tin
+        cdef const unsigned char[::1] view
+        cdef Status status
+        cdef vector[SentResponse] sent
+        keep = []  # the inputs' bytes, alive until the batch is done
+        results = []
+        try:
+            for p in pending:
+                r = new TRITONBACKEND_Request()
+                requests.push_back(r)
+                request = p.request
+                r.id = str(request.id).encode()
+                corr = request.parameters.get("sequence_id", 0)
+                r.correlation_id = corr if isinstance(corr, int) else 0
+                for name, arr in p.arrays.items():
+                    tin.name = name.encode()
+                    tin.shape = list(arr.shape)
+                    if arr.dtype == object:
+                        tin.datatype = <TRITONSERVER_DataType>BYTES_CODE
+                        data = serialize_bytes_tensor(arr)
+                    else:
+                        tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[_wire(arr.dtype)]
+                        data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+                    keep.append(data)
+                    view = data
+                    tin.data = &view[0] if len(view) else NULL
+                    tin.byte_size = len(view)
+                    r.inputs.push_back(tin)
+                for out in request.outputs:
+                    r.requested_outputs.push_back(out.name.encode())
+            # Safe without the GIL: the requests and the bytes they point at
+            # are held by this frame until execute returns.
+            with nogil:
+                status = self.instance.get().Execute(requests)
+            check_status(status)
+            for i in range(requests.size()):
+                sent = requests[i].sink.get().Take()
+                results.append([_to_python(sent[j]) for j in range(sent.size())])
+        finally:
+            for i in range(requests.size()):
+                del requests[i]
+        return results
+
+    def close(self):
+        self.instance.reset()
+
+
+def _wire(dtype):
+    from pyserver.kernel.dtypes import numpy_to_wire
+    return numpy_to_wire(dtype)

@@ -1,0 +1,132 @@
+"""Backends built for Triton's C API: a ``libtriton_NAME.so`` that exports
+``TRITONBACKEND_*`` entry points, driven through pyserver's own
+libtritonserver.so (csrc/src/triton_*.cc, engine/triton_c.pyx).
+
+``library_backend(path, name, backend_config)`` returns the backend class for
+one library (the same class for the same path: one TRITONBACKEND_Initialize
+per library, as Triton shares a backend object). Its instances share one
+TRITONBACKEND_Model per model version; each instance is a
+TRITONBACKEND_ModelInstance whose ModelInstanceExecute runs a batch of
+requests with the GIL released."""
+
+import json
+import threading
+from pathlib import Path
+
+from pyserver.backends.base import Capability
+from pyserver.config import config_to_json
+from pyserver.engine import triton_c
+from pyserver.kernel.errors import Code, ServerError
+
+_lock = threading.Lock()
+_classes: dict[str, type] = {}
+
+
+def library_backend(library_path: str, backend_name: str,
+                    backend_config: dict[str, str]) -> type:
+    """The backend class over one Triton backend library."""
+    key = str(Path(library_path).resolve())
+    with _lock:
+        cls = _classes.get(key)
+        if cls is None:
+            config_json = json.dumps({"cmdline": {k: str(v) for k, v in backend_config.items()}})
+            library = triton_c.BackendLibrary(key, backend_name, config_json)
+            cls = type(f"TritonCBackend_{backend_name}", (TritonCBackend,),
+                       {"library": library, "backend_name": backend_name, "_models": {}})
+            _classes[key] = cls
+        return cls
+
+
+def _version_of(version_dir: Path) -> int:
+    try:
+        return int(version_dir.name)
+    except ValueError:
+        return 1
+
+
+class TritonCBackend:
+    """One instance of a model served by a Triton C backend library."""
+
+    model_file_required = False
+    capabilities = Capability.TAKES_REQUESTS
+    library: "triton_c.BackendLibrary"
+    backend_name: str
+    _models: dict  # version folder -> [triton_c.Model, instances using it]
+
+    def __init__(self, model_path: str, config, instance_name: str, device: str,
+                 threads: int, context=None):
+        version_dir = Path(model_path).parent
+        self.model_name = config.name
+        self.decoupled = config.model_transaction_policy.decoupled
+        self._mv = None
+        self._key = str(version_dir)
+        with _lock:
+            entry = self._models.get(self._key)
+            if entry is None:
+                model = triton_c.Model(self.library, config.name, _version_of(version_dir),
+                                       str(version_dir.parent),
+                                       json.dumps(config_to_json(config)), False)
+                entry = self._models[self._key] = [model, 0]
+            entry[1] += 1
+        gpu = device.startswith("cuda") or device.startswith("gpu")
+        device_id = int(device.rsplit(":", 1)[1]) if ":" in device else 0
+        try:
+            self.instance = triton_c.Instance(entry[0], instance_name, 2 if gpu else 1,
+                                              device_id)
+        except BaseException:
+            self._release_model()
+            raise
+
+    def attach(self, mv) -> None:
+        """Called by the ModelVersion this instance serves (decoupled answers)."""
+        self._mv = mv
+
+    def execute_requests(self, pending: list) -> list:
+        """One result per request: its outputs, an error, or None for a
+        decoupled request (its responses went through its stream)."""
+        sent = self.instance.execute(pending)
+        results = []
+        for p, responses in zip(pending, sent):
+            if self.decoupled:
+                self._stream(p, responses)
+                results.append(None)
+            else:
+                results.append(self._single(responses))
+        return results
+
+    def _single(self, responses: list):
+        for outputs, error, _final in responses:
+            if error is not None:
+                return ServerError(Code(error[0]), error[1])
+            if outputs is not None:
+                return outputs
+        return ServerError(Code.INTERNAL, f"model '{self.model_name}' sent no response")
+
+    def _stream(self, p, responses: list) -> None:
+        final_seen = False
+        for outputs, error, final in responses:
+            response = None
+            err = ServerError(Code(error[0]), error[1]) if error is not None else None
+            if outputs is not None:
+                response = self._mv._request_response(p, outputs, None)
+            p.future.push(response, err, final)
+            final_seen = final_seen or final
+        if not final_seen:  # responses sent after Execute returned are not carried yet
+            p.future.push(None, ServerError(
+                Code.INTERNAL, f"model '{self.model_name}' returned without the final "
+                "response flag"), True)
+
+    def close(self) -> None:
+        instance, self.instance = getattr(self, "instance", None), None
+        if instance is not None:
+            instance.close()
+            self._release_model()
+
+    def _release_model(self) -> None:
+        with _lock:
+            entry = self._models.get(self._key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._models[self._key]
+                    entry[0].close()

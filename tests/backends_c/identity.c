@@ -1,0 +1,108 @@
+/* A Triton C backend for pyserver's tests: OUTPUT0 = INPUT0, any type and
+ * shape, one response per request; counts the instances it made and reports
+ * statistics as a Triton backend does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "triton/core/tritonbackend.h"
+
+#define RETURN_IF_ERROR(x)            \
+  do {                                \
+    TRITONSERVER_Error* e__ = (x);    \
+    if (e__ != NULL) return e__;      \
+  } while (0)
+
+TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
+  uint32_t major, minor;
+  RETURN_IF_ERROR(TRITONBACKEND_ApiVersion(&major, &minor));
+  if (major != TRITONBACKEND_API_VERSION_MAJOR || minor < TRITONBACKEND_API_VERSION_MINOR) {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_UNSUPPORTED, "API version mismatch");
+  }
+  TRITONSERVER_Message* config;
+  RETURN_IF_ERROR(TRITONBACKEND_BackendConfig(backend, &config));
+  const char* json;
+  size_t size;
+  RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
+  TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, json);
+  /* --backend-config=identity,refuse=1 makes the library refuse to start */
+  int refuse = strstr(json, "\"refuse\"") != NULL;
+  TRITONSERVER_MessageDelete(config);
+  if (refuse) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "refused by config");
+  return NULL;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
+  TRITONSERVER_Message* config;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelConfig(model, 1, &config));
+  const char* json;
+  size_t size;
+  RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
+  int ok = strstr(json, "\"INPUT0\"") != NULL;
+  TRITONSERVER_MessageDelete(config);
+  if (!ok) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "config has no INPUT0");
+  int* instances = calloc(1, sizeof(int));
+  return TRITONBACKEND_ModelSetState(model, instances);
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
+  void* state;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
+  free(state);
+  return NULL;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* inst) {
+  TRITONBACKEND_Model* model;
+  void* state;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(inst, &model));
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
+  ++*(int*)state;
+  return NULL;
+}
+
+static TRITONSERVER_Error* Respond(TRITONBACKEND_Request* request) {
+  TRITONBACKEND_Input* input;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestInput(request, "INPUT0", &input));
+  TRITONSERVER_DataType dtype;
+  const int64_t* shape;
+  uint32_t dims, buffers;
+  uint64_t bytes;
+  RETURN_IF_ERROR(
+      TRITONBACKEND_InputProperties(input, NULL, &dtype, &shape, &dims, &bytes, &buffers));
+  TRITONBACKEND_Response* response;
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseNew(&response, request));
+  TRITONBACKEND_Output* output;
+  TRITONSERVER_Error* err =
+      TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", dtype, shape, dims);
+  void* out = NULL;
+  TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_CPU;
+  int64_t mem_id = 0;
+  if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &out, bytes, &mem, &mem_id);
+  uint64_t done = 0;
+  for (uint32_t b = 0; err == NULL && b < buffers; ++b) {
+    const void* in;
+    uint64_t n;
+    err = TRITONBACKEND_InputBuffer(input, b, &in, &n, &mem, &mem_id);
+    if (err == NULL) {
+      memcpy((char*)out + done, in, n);
+      done += n;
+    }
+  }
+  TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
+  if (err != NULL) TRITONSERVER_ErrorDelete(err);
+  return NULL;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* inst,
+                                                       TRITONBACKEND_Request** requests,
+                                                       const uint32_t count) {
+  for (uint32_t r = 0; r < count; ++r) {
+    RETURN_IF_ERROR(Respond(requests[r]));
+    RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceReportStatistics(inst, requests[r], 1, 0, 0, 0, 0));
+  }
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceReportBatchStatistics(inst, count, 0, 0, 0, 0));
+  for (uint32_t r = 0; r < count; ++r) {
+    RETURN_IF_ERROR(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL));
+  }
+  return NULL;
+}

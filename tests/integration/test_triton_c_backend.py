@@ -1,0 +1,160 @@
+"""Backends built for Triton's C API (libtriton_NAME.so): C backends in
+tests/backends_c compiled at test time against pyserver's tritonbackend.h,
+found under --backend-directory as Triton finds them, served over HTTP and
+gRPC with dynamic batching and two instances."""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from .test_grpc import start_grpc  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ROOT / "tests" / "backends_c"
+HEADERS = ROOT / "csrc" / "include" / "pyserver" / "triton"
+ENGINE = ROOT / "pyserver" / "engine"
+CC = shutil.which("cc") or shutil.which("gcc")
+
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")
+
+
+def build_backend(backends: Path, name: str) -> Path:
+    """backends/NAME/libtriton_NAME.so from tests/backends_c/NAME.c."""
+    out = backends / name / f"libtriton_{name}.so"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([CC, "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{HEADERS}",
+                    str(SOURCES / f"{name}.c"), "-o", str(out), f"-L{ENGINE}", "-ltritonserver"],
+                   check=True)
+    return out
+
+
+def write_model(repo: Path, name: str, text: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
+
+
+IDENTITY = '''backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+'''
+REPEAT = '''backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+'''
+FAILING = '''backend: "failing"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+'''
+
+
+@pytest.fixture
+def layout(tmp_path):
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    for name in ("identity", "repeat", "failing"):
+        build_backend(backends, name)
+    write_model(repo, "identity", IDENTITY)
+    write_model(repo, "repeat", REPEAT)
+    for name in ("fail_execute", "fail_response"):
+        write_model(repo, name, FAILING)
+    return backends, repo
+
+
+def test_identity_over_http_and_grpc_with_batching(layout, start_grpc):  # noqa: F811
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+
+    def http_call(i):
+        client = httpclient.InferenceServerClient(s.url)
+        x = np.full((1, 3 + i % 4), float(i), dtype=np.float32)
+        inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = client.infer("identity", [inp]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, x)
+
+    def grpc_call(i):
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        x = np.arange(2 * 5, dtype=np.float32).reshape(2, 5) + i
+        inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = client.infer("identity", [inp]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, x)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(http_call, range(64)))
+        list(pool.map(grpc_call, range(64)))
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("identity")
+    model = stats["model_stats"][0]
+    assert model["inference_stats"]["success"]["count"] == 128
+    assert model["execution_count"] <= 128
+
+
+def test_decoupled_repeat_streams_each_value(layout, start_grpc):  # noqa: F811
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    values = np.array([4, 8, 15, 16, 23, 42], dtype=np.int32)
+    inp = grpcclient.InferInput("IN", [len(values)], "INT32")
+    inp.set_data_from_numpy(values)
+    client.async_stream_infer("repeat", [inp], enable_empty_final_response=True)
+    seen = []
+    while True:
+        result, error = got.get(timeout=30)
+        assert error is None
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+        seen.append(int(result.as_numpy("OUT")[0]))
+    client.stop_stream()
+    assert seen == values.tolist()
+
+
+def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    x = np.ones((1, 1), dtype=np.float32)
+    for model, text, http_status in (("fail_execute", "execute failed on purpose", 503),
+                                     ("fail_response", "bad request on purpose", 400)):
+        inp = httpclient.InferInput("IN", [1, 1], "FP32")
+        inp.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as err:
+            httpclient.InferenceServerClient(s.url).infer(model, [inp])
+        assert text in err.value.message()
+        assert err.value.status() == str(http_status)
+        ginp = grpcclient.InferInput("IN", [1, 1], "FP32")
+        ginp.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as gerr:
+            grpcclient.InferenceServerClient(s.grpc_url).infer(model, [ginp])
+        assert text in gerr.value.message()
+
+
+def test_initialize_failures_fail_the_load(tmp_path, start_server):
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "failing")
+    write_model(repo, "fail_model_init", FAILING)
+    write_model(repo, "fail_instance_init", FAILING)
+    write_model(repo, "fine", FAILING)
+    s = start_server(repo, backend_directory=str(backends), exit_on_error=False)
+    client = httpclient.InferenceServerClient(s.url)
+    assert client.is_model_ready("fine")
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert "model init failed on purpose" in index["fail_model_init"]["reason"]
+    assert "instance init failed on purpose" in index["fail_instance_init"]["reason"]
+    assert not client.is_model_ready("fail_model_init")
