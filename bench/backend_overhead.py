@@ -1,10 +1,15 @@
 """What pyserver costs on top of the runtime it drives: the ONNX MLP
 (FP32 [1024] -> [4096] -> [16] by default, two Gemm layers) served with dynamic batching over
 gRPC at concurrency 16, against calling onnxruntime directly with the
-same session options at the batch sizes pyserver formed.
+same session options at the batch sizes pyserver formed. With
+--backend openvino the same MLP, converted by OpenVINO's converter to
+model.xml, is served by the openvino backend and compared with OpenVINO
+called directly (one compiled model and infer request, the properties
+pyserver compiles with).
 
   python bench/backend_overhead.py [--duration 3] [--rounds 7] [--concurrency 16]
                                    [--inputs 1024] [--hidden 4096]
+                                   [--backend onnxruntime|openvino]
 
 1. A pyserver process (Server + GrpcFrontend, as bench/grpc_protocol.py
    starts it) serves the MLP (max_batch_size 64, `dynamic_batching { }`,
@@ -137,6 +142,49 @@ class DirectRunner:
         return {size: spent[size] / runs[size] for size in batches}
 
 
+class DirectOpenVINO(DirectRunner):
+    """The model in this process through OpenVINO: compiled with the
+    properties pyserver's openvino backend gives a single instance, run on
+    one infer request as an instance runs it."""
+
+    def __init__(self, model_path: Path, config, features: int):
+        import numpy as np
+        import openvino as ov
+
+        from pyserver.backends._common import compute_cores
+        from pyserver.backends.openvino import device_properties
+
+        core = ov.Core()
+        model = core.read_model(str(model_path))
+        model.reshape({port.get_any_name(): ov.PartialShape([-1, features])
+                       for port in model.inputs})
+        compiled = core.compile_model(model, "CPU", device_properties(config, compute_cores()))
+        request = compiled.create_infer_request()
+        self.run_options = None
+
+        class Session:
+            @staticmethod
+            def run(_names, feed, _options):
+                return request.infer(feed, share_inputs=True, share_outputs=False)
+
+        self.session = Session()
+        self.features = features
+        self.rng = np.random.default_rng(0)
+
+
+def to_openvino(model_dir: Path) -> None:
+    """The MLP's model.onnx as model.xml/model.bin by OpenVINO's converter,
+    its config naming the openvino backend."""
+    import openvino as ov
+
+    onnx_file = model_dir / "1" / "model.onnx"
+    ov.save_model(ov.convert_model(str(onnx_file)), str(model_dir / "1" / "model.xml"))
+    onnx_file.unlink()
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text().replace('platform: "onnxruntime_onnx"',
+                                                 'backend: "openvino"'))
+
+
 def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log: Path,
                   expected: dict) -> dict:
     """The same batches through onnxruntime directly (the server idle), then
@@ -165,7 +213,7 @@ def measure_round(server, port: int, body: Path, args, direct: DirectRunner, log
     requests = max(1, ok1 - ok0)
     return {
         "pyserver_infer_per_s": round(served["infer_per_s"], 1),
-        "direct_onnxruntime_infer_per_s": round(direct_rate, 1),
+        f"direct_{args.backend}_infer_per_s": round(direct_rate, 1),
         "ratio": round(served["infer_per_s"] / direct_rate, 3),
         # The backend's share alone: direct run time / the server's own
         # compute_infer time for the same batches (1.0: no cost added there).
@@ -202,6 +250,8 @@ def main():
     p.add_argument("--intra-op-threads", type=int, default=0,
                    help="the model's intra_op_thread_count parameter (0: pyserver's default, "
                         "the instance's share of the cores)")
+    p.add_argument("--backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
+                   help="the backend serving the MLP, compared with its runtime called directly")
     p.add_argument("--serve", nargs=2, metavar=("REPO", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -214,7 +264,10 @@ def main():
 
     tmp = Path(tempfile.mkdtemp(prefix="pyserver-backend-bench-"))
     extra = "dynamic_batching { }"
-    if args.intra_op_threads:
+    if args.intra_op_threads and args.backend == "openvino":
+        extra += ('\nparameters { key: "INFERENCE_NUM_THREADS" value { string_value: "%d" } }'
+                  % args.intra_op_threads)
+    elif args.intra_op_threads:
         extra += ('\nparameters { key: "intra_op_thread_count" value { string_value: "%d" } }'
                   % args.intra_op_threads)
     weights = write_mlp(tmp / "models", name=MODEL, max_batch_size=64, extra=extra,
@@ -223,8 +276,15 @@ def main():
     body = tmp / "request.bin"
     body.write_bytes(request_body(features))
     model_dir = tmp / "models" / MODEL
-    direct = DirectRunner(model_dir / "1" / "model.onnx",
-                          normalize(load_config_file(model_dir / "config.pbtxt"), MODEL), features)
+    if args.backend == "openvino":
+        to_openvino(model_dir)
+        direct = DirectOpenVINO(model_dir / "1" / "model.xml",
+                                normalize(load_config_file(model_dir / "config.pbtxt"), MODEL),
+                                features)
+    else:
+        direct = DirectRunner(model_dir / "1" / "model.onnx",
+                              normalize(load_config_file(model_dir / "config.pbtxt"), MODEL),
+                              features)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(tmp / "models"), str(port)],
@@ -244,8 +304,8 @@ def main():
             expected = {int(b): n for b, n in row["batches"].items()}
             rounds.append(row)
             print(f"round {number + 1}: pyserver {row['pyserver_infer_per_s']:.0f} infer/s (mean "
-                  f"batch {row['mean_batch']:.1f}) vs onnxruntime direct "
-                  f"{row['direct_onnxruntime_infer_per_s']:.0f} infer/s at the same batches: ratio "
+                  f"batch {row['mean_batch']:.1f}) vs {args.backend} direct "
+                  f"{row[f'direct_{args.backend}_infer_per_s']:.0f} infer/s at the same batches: ratio "
                   f"{row['ratio']:.3f}, execution ratio {row['execution_ratio']:.3f}, "
                   f"direct drift {row['direct_drift']:.2f}, failed {row['failed']}", file=sys.stderr)
     finally:
@@ -257,14 +317,16 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     median = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
     result = {
-        "model": f"mlp onnx FP32 [{features}]->[{args.hidden}]->[16]",
+        "model": f"mlp onnx FP32 [{features}]->[{args.hidden}]->[16]"
+                 + (" as OpenVINO IR" if args.backend == "openvino" else ""),
+        "backend": args.backend,
         "protocol": f"grpc (h2load -c {args.concurrency} -m 1), dynamic_batching {{ }}",
         "cores": os.cpu_count(),
         "ratio": median["ratio"],
         "execution_ratio": median["execution_ratio"],
         "target": 0.9,
         "median_round": median,
-        "rounds": [{k: r[k] for k in ("pyserver_infer_per_s", "direct_onnxruntime_infer_per_s",
+        "rounds": [{k: r[k] for k in ("pyserver_infer_per_s", f"direct_{args.backend}_infer_per_s",
                                       "ratio", "execution_ratio", "direct_drift", "mean_batch",
                                       "failed")}
                    for r in rounds],

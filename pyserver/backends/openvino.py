@@ -22,7 +22,12 @@ config:
 
 from __future__ import annotations
 
-import openvino as ov
+try:
+    import openvino as ov
+except ImportError as err:  # the backend's loader reports this as the reason
+    raise ImportError(
+        f"the OpenVINO backend needs openvino, which is not installed ({err}); "
+        "install it with: pip install 'pyserver[openvino]'") from err
 
 from pyserver.backends._common import data_type_name, string_param
 from pyserver.backends.base import Capability
