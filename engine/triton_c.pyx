@@ -137,9 +137,11 @@ cdef class Instance:
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
-    def execute(self, list pending):
+    def execute(self, list pending, list all_outputs):
         """Runs the batch; returns, per request, the list of what its backend
-        sent: (outputs or None, (code, message) or None, final)."""
+        sent: (outputs or None, (code, message) or None, final). A request
+        that names no outputs asks for all_outputs (the model's, as Triton
+        fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
         cdef TRITONBACKEND_Input tin
@@ -170,8 +172,12 @@ cdef class Instance:
                     tin.data = &view[0] if len(view) else NULL
                     tin.byte_size = len(view)
                     r.inputs.push_back(tin)
-                for out in request.outputs:
-                    r.requested_outputs.push_back(out.name.encode())
+                if request.outputs:
+                    for out in request.outputs:
+                        r.requested_outputs.push_back(out.name.encode())
+                else:
+                    for name in all_outputs:
+                        r.requested_outputs.push_back(name)
             # Safe without the GIL: the requests and the bytes they point at
             # are held by this frame until execute returns.
             with nogil:

@@ -3,6 +3,7 @@
 // pyserver/triton/objects.h. CPU memory only; statistics a backend reports
 // are accepted (pyserver times the batch itself).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "pyserver/triton/objects.h"
@@ -521,5 +522,124 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
   }
   response->sink->Push(std::move(sent));
   delete response;
+  return nullptr;
+}
+
+// ---- memory manager, host policy, buffer attributes, state ---------------
+
+struct TRITONBACKEND_MemoryManager {};
+struct TRITONSERVER_Server {};
+struct TRITONSERVER_BufferAttributes {
+  size_t byte_size = 0;
+  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_type_id = 0;
+};
+
+namespace {
+TRITONBACKEND_MemoryManager g_memory_manager;  // CPU memory (malloc)
+TRITONSERVER_Server g_server;  // what TRITONBACKEND_ModelServer names
+}  // namespace
+
+API TRITONBACKEND_BackendMemoryManager(TRITONBACKEND_Backend* backend,
+                                       TRITONBACKEND_MemoryManager** manager) {
+  CHECK_ARG(backend);
+  *manager = &g_memory_manager;
+  return nullptr;
+}
+
+API TRITONBACKEND_MemoryManagerAllocate(TRITONBACKEND_MemoryManager* manager, void** buffer,
+                                        const TRITONSERVER_MemoryType memory_type,
+                                        const int64_t, const uint64_t byte_size) {
+  CHECK_ARG(manager);
+  if (memory_type == TRITONSERVER_MEMORY_GPU) {
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED, "GPU memory is not supported by pyserver's "
+                                               "backend memory manager");
+  }
+  *buffer = std::malloc(byte_size == 0 ? 1 : byte_size);
+  if (*buffer == nullptr) return Err(TRITONSERVER_ERROR_UNAVAILABLE, "out of memory");
+  return nullptr;
+}
+
+API TRITONBACKEND_MemoryManagerFree(TRITONBACKEND_MemoryManager* manager, void* buffer,
+                                    const TRITONSERVER_MemoryType, const int64_t) {
+  CHECK_ARG(manager);
+  std::free(buffer);
+  return nullptr;
+}
+
+API TRITONBACKEND_InputPropertiesForHostPolicy(TRITONBACKEND_Input* input, const char*,
+                                               const char** name,
+                                               TRITONSERVER_DataType* datatype,
+                                               const int64_t** shape, uint32_t* dims_count,
+                                               uint64_t* byte_size, uint32_t* buffer_count) {
+  return TRITONBACKEND_InputProperties(input, name, datatype, shape, dims_count, byte_size,
+                                       buffer_count);
+}
+
+API TRITONBACKEND_InputBufferForHostPolicy(TRITONBACKEND_Input* input, const char*,
+                                           const uint32_t index, const void** buffer,
+                                           uint64_t* buffer_byte_size,
+                                           TRITONSERVER_MemoryType* memory_type,
+                                           int64_t* memory_type_id) {
+  return TRITONBACKEND_InputBuffer(input, index, buffer, buffer_byte_size, memory_type,
+                                   memory_type_id);
+}
+
+API TRITONBACKEND_ModelServer(TRITONBACKEND_Model* model, TRITONSERVER_Server** server) {
+  CHECK_ARG(model);
+  *server = &g_server;
+  return nullptr;
+}
+
+API TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* instance,
+                                          TRITONSERVER_Message** host_policy) {
+  CHECK_ARG(instance);
+  // One member, named as Triton names an instance's default host policy.
+  std::string name = instance->kind == TRITONSERVER_INSTANCEGROUPKIND_GPU
+                         ? "gpu_" + std::to_string(instance->device_id)
+                         : "cpu";
+  *host_policy = new TRITONSERVER_Message{"{\"" + name + "\":{}}"};
+  return nullptr;
+}
+
+API TRITONBACKEND_StateNew(TRITONBACKEND_State**, TRITONBACKEND_Request*, const char*,
+                           const TRITONSERVER_DataType, const int64_t*, const uint32_t) {
+  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+}
+
+API TRITONBACKEND_StateUpdate(TRITONBACKEND_State*) {
+  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+}
+
+API TRITONBACKEND_StateBuffer(TRITONBACKEND_State*, void**, const uint64_t,
+                              TRITONSERVER_MemoryType*, int64_t*) {
+  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+}
+
+API TRITONSERVER_BufferAttributesNew(TRITONSERVER_BufferAttributes** buffer_attributes) {
+  *buffer_attributes = new TRITONSERVER_BufferAttributes();
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesDelete(TRITONSERVER_BufferAttributes* buffer_attributes) {
+  delete buffer_attributes;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesSetMemoryTypeId(TRITONSERVER_BufferAttributes* attributes,
+                                                 int64_t memory_type_id) {
+  attributes->memory_type_id = memory_type_id;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesSetMemoryType(TRITONSERVER_BufferAttributes* attributes,
+                                               TRITONSERVER_MemoryType memory_type) {
+  attributes->memory_type = memory_type;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesSetByteSize(TRITONSERVER_BufferAttributes* attributes,
+                                             size_t byte_size) {
+  attributes->byte_size = byte_size;
   return nullptr;
 }

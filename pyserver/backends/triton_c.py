@@ -59,6 +59,7 @@ class TritonCBackend:
         self.model_name = config.name
         self.decoupled = config.model_transaction_policy.decoupled
         self._mv = None
+        self._outputs = [o.name.encode() for o in config.output]
         self._key = str(version_dir)
         with _lock:
             entry = self._models.get(self._key)
@@ -84,7 +85,7 @@ class TritonCBackend:
     def execute_requests(self, pending: list) -> list:
         """One result per request: its outputs, an error, or None for a
         decoupled request (its responses went through its stream)."""
-        sent = self.instance.execute(pending)
+        sent = self.instance.execute(pending, self._outputs)
         results = []
         for p, responses in zip(pending, sent):
             if self.decoupled:

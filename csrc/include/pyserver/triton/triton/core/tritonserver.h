@@ -20,8 +20,8 @@ extern "C" {
 
 typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
-struct TRITONSERVER_Server;
-struct TRITONSERVER_BufferAttributes;
+typedef struct TRITONSERVER_Server TRITONSERVER_Server;
+typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
 struct TRITONSERVER_InferenceRequest;
 struct TRITONSERVER_InferenceResponse;
 struct TRITONSERVER_ResponseAllocator;
@@ -114,6 +114,17 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageDelete(
     TRITONSERVER_Message* message);
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(
     TRITONSERVER_Message* message, const char** base, size_t* byte_size);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesNew(
+    struct TRITONSERVER_BufferAttributes** buffer_attributes);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesDelete(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetMemoryTypeId(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, int64_t memory_type_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetMemoryType(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, TRITONSERVER_MemoryType memory_type);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetByteSize(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, size_t byte_size);
 
 #ifdef __cplusplus
 }
