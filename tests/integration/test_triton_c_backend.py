@@ -17,12 +17,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from pyserver.engine import triton_c
+
 from .test_grpc import start_grpc  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "tests" / "backends_c"
 HEADERS = ROOT / "csrc" / "include" / "pyserver" / "triton"
-ENGINE = ROOT / "pyserver" / "engine"
+# the libtritonserver.so the engine loaded (an ASan build under make sanitize)
+ENGINE = Path(triton_c.__file__).parent
 CC = shutil.which("cc") or shutil.which("gcc")
 
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")

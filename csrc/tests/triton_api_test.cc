@@ -1,0 +1,145 @@
+// Triton's backend C API as csrc/src/triton_api.cc implements it: errors,
+// requests and inputs, responses into a request's sink (directly and
+// through a factory), output buffers, messages, the memory manager.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pyserver/triton/library.h"
+#include "pyserver/triton/objects.h"
+
+namespace pyserver::triton {
+namespace {
+
+TEST(TritonApi, ErrorsCarryCodeAndMessageAndBecomeStatuses) {
+  TRITONSERVER_Error* err = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_UNAVAILABLE, "later");
+  EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_UNAVAILABLE);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "later");
+  EXPECT_STREQ(TRITONSERVER_ErrorCodeString(err), "Unavailable");
+  Status status = FromError(err);  // takes it
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(), "later");
+  EXPECT_TRUE(FromError(nullptr).ok());
+}
+
+TEST(TritonApi, DataTypes) {
+  EXPECT_STREQ(TRITONSERVER_DataTypeString(TRITONSERVER_TYPE_FP32), "FP32");
+  EXPECT_EQ(TRITONSERVER_StringToDataType("INT64"), TRITONSERVER_TYPE_INT64);
+  EXPECT_EQ(TRITONSERVER_DataTypeByteSize(TRITONSERVER_TYPE_FP16), 2u);
+  EXPECT_EQ(TRITONSERVER_DataTypeByteSize(TRITONSERVER_TYPE_BYTES), 0u);
+}
+
+TEST(TritonApi, RequestInputsAndAResponse) {
+  float data[3] = {1, 2, 3};
+  TRITONBACKEND_Request request;
+  request.id = "r1";
+  request.inputs.push_back({"IN", TRITONSERVER_TYPE_FP32, {1, 3}, data, sizeof(data)});
+  request.requested_outputs.push_back("OUT");
+  uint32_t count = 0;
+  ASSERT_EQ(TRITONBACKEND_RequestInputCount(&request, &count), nullptr);
+  EXPECT_EQ(count, 1u);
+  TRITONBACKEND_Input* input = nullptr;
+  ASSERT_EQ(TRITONBACKEND_RequestInput(&request, "IN", &input), nullptr);
+  TRITONSERVER_Error* missing = TRITONBACKEND_RequestInput(&request, "NOPE", &input);
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(missing), TRITONSERVER_ERROR_INVALID_ARG);
+  TRITONSERVER_ErrorDelete(missing);
+  const void* buffer;
+  uint64_t size;
+  TRITONSERVER_MemoryType mem;
+  int64_t mem_id;
+  ASSERT_EQ(TRITONBACKEND_InputBuffer(input, 0, &buffer, &size, &mem, &mem_id), nullptr);
+  EXPECT_EQ(buffer, data);
+  EXPECT_EQ(size, sizeof(data));
+  TRITONSERVER_Error* out_of_range = TRITONBACKEND_InputBuffer(input, 1, &buffer, &size, &mem,
+                                                               &mem_id);
+  ASSERT_NE(out_of_range, nullptr);
+  TRITONSERVER_ErrorDelete(out_of_range);
+
+  TRITONBACKEND_Response* response;
+  ASSERT_EQ(TRITONBACKEND_ResponseNew(&response, &request), nullptr);
+  TRITONBACKEND_Output* output;
+  const int64_t shape[2] = {1, 3};
+  ASSERT_EQ(TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_FP32,
+                                         shape, 2),
+            nullptr);
+  void* out;
+  ASSERT_EQ(TRITONBACKEND_OutputBuffer(output, &out, sizeof(data), &mem, &mem_id), nullptr);
+  EXPECT_EQ(mem, TRITONSERVER_MEMORY_CPU);
+  std::memcpy(out, data, sizeof(data));
+  ASSERT_EQ(TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr),
+            nullptr);
+  ASSERT_EQ(TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
+  EXPECT_TRUE(request.released);
+
+  std::vector<SentResponse> sent = request.sink->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].final);
+  ASSERT_EQ(sent[0].outputs.size(), 1u);
+  EXPECT_EQ(sent[0].outputs[0]->name, "OUT");
+  EXPECT_EQ(sent[0].outputs[0]->shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(std::memcmp(sent[0].outputs[0]->data.data(), data, sizeof(data)), 0);
+}
+
+TEST(TritonApi, AFactoryOutlivesItsRequestAndSendsTheFinalFlagAlone) {
+  TRITONBACKEND_ResponseFactory* factory;
+  std::shared_ptr<ResponseSink> sink;
+  {
+    TRITONBACKEND_Request request;
+    sink = request.sink;
+    ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, &request), nullptr);
+  }
+  for (int i = 0; i < 2; ++i) {
+    TRITONBACKEND_Response* response;
+    ASSERT_EQ(TRITONBACKEND_ResponseNewFromFactory(&response, factory), nullptr);
+    TRITONSERVER_Error* err =
+        i == 1 ? TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "second failed") : nullptr;
+    ASSERT_EQ(TRITONBACKEND_ResponseSend(response, 0, err), nullptr);
+    TRITONSERVER_ErrorDelete(err);
+  }
+  ASSERT_EQ(TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL),
+            nullptr);
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryDelete(factory), nullptr);
+  std::vector<SentResponse> sent = sink->Take();
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_TRUE(sent[0].has_response);
+  EXPECT_TRUE(sent[1].has_error);
+  EXPECT_EQ(sent[1].error_message, "second failed");
+  EXPECT_FALSE(sent[2].has_response);
+  EXPECT_TRUE(sent[2].final);
+}
+
+TEST(TritonApi, MessagesAndTheMemoryManager) {
+  TRITONSERVER_Message* message;
+  const char json[] = "{\"a\":1}";
+  ASSERT_EQ(TRITONSERVER_MessageNewFromSerializedJson(&message, json, sizeof(json) - 1),
+            nullptr);
+  const char* base;
+  size_t size;
+  ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(message, &base, &size), nullptr);
+  EXPECT_EQ(std::string(base, size), json);
+  TRITONSERVER_MessageDelete(message);
+
+  TRITONBACKEND_Backend backend;
+  TRITONBACKEND_MemoryManager* manager;
+  ASSERT_EQ(TRITONBACKEND_BackendMemoryManager(&backend, &manager), nullptr);
+  void* buffer;
+  ASSERT_EQ(TRITONBACKEND_MemoryManagerAllocate(manager, &buffer, TRITONSERVER_MEMORY_CPU, 0, 64),
+            nullptr);
+  std::memset(buffer, 1, 64);
+  ASSERT_EQ(TRITONBACKEND_MemoryManagerFree(manager, buffer, TRITONSERVER_MEMORY_CPU, 0), nullptr);
+  TRITONSERVER_Error* gpu =
+      TRITONBACKEND_MemoryManagerAllocate(manager, &buffer, TRITONSERVER_MEMORY_GPU, 0, 64);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(gpu), TRITONSERVER_ERROR_UNSUPPORTED);
+  TRITONSERVER_ErrorDelete(gpu);
+}
+
+TEST(TritonApi, ALibraryWithoutExecuteIsRefused) {
+  std::unique_ptr<BackendLibrary> library;
+  Status missing = BackendLibrary::Create("/nonexistent/libtriton_x.so", "x", "{}", &library);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pyserver::triton
