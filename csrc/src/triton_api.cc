@@ -643,3 +643,119 @@ API TRITONSERVER_BufferAttributesSetByteSize(TRITONSERVER_BufferAttributes* attr
   attributes->byte_size = byte_size;
   return nullptr;
 }
+
+// ---- parameters, tracing, attributes: accepted, not carried yet ----------
+
+struct TRITONSERVER_Parameter {
+  std::string name;
+};
+
+extern "C" TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name,
+                                                             const TRITONSERVER_ParameterType,
+                                                             const void*) {
+  return new TRITONSERVER_Parameter{name ? name : ""};
+}
+
+extern "C" void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter) {
+  delete parameter;
+}
+
+API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace*, uint64_t,
+                                              const char*) {
+  return nullptr;
+}
+
+extern "C" const char* TRITONSERVER_InstanceGroupKindString(TRITONSERVER_InstanceGroupKind kind) {
+  switch (kind) {
+    case TRITONSERVER_INSTANCEGROUPKIND_AUTO: return "AUTO";
+    case TRITONSERVER_INSTANCEGROUPKIND_CPU: return "CPU";
+    case TRITONSERVER_INSTANCEGROUPKIND_GPU: return "GPU";
+    case TRITONSERVER_INSTANCEGROUPKIND_MODEL: return "MODEL";
+  }
+  return "<invalid>";
+}
+
+API TRITONBACKEND_RequestTrace(TRITONBACKEND_Request* request,
+                               TRITONSERVER_InferenceTrace** trace) {
+  CHECK_ARG(request);
+  *trace = nullptr;  // requests are not traced into backends yet
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseSetStringParameter(TRITONBACKEND_Response* response, const char*,
+                                             const char*) {
+  CHECK_ARG(response);
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseSetIntParameter(TRITONBACKEND_Response* response, const char*,
+                                          const int64_t) {
+  CHECK_ARG(response);
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseSetBoolParameter(TRITONBACKEND_Response* response, const char*,
+                                           const bool) {
+  CHECK_ARG(response);
+  return nullptr;
+}
+
+API TRITONBACKEND_ResponseSetDoubleParameter(TRITONBACKEND_Response* response, const char*,
+                                             const double) {
+  CHECK_ARG(response);
+  return nullptr;
+}
+
+API TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading(
+    TRITONBACKEND_BackendAttribute*, bool) {
+  return nullptr;
+}
+
+// ---- custom metrics: kept, not yet on /metrics ---------------------------
+
+struct TRITONSERVER_MetricFamily {
+  TRITONSERVER_MetricKind kind;
+  std::string name;
+};
+
+struct TRITONSERVER_Metric {
+  TRITONSERVER_MetricFamily* family;
+  double value = 0;
+};
+
+API TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** family,
+                                 const TRITONSERVER_MetricKind kind, const char* name,
+                                 const char*) {
+  CHECK_ARG(family);
+  CHECK_ARG(name);
+  *family = new TRITONSERVER_MetricFamily{kind, name};
+  return nullptr;
+}
+
+API TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* family) {
+  delete family;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricNew(TRITONSERVER_Metric** metric, TRITONSERVER_MetricFamily* family,
+                           const TRITONSERVER_Parameter**, const uint64_t) {
+  CHECK_ARG(metric);
+  CHECK_ARG(family);
+  *metric = new TRITONSERVER_Metric{family, 0};
+  return nullptr;
+}
+
+API TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric) {
+  delete metric;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, double value) {
+  CHECK_ARG(metric);
+  if (metric->family->kind == TRITONSERVER_METRIC_KIND_COUNTER && value < 0) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "counters can only be incremented by a "
+                                               "non-negative value");
+  }
+  metric->value += value;
+  return nullptr;
+}

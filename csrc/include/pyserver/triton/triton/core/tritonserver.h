@@ -23,9 +23,18 @@ typedef struct TRITONSERVER_Message TRITONSERVER_Message;
 typedef struct TRITONSERVER_Server TRITONSERVER_Server;
 typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
 struct TRITONSERVER_InferenceRequest;
+typedef struct TRITONSERVER_InferenceTrace TRITONSERVER_InferenceTrace;
+typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
+typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
+typedef struct TRITONSERVER_Metric TRITONSERVER_Metric;
+
+typedef enum TRITONSERVER_metrickind_enum {
+  TRITONSERVER_METRIC_KIND_COUNTER,
+  TRITONSERVER_METRIC_KIND_GAUGE,
+  TRITONSERVER_METRIC_KIND_HISTOGRAM
+} TRITONSERVER_MetricKind;
 struct TRITONSERVER_InferenceResponse;
 struct TRITONSERVER_ResponseAllocator;
-struct TRITONSERVER_Parameter;
 
 typedef enum TRITONSERVER_datatype_enum {
   TRITONSERVER_TYPE_INVALID,
@@ -114,6 +123,26 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageDelete(
     TRITONSERVER_Message* message);
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(
     TRITONSERVER_Message* message, const char** base, size_t* byte_size);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(
+    const char* name, const TRITONSERVER_ParameterType type, const void* value);
+TRITONSERVER_DECLSPEC void TRITONSERVER_ParameterDelete(struct TRITONSERVER_Parameter* parameter);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceReportActivity(
+    struct TRITONSERVER_InferenceTrace* trace, uint64_t timestamp, const char* activity_name);
+
+// Custom metrics: kept in the objects, not yet exported on /metrics.
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
+    struct TRITONSERVER_MetricFamily** family, const TRITONSERVER_MetricKind kind,
+    const char* name, const char* description);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(
+    struct TRITONSERVER_MetricFamily* family);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricNew(
+    struct TRITONSERVER_Metric** metric, struct TRITONSERVER_MetricFamily* family,
+    const struct TRITONSERVER_Parameter** labels, const uint64_t label_count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricDelete(
+    struct TRITONSERVER_Metric* metric);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricIncrement(
+    struct TRITONSERVER_Metric* metric, double value);
 
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesNew(
     struct TRITONSERVER_BufferAttributes** buffer_attributes);
