@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -32,19 +31,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import grpc_frame, h2load, wrk, wrk_script  # noqa: E402
 from bench.systems import start_pyserver  # noqa: E402
-
-
-def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of each thread of a process."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def bodies(tmp: Path, model: str = "add_sub", shape: tuple = (1, 16)) -> tuple[Path, Path]:
@@ -75,7 +61,7 @@ def measure(server, protocol: str, conns: int, seconds: float, script: Path,
             grpc_body: Path, tmp: Path, threads: int) -> dict:
     server.settle()
     cpu0 = server.cpu_seconds()
-    threads0 = thread_cpu(server.proc.pid)
+    threads0 = server.thread_cpu()
     if protocol == "http":
         result = wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer", script,
                      conns, seconds, warmup=0, threads=threads)
@@ -84,7 +70,7 @@ def measure(server, protocol: str, conns: int, seconds: float, script: Path,
                         log=tmp / "h2load.log", threads=threads)
         result.setdefault("errors", result.get("h2_failed", 0))
     cpu = server.cpu_seconds() - cpu0
-    threads1 = thread_cpu(server.proc.pid)
+    threads1 = server.thread_cpu()
     busiest = max((threads1[t] - threads0.get(t, 0.0) for t in threads1), default=0.0)
     done = max(1.0, result["infer_per_s"] * seconds)
     return {"protocol": protocol, "connections": conns,

@@ -32,28 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from bench.systems import start_pyserver  # noqa: E402
+from bench.systems import start_pyserver, thread_cpu  # noqa: E402
 from pyserver.testing import write_add_sub  # noqa: E402
 
 CONCURRENCY = 16
-
-
-def thread_cpu(pids) -> dict[tuple, float]:
-    """CPU seconds of every thread of ``pids``: {(pid, tid): seconds}."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[(pid, tid)] = (int(fields[11]) + int(fields[12])) / ticks
-    return out
 
 
 def measure(pids, run, seconds: float) -> dict:

@@ -146,6 +146,20 @@ class Server:
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
 
+    def thread_cpu(self) -> dict[tuple, float]:
+        """CPU seconds of every thread of the server's process group."""
+        return thread_cpu(self.pids())
+
+    def model_counts(self, model: str) -> tuple[int, int]:
+        """(inference_count, execution_count) of ``model`` from the
+        statistics extension (all its versions)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/v2/models/{model}/stats",
+                                    timeout=10) as resp:
+            doc = json.load(resp)
+        stats = doc.get("model_stats", [])
+        return (sum(int(s.get("inference_count", 0)) for s in stats),
+                sum(int(s.get("execution_count", 0)) for s in stats))
+
     def settle(self, timeout: float = 15, tick: float = 0.1) -> float:
         """Wait until the server is idle (under 10% of a core over a tick):
         a server still working off a backlog after its load generator left
@@ -181,6 +195,25 @@ class Server:
             time.sleep(0.1)
 
 
+def thread_cpu(pids) -> dict[tuple, float]:
+    """CPU seconds (user + system) of every thread of ``pids``:
+    {(pid, tid): seconds}; threads that end meanwhile are left out."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[(pid, tid)] = (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def http_status(port: int, path: str) -> int | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
@@ -198,13 +231,14 @@ def _ports_env(extra: dict | None = None) -> dict:
     return env
 
 
-def start_pyserver(repo: Path, log: Path, models: list) -> Server:
-    env = _ports_env()
+def start_pyserver(repo: Path, log: Path, models: list, extra_env: dict | None = None,
+                   name: str = "pyserver") -> Server:
+    env = _ports_env(extra_env)
     cmd = [str(MAIN_PY), "-m", "pyserver", "--model-repository", str(repo),
            "--http-address", "127.0.0.1", "--http-port", str(env["BENCH_HTTP_PORT"]),
            "--grpc-address", "127.0.0.1", "--grpc-port", str(env["BENCH_GRPC_PORT"]),
            "--allow-metrics", "false"]
-    return Server("pyserver", cmd, env, ROOT, log, models)
+    return Server(name, cmd, env, ROOT, log, models)
 
 
 def triton_home() -> Path:

@@ -1,0 +1,245 @@
+"""pyserver against real Triton on Triton's Python add_sub model, driven by
+Triton's own perf_analyzer, the systems alternated cell by cell, with the
+servers' CPU per inference.
+
+  python bench/perf_analyzer.py [--quick] [--rounds 3] [--concurrency 1 16 128]
+                                [--window-ms 1500] [--models add_sub add_sub_dyn]
+                                [--protocols grpc http] [--systems pyserver triton]
+                                [--sync] [--env SYSTEM:KEY=VALUE ...]
+
+Models (both systems load the same files): ``add_sub`` (FP32[16], no
+batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
+``dynamic_batching { max_queue_delay_microseconds: 100 }``, as
+bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py.
+Both servers run at once; one is under load at a time, the first of each
+cell rotating, so a drift of the machine's background load hits both alike.
+
+Each cell is one perf_analyzer run (``--max-trials`` windows of
+``--window-ms``, async API unless --sync), and around it: the server's
+statistics (inference and execution counts: the batch size it formed is
+their ratio), the CPU time of every thread of its process tree (from
+/proc): ``cpu_us_per_infer`` is the tree's CPU over the inferences it
+counted in that time, ``busiest_us_per_infer`` its busiest thread's.
+perf_analyzer's infer/s and client latency p50/p99 are its own.
+
+Prints one line per cell on stderr, then the medians per system and the
+pyserver/Triton ratios (throughput, p50, CPU per inference, busiest thread,
+batch size: the median of the rounds' ratios, each round's pair run back to
+back), and, for add_sub_dyn at c1, p50 beyond the batching delay against
+add_sub's p50; the JSON document last on stdout. --quick: one round of
+1 s windows at c1 and c16 (about 2 minutes). An A/B of a switch in one
+run: --systems pyserver pyserver-old triton --env pyserver-old:KEY=VALUE
+(every pyserver-NAME is this checkout with its own environment). Not a
+test: timings vary with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_PY = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
+sys.path.insert(0, str(ROOT))
+
+from bench import perf_analyzer_client, systems  # noqa: E402
+from pyserver.testing import ADD_SUB_CONFIG  # noqa: E402
+
+DELAY_US = 100
+MODELS = {
+    "add_sub": {"max_batch_size": 0, "extra": ""},
+    "add_sub_dyn": {"max_batch_size": 64,
+                    "extra": f"dynamic_batching {{ max_queue_delay_microseconds: {DELAY_US} }}"},
+}
+METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_per_infer",
+           "batch_size")
+
+
+def write_repo(repo: Path, models: list[str]) -> None:
+    for name in models:
+        model = repo / name
+        (model / "1").mkdir(parents=True)
+        shutil.copy(MODEL_PY, model / "1" / "model.py")
+        (model / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
+            name=name, backend='backend: "python"', size=16, instances=1, **MODELS[name]))
+
+
+def start(system: str, repo: Path, log: Path, models: list[str], env: dict) -> systems.Server:
+    if system.startswith("pyserver"):
+        return systems.start_pyserver(repo, log, models, extra_env=env, name=system)
+    return systems.start_triton(repo, log, models)
+
+
+def measure(server, tool, model: str, protocol: str, conc: int, args) -> dict:
+    """One cell: perf_analyzer's numbers and the server's CPU and batch
+    sizes over the same time."""
+    server.settle()
+    url = f"127.0.0.1:{server.grpc_port if protocol == 'grpc' else server.http_port}"
+    counts0, threads0 = server.model_counts(model), server.thread_cpu()
+    t0 = time.monotonic()
+    result = perf_analyzer_client.run(tool, url, protocol, model, conc, args.window_ms,
+                                      args.trials, use_async=not args.sync)
+    wall = time.monotonic() - t0
+    threads1, counts1 = server.thread_cpu(), server.model_counts(model)
+    spent = [threads1[k] - threads0.get(k, 0.0) for k in threads1]
+    inferences, executions = counts1[0] - counts0[0], counts1[1] - counts0[1]
+    per = 1e6 / max(1, inferences)
+    return {**result, "inferences": inferences, "executions": executions,
+            "batch_size": round(inferences / max(1, executions), 2),
+            "cpu_us_per_infer": round(sum(spent) * per, 1),
+            "busiest_us_per_infer": round(max(spent, default=0.0) * per, 1),
+            "server_cores": round(sum(spent) / wall, 2)}
+
+
+def medians(rows: list[dict]) -> dict:
+    """{(system, model, protocol, c): {metric: median}}."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["system"], r["model"], r["protocol"], r["concurrency"]), []).append(r)
+    return {k: {m: statistics.median(r[m] for r in v if r.get(m) is not None)
+                for m in METRICS if any(r.get(m) is not None for r in v)}
+            for k, v in groups.items()}
+
+
+def ratios(rows: list[dict], system: str, base: str) -> list[dict]:
+    """system/base per cell and metric: the median over the rounds of each
+    round's ratio (the pair run back to back)."""
+    found = {(r["system"], r["model"], r["protocol"], r["concurrency"], r["round"]): r
+             for r in rows}
+    out = {}
+    for (sys_, model, protocol, conc, rnd), row in found.items():
+        other = found.get((base, model, protocol, conc, rnd))
+        if sys_ != system or other is None:
+            continue
+        cell = out.setdefault((model, protocol, conc), {m: [] for m in METRICS})
+        for m in METRICS:
+            if row.get(m) is not None and other.get(m):
+                cell[m].append(row[m] / other[m])
+    return [{"system": system, "against": base, "model": model, "protocol": protocol,
+             "concurrency": conc,
+             **{m: round(statistics.median(v), 3) for m, v in cell.items() if v}}
+            for (model, protocol, conc), cell in sorted(out.items())]
+
+
+def added_beyond_delay(med: dict, system: str, protocol: str) -> float | None:
+    """add_sub_dyn's p50 at c1 beyond add_sub's p50 plus the delay, in µs."""
+    dyn, plain = med.get((system, "add_sub_dyn", protocol, 1)), med.get((system, "add_sub", protocol, 1))
+    if not dyn or not plain or dyn.get("p50_ms") is None or plain.get("p50_ms") is None:
+        return None
+    return round((dyn["p50_ms"] - plain["p50_ms"]) * 1000 - DELAY_US, 1)
+
+
+def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
+    base = system_names[-1]
+    lines = ["| model | protocol | c | " + " | ".join(
+        f"{s} infer/s (p50/p99 ms) CPU µs/inf tree, busiest; batch" for s in system_names)
+        + " | " + " | ".join(f"{s}/{base} infer/s, CPU, busiest" for s in system_names[:-1]) + " |",
+        "|---|---|---|" + "---|" * (2 * len(system_names) - 1)]
+    by_cell = {(r["system"], r["model"], r["protocol"], r["concurrency"]): r for r in ratio_rows}
+    for key in sorted({k[1:] for k in med}):
+        cells = []
+        for s in system_names:
+            m = med.get((s, *key))
+            cells.append("—" if m is None else
+                         f"{m['infer_per_s']:,.0f} ({m.get('p50_ms')}/{m.get('p99_ms')}) "
+                         f"{m['cpu_us_per_infer']:.0f}, {m['busiest_us_per_infer']:.0f}; "
+                         f"{m['batch_size']:.2f}")
+        for s in system_names[:-1]:
+            r = by_cell.get((s, *key))
+            cells.append("—" if r is None else
+                         f"{r.get('infer_per_s', 0):.2f}×, {r.get('cpu_us_per_infer', 0):.2f}×, "
+                         f"{r.get('busiest_us_per_infer', 0):.2f}×")
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="1 round, 1 s windows, c1 and c16")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--window-ms", type=int, default=1500)
+    p.add_argument("--trials", type=int, default=3, help="perf_analyzer windows per cell")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
+    p.add_argument("--systems", nargs="+", default=["pyserver", "triton"],
+                   help="pyserver, triton, or pyserver-NAME (another pyserver, "
+                        "with --pyserver-NAME-env)")
+    p.add_argument("--sync", action="store_true", help="perf_analyzer's sync API (default async)")
+    p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
+                   help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
+    args = p.parse_args()
+    envs = {}
+    for item in args.env:
+        system, pair = item.split(":", 1)
+        key, value = pair.split("=", 1)
+        envs.setdefault(system, {})[key] = value
+    if args.quick:
+        args.rounds, args.window_ms, args.trials = 1, 1000, 3
+        args.concurrency = [c for c in args.concurrency if c <= 16] or [1, 16]
+    tool = perf_analyzer_client.binary()
+    if "triton" in args.systems:
+        failed = systems.ensure_venvs(["triton"], lambda m: print(m, file=sys.stderr))
+        if failed:
+            sys.exit(f"Triton unavailable: {failed['triton'][-500:]}")
+    tmp = Path(tempfile.mkdtemp(prefix="pyserver-bench-pa-"))
+    servers, rows, info = {}, [], {}
+    try:
+        for system in args.systems:
+            repo = tmp / f"models-{system}"
+            write_repo(repo, args.models)
+            server = start(system, repo, tmp / f"{system}.log", args.models, envs.get(system, {}))
+            servers[system] = server
+            info[system] = {"seconds_to_ready": round(server.wait_ready(180), 2),
+                            "env": envs.get(system, {})}
+        order = list(args.systems)
+        for rnd in range(args.rounds):
+            for model in args.models:
+                for protocol in args.protocols:
+                    for conc in args.concurrency:
+                        for system in order:
+                            row = {"system": system, "model": model, "protocol": protocol,
+                                   "concurrency": conc, "round": rnd}
+                            try:
+                                row.update(measure(servers[system], tool, model, protocol, conc, args))
+                            except RuntimeError as err:
+                                row["error"] = str(err)[-800:]
+                            rows.append(row)
+                            print(f"{system:>10} {model:<11} {protocol:<4} c{conc:<4} round {rnd + 1} "
+                                  + ("ERROR " + row["error"][-300:] if "error" in row else
+                                     f"{row['infer_per_s']:>8.0f}/s p50 {row['p50_ms']} p99 "
+                                     f"{row['p99_ms']} ms  CPU {row['cpu_us_per_infer']} µs/inf "
+                                     f"(busiest {row['busiest_us_per_infer']})  batch "
+                                     f"{row['batch_size']}  cores {row['server_cores']}"),
+                                  file=sys.stderr)
+                        order = order[1:] + order[:1]  # the first of each cell rotates
+    finally:
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    good = [r for r in rows if "error" not in r]
+    med = medians(good)
+    base = "triton" if "triton" in args.systems else args.systems[-1]
+    names = [s for s in args.systems if s != base] + [base]
+    ratio_rows = [r for s in names[:-1] for r in ratios(good, s, base)]
+    delays = {s: {proto: added_beyond_delay(med, s, proto) for proto in args.protocols}
+              for s in names}
+    print(table(med, ratio_rows, names), file=sys.stderr)
+    for s, by_proto in delays.items():
+        print(f"{s}: add_sub_dyn c1 p50 beyond add_sub's + {DELAY_US} µs: {by_proto} µs "
+              "(target < 20)", file=sys.stderr)
+    print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      "systems": info, "rows": rows,
+                      "medians": [{"system": k[0], "model": k[1], "protocol": k[2],
+                                   "concurrency": k[3], **v} for k, v in med.items()],
+                      "ratios": ratio_rows, "p50_beyond_delay_us": delays}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
