@@ -8,12 +8,42 @@ from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+from cpython.ref cimport Py_INCREF, Py_DECREF
+
+import logging
 
 import numpy as np
 
 from pyserver.engine.status cimport Status, check_status
 from pyserver.kernel.dtypes import CODE_TO_NUMPY, BYTES_CODE, WIRE_TO_CODE
 from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
+
+log = logging.getLogger(__name__)
+
+
+cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" nogil:
+    cdef cppclass OutputTensor:
+        string name
+        int datatype
+        vector[int64_t] shape
+        vector[char] data
+
+    cdef cppclass SentResponse:
+        vector[unique_ptr[OutputTensor]] outputs
+        cbool has_response
+        cbool has_error
+        int error_code
+        string error_message
+        cbool final
+
+    ctypedef void (*DeliverHook)(void* owner, SentResponse* sent, cbool last) noexcept
+    ctypedef void (*DoneHook)(void* owner) noexcept
+
+    cdef cppclass ResponseSink:
+        void WaitDone()
+        vector[SentResponse] Take()
+        cbool HandOff()
+        void GoLate(DeliverHook deliver, DoneHook done, void* owner)
 
 
 cdef extern from "pyserver/triton/objects.h" nogil:
@@ -27,23 +57,6 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         const void* data
         uint64_t byte_size
 
-    cdef cppclass OutputTensor "pyserver::triton::OutputTensor":
-        string name
-        int datatype
-        vector[int64_t] shape
-        vector[char] data
-
-    cdef cppclass SentResponse "pyserver::triton::SentResponse":
-        vector[unique_ptr[OutputTensor]] outputs
-        cbool has_response
-        cbool has_error
-        int error_code
-        string error_message
-        cbool final
-
-    cdef cppclass ResponseSink "pyserver::triton::ResponseSink":
-        vector[SentResponse] Take()
-
     cdef cppclass TRITONBACKEND_Request:
         TRITONBACKEND_Request()
         string id
@@ -52,6 +65,12 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         vector[TRITONBACKEND_Input] inputs
         vector[string] requested_outputs
         shared_ptr[ResponseSink] sink
+
+    cdef cppclass BatchTimes "pyserver::triton::BatchTimes":
+        uint64_t exec_start_ns
+        uint64_t compute_start_ns
+        uint64_t compute_end_ns
+        uint64_t exec_end_ns
 
 
 cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
@@ -62,7 +81,7 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
         const string& config_json()
 
     cdef cppclass CInstance "pyserver::triton::Instance":
-        Status Execute(vector[TRITONBACKEND_Request*]& requests)
+        Status Execute(vector[TRITONBACKEND_Request*]& requests, BatchTimes* reported)
 
     Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
         const string& path, const string& name, const string& config_json,
@@ -127,6 +146,25 @@ cdef object _to_python(SentResponse& sent):
     return outputs, error, sent.final
 
 
+cdef class _Late:
+    """A decoupled request still running after its batch's Execute
+    returned: what its sink hands its responses to (and the bytes its
+    inputs point at, kept until the backend released it)."""
+    cdef object pending, keep, on_response
+
+
+cdef void _deliver_late(void* owner, SentResponse* sent, cbool last) noexcept with gil:
+    cdef _Late late = <_Late>owner
+    try:
+        late.on_response(late.pending, _to_python(sent[0]) if sent != NULL else None)
+    except BaseException:
+        log.exception("delivering a response of a Triton C backend failed")
+
+
+cdef void _release_late(void* owner) noexcept with gil:
+    Py_DECREF(<object>owner)
+
+
 cdef class Instance:
     """A model instance; execute() runs one batch of pending requests."""
     cdef unique_ptr[CInstance] instance
@@ -137,23 +175,35 @@ cdef class Instance:
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
-    def execute(self, list pending, list all_outputs):
-        """Runs the batch; returns, per request, the list of what its backend
-        sent: (outputs or None, (code, message) or None, final). A request
-        that names no outputs asks for all_outputs (the model's, as Triton
-        fills them in)."""
+    def execute(self, list pending, list all_outputs, on_response=None):
+        """Runs the batch. Without on_response, waits (GIL released) until
+        the backend released each request and sent its response, and
+        returns, per request, the list of what it sent: (outputs or None,
+        (code, message) or None, final). With on_response (decoupled), each
+        response goes to on_response(pending request, that triple, or None
+        when the request's last handle went without the final flag) as it is
+        sent, on the sending thread; the results are None. Also returns the
+        times the backend reported for the batch (start, compute start,
+        compute end, end) or None. A request that names no outputs asks for
+        all_outputs (the model's, as Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
         cdef TRITONBACKEND_Input tin
         cdef const unsigned char[::1] view
         cdef Status status
         cdef vector[SentResponse] sent
-        keep = []  # the inputs' bytes, alive until the batch is done
+        cdef BatchTimes times
+        cdef ResponseSink* sink
+        cdef _Late late
+        cdef cbool handed_off
+        keeps = []  # per request, its inputs' bytes
         results = []
         try:
             for p in pending:
                 r = new TRITONBACKEND_Request()
                 requests.push_back(r)
+                keep = []
+                keeps.append(keep)
                 request = p.request
                 r.id = str(request.id).encode()
                 corr = request.parameters.get("sequence_id", 0)
@@ -179,17 +229,34 @@ cdef class Instance:
                     for name in all_outputs:
                         r.requested_outputs.push_back(name)
             # Safe without the GIL: the requests and the bytes they point at
-            # are held by this frame until execute returns.
+            # are held by this frame (or, handed off, by their sinks).
             with nogil:
-                status = self.instance.get().Execute(requests)
+                status = self.instance.get().Execute(requests, &times)
             check_status(status)
             for i in range(requests.size()):
-                sent = requests[i].sink.get().Take()
-                results.append([_to_python(sent[j]) for j in range(sent.size())])
+                sink = requests[i].sink.get()
+                if on_response is None:
+                    with nogil:
+                        sink.WaitDone()
+                    sent = sink.Take()
+                    results.append([_to_python(sent[j]) for j in range(sent.size())])
+                    continue
+                late = _Late()
+                late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
+                Py_INCREF(late)  # the sink's, until _release_late
+                with nogil:
+                    sink.GoLate(_deliver_late, _release_late, <void*>late)
+                    handed_off = sink.HandOff()
+                if handed_off:  # freed by TRITONBACKEND_RequestRelease
+                    requests[i] = NULL
+                results.append(None)
         finally:
             for i in range(requests.size()):
                 del requests[i]
-        return results
+        if times.compute_start_ns == 0:
+            return results, None
+        return results, (times.exec_start_ns, times.compute_start_ns, times.compute_end_ns,
+                         times.exec_end_ns)
 
     def close(self):
         self.instance.reset()

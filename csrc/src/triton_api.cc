@@ -9,6 +9,7 @@
 #include "pyserver/triton/objects.h"
 
 using pyserver::triton::OutputTensor;
+using pyserver::triton::ResponseSink;
 using pyserver::triton::SentResponse;
 
 #define API extern "C" TRITONSERVER_Error*
@@ -300,16 +301,19 @@ API TRITONBACKEND_ModelInstanceReportStatistics(TRITONBACKEND_ModelInstance* ins
                                                 TRITONBACKEND_Request* request, const bool,
                                                 const uint64_t, const uint64_t,
                                                 const uint64_t, const uint64_t) {
+  // Per request, pyserver's statistics take the batch's times (below) and
+  // the request's own outcome from its response.
   CHECK_ARG(instance);
   CHECK_ARG(request);
   return nullptr;
 }
 
-API TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKEND_ModelInstance* instance,
-                                                     const uint64_t, const uint64_t,
-                                                     const uint64_t, const uint64_t,
-                                                     const uint64_t) {
+API TRITONBACKEND_ModelInstanceReportBatchStatistics(
+    TRITONBACKEND_ModelInstance* instance, const uint64_t, const uint64_t exec_start_ns,
+    const uint64_t compute_start_ns, const uint64_t compute_end_ns, const uint64_t exec_end_ns) {
   CHECK_ARG(instance);
+  std::lock_guard<std::mutex> lock(instance->stats_mu);
+  instance->reported = {exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns};
   return nullptr;
 }
 
@@ -394,10 +398,11 @@ API TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* request, const uint32
 
 API TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* request, uint32_t release_flags) {
   CHECK_ARG(request);
-  // The request object stays with engine/triton_c.pyx, which frees it
-  // after the batch; release only marks it.
   request->released = true;
   request->release_flags = release_flags;
+  // A request the batch handed off (a decoupled one still running after
+  // Execute returned) is the releaser's to free; otherwise the batch's.
+  if (request->sink->MarkReleased()) delete request;
   return nullptr;
 }
 
@@ -436,11 +441,13 @@ API TRITONBACKEND_InputBuffer(TRITONBACKEND_Input* input, const uint32_t index,
 API TRITONBACKEND_ResponseFactoryNew(TRITONBACKEND_ResponseFactory** factory,
                                      TRITONBACKEND_Request* request) {
   CHECK_ARG(request);
+  request->sink->AddHolder();
   *factory = new TRITONBACKEND_ResponseFactory{request->sink};
   return nullptr;
 }
 
 API TRITONBACKEND_ResponseFactoryDelete(TRITONBACKEND_ResponseFactory* factory) {
+  if (factory != nullptr) factory->sink->DropHolder();
   delete factory;
   return nullptr;
 }
@@ -457,6 +464,7 @@ API TRITONBACKEND_ResponseFactorySendFlags(TRITONBACKEND_ResponseFactory* factor
 API TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** response,
                               TRITONBACKEND_Request* request) {
   CHECK_ARG(request);
+  request->sink->AddHolder();
   *response = new TRITONBACKEND_Response{request->sink, {}};
   return nullptr;
 }
@@ -464,11 +472,13 @@ API TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** response,
 API TRITONBACKEND_ResponseNewFromFactory(TRITONBACKEND_Response** response,
                                          TRITONBACKEND_ResponseFactory* factory) {
   CHECK_ARG(factory);
+  factory->sink->AddHolder();
   *response = new TRITONBACKEND_Response{factory->sink, {}};
   return nullptr;
 }
 
 API TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* response) {
+  if (response != nullptr) response->sink->DropHolder();
   delete response;
   return nullptr;
 }
@@ -521,6 +531,7 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
     sent.outputs = std::move(response->outputs);
   }
   response->sink->Push(std::move(sent));
+  response->sink->DropHolder();
   delete response;
   return nullptr;
 }

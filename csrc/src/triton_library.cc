@@ -122,9 +122,16 @@ Instance::~Instance() {
   if (initialized_ && e.instance_finalize != nullptr) FromError(e.instance_finalize(&instance_));
 }
 
-Status Instance::Execute(std::vector<TRITONBACKEND_Request*>& requests) {
-  return FromError(instance_.model->backend->entry.execute(
+Status Instance::Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported) {
+  {
+    std::lock_guard<std::mutex> lock(instance_.stats_mu);
+    instance_.reported = BatchTimes();
+  }
+  Status status = FromError(instance_.model->backend->entry.execute(
       &instance_, requests.data(), static_cast<uint32_t>(requests.size())));
+  std::lock_guard<std::mutex> lock(instance_.stats_mu);
+  *reported = instance_.reported;
+  return status;
 }
 
 }  // namespace pyserver::triton

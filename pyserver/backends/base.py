@@ -75,6 +75,19 @@ class BatchOutcome(NamedTuple):
     message: str = ""
 
 
+class TimedResults(list):
+    """What ``execute_requests`` returns when its backend measured the batch
+    itself: ``times`` is (start, compute start, compute end, end) in the
+    engine clock's ns (steady clock, as Triton's backends stamp them), or
+    None."""
+
+    __slots__ = ("times",)
+
+    def __init__(self, results=()):
+        super().__init__(results)
+        self.times = None
+
+
 class ExecutionDriver:
     """Feeds a model version's batches to an instance. Three kinds: an
     instance thread (model/version.py), the event loop itself for cheap

@@ -13,7 +13,7 @@ import json
 import threading
 from pathlib import Path
 
-from pyserver.backends.base import Capability
+from pyserver.backends.base import Capability, TimedResults
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
 from pyserver.kernel.errors import Code, ServerError
@@ -84,15 +84,17 @@ class TritonCBackend:
 
     def execute_requests(self, pending: list) -> list:
         """One result per request: its outputs, an error, or None for a
-        decoupled request (its responses went through its stream)."""
-        sent = self.instance.execute(pending, self._outputs)
-        results = []
-        for p, responses in zip(pending, sent):
-            if self.decoupled:
-                self._stream(p, responses)
-                results.append(None)
-            else:
-                results.append(self._single(responses))
+        decoupled request (its responses go through its stream as the
+        backend sends them, also after Execute returned). The results carry
+        the times the backend reported for the batch, if it did."""
+        if self.decoupled:
+            sent, times = self.instance.execute(pending, self._outputs, self._respond)
+            results = TimedResults(sent)
+        else:
+            sent, times = self.instance.execute(pending, self._outputs)
+            results = TimedResults(self._single(responses) for responses in sent)
+        if times is not None:
+            results.times = times
         return results
 
     def _single(self, responses: list):
@@ -103,19 +105,17 @@ class TritonCBackend:
                 return outputs
         return ServerError(Code.INTERNAL, f"model '{self.model_name}' sent no response")
 
-    def _stream(self, p, responses: list) -> None:
-        final_seen = False
-        for outputs, error, final in responses:
-            response = None
-            err = ServerError(Code(error[0]), error[1]) if error is not None else None
-            if outputs is not None:
-                response = self._mv._request_response(p, outputs, None)
-            p.future.push(response, err, final)
-            final_seen = final_seen or final
-        if not final_seen:  # responses sent after Execute returned are not carried yet
+    def _respond(self, p, sent) -> None:
+        """A decoupled request's response, on the thread that sent it."""
+        if sent is None:
             p.future.push(None, ServerError(
-                Code.INTERNAL, f"model '{self.model_name}' returned without the final "
-                "response flag"), True)
+                Code.INTERNAL, f"model '{self.model_name}' released a request without "
+                "sending the final response flag"), True)
+            return
+        outputs, error, final = sent
+        response = None if outputs is None else self._mv._request_response(p, outputs, None)
+        err = None if error is None else ServerError(Code(error[0]), error[1])
+        p.future.push(response, err, final)
 
     def close(self) -> None:
         instance, self.instance = getattr(self, "instance", None), None

@@ -465,6 +465,9 @@ class ModelVersion:
             t_end = now_ns()
         except Exception as err:
             return self.failed_batch(t_start, err)
+        times = getattr(results, "times", None)
+        if times is not None:  # the backend's own compute times (Triton's C backends)
+            return BatchOutcome(t_start, times[1], times[2], t_end)
         return BatchOutcome(t_start, t_start, t_output, t_end)
 
     def end_iterations(self, requests: list) -> None:

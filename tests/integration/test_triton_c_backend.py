@@ -35,7 +35,8 @@ def build_backend(backends: Path, name: str) -> Path:
     """backends/NAME/libtriton_NAME.so from tests/backends_c/NAME.c."""
     out = backends / name / f"libtriton_{name}.so"
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([CC, "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{HEADERS}",
+    subprocess.run([CC, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Werror", "-shared",
+                    "-fPIC", "-pthread", f"-I{HEADERS}",
                     str(SOURCES / f"{name}.c"), "-o", str(out), f"-L{ENGINE}", "-ltritonserver"],
                    check=True)
     return out
@@ -66,14 +67,31 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 '''
 
+# tests/backends_c/threaded.c: answers from its own threads after Execute
+THREADED = '''backend: "threaded"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+'''
+THREADED_STREAM = '''backend: "threaded"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+'''
+
 
 @pytest.fixture
 def layout(tmp_path):
     backends, repo = tmp_path / "backends", tmp_path / "models"
-    for name in ("identity", "repeat", "failing"):
+    for name in ("identity", "repeat", "failing", "threaded"):
         build_backend(backends, name)
     write_model(repo, "identity", IDENTITY)
     write_model(repo, "repeat", REPEAT)
+    write_model(repo, "threaded", THREADED)
+    write_model(repo, "threaded_stream", THREADED_STREAM)
     for name in ("fail_execute", "fail_response"):
         write_model(repo, name, FAILING)
     return backends, repo
@@ -127,6 +145,68 @@ def test_decoupled_repeat_streams_each_value(layout, start_grpc):  # noqa: F811
         seen.append(int(result.as_numpy("OUT")[0]))
     client.stop_stream()
     assert seen == values.tolist()
+
+
+def test_responses_sent_from_backend_threads_after_execute_returned(layout, start_grpc):  # noqa: F811
+    """threaded.c returns from Execute at once and answers each request from
+    a thread of its own, which waits until two requests run side by side:
+    two streams on the model's one instance both finish, each in order, and
+    the non-decoupled model answers concurrent requests."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    got: dict[int, queue.Queue] = {0: queue.Queue(), 1: queue.Queue()}
+    clients = []
+    for k in (0, 1):
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        client.start_stream(callback=lambda result, error, k=k: got[k].put((result, error)))
+        clients.append(client)
+    values = {0: np.array([1, 2, 3], dtype=np.int32), 1: np.array([7, 8, 9, 10], dtype=np.int32)}
+    for k, client in enumerate(clients):
+        inp = grpcclient.InferInput("IN", [len(values[k])], "INT32")
+        inp.set_data_from_numpy(values[k])
+        client.async_stream_infer("threaded_stream", [inp], enable_empty_final_response=True)
+    for k, client in enumerate(clients):
+        seen = []
+        while True:
+            result, error = got[k].get(timeout=30)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            seen.append(int(result.as_numpy("OUT")[0]))
+        client.stop_stream()
+        assert seen == values[k].tolist()
+
+    def call(i):
+        x = np.arange(i + 1, dtype=np.int32)
+        inp = httpclient.InferInput("IN", [len(x)], "INT32")
+        inp.set_data_from_numpy(x)
+        out = httpclient.InferenceServerClient(s.url).infer("threaded", [inp]).as_numpy("OUT")
+        np.testing.assert_array_equal(out, x)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(call, range(4)))
+
+
+def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # noqa: F811
+    """threaded.c reports 5 ms of input preparation before a 1 ms compute:
+    the server's compute_input shows it (its own stamps would put the whole
+    Execute in compute_infer)."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+
+    def call(i):
+        inp = httpclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([i], dtype=np.int32))
+        httpclient.InferenceServerClient(s.url).infer("threaded", [inp])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(call, range(4)))
+    client = httpclient.InferenceServerClient(s.url)
+    stats = client.get_inference_statistics("threaded")["model_stats"][0]
+    assert stats["execution_count"] == 4
+    inference = stats["inference_stats"]
+    assert inference["compute_input"]["ns"] >= 4 * 5_000_000
+    assert inference["compute_infer"]["ns"] >= 4 * 1_000_000
 
 
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811

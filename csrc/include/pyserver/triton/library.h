@@ -55,8 +55,9 @@ class Instance {
   ~Instance();  // TRITONBACKEND_ModelInstanceFinalize
   // TRITONBACKEND_ModelInstanceExecute over the batch. On an error the
   // backend returned, the requests are still ours (Triton's rule): the
-  // caller fails them all.
-  Status Execute(std::vector<TRITONBACKEND_Request*>& requests);
+  // caller fails them all. *reported: the times the backend reported for
+  // the batch, zero where it reported none.
+  Status Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported);
 
  private:
   Instance() = default;

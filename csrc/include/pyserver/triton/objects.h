@@ -1,8 +1,9 @@
 // The objects behind Triton's opaque C API handles (tritonbackend.h):
 // what pyserver's libtritonserver.so hands a backend loaded from a
 // libtriton_NAME.so. Plain C++ (no Python): engine/triton_c.pyx fills
-// requests from a batch's arrays and reads the responses back after
-// TRITONBACKEND_ModelInstanceExecute returns, with the GIL released.
+// requests from a batch's arrays, runs TRITONBACKEND_ModelInstanceExecute
+// with the GIL released, and takes the responses from each request's
+// ResponseSink (response_sink.h), also those sent after Execute returned.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "pyserver/triton/response_sink.h"
 #include "triton/core/tritonbackend.h"
 
 struct TRITONSERVER_Error {
@@ -23,6 +25,14 @@ struct TRITONSERVER_Message {
 };
 
 namespace pyserver::triton {
+
+// A batch's times as a backend reports them (all zero: none reported).
+struct BatchTimes {
+  uint64_t exec_start_ns = 0;
+  uint64_t compute_start_ns = 0;
+  uint64_t compute_end_ns = 0;
+  uint64_t exec_end_ns = 0;
+};
 
 // The entry points one backend library exports (all but Execute optional).
 struct EntryPoints {
@@ -38,41 +48,6 @@ struct EntryPoints {
   InstanceFn instance_initialize = nullptr;
   InstanceFn instance_finalize = nullptr;
   ExecuteFn execute = nullptr;
-};
-
-// One tensor a response carries: its bytes are owned here (CPU memory).
-struct OutputTensor {
-  std::string name;
-  TRITONSERVER_DataType datatype;
-  std::vector<int64_t> shape;
-  std::vector<char> data;
-};
-
-// One response a backend sent: outputs, or an error; final or not.
-struct SentResponse {
-  std::vector<std::unique_ptr<OutputTensor>> outputs;
-  bool has_response = false;  // false: only the final flag (factory)
-  bool has_error = false;
-  TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_UNKNOWN;
-  std::string error_message;
-  bool final = false;
-};
-
-// Where a request's responses go: shared by the request, its factories and
-// its responses, so a response sent after the request's release still lands.
-struct ResponseSink {
-  std::mutex mu;
-  std::vector<SentResponse> sent;
-  void Push(SentResponse response) {
-    std::lock_guard<std::mutex> lock(mu);
-    sent.push_back(std::move(response));
-  }
-  std::vector<SentResponse> Take() {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<SentResponse> out;
-    out.swap(sent);
-    return out;
-  }
 };
 
 }  // namespace pyserver::triton
@@ -101,6 +76,10 @@ struct TRITONBACKEND_ModelInstance {
   TRITONSERVER_InstanceGroupKind kind = TRITONSERVER_INSTANCEGROUPKIND_CPU;
   int32_t device_id = 0;
   void* state = nullptr;
+  // What the backend last reported with ModelInstanceReportBatchStatistics
+  // (steady-clock ns, as pyserver's own stamps): the batch's times.
+  std::mutex stats_mu;
+  pyserver::triton::BatchTimes reported;
 };
 
 // A view of one input: its bytes belong to the batch's arrays, which the

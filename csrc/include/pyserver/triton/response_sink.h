@@ -1,0 +1,93 @@
+// Where one TRITONBACKEND_Request's responses go, and how far the request
+// has come: shared by the request, its response factories and its
+// responses, so that what a backend sends from its own threads after
+// ModelInstanceExecute returned (Triton allows it, decoupled or not) still
+// lands, in the order it was sent.
+//
+// Two ways out. A caller that waits for the request (WaitDone, then Take)
+// gets everything at once: pyserver does this for models that are not
+// decoupled. A decoupled request goes late (GoLate): from then on each
+// response is handed to a hook on the thread that sent it, one sender at a
+// time, and the hook is told which call is the last (the final flag, or
+// every handle gone without it).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "triton/core/tritonserver.h"
+
+namespace pyserver::triton {
+
+// One tensor a response carries: its bytes are owned here (CPU memory).
+struct OutputTensor {
+  std::string name;
+  TRITONSERVER_DataType datatype;
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+};
+
+// One response a backend sent: outputs, or an error; final or not.
+struct SentResponse {
+  std::vector<std::unique_ptr<OutputTensor>> outputs;
+  bool has_response = false;  // false: only the final flag (factory)
+  bool has_error = false;
+  TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_UNKNOWN;
+  std::string error_message;
+  bool final = false;
+};
+
+class ResponseSink {
+ public:
+  // sent is null when the request's last handle went without a final flag.
+  using DeliverHook = void (*)(void* owner, SentResponse* sent, bool last);
+  // Once the last response was delivered and the request released.
+  using DoneHook = void (*)(void* owner);
+
+  // A response, or the final flag alone; dropped once the last was delivered.
+  void Push(SentResponse response);
+  // A response or response factory made for the request / gone.
+  void AddHolder();
+  void DropHolder();
+  // TRITONBACKEND_RequestRelease. True when the request object was handed
+  // off (HandOff) and the releasing caller must now delete it.
+  bool MarkReleased();
+  // After Execute: the request object is deleted by whoever releases it.
+  // False when the backend already released it (the caller deletes it).
+  bool HandOff();
+
+  // Blocks until the request is released and nothing more can come (the
+  // final flag was sent, or no factory or response is left).
+  void WaitDone();
+  std::vector<SentResponse> Take();
+
+  // Everything queued so far, and all that follows, goes to deliver(owner,
+  // ...) on the sending thread; done(owner) once when the last was
+  // delivered and the request released. Call without locks the hooks take.
+  void GoLate(DeliverHook deliver, DoneHook done, void* owner);
+
+ private:
+  bool FinishedLocked() const { return final_ || (released_ && holders_ == 0); }
+  // Hands queued responses to the hook; one drainer at a time keeps order.
+  void DrainLocked(std::unique_lock<std::mutex>& lock);
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<SentResponse> sent_;
+  int holders_ = 0;
+  bool released_ = false;
+  bool handed_off_ = false;
+  bool final_ = false;      // a final flag was pushed
+  DeliverHook deliver_ = nullptr;
+  DoneHook done_ = nullptr;
+  void* owner_ = nullptr;
+  bool draining_ = false;
+  bool last_delivered_ = false;
+  bool done_called_ = false;
+};
+
+}  // namespace pyserver::triton

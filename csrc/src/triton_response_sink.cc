@@ -1,0 +1,102 @@
+#include "pyserver/triton/response_sink.h"
+
+#include <utility>
+
+namespace pyserver::triton {
+
+void ResponseSink::Push(SentResponse response) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (last_delivered_) return;  // Triton ignores what comes after the final flag
+  if (response.final) final_ = true;
+  sent_.push_back(std::move(response));
+  changed_.notify_all();
+  DrainLocked(lock);
+}
+
+void ResponseSink::AddHolder() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++holders_;
+}
+
+void ResponseSink::DropHolder() {
+  std::unique_lock<std::mutex> lock(mu_);
+  --holders_;
+  changed_.notify_all();
+  DrainLocked(lock);
+}
+
+bool ResponseSink::MarkReleased() {
+  std::unique_lock<std::mutex> lock(mu_);
+  released_ = true;
+  changed_.notify_all();
+  bool delete_request = handed_off_;
+  DrainLocked(lock);
+  return delete_request;
+}
+
+bool ResponseSink::HandOff() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (released_) return false;
+  handed_off_ = true;
+  return true;
+}
+
+void ResponseSink::WaitDone() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [this] { return released_ && FinishedLocked(); });
+}
+
+std::vector<SentResponse> ResponseSink::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SentResponse> out;
+  out.swap(sent_);
+  return out;
+}
+
+void ResponseSink::GoLate(DeliverHook deliver, DoneHook done, void* owner) {
+  std::unique_lock<std::mutex> lock(mu_);
+  deliver_ = deliver;
+  done_ = done;
+  owner_ = owner;
+  DrainLocked(lock);
+}
+
+void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
+  // Whoever finds the sink idle drains it; others only queue. The hooks run
+  // unlocked (they take the GIL), and deliver_/done_/owner_ are fixed once set.
+  if (deliver_ == nullptr || draining_) return;
+  draining_ = true;
+  for (;;) {
+    if (!sent_.empty() && !last_delivered_) {
+      std::vector<SentResponse> batch;
+      batch.swap(sent_);
+      lock.unlock();
+      bool last = false;
+      for (SentResponse& response : batch) {
+        last = response.final;
+        deliver_(owner_, &response, last);
+        if (last) break;
+      }
+      lock.lock();
+      if (last) {
+        last_delivered_ = true;
+        sent_.clear();
+      }
+    } else if (!last_delivered_ && sent_.empty() && released_ && holders_ == 0) {
+      last_delivered_ = true;  // nothing can send the final flag any more
+      lock.unlock();
+      deliver_(owner_, nullptr, true);
+      lock.lock();
+    } else if (last_delivered_ && released_ && !done_called_) {
+      done_called_ = true;
+      lock.unlock();
+      done_(owner_);
+      lock.lock();
+    } else {
+      break;
+    }
+  }
+  draining_ = false;
+}
+
+}  // namespace pyserver::triton

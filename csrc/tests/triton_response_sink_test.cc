@@ -1,0 +1,112 @@
+// ResponseSink (csrc/src/triton_response_sink.cc) through the C API calls
+// that drive it: responses a backend sends from its own threads after
+// Execute returned reach the late hook in order, a request released
+// without the final flag is reported once, the last releaser frees a
+// handed-off request, and WaitDone wakes on the release.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "pyserver/triton/objects.h"
+
+namespace pyserver::triton {
+namespace {
+
+struct Seen {
+  std::vector<int> values;  // -1: the final flag alone; -2: no final flag
+  int lasts = 0;
+  int done = 0;
+};
+
+void Deliver(void* owner, SentResponse* sent, bool last) {
+  auto* seen = static_cast<Seen*>(owner);
+  if (sent == nullptr) {
+    seen->values.push_back(-2);
+  } else if (sent->has_response) {
+    seen->values.push_back(*reinterpret_cast<int32_t*>(sent->outputs[0]->data.data()));
+  } else {
+    seen->values.push_back(-1);
+  }
+  seen->lasts += last ? 1 : 0;
+}
+
+void Done(void* owner) { ++static_cast<Seen*>(owner)->done; }
+
+void SendValue(TRITONBACKEND_ResponseFactory* factory, int32_t value) {
+  TRITONBACKEND_Response* response;
+  ASSERT_EQ(TRITONBACKEND_ResponseNewFromFactory(&response, factory), nullptr);
+  TRITONBACKEND_Output* output;
+  const int64_t shape[1] = {1};
+  ASSERT_EQ(TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_INT32,
+                                         shape, 1),
+            nullptr);
+  void* buffer;
+  TRITONSERVER_MemoryType mem;
+  int64_t mem_id;
+  ASSERT_EQ(TRITONBACKEND_OutputBuffer(output, &buffer, sizeof(value), &mem, &mem_id), nullptr);
+  *static_cast<int32_t*>(buffer) = value;
+  ASSERT_EQ(TRITONBACKEND_ResponseSend(response, 0, nullptr), nullptr);
+}
+
+TEST(ResponseSink, LateResponsesFromAThreadArriveInOrderAndTheReleaserFreesTheRequest) {
+  Seen seen;
+  auto* request = new TRITONBACKEND_Request();
+  std::shared_ptr<ResponseSink> sink = request->sink;
+  TRITONBACKEND_ResponseFactory* factory;
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, request), nullptr);
+  SendValue(factory, 1);  // during "Execute": queued
+  sink->GoLate(Deliver, Done, &seen);
+  EXPECT_EQ(seen.values, (std::vector<int>{1}));
+  ASSERT_TRUE(sink->HandOff());  // the request is now the releaser's
+  std::thread backend([&] {
+    for (int32_t v = 2; v <= 50; ++v) SendValue(factory, v);
+    TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL);
+    TRITONBACKEND_ResponseFactoryDelete(factory);
+    TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);  // frees it
+  });
+  backend.join();
+  ASSERT_EQ(seen.values.size(), 51u);
+  for (int v = 1; v <= 50; ++v) EXPECT_EQ(seen.values[v - 1], v);
+  EXPECT_EQ(seen.values.back(), -1);
+  EXPECT_EQ(seen.lasts, 1);
+  EXPECT_EQ(seen.done, 1);
+}
+
+TEST(ResponseSink, ARequestReleasedWithoutTheFinalFlagIsReportedOnce) {
+  Seen seen;
+  TRITONBACKEND_Request request;
+  TRITONBACKEND_ResponseFactory* factory;
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, &request), nullptr);
+  request.sink->GoLate(Deliver, Done, &seen);
+  SendValue(factory, 7);
+  ASSERT_EQ(TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
+  EXPECT_EQ(seen.lasts, 0);  // the factory may still send the final flag
+  TRITONBACKEND_ResponseFactoryDelete(factory);
+  EXPECT_EQ(seen.values, (std::vector<int>{7, -2}));
+  EXPECT_EQ(seen.lasts, 1);
+  EXPECT_EQ(seen.done, 1);
+  SentResponse late;  // after the last: dropped
+  late.final = true;
+  request.sink->Push(std::move(late));
+  EXPECT_EQ(seen.values.size(), 2u);
+}
+
+TEST(ResponseSink, WaitDoneWakesWhenABackendThreadAnswersAndReleases) {
+  TRITONBACKEND_Request request;
+  std::thread backend([&] {
+    TRITONBACKEND_Response* response;
+    TRITONBACKEND_ResponseNew(&response, &request);
+    TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr);
+    TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL);
+  });
+  request.sink->WaitDone();
+  backend.join();
+  std::vector<SentResponse> sent = request.sink->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].final);
+  EXPECT_FALSE(request.sink->HandOff());  // released: the batch frees it
+}
+
+}  // namespace
+}  // namespace pyserver::triton
