@@ -15,6 +15,7 @@ import logging
 import numpy as np
 
 from pyserver.engine.status cimport Status, check_status
+from pyserver.engine.triton_bls cimport ServerHandle, TRITONSERVER_Server
 from pyserver.kernel.dtypes import CODE_TO_NUMPY, BYTES_CODE, WIRE_TO_CODE
 from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
 
@@ -86,12 +87,16 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
     Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
         const string& path, const string& name, const string& config_json,
         unique_ptr[CBackendLibrary]* out)
-    Status CreateModel "pyserver::triton::Model::Create"(
-        CBackendLibrary* library, const string& name, uint64_t version,
-        const string& repository, const string& config_json, cbool auto_complete,
-        unique_ptr[CModel]* out)
     Status CreateInstance "pyserver::triton::Instance::Create"(
         CModel* model, const string& name, int kind, int device_id, unique_ptr[CInstance]* out)
+
+
+cdef extern from "pyserver/triton/inference.h" namespace "pyserver::triton" nogil:
+    # Model::Create, the model naming `server` (TRITONBACKEND_ModelServer, BLS)
+    Status CreateServedModel "pyserver::triton::CreateServedModel"(
+        CBackendLibrary* library, const string& name, uint64_t version,
+        const string& repository, const string& config_json, cbool auto_complete,
+        TRITONSERVER_Server* server, unique_ptr[CModel]* out)
 
 
 cdef class BackendLibrary:
@@ -110,12 +115,16 @@ cdef class Model:
     """A model of a backend library, TRITONBACKEND_ModelInitialize'd."""
     cdef unique_ptr[CModel] model
     cdef BackendLibrary library
+    cdef ServerHandle server  # what TRITONBACKEND_ModelServer names (BLS), or None
 
     def __init__(self, BackendLibrary library, str name, uint64_t version, str repository,
-                 str config_json, bint auto_complete):
+                 str config_json, bint auto_complete, ServerHandle server=None):
         self.library = library
-        check_status(CreateModel(library.lib.get(), name.encode(), version, repository.encode(),
-                                 config_json.encode(), auto_complete, &self.model))
+        self.server = server
+        check_status(CreateServedModel(library.lib.get(), name.encode(), version,
+                                       repository.encode(), config_json.encode(), auto_complete,
+                                       &server.server if server is not None else NULL,
+                                       &self.model))
 
     @property
     def config_json(self):

@@ -539,7 +539,6 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
 // ---- memory manager, host policy, buffer attributes, state ---------------
 
 struct TRITONBACKEND_MemoryManager {};
-struct TRITONSERVER_Server {};
 struct TRITONSERVER_BufferAttributes {
   size_t byte_size = 0;
   TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
@@ -548,7 +547,6 @@ struct TRITONSERVER_BufferAttributes {
 
 namespace {
 TRITONBACKEND_MemoryManager g_memory_manager;  // CPU memory (malloc)
-TRITONSERVER_Server g_server;  // what TRITONBACKEND_ModelServer names
 }  // namespace
 
 API TRITONBACKEND_BackendMemoryManager(TRITONBACKEND_Backend* backend,
@@ -596,11 +594,7 @@ API TRITONBACKEND_InputBufferForHostPolicy(TRITONBACKEND_Input* input, const cha
                                    memory_type_id);
 }
 
-API TRITONBACKEND_ModelServer(TRITONBACKEND_Model* model, TRITONSERVER_Server** server) {
-  CHECK_ARG(model);
-  *server = &g_server;
-  return nullptr;
-}
+// TRITONBACKEND_ModelServer: triton_inference.cc (the model's server, for BLS).
 
 API TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* instance,
                                           TRITONSERVER_Message** host_policy) {
@@ -652,6 +646,27 @@ API TRITONSERVER_BufferAttributesSetMemoryType(TRITONSERVER_BufferAttributes* at
 API TRITONSERVER_BufferAttributesSetByteSize(TRITONSERVER_BufferAttributes* attributes,
                                              size_t byte_size) {
   attributes->byte_size = byte_size;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesMemoryTypeId(TRITONSERVER_BufferAttributes* attributes,
+                                              int64_t* memory_type_id) {
+  CHECK_ARG(attributes);
+  *memory_type_id = attributes->memory_type_id;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesMemoryType(TRITONSERVER_BufferAttributes* attributes,
+                                            TRITONSERVER_MemoryType* memory_type) {
+  CHECK_ARG(attributes);
+  *memory_type = attributes->memory_type;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesByteSize(TRITONSERVER_BufferAttributes* attributes,
+                                          size_t* byte_size) {
+  CHECK_ARG(attributes);
+  *byte_size = attributes->byte_size;
   return nullptr;
 }
 

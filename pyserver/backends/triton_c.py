@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from pyserver.backends.base import Capability, TimedResults
+from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
 from pyserver.kernel.errors import Code, ServerError
@@ -48,7 +49,7 @@ class TritonCBackend:
     """One instance of a model served by a Triton C backend library."""
 
     model_file_required = False
-    capabilities = Capability.TAKES_REQUESTS
+    capabilities = Capability.TAKES_REQUESTS | Capability.SERVER_CONTEXT  # BLS
     library: "triton_c.BackendLibrary"
     backend_name: str
     _models: dict  # version folder -> [triton_c.Model, instances using it]
@@ -66,7 +67,8 @@ class TritonCBackend:
             if entry is None:
                 model = triton_c.Model(self.library, config.name, _version_of(version_dir),
                                        str(version_dir.parent),
-                                       json.dumps(config_to_json(config)), False)
+                                       json.dumps(config_to_json(config)), False,
+                                       server_handle(context))
                 entry = self._models[self._key] = [model, 0]
             entry[1] += 1
         gpu = device.startswith("cuda") or device.startswith("gpu")

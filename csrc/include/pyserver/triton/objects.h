@@ -68,6 +68,8 @@ struct TRITONBACKEND_Model {
   std::string config_json;
   bool auto_complete = false;
   void* state = nullptr;
+  // What TRITONBACKEND_ModelServer names (inference.h); null: no server.
+  TRITONSERVER_Server* server = nullptr;
 };
 
 struct TRITONBACKEND_ModelInstance {

@@ -155,6 +155,173 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetMemory
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetByteSize(
     struct TRITONSERVER_BufferAttributes* buffer_attributes, size_t byte_size);
 
+// ---- inference requests and responses (BLS): triton_inference.cc --------
+
+typedef enum tritonserver_requestflag_enum {
+  TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1,
+  TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+} TRITONSERVER_RequestFlag;
+
+typedef enum tritonserver_txn_property_flag_enum {
+  TRITONSERVER_TXN_ONE_TO_ONE = 1,
+  TRITONSERVER_TXN_DECOUPLED = 2
+} TRITONSERVER_ModelTxnPropertyFlag;
+
+typedef struct TRITONSERVER_Error* (*TRITONSERVER_ResponseAllocatorAllocFn_t)(
+    struct TRITONSERVER_ResponseAllocator* allocator, const char* tensor_name, size_t byte_size,
+    TRITONSERVER_MemoryType memory_type, int64_t memory_type_id, void* userp, void** buffer,
+    void** buffer_userp, TRITONSERVER_MemoryType* actual_memory_type,
+    int64_t* actual_memory_type_id);
+typedef struct TRITONSERVER_Error* (*TRITONSERVER_ResponseAllocatorBufferAttributesFn_t)(
+    struct TRITONSERVER_ResponseAllocator* allocator, const char* tensor_name,
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, void* userp, void* buffer_userp);
+typedef struct TRITONSERVER_Error* (*TRITONSERVER_ResponseAllocatorQueryFn_t)(
+    struct TRITONSERVER_ResponseAllocator* allocator, void* userp, const char* tensor_name,
+    size_t* byte_size, TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id);
+typedef struct TRITONSERVER_Error* (*TRITONSERVER_ResponseAllocatorReleaseFn_t)(
+    struct TRITONSERVER_ResponseAllocator* allocator, void* buffer, void* buffer_userp,
+    size_t byte_size, TRITONSERVER_MemoryType memory_type, int64_t memory_type_id);
+typedef struct TRITONSERVER_Error* (*TRITONSERVER_ResponseAllocatorStartFn_t)(
+    struct TRITONSERVER_ResponseAllocator* allocator, void* userp);
+typedef void (*TRITONSERVER_InferenceRequestReleaseFn_t)(
+    struct TRITONSERVER_InferenceRequest* request, const uint32_t flags, void* userp);
+typedef void (*TRITONSERVER_InferenceResponseCompleteFn_t)(
+    struct TRITONSERVER_InferenceResponse* response, const uint32_t flags, void* userp);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesMemoryTypeId(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, int64_t* memory_type_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesMemoryType(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, TRITONSERVER_MemoryType* memory_type);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesByteSize(
+    struct TRITONSERVER_BufferAttributes* buffer_attributes, size_t* byte_size);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorNew(
+    struct TRITONSERVER_ResponseAllocator** allocator,
+    TRITONSERVER_ResponseAllocatorAllocFn_t alloc_fn,
+    TRITONSERVER_ResponseAllocatorReleaseFn_t release_fn,
+    TRITONSERVER_ResponseAllocatorStartFn_t start_fn);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction(
+    struct TRITONSERVER_ResponseAllocator* allocator,
+    TRITONSERVER_ResponseAllocatorBufferAttributesFn_t buffer_attributes_fn);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorSetQueryFunction(
+    struct TRITONSERVER_ResponseAllocator* allocator,
+    TRITONSERVER_ResponseAllocatorQueryFn_t query_fn);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorDelete(
+    struct TRITONSERVER_ResponseAllocator* allocator);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestNew(
+    struct TRITONSERVER_InferenceRequest** inference_request, struct TRITONSERVER_Server* server,
+    const char* model_name, const int64_t model_version);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestDelete(
+    struct TRITONSERVER_InferenceRequest* inference_request);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestId(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char** id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetId(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestFlags(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint32_t* flags);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetFlags(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint32_t flags);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestCorrelationId(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t* correlation_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestCorrelationIdString(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char** correlation_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetCorrelationId(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t correlation_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetCorrelationIdString(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* correlation_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestPriority(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint32_t* priority);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestPriorityUInt64(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t* priority);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetPriority(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint32_t priority);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetPriorityUInt64(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t priority);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestTimeoutMicroseconds(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t* timeout_us);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(
+    struct TRITONSERVER_InferenceRequest* inference_request, uint64_t timeout_us);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddInput(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name,
+    const TRITONSERVER_DataType datatype, const int64_t* shape, uint64_t dim_count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddRawInput(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveInput(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllInputs(
+    struct TRITONSERVER_InferenceRequest* inference_request);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestAppendInputData(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base,
+    size_t byte_size, TRITONSERVER_MemoryType memory_type, int64_t memory_type_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error*
+TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base,
+    size_t byte_size, TRITONSERVER_MemoryType memory_type, int64_t memory_type_id,
+    const char* host_policy_name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error*
+TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name, const void* base,
+    struct TRITONSERVER_BufferAttributes* buffer_attributes);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllInputData(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddRequestedOutput(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveRequestedOutput(
+    struct TRITONSERVER_InferenceRequest* inference_request, const char* name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
+    struct TRITONSERVER_InferenceRequest* inference_request);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetReleaseCallback(
+    struct TRITONSERVER_InferenceRequest* inference_request,
+    TRITONSERVER_InferenceRequestReleaseFn_t request_release_fn, void* request_release_userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetResponseCallback(
+    struct TRITONSERVER_InferenceRequest* inference_request,
+    struct TRITONSERVER_ResponseAllocator* response_allocator, void* response_allocator_userp,
+    TRITONSERVER_InferenceResponseCompleteFn_t response_fn, void* response_userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetStringParameter(
+    struct TRITONSERVER_InferenceRequest* request, const char* key, const char* value);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetIntParameter(
+    struct TRITONSERVER_InferenceRequest* request, const char* key, const int64_t value);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetBoolParameter(
+    struct TRITONSERVER_InferenceRequest* request, const char* key, const bool value);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetDoubleParameter(
+    struct TRITONSERVER_InferenceRequest* request, const char* key, const double value);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseDelete(
+    struct TRITONSERVER_InferenceResponse* inference_response);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseError(
+    struct TRITONSERVER_InferenceResponse* inference_response);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseModel(
+    struct TRITONSERVER_InferenceResponse* inference_response, const char** model_name,
+    int64_t* model_version);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseId(
+    struct TRITONSERVER_InferenceResponse* inference_response, const char** request_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseParameterCount(
+    struct TRITONSERVER_InferenceResponse* inference_response, uint32_t* count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseParameter(
+    struct TRITONSERVER_InferenceResponse* inference_response, const uint32_t index,
+    const char** name, TRITONSERVER_ParameterType* type, const void** vvalue);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutputCount(
+    struct TRITONSERVER_InferenceResponse* inference_response, uint32_t* count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutput(
+    struct TRITONSERVER_InferenceResponse* inference_response, const uint32_t index,
+    const char** name, TRITONSERVER_DataType* datatype, const int64_t** shape,
+    uint64_t* dim_count, const void** base, size_t* byte_size,
+    TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id, void** userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutputClassificationLabel(
+    struct TRITONSERVER_InferenceResponse* inference_response, const uint32_t index,
+    const size_t class_index, const char** label);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerInferAsync(
+    struct TRITONSERVER_Server* server, struct TRITONSERVER_InferenceRequest* inference_request,
+    struct TRITONSERVER_InferenceTrace* trace);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelIsReady(
+    struct TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
+    bool* ready);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelTransactionProperties(
+    struct TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
+    uint32_t* txn_flags, void** voidp);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,173 @@
+// Inference requests a backend sends to other models of its server (BLS):
+// the objects behind TRITONSERVER_InferenceRequest, _InferenceResponse,
+// _ResponseAllocator and _Server (csrc/src/triton_inference.cc).
+//
+// Plain C++ (no Python). The server side lives in Python, so the engine
+// (engine/triton_bls.pyx) registers ServerHooks, functions that take the GIL
+// themselves: ServerInferAsync hands the request to the submit hook, which
+// copies what it needs and queues it on the server's event loop. Responses
+// come back through Deliver() from the event loop; a thread of this library
+// then asks the backend's allocator for buffers, fills them and calls the
+// backend's response and release callbacks (without the GIL, off the loop).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pyserver/status.h"
+#include "pyserver/triton/library.h"
+#include "pyserver/triton/objects.h"
+
+// One pyserver Server as backends see it; owner is the engine's handle for
+// it, null for a model served by no server (tools, tests).
+struct TRITONSERVER_Server {
+  void* owner = nullptr;
+};
+
+struct TRITONSERVER_ResponseAllocator {
+  TRITONSERVER_ResponseAllocatorAllocFn_t alloc_fn = nullptr;
+  TRITONSERVER_ResponseAllocatorReleaseFn_t release_fn = nullptr;
+  TRITONSERVER_ResponseAllocatorStartFn_t start_fn = nullptr;
+  TRITONSERVER_ResponseAllocatorQueryFn_t query_fn = nullptr;
+  TRITONSERVER_ResponseAllocatorBufferAttributesFn_t buffer_attributes_fn = nullptr;
+};
+
+namespace pyserver::triton {
+
+struct Parameter {
+  std::string name;
+  TRITONSERVER_ParameterType type = TRITONSERVER_PARAMETER_STRING;
+  std::string string_value;
+  int64_t int_value = 0;
+  bool bool_value = false;
+  double double_value = 0;
+  // What TRITONSERVER_InferenceResponseParameter's vvalue points at.
+  const void* value() const;
+};
+
+// A span of an input's bytes: the caller's memory until the release callback.
+struct InputSpan {
+  const void* base = nullptr;
+  size_t byte_size = 0;
+};
+
+struct RequestInput {
+  std::string name;
+  TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
+  std::vector<int64_t> shape;
+  bool raw = false;  // AddRawInput: datatype and shape from the model's config
+  std::vector<InputSpan> spans;
+  uint64_t byte_size = 0;  // over all spans
+};
+
+// The callbacks of a request handed to the server, copied out of it at
+// ServerInferAsync: the backend may change or reuse the request after that.
+struct Submission {
+  TRITONSERVER_InferenceRequest* request = nullptr;
+  TRITONSERVER_InferenceRequestReleaseFn_t release_fn = nullptr;
+  void* release_userp = nullptr;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  void* allocator_userp = nullptr;
+  TRITONSERVER_InferenceResponseCompleteFn_t response_fn = nullptr;
+  void* response_userp = nullptr;
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string id;
+};
+
+// One tensor of a response, its bytes copied out of the server's arrays.
+struct ResponseTensor {
+  std::string name;
+  TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+};
+
+// One response (or error, or the final flag alone) for a Submission.
+struct Completion {
+  bool has_response = false;
+  bool has_error = false;
+  TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_INTERNAL;
+  std::string error_message;
+  int64_t model_version = -1;
+  std::vector<ResponseTensor> outputs;
+  std::vector<Parameter> parameters;
+  bool final = false;
+};
+
+// What the engine registers. Both may be called from any thread and take the
+// GIL themselves; they return a new error (the caller's) or nullptr.
+struct ServerHooks {
+  // Whether the model exists (else Triton's "unknown model" error), is ready,
+  // and its TRITONSERVER_TXN_* flags.
+  TRITONSERVER_Error* (*model_info)(void* owner, const char* model_name, int64_t version,
+                                    bool* ready, uint32_t* txn_flags) = nullptr;
+  // Queues the request (its callbacks in *submission) to the server.
+  TRITONSERVER_Error* (*submit)(void* owner, TRITONSERVER_InferenceRequest* request,
+                                std::shared_ptr<Submission> submission) = nullptr;
+};
+void SetServerHooks(const ServerHooks& hooks);
+
+// Hands one completion of a submitted request to the callback thread, which
+// builds the TRITONSERVER_InferenceResponse (the backend's allocator gives
+// the buffers) and calls the response callback; after the final one, the
+// request's release callback (TRITONSERVER_REQUEST_RELEASE_ALL).
+void Deliver(std::shared_ptr<Submission> submission, Completion completion);
+
+// Waits until every delivered completion has been handed to the backend
+// (for tests and shutdown).
+void DrainDeliveries();
+
+// Model::Create for a model served by `server` (which it names to the
+// backend through TRITONBACKEND_ModelServer, also during ModelInitialize).
+Status CreateServedModel(BackendLibrary* library, const std::string& name, uint64_t version,
+                         const std::string& repository, const std::string& config_json,
+                         bool auto_complete, TRITONSERVER_Server* server,
+                         std::unique_ptr<Model>* out);
+
+}  // namespace pyserver::triton
+
+struct TRITONSERVER_InferenceRequest {
+  TRITONSERVER_Server* server = nullptr;
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string id;
+  uint32_t flags = 0;
+  uint64_t correlation_id = 0;
+  std::string correlation_id_string;
+  bool correlation_id_is_string = false;
+  uint64_t priority = 0;
+  uint64_t timeout_us = 0;
+  std::vector<pyserver::triton::RequestInput> inputs;
+  std::vector<std::string> requested_outputs;
+  std::vector<pyserver::triton::Parameter> parameters;
+  TRITONSERVER_InferenceRequestReleaseFn_t release_fn = nullptr;
+  void* release_userp = nullptr;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  void* allocator_userp = nullptr;
+  TRITONSERVER_InferenceResponseCompleteFn_t response_fn = nullptr;
+  void* response_userp = nullptr;
+};
+
+struct TRITONSERVER_InferenceResponse {
+  struct Output {
+    std::string name;
+    TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
+    std::vector<int64_t> shape;
+    void* base = nullptr;
+    size_t byte_size = 0;
+    TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+    int64_t memory_type_id = 0;
+    void* userp = nullptr;
+    bool allocated = false;  // the allocator gave base: release it
+  };
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string id;
+  TRITONSERVER_Error* error = nullptr;  // owned by the response
+  std::vector<Output> outputs;
+  std::vector<pyserver::triton::Parameter> parameters;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+};

@@ -1,0 +1,849 @@
+// TRITONSERVER_InferenceRequest, _InferenceResponse, _ResponseAllocator and
+// TRITONSERVER_ServerInferAsync: a backend running inference on other models
+// of its server (BLS). See pyserver/triton/inference.h for the threads.
+#include "pyserver/triton/inference.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "pyserver/cuda_runtime.h"
+
+using pyserver::triton::Completion;
+using pyserver::triton::InputSpan;
+using pyserver::triton::Parameter;
+using pyserver::triton::RequestInput;
+using pyserver::triton::Submission;
+
+#define API extern "C" TRITONSERVER_Error*
+
+namespace {
+
+TRITONSERVER_Error* Fail(TRITONSERVER_Error_Code code, std::string message) {
+  return new TRITONSERVER_Error{code, std::move(message)};
+}
+
+#define REQUIRE(p)                                                                \
+  if ((p) == nullptr)                                                             \
+  return Fail(TRITONSERVER_ERROR_INVALID_ARG, std::string(#p) + " is null")
+
+// Triton's prefix for a request's errors.
+std::string Tag(const TRITONSERVER_InferenceRequest* request) {
+  return "[request id: " + (request->id.empty() ? std::string("<id_unknown>") : request->id) +
+         "] ";
+}
+
+RequestInput* FindInput(TRITONSERVER_InferenceRequest* request, const char* name) {
+  for (auto& input : request->inputs) {
+    if (input.name == name) return &input;
+  }
+  return nullptr;
+}
+
+TRITONSERVER_Error* NoSuchInput(TRITONSERVER_InferenceRequest* request, const char* name) {
+  return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+              Tag(request) + "input '" + name + "' does not exist in request");
+}
+
+pyserver::triton::ServerHooks g_hooks;
+std::mutex g_hooks_mu;
+
+pyserver::triton::ServerHooks Hooks() {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  return g_hooks;
+}
+
+// The server of the model whose ModelInitialize runs on this thread.
+thread_local TRITONSERVER_Server* t_initializing_server = nullptr;
+TRITONSERVER_Server g_no_server;  // a model served by no server
+
+TRITONSERVER_Error* NotServed() {
+  return Fail(TRITONSERVER_ERROR_UNAVAILABLE, "the model is not served by a running server");
+}
+
+void SetParameter(std::vector<Parameter>* parameters, Parameter parameter) {
+  for (auto& p : *parameters) {
+    if (p.name == parameter.name) {
+      p = std::move(parameter);
+      return;
+    }
+  }
+  parameters->push_back(std::move(parameter));
+}
+
+// ---- the callback thread -------------------------------------------------
+
+// Copies host bytes into a buffer of the allocator's memory type.
+TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVER_MemoryType type,
+                            int64_t type_id) {
+  if (src.empty()) return nullptr;
+  if (type != TRITONSERVER_MEMORY_GPU) {
+    std::memcpy(dst, src.data(), src.size());
+    return nullptr;
+  }
+  const pyserver::CudaRuntime& cuda = pyserver::CudaRuntime::Get();
+  if (!cuda.available()) {
+    return Fail(TRITONSERVER_ERROR_UNSUPPORTED,
+                "the response allocator gave GPU memory, and CUDA is not available: " +
+                    cuda.reason());
+  }
+  pyserver::Status status = cuda.SetDevice(static_cast<int>(type_id));
+  if (status.ok()) {
+    status = cuda.MemcpyAsync(dst, src.data(), src.size(), pyserver::CudaRuntime::kHostToDevice,
+                              nullptr);
+  }
+  if (status.ok()) status = cuda.StreamSynchronize(nullptr);
+  if (!status.ok()) {
+    return Fail(static_cast<TRITONSERVER_Error_Code>(static_cast<int>(status.code()) - 1),
+                status.message());
+  }
+  return nullptr;
+}
+
+// The response object for one completion: its outputs in buffers the
+// backend's allocator gave (an allocation error becomes the response's).
+TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c) {
+  auto* response = new TRITONSERVER_InferenceResponse();
+  response->model_name = s.model_name;
+  response->model_version = c.model_version;
+  response->id = s.id;
+  response->allocator = s.allocator;
+  response->parameters = std::move(c.parameters);
+  if (c.has_error) {
+    response->error = Fail(c.error_code, c.error_message);
+    return response;
+  }
+  TRITONSERVER_ResponseAllocator* allocator = s.allocator;
+  TRITONSERVER_Error* err = nullptr;
+  if (allocator == nullptr) {
+    err = Fail(TRITONSERVER_ERROR_INVALID_ARG, "the request has no response allocator");
+  } else if (allocator->start_fn != nullptr) {
+    err = allocator->start_fn(allocator, s.allocator_userp);
+  }
+  for (size_t i = 0; err == nullptr && i < c.outputs.size(); ++i) {
+    pyserver::triton::ResponseTensor& tensor = c.outputs[i];
+    TRITONSERVER_InferenceResponse::Output out;
+    out.name = tensor.name;
+    out.datatype = tensor.datatype;
+    out.shape = std::move(tensor.shape);
+    out.byte_size = tensor.data.size();
+    err = allocator->alloc_fn(allocator, out.name.c_str(), out.byte_size, TRITONSERVER_MEMORY_CPU,
+                              0, s.allocator_userp, &out.base, &out.userp, &out.memory_type,
+                              &out.memory_type_id);
+    if (err != nullptr) break;
+    out.allocated = true;
+    if (out.base == nullptr && out.byte_size > 0) {
+      err = Fail(TRITONSERVER_ERROR_INTERNAL,
+                 "the response allocator gave no buffer for output '" + out.name + "'");
+    } else {
+      err = CopyOut(out.base, tensor.data, out.memory_type, out.memory_type_id);
+    }
+    response->outputs.push_back(std::move(out));
+  }
+  if (err != nullptr) response->error = err;
+  return response;
+}
+
+class CallbackThread {
+ public:
+  static CallbackThread& Get() {
+    static CallbackThread* instance = new CallbackThread();  // lives to the process's end
+    return *instance;
+  }
+
+  void Push(std::shared_ptr<Submission> submission, Completion completion) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.emplace_back(std::move(submission), std::move(completion));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+ private:
+  CallbackThread() : thread_([this] { Run(); }) { thread_.detach(); }
+
+  void Run() {
+    for (;;) {
+      std::pair<std::shared_ptr<Submission>, Completion> item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty(); });
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Call(*item.first, item.second);
+      item.first.reset();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --pending_;
+      }
+      idle_.notify_all();
+    }
+  }
+
+  static void Call(const Submission& s, Completion& c) {
+    const uint32_t flags = c.final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0;
+    TRITONSERVER_InferenceResponse* response = nullptr;
+    if (c.has_response || c.has_error) response = BuildResponse(s, c);
+    if (s.response_fn != nullptr) {
+      s.response_fn(response, flags, s.response_userp);
+    } else if (response != nullptr) {
+      TRITONSERVER_InferenceResponseDelete(response);
+    }
+    if (c.final && s.release_fn != nullptr) {
+      s.release_fn(s.request, TRITONSERVER_REQUEST_RELEASE_ALL, s.release_userp);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_;
+  std::deque<std::pair<std::shared_ptr<Submission>, Completion>> queue_;
+  size_t pending_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+namespace pyserver::triton {
+
+const void* Parameter::value() const {
+  switch (type) {
+    case TRITONSERVER_PARAMETER_STRING: return string_value.c_str();
+    case TRITONSERVER_PARAMETER_INT: return &int_value;
+    case TRITONSERVER_PARAMETER_BOOL: return &bool_value;
+    case TRITONSERVER_PARAMETER_DOUBLE: return &double_value;
+    case TRITONSERVER_PARAMETER_BYTES: return string_value.data();
+  }
+  return nullptr;
+}
+
+void SetServerHooks(const ServerHooks& hooks) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  g_hooks = hooks;
+}
+
+void Deliver(std::shared_ptr<Submission> submission, Completion completion) {
+  CallbackThread::Get().Push(std::move(submission), std::move(completion));
+}
+
+void DrainDeliveries() { CallbackThread::Get().Drain(); }
+
+Status CreateServedModel(BackendLibrary* library, const std::string& name, uint64_t version,
+                         const std::string& repository, const std::string& config_json,
+                         bool auto_complete, TRITONSERVER_Server* server,
+                         std::unique_ptr<Model>* out) {
+  t_initializing_server = server;
+  Status status =
+      Model::Create(library, name, version, repository, config_json, auto_complete, out);
+  t_initializing_server = nullptr;
+  if (status.ok()) (*out)->model()->server = server;
+  return status;
+}
+
+}  // namespace pyserver::triton
+
+// ---- the server -----------------------------------------------------------
+
+API TRITONBACKEND_ModelServer(TRITONBACKEND_Model* model, TRITONSERVER_Server** server) {
+  REQUIRE(model);
+  REQUIRE(server);
+  if (model->server != nullptr) {
+    *server = model->server;
+  } else if (t_initializing_server != nullptr) {
+    *server = t_initializing_server;
+  } else {
+    *server = &g_no_server;
+  }
+  return nullptr;
+}
+
+API TRITONSERVER_ServerModelIsReady(TRITONSERVER_Server* server, const char* model_name,
+                                    const int64_t model_version, bool* ready) {
+  REQUIRE(server);
+  REQUIRE(model_name);
+  REQUIRE(ready);
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.model_info == nullptr) return NotServed();
+  uint32_t txn = 0;
+  TRITONSERVER_Error* err = hooks.model_info(server->owner, model_name, model_version, ready,
+                                             &txn);
+  if (err != nullptr && err->code == TRITONSERVER_ERROR_NOT_FOUND) {
+    delete err;  // an unknown model is not ready
+    *ready = false;
+    return nullptr;
+  }
+  return err;
+}
+
+API TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* server,
+                                                  const char* model_name,
+                                                  const int64_t model_version,
+                                                  uint32_t* txn_flags, void** voidp) {
+  REQUIRE(server);
+  REQUIRE(model_name);
+  REQUIRE(txn_flags);
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.model_info == nullptr) return NotServed();
+  bool ready = false;
+  if (voidp != nullptr) *voidp = nullptr;
+  return hooks.model_info(server->owner, model_name, model_version, &ready, txn_flags);
+}
+
+API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
+                                  TRITONSERVER_InferenceRequest* request,
+                                  TRITONSERVER_InferenceTrace* trace) {
+  REQUIRE(server);
+  REQUIRE(request);
+  if (trace != nullptr) {
+    return Fail(TRITONSERVER_ERROR_UNSUPPORTED, "inference tracing not supported");
+  }
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.submit == nullptr) return NotServed();
+  if (request->response_fn == nullptr || request->allocator == nullptr) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                Tag(request) + "the request has no response callback");
+  }
+  auto submission = std::make_shared<Submission>();
+  submission->request = request;
+  submission->release_fn = request->release_fn;
+  submission->release_userp = request->release_userp;
+  submission->allocator = request->allocator;
+  submission->allocator_userp = request->allocator_userp;
+  submission->response_fn = request->response_fn;
+  submission->response_userp = request->response_userp;
+  submission->model_name = request->model_name;
+  submission->model_version = request->model_version;
+  submission->id = request->id;
+  return hooks.submit(server->owner, request, std::move(submission));
+}
+
+// ---- response allocators ----------------------------------------------------
+
+API TRITONSERVER_ResponseAllocatorNew(TRITONSERVER_ResponseAllocator** allocator,
+                                      TRITONSERVER_ResponseAllocatorAllocFn_t alloc_fn,
+                                      TRITONSERVER_ResponseAllocatorReleaseFn_t release_fn,
+                                      TRITONSERVER_ResponseAllocatorStartFn_t start_fn) {
+  REQUIRE(allocator);
+  REQUIRE(alloc_fn);
+  REQUIRE(release_fn);
+  *allocator = new TRITONSERVER_ResponseAllocator();
+  (*allocator)->alloc_fn = alloc_fn;
+  (*allocator)->release_fn = release_fn;
+  (*allocator)->start_fn = start_fn;
+  return nullptr;
+}
+
+API TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction(
+    TRITONSERVER_ResponseAllocator* allocator,
+    TRITONSERVER_ResponseAllocatorBufferAttributesFn_t buffer_attributes_fn) {
+  REQUIRE(allocator);
+  allocator->buffer_attributes_fn = buffer_attributes_fn;
+  return nullptr;
+}
+
+API TRITONSERVER_ResponseAllocatorSetQueryFunction(TRITONSERVER_ResponseAllocator* allocator,
+                                                   TRITONSERVER_ResponseAllocatorQueryFn_t fn) {
+  REQUIRE(allocator);
+  allocator->query_fn = fn;
+  return nullptr;
+}
+
+API TRITONSERVER_ResponseAllocatorDelete(TRITONSERVER_ResponseAllocator* allocator) {
+  delete allocator;
+  return nullptr;
+}
+
+// ---- requests ---------------------------------------------------------------
+
+API TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceRequest** request,
+                                     TRITONSERVER_Server* server, const char* model_name,
+                                     const int64_t model_version) {
+  REQUIRE(request);
+  REQUIRE(server);
+  REQUIRE(model_name);
+  auto hooks = Hooks();
+  if (server->owner != nullptr && hooks.model_info != nullptr) {
+    bool ready = false;
+    uint32_t txn = 0;  // as Triton, an unknown model fails here
+    TRITONSERVER_Error* err = hooks.model_info(server->owner, model_name, model_version, &ready,
+                                               &txn);
+    if (err != nullptr) return err;
+  }
+  *request = new TRITONSERVER_InferenceRequest();
+  (*request)->server = server;
+  (*request)->model_name = model_name;
+  (*request)->model_version = model_version;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestDelete(TRITONSERVER_InferenceRequest* request) {
+  delete request;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestId(TRITONSERVER_InferenceRequest* request, const char** id) {
+  REQUIRE(request);
+  REQUIRE(id);
+  *id = request->id.c_str();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetId(TRITONSERVER_InferenceRequest* request, const char* id) {
+  REQUIRE(request);
+  REQUIRE(id);
+  request->id = id;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestFlags(TRITONSERVER_InferenceRequest* request, uint32_t* flags) {
+  REQUIRE(request);
+  REQUIRE(flags);
+  *flags = request->flags;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetFlags(TRITONSERVER_InferenceRequest* request,
+                                          uint32_t flags) {
+  REQUIRE(request);
+  request->flags = flags;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestCorrelationId(TRITONSERVER_InferenceRequest* request,
+                                               uint64_t* correlation_id) {
+  REQUIRE(request);
+  REQUIRE(correlation_id);
+  if (request->correlation_id_is_string) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                Tag(request) + "given request's correlation id is not an unsigned int");
+  }
+  *correlation_id = request->correlation_id;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestCorrelationIdString(TRITONSERVER_InferenceRequest* request,
+                                                     const char** correlation_id) {
+  REQUIRE(request);
+  REQUIRE(correlation_id);
+  if (!request->correlation_id_is_string) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                Tag(request) + "given request's correlation id is not a string");
+  }
+  *correlation_id = request->correlation_id_string.c_str();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetCorrelationId(TRITONSERVER_InferenceRequest* request,
+                                                  uint64_t correlation_id) {
+  REQUIRE(request);
+  request->correlation_id = correlation_id;
+  request->correlation_id_is_string = false;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetCorrelationIdString(TRITONSERVER_InferenceRequest* request,
+                                                        const char* correlation_id) {
+  REQUIRE(request);
+  REQUIRE(correlation_id);
+  request->correlation_id_string = correlation_id;
+  request->correlation_id_is_string = true;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestPriority(TRITONSERVER_InferenceRequest* request,
+                                          uint32_t* priority) {
+  REQUIRE(request);
+  REQUIRE(priority);
+  *priority = static_cast<uint32_t>(request->priority);
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestPriorityUInt64(TRITONSERVER_InferenceRequest* request,
+                                                uint64_t* priority) {
+  REQUIRE(request);
+  REQUIRE(priority);
+  *priority = request->priority;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetPriority(TRITONSERVER_InferenceRequest* request,
+                                             uint32_t priority) {
+  REQUIRE(request);
+  request->priority = priority;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetPriorityUInt64(TRITONSERVER_InferenceRequest* request,
+                                                   uint64_t priority) {
+  REQUIRE(request);
+  request->priority = priority;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestTimeoutMicroseconds(TRITONSERVER_InferenceRequest* request,
+                                                     uint64_t* timeout_us) {
+  REQUIRE(request);
+  REQUIRE(timeout_us);
+  *timeout_us = request->timeout_us;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(TRITONSERVER_InferenceRequest* request,
+                                                        uint64_t timeout_us) {
+  REQUIRE(request);
+  request->timeout_us = timeout_us;
+  return nullptr;
+}
+
+// ---- inputs -------------------------------------------------------------------
+
+API TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest* request,
+                                          const char* name,
+                                          const TRITONSERVER_DataType datatype,
+                                          const int64_t* shape, uint64_t dim_count) {
+  REQUIRE(request);
+  REQUIRE(name);
+  if (shape == nullptr && dim_count > 0) REQUIRE(shape);
+  if (FindInput(request, name) != nullptr) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                Tag(request) + "input '" + name + "' already exists in request");
+  }
+  for (const auto& input : request->inputs) {
+    if (input.raw) {
+      return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                  Tag(request) + "raw input '" + input.name +
+                      "' can't be added to request with other inputs");
+    }
+  }
+  RequestInput input;
+  input.name = name;
+  input.datatype = datatype;
+  input.shape.assign(shape, shape + dim_count);
+  request->inputs.push_back(std::move(input));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestAddRawInput(TRITONSERVER_InferenceRequest* request,
+                                             const char* name) {
+  REQUIRE(request);
+  REQUIRE(name);
+  if (!request->inputs.empty()) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                Tag(request) + "raw input '" + name +
+                    "' can't be added to request with other inputs");
+  }
+  RequestInput input;
+  input.name = name;
+  input.raw = true;
+  request->inputs.push_back(std::move(input));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestRemoveInput(TRITONSERVER_InferenceRequest* request,
+                                             const char* name) {
+  REQUIRE(request);
+  REQUIRE(name);
+  for (auto it = request->inputs.begin(); it != request->inputs.end(); ++it) {
+    if (it->name == name) {
+      request->inputs.erase(it);
+      return nullptr;
+    }
+  }
+  return NoSuchInput(request, name);
+}
+
+API TRITONSERVER_InferenceRequestRemoveAllInputs(TRITONSERVER_InferenceRequest* request) {
+  REQUIRE(request);
+  request->inputs.clear();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestAppendInputData(TRITONSERVER_InferenceRequest* request,
+                                                 const char* name, const void* base,
+                                                 size_t byte_size,
+                                                 TRITONSERVER_MemoryType memory_type,
+                                                 int64_t) {
+  REQUIRE(request);
+  REQUIRE(name);
+  if (base == nullptr && byte_size > 0) REQUIRE(base);
+  RequestInput* input = FindInput(request, name);
+  if (input == nullptr) return NoSuchInput(request, name);
+  if (memory_type == TRITONSERVER_MEMORY_GPU) {
+    return Fail(TRITONSERVER_ERROR_UNSUPPORTED,
+                Tag(request) + "input '" + name +
+                    "': GPU memory is not supported for BLS inputs by pyserver");
+  }
+  input->spans.push_back(InputSpan{base, byte_size});
+  input->byte_size += byte_size;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy(
+    TRITONSERVER_InferenceRequest* request, const char* name, const void* base, size_t byte_size,
+    TRITONSERVER_MemoryType memory_type, int64_t memory_type_id, const char*) {
+  // One host policy here: data for any policy is the input's data.
+  return TRITONSERVER_InferenceRequestAppendInputData(request, name, base, byte_size,
+                                                      memory_type, memory_type_id);
+}
+
+API TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
+    TRITONSERVER_InferenceRequest* request, const char* name, const void* base,
+    TRITONSERVER_BufferAttributes* attributes) {
+  REQUIRE(attributes);
+  size_t byte_size = 0;
+  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_type_id = 0;
+  TRITONSERVER_Error* err = TRITONSERVER_BufferAttributesByteSize(attributes, &byte_size);
+  if (err == nullptr) err = TRITONSERVER_BufferAttributesMemoryType(attributes, &memory_type);
+  if (err == nullptr) {
+    err = TRITONSERVER_BufferAttributesMemoryTypeId(attributes, &memory_type_id);
+  }
+  if (err != nullptr) return err;
+  return TRITONSERVER_InferenceRequestAppendInputData(request, name, base, byte_size,
+                                                      memory_type, memory_type_id);
+}
+
+API TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceRequest* request,
+                                                    const char* name) {
+  REQUIRE(request);
+  REQUIRE(name);
+  RequestInput* input = FindInput(request, name);
+  if (input == nullptr) return NoSuchInput(request, name);
+  input->spans.clear();
+  input->byte_size = 0;
+  return nullptr;
+}
+
+// ---- requested outputs, parameters, callbacks ---------------------------------
+
+API TRITONSERVER_InferenceRequestAddRequestedOutput(TRITONSERVER_InferenceRequest* request,
+                                                    const char* name) {
+  REQUIRE(request);
+  REQUIRE(name);
+  for (const auto& output : request->requested_outputs) {
+    if (output == name) {
+      return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                  Tag(request) + "output '" + name + "' already exists in request");
+    }
+  }
+  request->requested_outputs.emplace_back(name);
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestRemoveRequestedOutput(TRITONSERVER_InferenceRequest* request,
+                                                       const char* name) {
+  REQUIRE(request);
+  REQUIRE(name);
+  for (auto it = request->requested_outputs.begin(); it != request->requested_outputs.end();
+       ++it) {
+    if (*it == name) {
+      request->requested_outputs.erase(it);
+      return nullptr;
+    }
+  }
+  return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+              Tag(request) + "output '" + name + "' does not exist in request");
+}
+
+API TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
+    TRITONSERVER_InferenceRequest* request) {
+  REQUIRE(request);
+  request->requested_outputs.clear();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest* request,
+                                                    const char* key, const char* value) {
+  REQUIRE(request);
+  REQUIRE(key);
+  REQUIRE(value);
+  Parameter p;
+  p.name = key;
+  p.type = TRITONSERVER_PARAMETER_STRING;
+  p.string_value = value;
+  SetParameter(&request->parameters, std::move(p));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetIntParameter(TRITONSERVER_InferenceRequest* request,
+                                                 const char* key, const int64_t value) {
+  REQUIRE(request);
+  REQUIRE(key);
+  Parameter p;
+  p.name = key;
+  p.type = TRITONSERVER_PARAMETER_INT;
+  p.int_value = value;
+  SetParameter(&request->parameters, std::move(p));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetBoolParameter(TRITONSERVER_InferenceRequest* request,
+                                                  const char* key, const bool value) {
+  REQUIRE(request);
+  REQUIRE(key);
+  Parameter p;
+  p.name = key;
+  p.type = TRITONSERVER_PARAMETER_BOOL;
+  p.bool_value = value;
+  SetParameter(&request->parameters, std::move(p));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceRequest* request,
+                                                    const char* key, const double value) {
+  REQUIRE(request);
+  REQUIRE(key);
+  Parameter p;
+  p.name = key;
+  p.type = TRITONSERVER_PARAMETER_DOUBLE;
+  p.double_value = value;
+  SetParameter(&request->parameters, std::move(p));
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetReleaseCallback(
+    TRITONSERVER_InferenceRequest* request, TRITONSERVER_InferenceRequestReleaseFn_t release_fn,
+    void* release_userp) {
+  REQUIRE(request);
+  request->release_fn = release_fn;
+  request->release_userp = release_userp;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceRequestSetResponseCallback(
+    TRITONSERVER_InferenceRequest* request, TRITONSERVER_ResponseAllocator* allocator,
+    void* allocator_userp, TRITONSERVER_InferenceResponseCompleteFn_t response_fn,
+    void* response_userp) {
+  REQUIRE(request);
+  request->allocator = allocator;
+  request->allocator_userp = allocator_userp;
+  request->response_fn = response_fn;
+  request->response_userp = response_userp;
+  return nullptr;
+}
+
+// ---- responses ----------------------------------------------------------------
+
+API TRITONSERVER_InferenceResponseDelete(TRITONSERVER_InferenceResponse* response) {
+  if (response == nullptr) return nullptr;
+  TRITONSERVER_Error* first = nullptr;
+  TRITONSERVER_ResponseAllocator* allocator = response->allocator;
+  for (auto& out : response->outputs) {
+    if (!out.allocated || allocator == nullptr) continue;
+    TRITONSERVER_Error* err = allocator->release_fn(allocator, out.base, out.userp, out.byte_size,
+                                                    out.memory_type, out.memory_type_id);
+    if (first == nullptr) {
+      first = err;
+    } else {
+      delete err;
+    }
+  }
+  delete response->error;
+  delete response;
+  return first;
+}
+
+API TRITONSERVER_InferenceResponseError(TRITONSERVER_InferenceResponse* response) {
+  REQUIRE(response);
+  return response->error;
+}
+
+API TRITONSERVER_InferenceResponseModel(TRITONSERVER_InferenceResponse* response,
+                                        const char** model_name, int64_t* model_version) {
+  REQUIRE(response);
+  REQUIRE(model_name);
+  REQUIRE(model_version);
+  *model_name = response->model_name.c_str();
+  *model_version = response->model_version;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseId(TRITONSERVER_InferenceResponse* response,
+                                     const char** request_id) {
+  REQUIRE(response);
+  REQUIRE(request_id);
+  *request_id = response->id.c_str();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseParameterCount(TRITONSERVER_InferenceResponse* response,
+                                                 uint32_t* count) {
+  REQUIRE(response);
+  REQUIRE(count);
+  *count = static_cast<uint32_t>(response->parameters.size());
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseParameter(TRITONSERVER_InferenceResponse* response,
+                                            const uint32_t index, const char** name,
+                                            TRITONSERVER_ParameterType* type,
+                                            const void** vvalue) {
+  REQUIRE(response);
+  if (index >= response->parameters.size()) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                "out of bounds index " + std::to_string(index) +
+                    std::string(": response has ") +
+                    std::to_string(response->parameters.size()) + " parameters");
+  }
+  const Parameter& p = response->parameters[index];
+  if (name != nullptr) *name = p.name.c_str();
+  if (type != nullptr) *type = p.type;
+  if (vvalue != nullptr) *vvalue = p.value();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseOutputCount(TRITONSERVER_InferenceResponse* response,
+                                              uint32_t* count) {
+  REQUIRE(response);
+  REQUIRE(count);
+  *count = static_cast<uint32_t>(response->outputs.size());
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse* response,
+                                         const uint32_t index, const char** name,
+                                         TRITONSERVER_DataType* datatype, const int64_t** shape,
+                                         uint64_t* dim_count, const void** base,
+                                         size_t* byte_size, TRITONSERVER_MemoryType* memory_type,
+                                         int64_t* memory_type_id, void** userp) {
+  REQUIRE(response);
+  if (index >= response->outputs.size()) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                "out of bounds index " + std::to_string(index) +
+                    std::string(": response has ") + std::to_string(response->outputs.size()) +
+                    " outputs");
+  }
+  const TRITONSERVER_InferenceResponse::Output& out = response->outputs[index];
+  if (name != nullptr) *name = out.name.c_str();
+  if (datatype != nullptr) *datatype = out.datatype;
+  if (shape != nullptr) *shape = out.shape.data();
+  if (dim_count != nullptr) *dim_count = out.shape.size();
+  if (base != nullptr) *base = out.base;
+  if (byte_size != nullptr) *byte_size = out.byte_size;
+  if (memory_type != nullptr) *memory_type = out.memory_type;
+  if (memory_type_id != nullptr) *memory_type_id = out.memory_type_id;
+  if (userp != nullptr) *userp = out.userp;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceResponseOutputClassificationLabel(
+    TRITONSERVER_InferenceResponse* response, const uint32_t index, const size_t,
+    const char** label) {
+  REQUIRE(response);
+  REQUIRE(label);
+  if (index >= response->outputs.size()) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index));
+  }
+  *label = nullptr;  // pyserver keeps no label files for C backends' outputs
+  return nullptr;
+}

@@ -1,0 +1,402 @@
+// BLS requests as csrc/src/triton_inference.cc implements them: the request
+// object's API (errors on bad arguments, inputs, data, outputs, parameters),
+// the server hooks, and a delivered response: outputs in the allocator's
+// buffers, the response callback per response with the final flag on the
+// last, the release callback after it, the buffers released on delete.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pyserver/triton/inference.h"
+
+namespace pyserver::triton {
+namespace {
+
+std::string Message(TRITONSERVER_Error* err) {
+  std::string text = err ? TRITONSERVER_ErrorMessage(err) : "";
+  TRITONSERVER_ErrorDelete(err);
+  return text;
+}
+
+// Hooks standing in for the engine: "missing" is unknown, "decoupled" is
+// decoupled; a submitted request is kept for the test to answer.
+struct FakeServer {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Submission>> submitted;
+  std::vector<std::string> seen_inputs;
+};
+FakeServer* g_fake = nullptr;
+
+TRITONSERVER_Error* FakeModelInfo(void*, const char* name, int64_t, bool* ready,
+                                  uint32_t* txn_flags) {
+  if (std::strcmp(name, "missing") == 0) {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_NOT_FOUND,
+                                 "Request for unknown model: 'missing' is not found");
+  }
+  *ready = true;
+  *txn_flags = std::strcmp(name, "decoupled") == 0 ? TRITONSERVER_TXN_DECOUPLED
+                                                   : TRITONSERVER_TXN_ONE_TO_ONE;
+  return nullptr;
+}
+
+TRITONSERVER_Error* FakeSubmit(void*, TRITONSERVER_InferenceRequest* request,
+                               std::shared_ptr<Submission> submission) {
+  std::lock_guard<std::mutex> lock(g_fake->mu);
+  for (const auto& input : request->inputs) {
+    std::string bytes;
+    for (const auto& span : input.spans) {
+      bytes.append(static_cast<const char*>(span.base), span.byte_size);
+    }
+    g_fake->seen_inputs.push_back(input.name + "=" + bytes);
+  }
+  g_fake->submitted.push_back(std::move(submission));
+  return nullptr;
+}
+
+class TritonInference : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_fake = &fake_;
+    ServerHooks hooks;
+    hooks.model_info = FakeModelInfo;
+    hooks.submit = FakeSubmit;
+    SetServerHooks(hooks);
+    server_.owner = &fake_;
+  }
+  void TearDown() override {
+    DrainDeliveries();
+    SetServerHooks(ServerHooks());
+    g_fake = nullptr;
+  }
+  FakeServer fake_;
+  TRITONSERVER_Server server_;
+};
+
+TEST_F(TritonInference, NewFailsForAnUnknownModelAndWithoutAServer) {
+  TRITONSERVER_InferenceRequest* request = nullptr;
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestNew(&request, &server_, "missing", -1)),
+            "Request for unknown model: 'missing' is not found");
+  EXPECT_EQ(request, nullptr);
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestNew(&request, nullptr, "m", -1)),
+            "server is null");
+  TRITONSERVER_Server detached;  // a model served by no server
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&request, &detached, "m", -1), nullptr);
+  EXPECT_NE(Message(TRITONSERVER_ServerInferAsync(&detached, request, nullptr)), "");
+  TRITONSERVER_InferenceRequestDelete(request);
+}
+
+TEST_F(TritonInference, ModelReadinessAndTransactionProperties) {
+  bool ready = true;
+  ASSERT_EQ(TRITONSERVER_ServerModelIsReady(&server_, "missing", -1, &ready), nullptr);
+  EXPECT_FALSE(ready);
+  ASSERT_EQ(TRITONSERVER_ServerModelIsReady(&server_, "m", 1, &ready), nullptr);
+  EXPECT_TRUE(ready);
+  uint32_t txn = 0;
+  ASSERT_EQ(TRITONSERVER_ServerModelTransactionProperties(&server_, "decoupled", -1, &txn,
+                                                          nullptr),
+            nullptr);
+  EXPECT_EQ(txn, static_cast<uint32_t>(TRITONSERVER_TXN_DECOUPLED));
+}
+
+TEST_F(TritonInference, RequestFieldsInputsOutputsAndTheirErrors) {
+  TRITONSERVER_InferenceRequest* r = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&r, &server_, "m", 2), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetId(r, "r7"), nullptr);
+  const char* id = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestId(r, &id), nullptr);
+  EXPECT_STREQ(id, "r7");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetFlags(r, TRITONSERVER_REQUEST_FLAG_SEQUENCE_START),
+            nullptr);
+  uint32_t flags = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestFlags(r, &flags), nullptr);
+  EXPECT_EQ(flags, 1u);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetCorrelationId(r, 42), nullptr);
+  uint64_t corr = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestCorrelationId(r, &corr), nullptr);
+  EXPECT_EQ(corr, 42u);
+  const char* corr_string = nullptr;
+  EXPECT_NE(Message(TRITONSERVER_InferenceRequestCorrelationIdString(r, &corr_string)), "");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetCorrelationIdString(r, "seq-a"), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestCorrelationIdString(r, &corr_string), nullptr);
+  EXPECT_STREQ(corr_string, "seq-a");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetPriorityUInt64(r, 3), nullptr);
+  uint32_t priority = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestPriority(r, &priority), nullptr);
+  EXPECT_EQ(priority, 3u);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(r, 500), nullptr);
+  uint64_t timeout = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestTimeoutMicroseconds(r, &timeout), nullptr);
+  EXPECT_EQ(timeout, 500u);
+
+  const int64_t shape[] = {1, 2};
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddInput(r, "A", TRITONSERVER_TYPE_UINT8, shape, 2),
+            nullptr);
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestAddInput(r, "A", TRITONSERVER_TYPE_UINT8,
+                                                          shape, 2)),
+            "[request id: r7] input 'A' already exists in request");
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestAddRawInput(r, "RAW")),
+            "[request id: r7] raw input 'RAW' can't be added to request with other inputs");
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestAppendInputData(r, "B", "x", 1,
+                                                                 TRITONSERVER_MEMORY_CPU, 0)),
+            "[request id: r7] input 'B' does not exist in request");
+  EXPECT_NE(Message(TRITONSERVER_InferenceRequestAppendInputData(r, "A", "x", 1,
+                                                                 TRITONSERVER_MEMORY_GPU, 0)),
+            "");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAppendInputData(r, "A", "ab", 1,
+                                                         TRITONSERVER_MEMORY_CPU, 0),
+            nullptr);
+  TRITONSERVER_BufferAttributes* attributes = nullptr;
+  ASSERT_EQ(TRITONSERVER_BufferAttributesNew(&attributes), nullptr);
+  ASSERT_EQ(TRITONSERVER_BufferAttributesSetByteSize(attributes, 1), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(r, "A", "b",
+                                                                             attributes),
+            nullptr);
+  TRITONSERVER_BufferAttributesDelete(attributes);
+  EXPECT_EQ(r->inputs[0].byte_size, 2u);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestRemoveAllInputData(r, "A"), nullptr);
+  EXPECT_EQ(r->inputs[0].byte_size, 0u);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy(
+                r, "A", "cd", 2, TRITONSERVER_MEMORY_CPU, 0, "cpu"),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddInput(r, "C", TRITONSERVER_TYPE_UINT8, shape, 2),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestRemoveInput(r, "C"), nullptr);
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestRemoveInput(r, "C")),
+            "[request id: r7] input 'C' does not exist in request");
+
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddRequestedOutput(r, "OUT"), nullptr);
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestAddRequestedOutput(r, "OUT")),
+            "[request id: r7] output 'OUT' already exists in request");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddRequestedOutput(r, "OTHER"), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestRemoveRequestedOutput(r, "OTHER"), nullptr);
+  EXPECT_NE(Message(TRITONSERVER_InferenceRequestRemoveRequestedOutput(r, "OTHER")), "");
+  EXPECT_EQ(r->requested_outputs, std::vector<std::string>{"OUT"});
+
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetIntParameter(r, "k", 1), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetIntParameter(r, "k", 2), nullptr);  // replaces
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetStringParameter(r, "s", "v"), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetBoolParameter(r, "b", true), nullptr);
+  ASSERT_EQ(r->parameters.size(), 3u);
+  EXPECT_EQ(r->parameters[0].int_value, 2);
+
+  // no response callback yet: ServerInferAsync refuses it
+  EXPECT_NE(Message(TRITONSERVER_ServerInferAsync(&server_, r, nullptr)), "");
+  ASSERT_EQ(TRITONSERVER_InferenceRequestRemoveAllInputs(r), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(r), nullptr);
+  EXPECT_TRUE(r->inputs.empty() && r->requested_outputs.empty());
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddRawInput(r, "RAW"), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestDelete(r), nullptr);
+  EXPECT_EQ(Message(TRITONSERVER_InferenceRequestSetId(nullptr, "x")), "request is null");
+}
+
+// What the backend's callbacks saw, on the callback thread.
+struct Seen {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TRITONSERVER_InferenceResponse*> responses;
+  std::vector<uint32_t> flags;
+  int released = 0;
+  int allocated = 0;
+  int freed = 0;
+};
+
+TRITONSERVER_Error* Alloc(TRITONSERVER_ResponseAllocator*, const char*, size_t byte_size,
+                          TRITONSERVER_MemoryType, int64_t, void* userp, void** buffer,
+                          void** buffer_userp, TRITONSERVER_MemoryType* actual,
+                          int64_t* actual_id) {
+  auto* seen = static_cast<Seen*>(userp);
+  *buffer = byte_size ? std::malloc(byte_size) : nullptr;
+  *buffer_userp = seen;
+  *actual = TRITONSERVER_MEMORY_CPU;
+  *actual_id = 0;
+  std::lock_guard<std::mutex> lock(seen->mu);
+  ++seen->allocated;
+  return nullptr;
+}
+
+TRITONSERVER_Error* Free(TRITONSERVER_ResponseAllocator*, void* buffer, void* buffer_userp,
+                         size_t, TRITONSERVER_MemoryType, int64_t) {
+  auto* seen = static_cast<Seen*>(buffer_userp);
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(seen->mu);
+  ++seen->freed;
+  return nullptr;
+}
+
+void OnResponse(TRITONSERVER_InferenceResponse* response, const uint32_t flags, void* userp) {
+  auto* seen = static_cast<Seen*>(userp);
+  std::lock_guard<std::mutex> lock(seen->mu);
+  seen->responses.push_back(response);
+  seen->flags.push_back(flags);
+  seen->cv.notify_all();
+}
+
+void OnRelease(TRITONSERVER_InferenceRequest* request, const uint32_t flags, void* userp) {
+  auto* seen = static_cast<Seen*>(userp);
+  EXPECT_EQ(flags, static_cast<uint32_t>(TRITONSERVER_REQUEST_RELEASE_ALL));
+  TRITONSERVER_InferenceRequestDelete(request);  // as Triton's BLS example does
+  std::lock_guard<std::mutex> lock(seen->mu);
+  ++seen->released;
+  seen->cv.notify_all();
+}
+
+Completion Answer(const std::vector<float>& values, bool final) {
+  Completion c;
+  c.has_response = true;
+  c.final = final;
+  c.model_version = 2;
+  ResponseTensor t;
+  t.name = "OUT";
+  t.datatype = TRITONSERVER_TYPE_FP32;
+  t.shape = {static_cast<int64_t>(values.size())};
+  t.data.resize(values.size() * sizeof(float));
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  c.outputs.push_back(std::move(t));
+  Parameter p;
+  p.name = "n";
+  p.type = TRITONSERVER_PARAMETER_INT;
+  p.int_value = static_cast<int64_t>(values.size());
+  c.parameters.push_back(p);
+  return c;
+}
+
+TEST_F(TritonInference, ResponsesReachTheCallbacksInTheAllocatorsBuffers) {
+  Seen seen;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  EXPECT_NE(Message(TRITONSERVER_ResponseAllocatorNew(&allocator, nullptr, Free, nullptr)), "");
+  ASSERT_EQ(TRITONSERVER_ResponseAllocatorNew(&allocator, Alloc, Free, nullptr), nullptr);
+  TRITONSERVER_InferenceRequest* r = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&r, &server_, "decoupled", -1), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetId(r, "q"), nullptr);
+  const int64_t shape[] = {2};
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAddInput(r, "IN", TRITONSERVER_TYPE_UINT8, shape, 1),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestAppendInputData(r, "IN", "hi", 2,
+                                                         TRITONSERVER_MEMORY_CPU, 0),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetReleaseCallback(r, OnRelease, &seen), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetResponseCallback(r, allocator, &seen, OnResponse,
+                                                             &seen),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, nullptr), nullptr);
+  ASSERT_EQ(fake_.submitted.size(), 1u);
+  EXPECT_EQ(fake_.seen_inputs, std::vector<std::string>{"IN=hi"});
+
+  std::shared_ptr<Submission> s = fake_.submitted[0];
+  Deliver(s, Answer({1, 2}, false));
+  Deliver(s, Answer({3}, false));
+  Completion final_only;  // a decoupled model's last word: the flag alone
+  final_only.final = true;
+  Deliver(s, std::move(final_only));
+  {
+    std::unique_lock<std::mutex> lock(seen.mu);
+    ASSERT_TRUE(seen.cv.wait_for(lock, std::chrono::seconds(10),
+                                 [&] { return seen.released == 1; }));
+  }
+  ASSERT_EQ(seen.responses.size(), 3u);
+  EXPECT_EQ(seen.flags, (std::vector<uint32_t>{0, 0, TRITONSERVER_RESPONSE_COMPLETE_FINAL}));
+  EXPECT_EQ(seen.responses[2], nullptr);
+  TRITONSERVER_InferenceResponse* first = seen.responses[0];
+  EXPECT_EQ(TRITONSERVER_InferenceResponseError(first), nullptr);
+  const char* model = nullptr;
+  int64_t version = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceResponseModel(first, &model, &version), nullptr);
+  EXPECT_STREQ(model, "decoupled");
+  EXPECT_EQ(version, 2);
+  const char* id = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceResponseId(first, &id), nullptr);
+  EXPECT_STREQ(id, "q");
+  uint32_t count = 0;
+  ASSERT_EQ(TRITONSERVER_InferenceResponseOutputCount(first, &count), nullptr);
+  ASSERT_EQ(count, 1u);
+  const char* name;
+  TRITONSERVER_DataType dtype;
+  const int64_t* out_shape;
+  uint64_t dims;
+  const void* base;
+  size_t bytes;
+  TRITONSERVER_MemoryType mem;
+  int64_t mem_id;
+  void* userp;
+  ASSERT_EQ(TRITONSERVER_InferenceResponseOutput(first, 0, &name, &dtype, &out_shape, &dims,
+                                                 &base, &bytes, &mem, &mem_id, &userp),
+            nullptr);
+  EXPECT_STREQ(name, "OUT");
+  EXPECT_EQ(dtype, TRITONSERVER_TYPE_FP32);
+  ASSERT_EQ(dims, 1u);
+  EXPECT_EQ(out_shape[0], 2);
+  ASSERT_EQ(bytes, 2 * sizeof(float));
+  EXPECT_EQ(static_cast<const float*>(base)[1], 2.0f);
+  EXPECT_EQ(userp, &seen);  // the allocator's buffer_userp
+  EXPECT_NE(Message(TRITONSERVER_InferenceResponseOutput(first, 1, &name, &dtype, &out_shape,
+                                                         &dims, &base, &bytes, &mem, &mem_id,
+                                                         &userp)),
+            "");
+  const char* label = "x";
+  ASSERT_EQ(TRITONSERVER_InferenceResponseOutputClassificationLabel(first, 0, 0, &label),
+            nullptr);
+  EXPECT_EQ(label, nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceResponseParameterCount(first, &count), nullptr);
+  ASSERT_EQ(count, 1u);
+  TRITONSERVER_ParameterType ptype;
+  const void* pvalue;
+  ASSERT_EQ(TRITONSERVER_InferenceResponseParameter(first, 0, &name, &ptype, &pvalue), nullptr);
+  EXPECT_STREQ(name, "n");
+  EXPECT_EQ(ptype, TRITONSERVER_PARAMETER_INT);
+  EXPECT_EQ(*static_cast<const int64_t*>(pvalue), 2);
+
+  EXPECT_EQ(seen.allocated, 2);
+  for (auto* response : seen.responses) {
+    EXPECT_EQ(TRITONSERVER_InferenceResponseDelete(response), nullptr);
+  }
+  EXPECT_EQ(seen.freed, 2);
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+}
+
+TEST_F(TritonInference, AnErrorIsTheResponsesAndAnAllocatorErrorToo) {
+  Seen seen;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  auto refuse = [](TRITONSERVER_ResponseAllocator*, const char*, size_t, TRITONSERVER_MemoryType,
+                   int64_t, void*, void**, void**, TRITONSERVER_MemoryType*,
+                   int64_t*) -> TRITONSERVER_Error* {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_UNAVAILABLE, "no room");
+  };
+  ASSERT_EQ(TRITONSERVER_ResponseAllocatorNew(&allocator, refuse, Free, nullptr), nullptr);
+  for (int i = 0; i < 2; ++i) {
+    TRITONSERVER_InferenceRequest* r = nullptr;
+    ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&r, &server_, "m", -1), nullptr);
+    ASSERT_EQ(TRITONSERVER_InferenceRequestSetReleaseCallback(r, OnRelease, &seen), nullptr);
+    ASSERT_EQ(TRITONSERVER_InferenceRequestSetResponseCallback(r, allocator, nullptr,
+                                                               OnResponse, &seen),
+              nullptr);
+    ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, nullptr), nullptr);
+  }
+  Completion failed;
+  failed.has_error = true;
+  failed.error_code = TRITONSERVER_ERROR_INVALID_ARG;
+  failed.error_message = "bad input";
+  failed.final = true;
+  Deliver(fake_.submitted[0], std::move(failed));
+  Deliver(fake_.submitted[1], Answer({1}, true));
+  DrainDeliveries();
+  ASSERT_EQ(seen.responses.size(), 2u);
+  EXPECT_EQ(seen.released, 2);
+  TRITONSERVER_Error* err = TRITONSERVER_InferenceResponseError(seen.responses[0]);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_INVALID_ARG);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "bad input");
+  err = TRITONSERVER_InferenceResponseError(seen.responses[1]);
+  ASSERT_NE(err, nullptr);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "no room");
+  for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
+  EXPECT_EQ(seen.freed, 0);  // nothing was allocated
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+}
+
+}  // namespace
+}  // namespace pyserver::triton

@@ -1,0 +1,13 @@
+# A pyserver Server as Triton C backends see it (TRITONSERVER_Server*,
+# csrc/include/pyserver/triton/inference.h): engine/triton_c.pyx names it to
+# the models it creates.
+
+cdef extern from "pyserver/triton/inference.h" nogil:
+    cdef struct TRITONSERVER_Server:
+        void* owner
+
+
+cdef class ServerHandle:
+    # owner points back at this object: the struct lives as long as it does
+    cdef TRITONSERVER_Server server
+    cdef readonly object router

@@ -1,0 +1,276 @@
+# BLS from Triton C backends: the hooks csrc/src/triton_inference.cc calls
+# when a backend runs inference on another model of its server. This module
+# only converts: a TRITONSERVER_InferenceRequest into plain Python values for
+# the server's router (pyserver/backends/triton_bls.py), a response of the
+# server into a Completion the library's callback thread hands the backend.
+# cython: language_level=3
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from libcpp cimport bool as cbool
+from libcpp.memory cimport shared_ptr
+from libcpp.string cimport string
+from libcpp.utility cimport move
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, WIRE_TO_CODE
+from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
+from pyserver.kernel.errors import Code, ServerError
+
+
+cdef extern from "pyserver/triton/inference.h" nogil:
+    ctypedef enum TRITONSERVER_Error_Code:
+        TRITONSERVER_ERROR_INTERNAL
+    ctypedef enum TRITONSERVER_DataType:
+        TRITONSERVER_TYPE_INVALID
+    ctypedef enum TRITONSERVER_ParameterType:
+        TRITONSERVER_PARAMETER_STRING
+        TRITONSERVER_PARAMETER_INT
+        TRITONSERVER_PARAMETER_BOOL
+        TRITONSERVER_PARAMETER_DOUBLE
+    cdef struct TRITONSERVER_Error:
+        pass
+    TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg)
+
+    cdef cppclass Parameter "pyserver::triton::Parameter":
+        string name
+        TRITONSERVER_ParameterType type
+        string string_value
+        int64_t int_value
+        cbool bool_value
+        double double_value
+
+    cdef cppclass InputSpan "pyserver::triton::InputSpan":
+        const void* base
+        size_t byte_size
+
+    cdef cppclass RequestInput "pyserver::triton::RequestInput":
+        string name
+        TRITONSERVER_DataType datatype
+        vector[int64_t] shape
+        cbool raw
+        vector[InputSpan] spans
+        uint64_t byte_size
+
+    cdef cppclass TRITONSERVER_InferenceRequest:
+        string model_name
+        int64_t model_version
+        string id
+        uint32_t flags
+        uint64_t correlation_id
+        string correlation_id_string
+        cbool correlation_id_is_string
+        uint64_t priority
+        uint64_t timeout_us
+        vector[RequestInput] inputs
+        vector[string] requested_outputs
+        vector[Parameter] parameters
+
+    cdef cppclass Submission "pyserver::triton::Submission":
+        pass
+
+    cdef cppclass ResponseTensor "pyserver::triton::ResponseTensor":
+        string name
+        TRITONSERVER_DataType datatype
+        vector[int64_t] shape
+        vector[char] data
+
+    cdef cppclass Completion "pyserver::triton::Completion":
+        cbool has_response
+        cbool has_error
+        TRITONSERVER_Error_Code error_code
+        string error_message
+        int64_t model_version
+        vector[ResponseTensor] outputs
+        vector[Parameter] parameters
+        cbool final
+
+    ctypedef TRITONSERVER_Error* (*ModelInfoFn)(void*, const char*, int64_t, cbool*, uint32_t*)
+    ctypedef TRITONSERVER_Error* (*SubmitFn)(void*, TRITONSERVER_InferenceRequest*,
+                                             shared_ptr[Submission])
+
+    cdef cppclass ServerHooks "pyserver::triton::ServerHooks":
+        ModelInfoFn model_info
+        SubmitFn submit
+
+    void SetServerHooks "pyserver::triton::SetServerHooks"(const ServerHooks& hooks)
+    void Deliver "pyserver::triton::Deliver"(shared_ptr[Submission] submission,
+                                             Completion completion)
+    void DrainDeliveries "pyserver::triton::DrainDeliveries"()
+
+
+cdef class ServerHandle:
+    """One server as C backends see it: TRITONBACKEND_ModelServer names it to
+    the models made with it. ``router`` answers model_info(name, version)
+    -> (ready, decoupled) and submit(request_description, call) from any
+    thread (pyserver.backends.triton_bls.BlsRouter)."""
+
+    def __cinit__(self, router):
+        self.router = router
+        self.server.owner = <void*>self
+
+
+cdef TRITONSERVER_Error* _error(err):
+    if isinstance(err, ServerError):
+        code, message = int(err.code) - 1, str(err.message)
+    else:
+        code, message = int(Code.INTERNAL) - 1, f"{type(err).__name__}: {err}"
+    return TRITONSERVER_ErrorNew(<TRITONSERVER_Error_Code><int>code, message.encode())
+
+
+cdef TRITONSERVER_Error* _model_info(void* owner, const char* name, int64_t version,
+                                     cbool* ready, uint32_t* txn_flags) noexcept with gil:
+    try:
+        is_ready, decoupled = (<ServerHandle>owner).router.model_info(
+            name.decode("utf-8", "replace"), version)
+        ready[0] = is_ready
+        txn_flags[0] = 2 if decoupled else 1  # TRITONSERVER_TXN_DECOUPLED / _ONE_TO_ONE
+        return NULL
+    except BaseException as err:
+        return _error(err)
+
+
+cdef object _parameter_value(const Parameter& p):
+    if p.type == TRITONSERVER_PARAMETER_INT:
+        return p.int_value
+    if p.type == TRITONSERVER_PARAMETER_BOOL:
+        return bool(p.bool_value)
+    if p.type == TRITONSERVER_PARAMETER_DOUBLE:
+        return p.double_value
+    return p.string_value.decode("utf-8", "replace")
+
+
+cdef object _input_array(RequestInput& inp):
+    """The input as a numpy array: a view of the backend's bytes when they
+    are one span (valid until the request's release callback, which comes
+    after the final response), else a copy of them joined."""
+    cdef size_t i
+    if inp.spans.size() == 1 and inp.byte_size > 0:
+        data = memoryview(<char[:inp.byte_size]><char*>inp.spans[0].base)
+    else:
+        data = b"".join([(<char*>inp.spans[i].base)[:inp.spans[i].byte_size]
+                         for i in range(inp.spans.size()) if inp.spans[i].byte_size])
+    shape = tuple(inp.shape)
+    if inp.raw:
+        return np.frombuffer(data, dtype=np.uint8)
+    code = <int>inp.datatype
+    if code == BYTES_CODE:
+        return deserialize_bytes_tensor(bytes(data)).reshape(shape)
+    dtype = CODE_TO_NUMPY.get(code)
+    if dtype is None:
+        raise ServerError(Code.INVALID_ARG, f"input '{inp.name.decode()}' has an unknown data "
+                                            f"type {code}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
+                                 shared_ptr[Submission] submission) noexcept with gil:
+    cdef size_t i
+    cdef BlsCall call
+    try:
+        inputs = []
+        for i in range(r.inputs.size()):
+            inputs.append((r.inputs[i].name.decode(), <int>r.inputs[i].datatype,
+                           bool(r.inputs[i].raw), _input_array(r.inputs[i])))
+        parameters = {}
+        for i in range(r.parameters.size()):
+            parameters[r.parameters[i].name.decode()] = _parameter_value(r.parameters[i])
+        if r.correlation_id_is_string:
+            correlation_id = r.correlation_id_string.decode()
+        else:
+            correlation_id = r.correlation_id
+        description = {
+            "model_name": r.model_name.decode(), "model_version": r.model_version,
+            "id": r.id.decode("utf-8", "replace"), "flags": r.flags,
+            "correlation_id": correlation_id, "priority": r.priority,
+            "timeout_us": r.timeout_us, "inputs": inputs,
+            "outputs": [r.requested_outputs[i].decode()
+                        for i in range(r.requested_outputs.size())],
+            "parameters": parameters,
+        }
+        call = BlsCall.__new__(BlsCall)
+        call.submission = submission
+        (<ServerHandle>owner).router.submit(description, call)
+        return NULL
+    except BaseException as err:
+        return _error(err)
+
+
+cdef class BlsCall:
+    """One submitted request: respond() (the server's on_response) hands each
+    response to the backend, through the library's callback thread."""
+    cdef shared_ptr[Submission] submission
+
+    def respond(self, response, error, bint final):
+        cdef Completion completion
+        if not self.submission:
+            return  # already final
+        completion.final = final
+        if error is not None:
+            completion.has_error = True
+            if isinstance(error, ServerError):
+                completion.error_code = <TRITONSERVER_Error_Code><int>(int(error.code) - 1)
+                completion.error_message = str(error.message).encode()
+            else:
+                completion.error_code = TRITONSERVER_ERROR_INTERNAL
+                completion.error_message = f"{type(error).__name__}: {error}".encode()
+        elif response is not None:
+            completion.has_response = True
+            version = response.model_version
+            completion.model_version = int(version) if version not in (None, "") else -1
+            _fill_outputs(completion, response.outputs)
+            _fill_parameters(completion, response.parameters)
+        Deliver(self.submission, move(completion))
+        if final:
+            self.submission.reset()
+
+
+cdef _fill_outputs(Completion& completion, list outputs):
+    cdef const unsigned char[::1] view
+    cdef ResponseTensor* tensor
+    cdef size_t n
+    completion.outputs.resize(len(outputs))
+    for i, t in enumerate(outputs):
+        tensor = &completion.outputs[i]
+        tensor.name = t.name.encode()
+        tensor.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[t.datatype]
+        arr = t.data
+        tensor.shape = list(arr.shape)
+        if t.datatype == "BYTES":
+            data = np.frombuffer(serialize_bytes_tensor(arr), dtype=np.uint8)
+        else:
+            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+        view = data
+        n = view.shape[0]
+        tensor.data.resize(n)
+        if n:
+            with nogil:  # the array is held by this frame
+                memcpy(tensor.data.data(), &view[0], n)
+
+
+cdef _fill_parameters(Completion& completion, dict parameters):
+    cdef Parameter p
+    for name, value in (parameters or {}).items():
+        p.name = str(name).encode()
+        if isinstance(value, bool):
+            p.type, p.bool_value = TRITONSERVER_PARAMETER_BOOL, value
+        elif isinstance(value, int):
+            p.type, p.int_value = TRITONSERVER_PARAMETER_INT, value
+        elif isinstance(value, float):
+            p.type, p.double_value = TRITONSERVER_PARAMETER_DOUBLE, value
+        else:
+            p.type, p.string_value = TRITONSERVER_PARAMETER_STRING, str(value).encode()
+        completion.parameters.push_back(p)
+
+
+def drain():
+    """Waits until every response delivered so far reached its backend."""
+    with nogil:
+        DrainDeliveries()
+
+
+cdef ServerHooks _hooks
+_hooks.model_info = _model_info
+_hooks.submit = _submit
+SetServerHooks(_hooks)

@@ -1,0 +1,115 @@
+"""BLS from Triton C backends: where a backend's TRITONSERVER_ServerInferAsync
+lands (csrc/src/triton_inference.cc, engine/triton_bls.pyx).
+
+One ``BlsRouter`` per server, named to the backend as its
+``TRITONSERVER_Server*`` (``server_handle(context)``). The engine calls it
+from whichever thread the backend called from, holding the GIL; the request
+goes to the server's event loop with ``call_soon_threadsafe`` and from there
+through ``submit_stream``, the way the Python backend's BLS and network
+requests go: same admission, schedulers, batching and statistics. Each
+response comes back as ``call.respond(response, error, final)`` on the loop,
+which only copies it out; the backend's callbacks run on the library's own
+thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from pyserver.engine import triton_bls
+from pyserver.kernel.dtypes import CODE_TO_WIRE, WIRE_TO_NUMPY, config_to_wire
+from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
+
+_handles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_*
+
+
+def server_handle(context):
+    """The engine's ServerHandle for the server of ``context`` (one per
+    server), or None outside a server."""
+    server = getattr(context, "requests", None) if context is not None else None
+    if server is None:
+        return None
+    handle = _handles.get(server)
+    if handle is None:
+        handle = _handles[server] = triton_bls.ServerHandle(BlsRouter(server, context.loop))
+    return handle
+
+
+def _version(version: int) -> str:
+    return str(version) if version > 0 else ""
+
+
+class BlsRouter:
+    """One server's answers to its C backends' BLS calls (any thread)."""
+
+    def __init__(self, server, loop):
+        self._server = weakref.ref(server)  # the models hold the router, not the server
+        self._loop = loop
+
+    def _live(self):
+        server = self._server()
+        if server is None or self._loop is None or self._loop.is_closed():
+            raise ServerError(Code.UNAVAILABLE, "the server is not running")
+        return server
+
+    def model_info(self, name: str, version: int) -> tuple[bool, bool]:
+        """(ready, decoupled); Triton's "unknown model" error if there is none.
+        Reads the server's tables only (safe off the loop under the GIL)."""
+        server = self._live()
+        decoupled = server.is_decoupled(name, _version(version))
+        return server.model_ready(name, _version(version)), bool(decoupled)
+
+    def submit(self, description: dict, call) -> None:
+        loop = self._loop
+        self._live()
+        loop.call_soon_threadsafe(self._submit, description, call)
+
+    def _submit(self, description: dict, call) -> None:
+        """On the event loop: into the target model, as a network request."""
+        try:
+            server = self._live()
+            request = self._request(server, description)
+            server.submit_stream(request, call.respond)
+        except Exception as err:  # admission and validation errors: the response's
+            call.respond(None, err, True)
+
+    @staticmethod
+    def _request(server, d: dict) -> InferRequest:
+        params = dict(d["parameters"])
+        if d["correlation_id"]:
+            params["sequence_id"] = d["correlation_id"]
+        if d["flags"] & _SEQUENCE_START:
+            params["sequence_start"] = True
+        if d["flags"] & _SEQUENCE_END:
+            params["sequence_end"] = True
+        inputs = []
+        for name, code, raw, array in d["inputs"]:
+            if raw:
+                inputs.append(_raw_input(server, d, name, array))
+                continue
+            datatype = CODE_TO_WIRE.get(code)
+            if datatype is None:
+                raise ServerError(Code.INVALID_ARG,
+                                  f"input '{name}' has an unknown data type {code}")
+            inputs.append(InferTensor(name, datatype, array.shape, array))
+        outputs = [RequestedOutput(name) for name in d["outputs"]]
+        return InferRequest(d["model_name"], _version(d["model_version"]), d["id"], inputs,
+                            outputs, params, d["priority"], d["timeout_us"])
+
+
+def _raw_input(server, d: dict, name: str, data):
+    """A raw input (TRITONSERVER_InferenceRequestAddRawInput): the model's
+    only input, its datatype from the config, its bytes one flat tensor."""
+    config = server.model_config(d["model_name"], _version(d["model_version"]))
+    inputs = config.get("input") or []
+    wire = next((config_to_wire(i["data_type"]) for i in inputs if i.get("name") == name), None)
+    if wire is None or wire == "BYTES":
+        raise ServerError(Code.UNSUPPORTED, f"raw input '{name}' needs a fixed-size datatype")
+    array = np.frombuffer(data, dtype=WIRE_TO_NUMPY[wire])
+    shape = [1, array.size] if config.get("max_batch_size", 0) > 0 else [array.size]
+    return InferTensor(name, wire, shape, array.reshape(shape))

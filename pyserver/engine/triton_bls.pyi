@@ -1,0 +1,10 @@
+from typing import Any
+
+class ServerHandle:
+    router: Any
+    def __init__(self, router: Any) -> None: ...
+
+class BlsCall:
+    def respond(self, response: Any, error: BaseException | None, final: bool) -> None: ...
+
+def drain() -> None: ...

@@ -1,0 +1,129 @@
+"""BLS from Triton C backends: tests/backends_c/bls.c runs each request on
+another model of its server through TRITONSERVER_InferenceRequest* and
+TRITONSERVER_ServerInferAsync, served over HTTP and gRPC with dynamic
+batching and two instances; the target's statistics count the BLS calls."""
+
+from __future__ import annotations
+
+import queue
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from .test_grpc import start_grpc  # noqa: F401  (fixture)
+from .test_triton_c_backend import CC, IDENTITY, REPEAT, build_backend, write_model
+
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")
+
+
+def bls_config(target: str, inputs: str, outputs: str, batching: bool = True) -> str:
+    if batching:
+        head = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+    else:
+        head = "max_batch_size: 0\n"
+    return (f'backend: "bls"\n{head}input [ {inputs} ]\noutput [ {outputs} ]\n'
+            'instance_group [ { count: 2 kind: KIND_CPU } ]\n'
+            f'parameters {{ key: "target" value {{ string_value: "{target}" }} }}\n')
+
+
+FP32_IN = '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }'
+FP32_OUT = '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }'
+
+
+@pytest.fixture
+def served(tmp_path, start_grpc):  # noqa: F811
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    for name in ("identity", "repeat", "bls"):
+        build_backend(backends, name)
+    write_model(repo, "identity", IDENTITY)
+    write_model(repo, "repeat", REPEAT)
+    write_model(repo, "bls", bls_config("identity", FP32_IN, FP32_OUT))
+    write_model(repo, "bls_missing", bls_config("no_such_model", FP32_IN, FP32_OUT))
+    write_model(repo, "bls_wrong_input", bls_config(
+        "identity", '{ name: "WRONG" data_type: TYPE_FP32 dims: [ -1 ] }', FP32_OUT))
+    write_model(repo, "bls_repeat", bls_config(
+        "repeat", '{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }',
+        '{ name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }', batching=False))
+    return start_grpc(repo, backend_directory=str(backends))
+
+
+def _success_count(s, model: str) -> int:
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics(model)
+    return stats["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_bls_to_identity_over_http_and_grpc(served):
+    s = served
+
+    def http_call(i):
+        x = np.full((1, 2 + i % 5), float(i), dtype=np.float32)
+        inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = httpclient.InferenceServerClient(s.url).infer("bls", [inp]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, x)
+
+    def grpc_call(i):
+        x = np.arange(3 * 4, dtype=np.float32).reshape(3, 4) - i
+        inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = grpcclient.InferenceServerClient(s.grpc_url).infer("bls", [inp]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, x)
+
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(http_call, range(40)))
+        list(pool.map(grpc_call, range(40)))
+    # every BLS call went through identity's own scheduler and statistics
+    assert _success_count(s, "bls") == 80
+    assert _success_count(s, "identity") == 80
+
+
+def test_bls_errors_come_back_as_the_response_error(served):
+    s = served
+    x = np.ones((1, 3), dtype=np.float32)
+    for model, text in (("bls_missing", "Request for unknown model: 'no_such_model' is not found"),
+                        ("bls_wrong_input", "'WRONG'")):
+        inp = httpclient.InferInput(model == "bls_missing" and "INPUT0" or "WRONG", [1, 3], "FP32")
+        inp.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as err:
+            httpclient.InferenceServerClient(s.url).infer(model, [inp])
+        assert text in err.value.message()
+        ginp = grpcclient.InferInput(inp.name(), [1, 3], "FP32")
+        ginp.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as gerr:
+            grpcclient.InferenceServerClient(s.grpc_url).infer(model, [ginp])
+        assert text in gerr.value.message()
+    # the server still serves BLS after the failures
+    inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    out = httpclient.InferenceServerClient(s.url).infer("bls", [inp]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(out, x)
+
+
+def test_bls_to_a_decoupled_model_gets_every_response(served):
+    s = served
+    values = np.array([4, 8, 15, 16, 23, 42], dtype=np.int32)
+
+    def call(i):
+        v = values + i
+        inp = httpclient.InferInput("IN", [len(v)], "INT32")
+        inp.set_data_from_numpy(v)
+        out = httpclient.InferenceServerClient(s.url).infer("bls_repeat", [inp]).as_numpy("OUT")
+        np.testing.assert_array_equal(out, v)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(call, range(8)))
+    # and over a gRPC stream, as a plain request
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    inp = grpcclient.InferInput("IN", [len(values)], "INT32")
+    inp.set_data_from_numpy(values)
+    client.async_stream_infer("bls_repeat", [inp])
+    result, error = got.get(timeout=30)
+    client.stop_stream()
+    assert error is None
+    np.testing.assert_array_equal(result.as_numpy("OUT"), values)
