@@ -1,5 +1,5 @@
 #!/bin/sh
-# By-hand check: builds Triton's example backends (minimal, recommended) from
+# By-hand check: builds Triton's example backends (minimal, recommended, bls) from
 # the backend repository's sources against pyserver's tritonbackend.h, into
 # OUT/NAME/libtriton_NAME.so (a --backend-directory).
 # and, given IDENTITY_SRC (triton-inference-server/identity_backend), its
@@ -25,6 +25,9 @@ build() {  # NAME SOURCE [FLAGS]
 for name in minimal recommended; do
   build $name "$backend/examples/backends/$name/src/$name.cc"
 done
+# bls: serve it with examples/model_repos/bls_models (mkdir bls_fp32/1 first)
+bls=$backend/examples/backends/bls/src
+build bls "$bls/backend.cc" "$bls/bls.cc" "$bls/bls_utils.cc"
 if [ -n "$identity" ]; then
   build identity "$identity/src/identity.cc" -DTRITON_ENABLE_METRICS=1
 fi
