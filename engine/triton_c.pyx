@@ -22,6 +22,14 @@ from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_ten
 log = logging.getLogger(__name__)
 
 
+cdef extern from "triton/core/tritonserver.h" nogil:
+    ctypedef enum TRITONSERVER_ParameterType:
+        TRITONSERVER_PARAMETER_STRING
+        TRITONSERVER_PARAMETER_INT
+        TRITONSERVER_PARAMETER_BOOL
+        TRITONSERVER_PARAMETER_DOUBLE
+
+
 cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" nogil:
     cdef cppclass OutputTensor:
         string name
@@ -29,21 +37,31 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         vector[int64_t] shape
         vector[char] data
 
+    cdef cppclass Parameter:
+        string name
+        TRITONSERVER_ParameterType type
+        string string_value
+        int64_t int_value
+        cbool bool_value
+        double double_value
+
     cdef cppclass SentResponse:
         vector[unique_ptr[OutputTensor]] outputs
+        vector[Parameter] parameters
         cbool has_response
         cbool has_error
         int error_code
         string error_message
         cbool final
 
-    ctypedef void (*DeliverHook)(void* owner, SentResponse* sent, cbool last) noexcept
+    ctypedef cbool (*DeliverHook)(void* owner, SentResponse* sent, cbool last) noexcept
     ctypedef void (*DoneHook)(void* owner) noexcept
 
     cdef cppclass ResponseSink:
         void WaitDone()
         vector[SentResponse] Take()
         cbool HandOff()
+        void SetCancelled()
         void GoLate(DeliverHook deliver, DoneHook done, void* owner)
 
 
@@ -62,7 +80,11 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         TRITONBACKEND_Request()
         string id
         uint64_t correlation_id
+        string correlation_id_string
+        cbool correlation_is_string
         uint32_t flags
+        uint64_t timeout_us
+        vector[Parameter] parameters
         vector[TRITONBACKEND_Input] inputs
         vector[string] requested_outputs
         shared_ptr[ResponseSink] sink
@@ -135,7 +157,8 @@ cdef class Model:
 
 
 cdef object _to_python(SentResponse& sent):
-    """(outputs dict or None, (code, message) or None, final)."""
+    """(outputs dict or None, (code, message) or None, final, response
+    parameters dict or None)."""
     cdef OutputTensor* t
     error = None
     outputs = None
@@ -152,7 +175,41 @@ cdef object _to_python(SentResponse& sent):
             else:
                 arr = np.frombuffer(raw, dtype=CODE_TO_NUMPY[t.datatype]).reshape(shape)
             outputs[t.name.decode()] = arr
-    return outputs, error, sent.final
+    parameters = None
+    if sent.parameters.size():
+        parameters = {}
+        for i in range(sent.parameters.size()):
+            parameters[sent.parameters[i].name.decode()] = _value_of(sent.parameters[i])
+    return outputs, error, sent.final, parameters
+
+
+cdef object _value_of(Parameter& parameter):
+    if parameter.type == TRITONSERVER_PARAMETER_INT:
+        return parameter.int_value
+    if parameter.type == TRITONSERVER_PARAMETER_BOOL:
+        return parameter.bool_value
+    if parameter.type == TRITONSERVER_PARAMETER_DOUBLE:
+        return parameter.double_value
+    return parameter.string_value.decode("utf-8", "replace")
+
+
+cdef Parameter _parameter(str key, value) except *:
+    """A request parameter as Triton types it (bool before int: a bool is one)."""
+    cdef Parameter parameter
+    parameter.name = key.encode()
+    if isinstance(value, bool):
+        parameter.type = TRITONSERVER_PARAMETER_BOOL
+        parameter.bool_value = value
+    elif isinstance(value, int):
+        parameter.type = TRITONSERVER_PARAMETER_INT
+        parameter.int_value = value
+    elif isinstance(value, float):
+        parameter.type = TRITONSERVER_PARAMETER_DOUBLE
+        parameter.double_value = value
+    else:
+        parameter.type = TRITONSERVER_PARAMETER_STRING
+        parameter.string_value = str(value).encode()
+    return parameter
 
 
 cdef class _Late:
@@ -162,12 +219,19 @@ cdef class _Late:
     cdef object pending, keep, on_response
 
 
-cdef void _deliver_late(void* owner, SentResponse* sent, cbool last) noexcept with gil:
+cdef cbool _deliver_late(void* owner, SentResponse* sent, cbool last) noexcept with gil:
     cdef _Late late = <_Late>owner
     try:
         late.on_response(late.pending, _to_python(sent[0]) if sent != NULL else None)
+        return _cancelled(late.pending)
     except BaseException:
         log.exception("delivering a response of a Triton C backend failed")
+        return False
+
+
+cdef inline bint _cancelled(p):
+    future = p.future
+    return future is not None and future.cancelled()
 
 
 cdef void _release_late(void* owner) noexcept with gil:
@@ -184,17 +248,20 @@ cdef class Instance:
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
-    def execute(self, list pending, list all_outputs, on_response=None):
+    def execute(self, list pending, list properties, list all_outputs, on_response=None):
         """Runs the batch. Without on_response, waits (GIL released) until
         the backend released each request and sent its response, and
         returns, per request, the list of what it sent: (outputs or None,
-        (code, message) or None, final). With on_response (decoupled), each
-        response goes to on_response(pending request, that triple, or None
+        (code, message) or None, final, parameters or None). With
+        on_response (decoupled), each response goes to
+        on_response(pending request, that tuple, or None
         when the request's last handle went without the final flag) as it is
         sent, on the sending thread; the results are None. Also returns the
         times the backend reported for the batch (start, compute start,
-        compute end, end) or None. A request that names no outputs asks for
-        all_outputs (the model's, as Triton fills them in)."""
+        compute end, end) or None. properties: per request, its correlation
+        ID, flags and own parameters (backends._common.request_properties).
+        A request that names no outputs asks for all_outputs (the model's,
+        as Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
         cdef TRITONBACKEND_Input tin
@@ -208,15 +275,24 @@ cdef class Instance:
         keeps = []  # per request, its inputs' bytes
         results = []
         try:
-            for p in pending:
+            for p, (corr, flags, user) in zip(pending, properties):
                 r = new TRITONBACKEND_Request()
                 requests.push_back(r)
                 keep = []
                 keeps.append(keep)
                 request = p.request
                 r.id = str(request.id).encode()
-                corr = request.parameters.get("sequence_id", 0)
-                r.correlation_id = corr if isinstance(corr, int) else 0
+                if isinstance(corr, str):
+                    r.correlation_id_string = corr.encode()
+                    r.correlation_is_string = True
+                else:
+                    r.correlation_id = corr
+                r.flags = flags
+                r.timeout_us = request.timeout_us or 0
+                for key, value in user.items():
+                    r.parameters.push_back(_parameter(key, value))
+                if _cancelled(p):
+                    r.sink.get().SetCancelled()
                 for name, arr in p.arrays.items():
                     tin.name = name.encode()
                     tin.shape = list(arr.shape)

@@ -1,31 +1,21 @@
 // pyserver's implementation of the TRITONSERVER_* and TRITONBACKEND_*
 // functions a Triton backend calls, over the objects in
-// pyserver/triton/objects.h. CPU memory only; statistics a backend reports
-// are accepted (pyserver times the batch itself).
+// pyserver/triton/objects.h. CPU memory only. What a backend asks of a
+// request beyond its inputs (parameters, cancellation, ...) is in
+// triton_request.cc; BLS in triton_inference.cc.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "pyserver/triton/objects.h"
+#include "triton_api_internal.h"
 
+using pyserver::triton::Err;
 using pyserver::triton::OutputTensor;
 using pyserver::triton::ResponseSink;
 using pyserver::triton::SentResponse;
 
-#define API extern "C" TRITONSERVER_Error*
-
 namespace {
-
-TRITONSERVER_Error* Err(TRITONSERVER_Error_Code code, std::string message) {
-  return new TRITONSERVER_Error{code, std::move(message)};
-}
-
-TRITONSERVER_Error* Null(const char* what) {
-  return Err(TRITONSERVER_ERROR_INVALID_ARG, std::string(what) + " is null");
-}
-
-#define CHECK_ARG(p) \
-  if ((p) == nullptr) return Null(#p)
 
 int g_log_verbose = 0;  // TRITONSERVER_LOG_VERBOSE is off
 
@@ -514,6 +504,7 @@ API TRITONBACKEND_OutputBuffer(TRITONBACKEND_Output* output, void** buffer,
   *memory_type = TRITONSERVER_MEMORY_CPU;
   *memory_type_id = 0;
   *buffer = tensor->data.data();
+  tensor->attributes.byte_size = buffer_byte_size;
   return nullptr;
 }
 
@@ -529,6 +520,7 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
     sent.error_message = error->message;
   } else {
     sent.outputs = std::move(response->outputs);
+    sent.parameters = std::move(response->parameters);
   }
   response->sink->Push(std::move(sent));
   response->sink->DropHolder();
@@ -539,11 +531,6 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
 // ---- memory manager, host policy, buffer attributes, state ---------------
 
 struct TRITONBACKEND_MemoryManager {};
-struct TRITONSERVER_BufferAttributes {
-  size_t byte_size = 0;
-  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
-  int64_t memory_type_id = 0;
-};
 
 namespace {
 TRITONBACKEND_MemoryManager g_memory_manager;  // CPU memory (malloc)
@@ -705,30 +692,6 @@ API TRITONBACKEND_RequestTrace(TRITONBACKEND_Request* request,
                                TRITONSERVER_InferenceTrace** trace) {
   CHECK_ARG(request);
   *trace = nullptr;  // requests are not traced into backends yet
-  return nullptr;
-}
-
-API TRITONBACKEND_ResponseSetStringParameter(TRITONBACKEND_Response* response, const char*,
-                                             const char*) {
-  CHECK_ARG(response);
-  return nullptr;
-}
-
-API TRITONBACKEND_ResponseSetIntParameter(TRITONBACKEND_Response* response, const char*,
-                                          const int64_t) {
-  CHECK_ARG(response);
-  return nullptr;
-}
-
-API TRITONBACKEND_ResponseSetBoolParameter(TRITONBACKEND_Response* response, const char*,
-                                           const bool) {
-  CHECK_ARG(response);
-  return nullptr;
-}
-
-API TRITONBACKEND_ResponseSetDoubleParameter(TRITONBACKEND_Response* response, const char*,
-                                             const double) {
-  CHECK_ARG(response);
   return nullptr;
 }
 

@@ -216,17 +216,6 @@ class CallbackThread {
 
 namespace pyserver::triton {
 
-const void* Parameter::value() const {
-  switch (type) {
-    case TRITONSERVER_PARAMETER_STRING: return string_value.c_str();
-    case TRITONSERVER_PARAMETER_INT: return &int_value;
-    case TRITONSERVER_PARAMETER_BOOL: return &bool_value;
-    case TRITONSERVER_PARAMETER_DOUBLE: return &double_value;
-    case TRITONSERVER_PARAMETER_BYTES: return string_value.data();
-  }
-  return nullptr;
-}
-
 void SetServerHooks(const ServerHooks& hooks) {
   std::lock_guard<std::mutex> lock(g_hooks_mu);
   g_hooks = hooks;

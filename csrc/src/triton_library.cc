@@ -45,6 +45,8 @@ Status BackendLibrary::Create(const std::string& path, const std::string& name,
     return Status(StatusCode::kNotFound, "unable to load backend library: " +
                                              std::string(why ? why : path));
   }
+  size_t slash = path.find_last_of('/');
+  lib->backend_.location = slash == std::string::npos ? "." : path.substr(0, slash);
   EntryPoints& e = lib->backend_.entry;
   Lookup(lib->handle_, "TRITONBACKEND_Initialize", &e.initialize);
   Lookup(lib->handle_, "TRITONBACKEND_Finalize", &e.finalize);

@@ -4,6 +4,19 @@
 
 namespace pyserver::triton {
 
+const void* Parameter::value() const {
+  switch (type) {
+    case TRITONSERVER_PARAMETER_INT:
+      return &int_value;
+    case TRITONSERVER_PARAMETER_BOOL:
+      return &bool_value;
+    case TRITONSERVER_PARAMETER_DOUBLE:
+      return &double_value;
+    default:  // STRING, BYTES
+      return string_value.c_str();
+  }
+}
+
 void ResponseSink::Push(SentResponse response) {
   std::unique_lock<std::mutex> lock(mu_);
   if (last_delivered_) return;  // Triton ignores what comes after the final flag
@@ -74,7 +87,7 @@ void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
       bool last = false;
       for (SentResponse& response : batch) {
         last = response.final;
-        deliver_(owner_, &response, last);
+        if (deliver_(owner_, &response, last)) SetCancelled();
         if (last) break;
       }
       lock.lock();
@@ -85,7 +98,7 @@ void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
     } else if (!last_delivered_ && sent_.empty() && released_ && holders_ == 0) {
       last_delivered_ = true;  // nothing can send the final flag any more
       lock.unlock();
-      deliver_(owner_, nullptr, true);
+      if (deliver_(owner_, nullptr, true)) SetCancelled();
       lock.lock();
     } else if (last_delivered_ && released_ && !done_called_) {
       done_called_ = true;

@@ -19,7 +19,7 @@ struct Seen {
   int done = 0;
 };
 
-void Deliver(void* owner, SentResponse* sent, bool last) {
+bool Deliver(void* owner, SentResponse* sent, bool last) {
   auto* seen = static_cast<Seen*>(owner);
   if (sent == nullptr) {
     seen->values.push_back(-2);
@@ -29,6 +29,7 @@ void Deliver(void* owner, SentResponse* sent, bool last) {
     seen->values.push_back(-1);
   }
   seen->lasts += last ? 1 : 0;
+  return seen->values.size() == 3;  // "cancelled" after the third
 }
 
 void Done(void* owner) { ++static_cast<Seen*>(owner)->done; }
@@ -66,6 +67,7 @@ TEST(ResponseSink, LateResponsesFromAThreadArriveInOrderAndTheReleaserFreesTheRe
     TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);  // frees it
   });
   backend.join();
+  EXPECT_TRUE(sink->IsCancelled());  // the hook said so at the third
   ASSERT_EQ(seen.values.size(), 51u);
   for (int v = 1; v <= 50; ++v) EXPECT_EQ(seen.values[v - 1], v);
   EXPECT_EQ(seen.values.back(), -1);
@@ -82,6 +84,7 @@ TEST(ResponseSink, ARequestReleasedWithoutTheFinalFlagIsReportedOnce) {
   SendValue(factory, 7);
   ASSERT_EQ(TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
   EXPECT_EQ(seen.lasts, 0);  // the factory may still send the final flag
+  EXPECT_FALSE(request.sink->IsCancelled());
   TRITONBACKEND_ResponseFactoryDelete(factory);
   EXPECT_EQ(seen.values, (std::vector<int>{7, -2}));
   EXPECT_EQ(seen.lasts, 1);

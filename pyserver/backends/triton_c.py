@@ -13,6 +13,7 @@ import json
 import threading
 from pathlib import Path
 
+from pyserver.backends._common import request_properties
 from pyserver.backends.base import Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
@@ -89,22 +90,23 @@ class TritonCBackend:
         decoupled request (its responses go through its stream as the
         backend sends them, also after Execute returned). The results carry
         the times the backend reported for the batch, if it did."""
+        properties = [request_properties(p.request.parameters) for p in pending]
         if self.decoupled:
-            sent, times = self.instance.execute(pending, self._outputs, self._respond)
+            sent, times = self.instance.execute(pending, properties, self._outputs, self._respond)
             results = TimedResults(sent)
         else:
-            sent, times = self.instance.execute(pending, self._outputs)
+            sent, times = self.instance.execute(pending, properties, self._outputs)
             results = TimedResults(self._single(responses) for responses in sent)
         if times is not None:
             results.times = times
         return results
 
     def _single(self, responses: list):
-        for outputs, error, _final in responses:
+        for outputs, error, _final, parameters in responses:
             if error is not None:
                 return ServerError(Code(error[0]), error[1])
             if outputs is not None:
-                return outputs
+                return outputs if parameters is None else (outputs, parameters)
         return ServerError(Code.INTERNAL, f"model '{self.model_name}' sent no response")
 
     def _respond(self, p, sent) -> None:
@@ -114,8 +116,8 @@ class TritonCBackend:
                 Code.INTERNAL, f"model '{self.model_name}' released a request without "
                 "sending the final response flag"), True)
             return
-        outputs, error, final = sent
-        response = None if outputs is None else self._mv._request_response(p, outputs, None)
+        outputs, error, final, parameters = sent
+        response = None if outputs is None else self._mv._request_response(p, outputs, parameters)
         err = None if error is None else ServerError(Code(error[0]), error[1])
         p.future.push(response, err, final)
 

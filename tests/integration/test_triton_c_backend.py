@@ -81,6 +81,11 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 '''
+PARAMS = '''backend: "params"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+'''
 
 
 @pytest.fixture
@@ -207,6 +212,50 @@ def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # 
     inference = stats["inference_stats"]
     assert inference["compute_input"]["ns"] >= 4 * 5_000_000
     assert inference["compute_infer"]["ns"] >= 4 * 1_000_000
+
+
+def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # noqa: F811
+    """params.c echoes what TRITONBACKEND_Request* tell it as response
+    parameters: the client's own parameters with their types, the
+    correlation ID (string or number), the sequence flags, the timeout,
+    cancellation; over gRPC and HTTP."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "params")
+    write_model(repo, "params", PARAMS)
+    write_model(repo, "params_seq", PARAMS + "sequence_batching { }\n")
+    s = start_grpc(repo, backend_directory=str(backends))
+    x = np.arange(3, dtype=np.int32)
+    inp = grpcclient.InferInput("IN", [3], "INT32")
+    inp.set_data_from_numpy(x)
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    result = client.infer("params", [inp], parameters={"n": 7, "s": "text", "b": True},
+                          timeout=250000)
+    np.testing.assert_array_equal(result.as_numpy("OUT"), x)
+    got = result.get_response().parameters
+    assert got["n"].int64_param == 7
+    assert got["s"].string_param == "text"
+    assert got["b"].bool_param is True
+    assert got["correlation_id"].int64_param == 0
+    assert got["flags"].int64_param == 0
+    assert got["timeout_us"].int64_param == 250000
+    assert got["cancelled"].bool_param is False
+    for corr, start, end, flags in (("seq-a", True, False, 1), ("seq-a", False, True, 2)):
+        got = client.infer("params_seq", [inp], sequence_id=corr, sequence_start=start,
+                           sequence_end=end).get_response().parameters
+        assert got["correlation_id"].string_param == corr
+        assert got["flags"].int64_param == flags
+        assert "sequence_id" not in got and "sequence_start" not in got
+    got = client.infer("params_seq", [inp], sequence_id=42, sequence_start=True,
+                       sequence_end=True).get_response().parameters
+    assert got["correlation_id"].int64_param == 42
+    assert got["flags"].int64_param == 3
+
+    hinp = httpclient.InferInput("IN", [3], "INT32")
+    hinp.set_data_from_numpy(x)
+    hresult = httpclient.InferenceServerClient(s.url).infer("params", [hinp],
+                                                            parameters={"n": 5, "f": 0.5})
+    params = hresult.get_response()["parameters"]
+    assert params["n"] == 5 and params["f"] == 0.5 and params["cancelled"] is False
 
 
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811

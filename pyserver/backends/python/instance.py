@@ -10,6 +10,7 @@ import logging
 import threading
 from pathlib import Path
 
+from pyserver.backends._common import request_properties
 from pyserver.backends.python.services import Services
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import WIRE_TO_CODE, config_type_name, numpy_to_wire
@@ -22,10 +23,6 @@ log = logging.getLogger("pyserver")
 # restarted. Off unless the config sets it: a long execute() may be legitimate.
 EXECUTE_TIMEOUT_PARAMETER = "pyserver_execute_timeout_seconds"
 KIND_NAMES = {0: "AUTO", 1: "GPU", 2: "CPU", 3: "MODEL"}  # instance_group kind -> Triton string
-# Request parameters the frontends turn into request properties; the rest
-# reach the model through InferenceRequest.parameters().
-RESERVED_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
-                        "binary_data_output")
 
 
 class ServedInstance:
@@ -201,19 +198,8 @@ def code_of(array) -> int:
 
 
 def request_item(req, all_outputs, inputs, key, state_outputs=()):
-    params = req.parameters
-    correlation_id = 0
-    flags = 0
-    if params:
-        correlation_id = params.get("sequence_id", 0)
-        if params.get("sequence_start") is True:
-            flags |= 1
-        if params.get("sequence_end") is True:
-            flags |= 2
-        user = {k: v for k, v in params.items() if k not in RESERVED_PARAMETERS}
-        params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
-    else:
-        params_json = "{}"
+    correlation_id, flags, user = request_properties(req.parameters)
+    params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
     wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
     if state_outputs:
         wanted = [*wanted, *state_outputs]

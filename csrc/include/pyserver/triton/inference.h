@@ -36,17 +36,6 @@ struct TRITONSERVER_ResponseAllocator {
 
 namespace pyserver::triton {
 
-struct Parameter {
-  std::string name;
-  TRITONSERVER_ParameterType type = TRITONSERVER_PARAMETER_STRING;
-  std::string string_value;
-  int64_t int_value = 0;
-  bool bool_value = false;
-  double double_value = 0;
-  // What TRITONSERVER_InferenceResponseParameter's vvalue points at.
-  const void* value() const;
-};
-
 // A span of an input's bytes: the caller's memory until the release callback.
 struct InputSpan {
   const void* base = nullptr;

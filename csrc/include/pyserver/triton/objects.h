@@ -54,6 +54,7 @@ struct EntryPoints {
 
 struct TRITONBACKEND_Backend {
   std::string name;
+  std::string location;  // the library's folder (TRITONBACKEND_BackendArtifacts)
   std::string config_json;  // {"cmdline":{...}} from --backend-config
   void* state = nullptr;
   TRITONBACKEND_ExecutionPolicy policy = TRITONBACKEND_EXECUTION_BLOCKING;
@@ -92,12 +93,17 @@ struct TRITONBACKEND_Input {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   uint64_t byte_size = 0;
+  TRITONSERVER_BufferAttributes attributes;  // TRITONBACKEND_InputBufferAttributes
 };
 
 struct TRITONBACKEND_Request {
   std::string id;
   uint64_t correlation_id = 0;
-  uint32_t flags = 0;
+  std::string correlation_id_string;
+  bool correlation_is_string = false;
+  uint32_t flags = 0;  // TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END
+  uint64_t timeout_us = 0;
+  std::vector<pyserver::triton::Parameter> parameters;  // the client's, less the reserved
   std::vector<TRITONBACKEND_Input> inputs;
   std::vector<std::string> requested_outputs;
   std::shared_ptr<pyserver::triton::ResponseSink> sink =
@@ -113,6 +119,14 @@ struct TRITONBACKEND_ResponseFactory {
 struct TRITONBACKEND_Response {
   std::shared_ptr<pyserver::triton::ResponseSink> sink;
   std::vector<std::unique_ptr<pyserver::triton::OutputTensor>> outputs;
+  std::vector<pyserver::triton::Parameter> parameters;
+};
+
+// What TRITONBACKEND_ModelInstanceReportResponseStatistics is given: kept
+// only long enough to be checked (pyserver times responses itself).
+struct TRITONBACKEND_ModelInstanceResponseStatistics {
+  TRITONBACKEND_ModelInstance* instance = nullptr;
+  TRITONBACKEND_ResponseFactory* factory = nullptr;
 };
 
 struct TRITONBACKEND_Output {};  // an OutputTensor, seen through the C API

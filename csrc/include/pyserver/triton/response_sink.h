@@ -12,6 +12,7 @@
 // every handle gone without it).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,13 @@
 
 #include "triton/core/tritonserver.h"
 
+// The object behind TRITONSERVER_BufferAttributes (here, as outputs carry one).
+struct TRITONSERVER_BufferAttributes {
+  size_t byte_size = 0;
+  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_type_id = 0;
+};
+
 namespace pyserver::triton {
 
 // One tensor a response carries: its bytes are owned here (CPU memory).
@@ -29,11 +37,27 @@ struct OutputTensor {
   TRITONSERVER_DataType datatype;
   std::vector<int64_t> shape;
   std::vector<char> data;
+  TRITONSERVER_BufferAttributes attributes;  // TRITONBACKEND_OutputBufferAttributes
+};
+
+// A parameter of a request or a response, as TRITONSERVER_ParameterType
+// types it: what a backend reads with TRITONBACKEND_RequestParameter and
+// sets on its responses, and what BLS requests and responses carry.
+struct Parameter {
+  std::string name;
+  TRITONSERVER_ParameterType type = TRITONSERVER_PARAMETER_STRING;
+  std::string string_value;  // also BYTES
+  int64_t int_value = 0;
+  bool bool_value = false;
+  double double_value = 0;
+  // What the C API's vvalue points at: a string's characters, else the value.
+  const void* value() const;
 };
 
 // One response a backend sent: outputs, or an error; final or not.
 struct SentResponse {
   std::vector<std::unique_ptr<OutputTensor>> outputs;
+  std::vector<Parameter> parameters;
   bool has_response = false;  // false: only the final flag (factory)
   bool has_error = false;
   TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_UNKNOWN;
@@ -44,7 +68,8 @@ struct SentResponse {
 class ResponseSink {
  public:
   // sent is null when the request's last handle went without a final flag.
-  using DeliverHook = void (*)(void* owner, SentResponse* sent, bool last);
+  // Returns whether the request has been cancelled meanwhile.
+  using DeliverHook = bool (*)(void* owner, SentResponse* sent, bool last);
   // Once the last response was delivered and the request released.
   using DoneHook = void (*)(void* owner);
 
@@ -65,6 +90,11 @@ class ResponseSink {
   void WaitDone();
   std::vector<SentResponse> Take();
 
+  // TRITONBACKEND_RequestIsCancelled / ResponseFactoryIsCancelled: what
+  // the server knew when the batch started, or at the last late response.
+  void SetCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
   // Everything queued so far, and all that follows, goes to deliver(owner,
   // ...) on the sending thread; done(owner) once when the last was
   // delivered and the request released. Call without locks the hooks take.
@@ -75,6 +105,7 @@ class ResponseSink {
   // Hands queued responses to the hook; one drainer at a time keeps order.
   void DrainLocked(std::unique_lock<std::mutex>& lock);
 
+  std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<SentResponse> sent_;

@@ -1,0 +1,26 @@
+// What the csrc/src/triton_*.cc files that implement Triton's C API share:
+// how an entry point is declared and how it fails.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "pyserver/triton/objects.h"
+
+#define API extern "C" TRITONSERVER_Error*
+
+namespace pyserver::triton {
+
+inline TRITONSERVER_Error* Err(TRITONSERVER_Error_Code code, std::string message) {
+  return new TRITONSERVER_Error{code, std::move(message)};
+}
+
+inline TRITONSERVER_Error* Null(const char* what) {
+  return Err(TRITONSERVER_ERROR_INVALID_ARG, std::string(what) + " is null");
+}
+
+}  // namespace pyserver::triton
+
+// An argument the caller must give: INVALID_ARG "<name> is null" without it.
+#define CHECK_ARG(p) \
+  if ((p) == nullptr) return ::pyserver::triton::Null(#p)
