@@ -15,6 +15,7 @@ import logging
 import numpy as np
 
 from pyserver.engine.status cimport Status, check_status
+from pyserver.engine.types cimport request_properties
 from pyserver.engine.triton_bls cimport ServerHandle, TRITONSERVER_Server
 from pyserver.kernel.dtypes import CODE_TO_NUMPY, BYTES_CODE, WIRE_TO_CODE
 from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
@@ -248,7 +249,7 @@ cdef class Instance:
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
-    def execute(self, list pending, list properties, list all_outputs, on_response=None):
+    def execute(self, list pending, list all_outputs, on_response=None):
         """Runs the batch. Without on_response, waits (GIL released) until
         the backend released each request and sent its response, and
         returns, per request, the list of what it sent: (outputs or None,
@@ -258,10 +259,8 @@ cdef class Instance:
         when the request's last handle went without the final flag) as it is
         sent, on the sending thread; the results are None. Also returns the
         times the backend reported for the batch (start, compute start,
-        compute end, end) or None. properties: per request, its correlation
-        ID, flags and own parameters (backends._common.request_properties).
-        A request that names no outputs asks for all_outputs (the model's,
-        as Triton fills them in)."""
+        compute end, end) or None. A request that names no outputs asks for
+        all_outputs (the model's, as Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
         cdef TRITONBACKEND_Input tin
@@ -275,13 +274,14 @@ cdef class Instance:
         keeps = []  # per request, its inputs' bytes
         results = []
         try:
-            for p, (corr, flags, user) in zip(pending, properties):
+            for p in pending:
                 r = new TRITONBACKEND_Request()
                 requests.push_back(r)
                 keep = []
                 keeps.append(keep)
                 request = p.request
                 r.id = str(request.id).encode()
+                corr, flags, user = request_properties(request.parameters)
                 if isinstance(corr, str):
                     r.correlation_id_string = corr.encode()
                     r.correlation_is_string = True

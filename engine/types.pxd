@@ -49,3 +49,4 @@ cdef InferResponse new_response(object model_name, object model_version, object 
 cdef RequestedOutput new_output(object name, dict parameters)
 cdef InferRequest new_request(object model_name, object model_version, object id, list inputs,
                               list outputs, dict parameters, object priority, object timeout_us)
+cpdef tuple request_properties(object params)

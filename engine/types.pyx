@@ -225,3 +225,26 @@ cdef InferRequest new_request(object model_name, object model_version, object id
     r.priority = priority
     r.timeout_us = timeout_us
     return r
+
+
+# Request parameters the frontends turn into request properties; the rest
+# are the model's own (a Python model's InferenceRequest.parameters(), a C
+# backend's TRITONBACKEND_RequestParameter).
+RESERVED_PARAMETERS = frozenset(("sequence_id", "sequence_start", "sequence_end", "priority",
+                                 "timeout", "binary_data_output"))
+SEQUENCE_START_FLAG = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+SEQUENCE_END_FLAG = 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+
+
+cpdef tuple request_properties(object params):
+    """(correlation ID (an int or a str; 0 when none), Triton's request
+    flags, the model's own parameters) from a request's parameters."""
+    if not params:
+        return 0, 0, {}
+    cdef int flags = 0
+    if params.get("sequence_start") is True:
+        flags |= SEQUENCE_START_FLAG
+    if params.get("sequence_end") is True:
+        flags |= SEQUENCE_END_FLAG
+    user = {k: v for k, v in params.items() if k not in RESERVED_PARAMETERS}
+    return params.get("sequence_id", 0), flags, user

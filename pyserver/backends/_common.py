@@ -18,29 +18,6 @@ _KINDS = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
 data_type_name = config_type_name  # config enum number -> 'TYPE_FP32'
 
 
-# Request parameters the frontends turn into request properties; the rest
-# are the model's (a Python model's InferenceRequest.parameters(), a C
-# backend's TRITONBACKEND_RequestParameter).
-RESERVED_PARAMETERS = frozenset(("sequence_id", "sequence_start", "sequence_end", "priority",
-                                 "timeout", "binary_data_output"))
-SEQUENCE_START_FLAG = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-SEQUENCE_END_FLAG = 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
-
-
-def request_properties(params: dict | None) -> tuple:
-    """(correlation ID (an int or a str; 0 when none), Triton's request
-    flags, the model's own parameters) from a request's parameters."""
-    if not params:
-        return 0, 0, {}
-    flags = 0
-    if params.get("sequence_start") is True:
-        flags |= SEQUENCE_START_FLAG
-    if params.get("sequence_end") is True:
-        flags |= SEQUENCE_END_FLAG
-    user = {k: v for k, v in params.items() if k not in RESERVED_PARAMETERS}
-    return params.get("sequence_id", 0), flags, user
-
-
 def string_param(config, key: str) -> str | None:
     """A model config `parameters` entry, or None when absent."""
     if key in config.parameters:

@@ -13,7 +13,6 @@ import json
 import threading
 from pathlib import Path
 
-from pyserver.backends._common import request_properties
 from pyserver.backends.base import Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
@@ -90,12 +89,11 @@ class TritonCBackend:
         decoupled request (its responses go through its stream as the
         backend sends them, also after Execute returned). The results carry
         the times the backend reported for the batch, if it did."""
-        properties = [request_properties(p.request.parameters) for p in pending]
         if self.decoupled:
-            sent, times = self.instance.execute(pending, properties, self._outputs, self._respond)
+            sent, times = self.instance.execute(pending, self._outputs, self._respond)
             results = TimedResults(sent)
         else:
-            sent, times = self.instance.execute(pending, properties, self._outputs)
+            sent, times = self.instance.execute(pending, self._outputs)
             results = TimedResults(self._single(responses) for responses in sent)
         if times is not None:
             results.times = times

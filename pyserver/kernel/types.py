@@ -16,7 +16,8 @@ from pyserver.engine.types import (
     InferTensor,
     PendingRequest,
     RequestedOutput,
+    request_properties,
 )
 
 __all__ = ["ImmediateFuture", "InferRequest", "InferResponse", "InferTensor", "PendingRequest",
-           "RequestedOutput"]
+           "RequestedOutput", "request_properties"]

@@ -10,11 +10,11 @@ import logging
 import threading
 from pathlib import Path
 
-from pyserver.backends._common import request_properties
 from pyserver.backends.python.services import Services
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import WIRE_TO_CODE, config_type_name, numpy_to_wire
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.types import request_properties
 
 log = logging.getLogger("pyserver")
 
