@@ -102,7 +102,7 @@ def medians(rows: list[dict]) -> dict:
     groups = {}
     for r in rows:
         groups.setdefault((r["system"], r["model"], r["protocol"], r["concurrency"]), []).append(r)
-    return {k: {m: statistics.median(r[m] for r in v if r.get(m) is not None)
+    return {k: {m: round(statistics.median(r[m] for r in v if r.get(m) is not None), 3)
                 for m in METRICS if any(r.get(m) is not None for r in v)}
             for k, v in groups.items()}
 

@@ -5,7 +5,8 @@ A blocking recv on a socket whose answer is a few tens of microseconds away
 costs a futex sleep and a wake-up (~50 µs or more on a virtual machine),
 once per message, each way. ``spin_readable`` polls the descriptor for a
 bounded time with the GIL released; the caller then reads (at once, when it
-returned True) or falls back to its blocking read.
+returned True) or falls back to its blocking read. ``SpinPolicy`` does so
+only while such spins have paid lately.
 
 ``send_held`` makes one non-blocking send without releasing the GIL:
 Python's socket.send releases and retakes it around the call, and taking it
@@ -41,28 +42,87 @@ cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
 
 cdef extern from "pyserver/spin.h" namespace "pyserver" nogil:
     void CpuRelax()
+    const uint64_t kSpinPreemptedNs
+
+
+cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
+    cdef cppclass AdaptiveSpin:
+        AdaptiveSpin(uint64_t max_ns)
+        uint64_t Budget()
+        void Record(bint caught)
+        uint64_t max_ns()
+        bint spinning()
+        @staticmethod
+        bint Enabled()
+
+
+cdef bint _spin_readable(int fd, uint64_t spin_ns) noexcept nogil:
+    cdef pollfd p
+    cdef uint64_t deadline, now, last
+    cdef int n
+    cdef int i
+    cdef bint bounded = AdaptiveSpin.Enabled()
+    p.fd = fd
+    p.events = POLLIN
+    last = NowNs()
+    deadline = last + spin_ns
+    while True:
+        p.revents = 0
+        n = poll(&p, 1, 0)
+        if n != 0:
+            break  # readable, hung up, or an error: the read will tell
+        now = NowNs()
+        # Past the deadline, or descheduled meanwhile (the machine is busy:
+        # see spin.h's kSpinPreemptedNs).
+        if now >= deadline or (bounded and now - last > kSpinPreemptedNs):
+            break
+        last = now
+        for i in range(32):
+            CpuRelax()
+    return n != 0
 
 
 def spin_readable(int fd, uint64_t spin_ns):
     """True as soon as ``fd`` is readable, False once ``spin_ns`` passed."""
-    cdef pollfd p
-    cdef uint64_t deadline
-    cdef int n
-    cdef int i
-    p.fd = fd
-    p.events = POLLIN
+    cdef bint ready
     with nogil:  # only the descriptor and the clock are touched
-        deadline = NowNs() + spin_ns
-        while True:
-            p.revents = 0
-            n = poll(&p, 1, 0)
-            if n != 0:
-                break  # readable, hung up, or an error: the read will tell
-            if NowNs() >= deadline:
-                break
-            for i in range(32):
-                CpuRelax()
-    return n != 0
+        ready = _spin_readable(fd, spin_ns)
+    return ready
+
+
+cdef class SpinPolicy:
+    """A waiter's spin before it blocks on a descriptor, on only while its
+    recent spins caught their message (csrc adaptive_spin.h): a worker whose
+    next batch is a client's round trip away stops spinning for it."""
+
+    cdef AdaptiveSpin* c
+
+    def __cinit__(self, uint64_t max_ns):
+        self.c = new AdaptiveSpin(max_ns)
+
+    def __dealloc__(self):
+        del self.c
+
+    def wait_readable(self, int fd):
+        """Spins (GIL released) up to max_ns for ``fd`` to become readable,
+        when the policy says a spin pays now. True if it became readable."""
+        cdef uint64_t spin_ns = self.c.Budget()
+        cdef bint ready
+        if spin_ns == 0:
+            return False
+        with nogil:  # only the descriptor and the clock are touched
+            ready = _spin_readable(fd, spin_ns)
+        self.c.Record(ready)
+        return ready
+
+    @property
+    def max_ns(self):
+        return self.c.max_ns()
+
+    @property
+    def spinning(self):
+        """Whether waits spin now (not counting probes)."""
+        return self.c.spinning()
 
 
 def send_held(int fd, const unsigned char[::1] data):

@@ -117,9 +117,11 @@ bool CompletionQueue::SpinWaitNonEmpty(uint64_t spin_ns) const {
 }
 
 bool CompletionQueue::SpinUntilWaiter(uint64_t spin_ns) const {
-  return SpinUntil(NowNs() + spin_ns, [this] {
-    return spinning_waiters_.load(std::memory_order_acquire) > 0;
-  });
+  auto waiting = [this] { return spinning_waiters_.load(std::memory_order_acquire) > 0; };
+  if (!waiter_spin_.ShouldSpin()) return waiting();
+  const bool met = SpinUntil(NowNs() + spin_ns, waiting);
+  waiter_spin_.Record(met);
+  return met;
 }
 
 uint64_t CompletionQueue::signal_count() const {

@@ -6,6 +6,7 @@
 
 #include "pyserver/clock.h"
 #include "pyserver/spin.h"
+#include "pyserver/timer_slack.h"
 
 namespace pyserver {
 
@@ -70,7 +71,8 @@ DynamicBatchScheduler::DynamicBatchScheduler(const DynamicBatcherConfig& config,
       max_delay_ns_(config.max_queue_delay_us * 1000),
       queue_(config.priority_levels, config.default_priority_level, config.default_policy,
              config.priority_policies),
-      delay_count_(config.delay_scheduler_count) {}
+      delay_count_(config.delay_scheduler_count),
+      idle_spin_(config.idle_spin_us * 1000) {}
 
 DynamicBatchScheduler::~DynamicBatchScheduler() { Stop(); }
 
@@ -219,6 +221,7 @@ void DynamicBatchScheduler::KeepDeadlines() {
 }
 
 bool DynamicBatchScheduler::NextBatch(Batch* batch) {
+  UsePreciseTimers();  // the batching delay's sleeps end on time (timer_slack.h)
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_ && leader_present_) follower_cv_.wait(lock);
   if (stopped_) return false;
@@ -262,27 +265,33 @@ bool DynamicBatchScheduler::NextBatch(Batch* batch) {
       got = true;
       break;
     }
-    const uint64_t spin_ns = config_.idle_spin_us * 1000;
     if (decision == Decision::kEmpty) {
-      if (spin_ns > 0 && !spun) {
+      const uint64_t spin_ns = spun ? 0 : idle_spin_.Budget();
+      if (spin_ns > 0) {
         // Spin once per idle period, then look again under the lock (an
         // arrival after the spin's last check is seen there, never lost).
         spun = true;
-        SpinForArrival(&lock, now + spin_ns);
+        idle_spin_.Record(SpinForArrival(&lock, now + spin_ns));
         continue;
       }
-    } else if (wake_at <= now + config_.wait_spin_us * 1000) {
-      // A short batching wait: spin through it rather than oversleep it.
-      SpinForArrival(&lock, wake_at);
+    } else {
+      // A batching wait: sleep through most of it and spin its end, so the
+      // batch goes on time without a core burnt for the whole delay. The
+      // end spun is what sleeping has overslept lately (wake_margin_ns_).
+      const uint64_t spin_from = wake_at - WakeMargin(wake_at - now);
+      if (now >= spin_from) {
+        SpinForArrival(&lock, wake_at);
+        continue;
+      }
+      leader_waiting_ = true;
+      leader_cv_.wait_until(lock, ToTimePoint(spin_from));
+      leader_waiting_ = false;
+      LearnOversleep(spin_from);
       continue;
     }
     leader_waiting_ = true;
-    if (decision == Decision::kEmpty) {
-      wake_threshold_ = 1;
-      leader_cv_.wait(lock);
-    } else {
-      leader_cv_.wait_until(lock, ToTimePoint(wake_at));
-    }
+    wake_threshold_ = 1;
+    leader_cv_.wait(lock);
     leader_waiting_ = false;
   }
   leader_present_ = false;
@@ -382,6 +391,25 @@ void DynamicBatchScheduler::ParkInstances(bool parked) {
     parked_ = parked;
   }
   if (!parked) leader_cv_.notify_all();
+}
+
+uint64_t DynamicBatchScheduler::WakeMargin(uint64_t remaining_ns) const {
+  const uint64_t spin_max = config_.wait_spin_us * 1000;
+  if (!AdaptiveSpin::Enabled()) {  // as before: spin through a short wait, sleep a long one
+    return remaining_ns <= spin_max ? remaining_ns : 0;
+  }
+  return std::min(remaining_ns, std::min(spin_max, wake_margin_ns_));
+}
+
+void DynamicBatchScheduler::LearnOversleep(uint64_t target_ns) {
+  const uint64_t now = NowNs();
+  if (now < target_ns) return;  // woken by an arrival, not by the timer
+  // The margin follows the timer's oversleep (an average over ~8 waits)
+  // plus a few µs, within [kMinWakeMarginNs, wait_spin_us].
+  const int64_t sample = static_cast<int64_t>(now - target_ns + kWakeMarginSlackNs);
+  const int64_t margin = static_cast<int64_t>(wake_margin_ns_);
+  wake_margin_ns_ = static_cast<uint64_t>(
+      std::max<int64_t>(kMinWakeMarginNs, margin + (sample - margin) / 8));
 }
 
 bool DynamicBatchScheduler::SpinForArrival(std::unique_lock<std::mutex>* lock,

@@ -11,7 +11,7 @@ PassThroughScheduler::PassThroughScheduler(std::shared_ptr<ModelStats> stats,
                                            std::shared_ptr<CompletionQueue> completions,
                                            bool preserve_ordering, uint64_t idle_spin_us)
     : Scheduler(std::move(stats), std::move(completions), preserve_ordering),
-      idle_spin_ns_(idle_spin_us * 1000) {}
+      idle_spin_(idle_spin_us * 1000) {}
 
 PassThroughScheduler::~PassThroughScheduler() { Stop(); }
 
@@ -43,13 +43,17 @@ Status PassThroughScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 bool PassThroughScheduler::NextBatch(Batch* batch) {
   std::unique_lock<std::mutex> lock(mu_);
   batch->after_idle = queue_.empty();
-  if (queue_.empty() && !stopped_ && !parked_ && idle_spin_ns_ > 0) {
-    // Spin briefly before sleeping (see spin.h); the predicate below is
-    // checked under the lock afterwards, so no arrival is missed.
+  const uint64_t spin_ns =
+      queue_.empty() && !stopped_ && !parked_ ? idle_spin_.Budget() : 0;
+  if (spin_ns > 0) {
+    // Spin briefly before sleeping, while such spins pay (adaptive_spin.h);
+    // the predicate below is checked under the lock afterwards, so no
+    // arrival is missed.
     const uint64_t seen = arrivals_.load(std::memory_order_acquire);
     lock.unlock();
-    SpinUntil(NowNs() + idle_spin_ns_,
-              [&] { return arrivals_.load(std::memory_order_acquire) != seen; });
+    idle_spin_.Record(SpinUntil(NowNs() + spin_ns, [&] {
+      return arrivals_.load(std::memory_order_acquire) != seen;
+    }));
     lock.lock();
   }
   cv_.wait(lock, [this] { return stopped_ || (!parked_ && !queue_.empty()); });

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "pyserver/adaptive_spin.h"
 #include "pyserver/status.h"
 
 namespace pyserver {
@@ -68,7 +69,10 @@ class CompletionQueue {
   // instance that is about to take the GIL calls this at low load: the event
   // loop releases the GIL when it starts spinning, and taking a free GIL
   // costs nothing while waiting on a held one puts the thread to sleep
-  // (a ~40 µs wake-up). Returns true if a waiter is spinning.
+  // (a ~40 µs wake-up). Returns true if a waiter is spinning. It spins only
+  // while such spins have met a waiter lately (adaptive_spin.h): where the
+  // loop does not spin for this queue's completions (a model whose work is
+  // in another process) it stops after a few misses.
   bool SpinUntilWaiter(uint64_t spin_ns) const;
 
   // Number of times the fd was signalled (lets tests check wake-up coalescing).
@@ -84,6 +88,7 @@ class CompletionQueue {
   std::atomic<size_t> size_{0};  // items_.size(), readable without mu_
   std::atomic<bool> signal_held_{false};  // see PushHoldingSignal
   mutable std::atomic<int> spinning_waiters_{0};
+  mutable AdaptiveSpin waiter_spin_{0};  // SpinUntilWaiter's: on or off only
   uint64_t signals_ = 0;
 };
 

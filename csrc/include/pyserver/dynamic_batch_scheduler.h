@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "pyserver/adaptive_spin.h"
 #include "pyserver/priority_queue.h"
 #include "pyserver/scheduler.h"
 
@@ -48,8 +49,10 @@ struct DynamicBatcherConfig {
   // Test hook (TRITONSERVER_DELAY_SCHEDULER): form no batch until this many
   // requests are queued, once.
   uint32_t delay_scheduler_count = 0;
-  // An idle instance spins this long for new work before it sleeps, and
-  // spins (rather than sleeps) through a batching wait this short.
+  // An idle instance spins at most this long for new work before it sleeps
+  // (while such spins have paid lately: adaptive_spin.h), and spins at most
+  // the end of a batching wait this long (the part that sleeping would
+  // oversleep; the rest of the wait sleeps).
   uint64_t idle_spin_us = 50;
   uint64_t wait_spin_us = 200;
 };
@@ -89,6 +92,11 @@ class DynamicBatchScheduler : public Scheduler {
   // Drops the lock and spins until a request arrives or deadline_ns; true
   // if one arrived. Called with mu_ held; returns with it held.
   bool SpinForArrival(std::unique_lock<std::mutex>* lock, uint64_t deadline_ns);
+  // Under mu_: how long before a batching wait's end (remaining_ns away)
+  // the leader stops sleeping and spins, and the learning of it from a
+  // timed wait that was to end at target_ns.
+  uint64_t WakeMargin(uint64_t remaining_ns) const;
+  void LearnOversleep(uint64_t target_ns);
   // Under mu_: applies the queue policies' timeouts due at now_ns, moving
   // the requests they reject into *rejected.
   void ExpireDue(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
@@ -115,6 +123,10 @@ class DynamicBatchScheduler : public Scheduler {
   std::thread deadline_keeper_;          // started by the first deadline
   uint32_t delay_count_ = 0;
   std::atomic<uint64_t> arrivals_{0};  // enqueues so far, read while spinning
+  AdaptiveSpin idle_spin_;             // the idle leader's spin (config_.idle_spin_us)
+  static constexpr uint64_t kMinWakeMarginNs = 5000;
+  static constexpr uint64_t kWakeMarginSlackNs = 5000;
+  uint64_t wake_margin_ns_ = 60000;  // under mu_: see WakeMargin()
 };
 
 }  // namespace pyserver

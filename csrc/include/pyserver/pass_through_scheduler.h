@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "pyserver/adaptive_spin.h"
 #include "pyserver/scheduler.h"
 
 namespace pyserver {
@@ -34,7 +35,7 @@ class PassThroughScheduler : public Scheduler {
   std::deque<QueuedRequest> queue_;
   bool stopped_ = false;
   bool parked_ = false;  // see Scheduler::ParkInstances
-  const uint64_t idle_spin_ns_;
+  AdaptiveSpin idle_spin_;  // an idle instance's spin before it sleeps
   std::atomic<uint64_t> arrivals_{0};  // read while spinning, without mu_
 
   void PopFront(Batch* batch);  // under mu_, queue_ not empty

@@ -951,7 +951,10 @@ def _worker_env(threads: int, instances: int) -> dict:
     # model's workers leave a core free, 300 µs; once they would take every
     # core, not at all, as spinning then takes the event loop's CPU (2
     # cores, add_sub HTTP at c16: 1 instance 2.9k infer/s without the spin,
-    # 4.2k with; 2 instances 3.8-4.5k without, 3.6-3.8k at 100 µs).
+    # 4.2k with; 2 instances 3.8-4.5k without, 3.6-3.8k at 100 µs). Within
+    # that bound it spins only while its spins catch the next batch
+    # (channel.py, csrc adaptive_spin.h): at c1 the next batch is a
+    # client's round trip away, and the spin stops.
     env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US",
                    "300" if instances < (os.cpu_count() or 1) else "0")
     env["PYTHONUNBUFFERED"] = "1"  # a model's print() shows up at once, as in Triton

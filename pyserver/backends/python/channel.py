@@ -70,7 +70,7 @@ def _engine(name: str):
 
 _ipc = _engine("ipc")
 _send_held = _ipc.send_held
-_spin_readable = _ipc.spin_readable
+_SpinPolicy = _ipc.SpinPolicy
 
 _HEADER = struct.Struct("<I")
 _PICKLE = 5
@@ -105,9 +105,12 @@ class Channel:
                  send_sock: socket.socket | None = None):
         self.sock = sock
         self.send_sock = sock if send_sock is None else send_sock
-        # recv spins this long (GIL released) for a message before it
+        # recv spins up to this long (GIL released) for a message before it
         # blocks: an answer due within microseconds then costs no wake-up.
+        # Each spin length keeps its own policy (engine/ipc.pyx SpinPolicy):
+        # it spins only while such spins have caught their message lately.
         self.spin_ns = spin_ns
+        self._spins: dict[int, object] = {}
         self._buf = bytearray(1 << 16)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -145,7 +148,10 @@ class Channel:
             if obj is not _INCOMPLETE:
                 return obj
             if spin_ns:
-                _spin_readable(self._read_fd, spin_ns)  # then the read rarely sleeps
+                policy = self._spins.get(spin_ns)
+                if policy is None:
+                    policy = self._spins[spin_ns] = _SpinPolicy(spin_ns)
+                policy.wait_readable(self._read_fd)  # then the read rarely sleeps
             self._fill(0)
 
     def drain(self) -> list:
