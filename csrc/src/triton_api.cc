@@ -657,25 +657,82 @@ API TRITONSERVER_BufferAttributesByteSize(TRITONSERVER_BufferAttributes* attribu
   return nullptr;
 }
 
-// ---- parameters, tracing, attributes: accepted, not carried yet ----------
+// ---- parameters, tracing, attributes ------------------------------------
 
+// A parameter a backend made (metric labels, model load parameters).
 struct TRITONSERVER_Parameter {
-  std::string name;
+  pyserver::triton::Parameter parameter;
 };
 
 extern "C" TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name,
-                                                             const TRITONSERVER_ParameterType,
-                                                             const void*) {
-  return new TRITONSERVER_Parameter{name ? name : ""};
+                                                             const TRITONSERVER_ParameterType type,
+                                                             const void* value) {
+  auto* made = new TRITONSERVER_Parameter();
+  pyserver::triton::Parameter& p = made->parameter;
+  p.name = name ? name : "";
+  p.type = type;
+  if (value != nullptr) {
+    switch (type) {
+      case TRITONSERVER_PARAMETER_INT: p.int_value = *static_cast<const int64_t*>(value); break;
+      case TRITONSERVER_PARAMETER_BOOL: p.bool_value = *static_cast<const bool*>(value); break;
+      case TRITONSERVER_PARAMETER_DOUBLE:
+        p.double_value = *static_cast<const double*>(value);
+        break;
+      case TRITONSERVER_PARAMETER_STRING: p.string_value = static_cast<const char*>(value); break;
+      case TRITONSERVER_PARAMETER_BYTES: break;  // ParameterBytesNew carries a size
+    }
+  }
+  return made;
+}
+
+extern "C" TRITONSERVER_Parameter* TRITONSERVER_ParameterBytesNew(const char* name,
+                                                                  const void* byte_ptr,
+                                                                  const uint64_t size) {
+  TRITONSERVER_Parameter* made = TRITONSERVER_ParameterNew(name, TRITONSERVER_PARAMETER_BYTES,
+                                                           nullptr);
+  if (byte_ptr != nullptr) {
+    made->parameter.string_value.assign(static_cast<const char*>(byte_ptr), size);
+  }
+  return made;
 }
 
 extern "C" void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter) {
   delete parameter;
 }
 
+// Requests are not traced into backends (TRITONBACKEND_RequestTrace gives
+// none), so the trace calls below see no trace.
 API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace*, uint64_t,
                                               const char*) {
   return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace*, const char** trace_context) {
+  CHECK_ARG(trace_context);
+  *trace_context = nullptr;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trace,
+                                               TRITONSERVER_InferenceTrace** child_trace) {
+  CHECK_ARG(trace);
+  CHECK_ARG(child_trace);
+  *child_trace = nullptr;
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesCudaIpcHandle(TRITONSERVER_BufferAttributes* buffer_attributes,
+                                               void** cuda_ipc_handle) {
+  CHECK_ARG(buffer_attributes);
+  CHECK_ARG(cuda_ipc_handle);
+  *cuda_ipc_handle = nullptr;  // CPU buffers have none
+  return nullptr;
+}
+
+API TRITONSERVER_BufferAttributesSetCudaIpcHandle(TRITONSERVER_BufferAttributes* buffer_attributes,
+                                                  void*) {
+  CHECK_ARG(buffer_attributes);
+  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "CUDA IPC handles are not supported for C backends");
 }
 
 extern "C" const char* TRITONSERVER_InstanceGroupKindString(TRITONSERVER_InstanceGroupKind kind) {
@@ -702,15 +759,17 @@ API TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading(
 
 // ---- custom metrics: kept, not yet on /metrics ---------------------------
 
-struct TRITONSERVER_MetricFamily {
-  TRITONSERVER_MetricKind kind;
-  std::string name;
-};
+namespace {
 
-struct TRITONSERVER_Metric {
-  TRITONSERVER_MetricFamily* family;
-  double value = 0;
-};
+TRITONSERVER_Error* Unsupported(const TRITONSERVER_Metric* metric, const char* what) {
+  const char* kind = metric->family->kind == TRITONSERVER_METRIC_KIND_COUNTER ? "COUNTER"
+                     : metric->family->kind == TRITONSERVER_METRIC_KIND_GAUGE ? "GAUGE"
+                                                                              : "HISTOGRAM";
+  return Err(TRITONSERVER_ERROR_UNSUPPORTED,
+             std::string("TRITONSERVER_METRIC_KIND_") + kind + " does not support " + what);
+}
+
+}  // namespace
 
 API TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** family,
                                  const TRITONSERVER_MetricKind kind, const char* name,
@@ -726,12 +785,63 @@ API TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* family) {
   return nullptr;
 }
 
-API TRITONSERVER_MetricNew(TRITONSERVER_Metric** metric, TRITONSERVER_MetricFamily* family,
-                           const TRITONSERVER_Parameter**, const uint64_t) {
+API TRITONSERVER_GetMetricFamilyKind(TRITONSERVER_MetricFamily* family,
+                                     TRITONSERVER_MetricKind* kind) {
+  CHECK_ARG(family);
+  *kind = family->kind;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricArgsNew(TRITONSERVER_MetricArgs** args) {
+  CHECK_ARG(args);
+  *args = new TRITONSERVER_MetricArgs();
+  return nullptr;
+}
+
+API TRITONSERVER_MetricArgsSetHistogram(TRITONSERVER_MetricArgs* args, const double* buckets,
+                                        const uint64_t buckets_count) {
+  CHECK_ARG(args);
+  args->kind = TRITONSERVER_METRIC_KIND_HISTOGRAM;
+  args->buckets.assign(buckets, buckets + buckets_count);
+  args->has_buckets = true;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricArgsDelete(TRITONSERVER_MetricArgs* args) {
+  delete args;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricNewWithArgs(TRITONSERVER_Metric** metric,
+                                   TRITONSERVER_MetricFamily* family,
+                                   const TRITONSERVER_Parameter**, const uint64_t,
+                                   const TRITONSERVER_MetricArgs* args) {
   CHECK_ARG(metric);
   CHECK_ARG(family);
-  *metric = new TRITONSERVER_Metric{family, 0};
+  auto made = std::make_unique<TRITONSERVER_Metric>();
+  made->family = family;
+  if (family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) {
+    if (args == nullptr || !args->has_buckets) {
+      return Err(TRITONSERVER_ERROR_INVALID_ARG, "Bucket boundaries not found in Metric args.");
+    }
+    if (args->kind != TRITONSERVER_METRIC_KIND_HISTOGRAM) {
+      return Err(TRITONSERVER_ERROR_INVALID_ARG, "Metric args not set to histogram kind.");
+    }
+    made->buckets = args->buckets;
+    made->bucket_counts.assign(args->buckets.size(), 0);
+  } else if (args != nullptr) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               family->kind == TRITONSERVER_METRIC_KIND_COUNTER
+                   ? "Unexpected args found in counter Metric constructor."
+                   : "Unexpected args found in gauge Metric constructor.");
+  }
+  *metric = made.release();
   return nullptr;
+}
+
+API TRITONSERVER_MetricNew(TRITONSERVER_Metric** metric, TRITONSERVER_MetricFamily* family,
+                           const TRITONSERVER_Parameter** labels, const uint64_t label_count) {
+  return TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, nullptr);
 }
 
 API TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric) {
@@ -739,11 +849,44 @@ API TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric) {
   return nullptr;
 }
 
+API TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double* value) {
+  CHECK_ARG(metric);
+  if (metric->family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) {
+    return Unsupported(metric, "Value");
+  }
+  *value = metric->value;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricSet(TRITONSERVER_Metric* metric, double value) {
+  CHECK_ARG(metric);
+  if (metric->family->kind != TRITONSERVER_METRIC_KIND_GAUGE) return Unsupported(metric, "Set");
+  metric->value = value;
+  return nullptr;
+}
+
+API TRITONSERVER_MetricObserve(TRITONSERVER_Metric* metric, double value) {
+  CHECK_ARG(metric);
+  if (metric->family->kind != TRITONSERVER_METRIC_KIND_HISTOGRAM) {
+    return Unsupported(metric, "Observe");
+  }
+  for (size_t i = 0; i < metric->buckets.size(); ++i) {
+    if (value <= metric->buckets[i]) ++metric->bucket_counts[i];
+  }
+  metric->sum += value;
+  ++metric->count;
+  return nullptr;
+}
+
 API TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, double value) {
   CHECK_ARG(metric);
+  if (metric->family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) {
+    return Unsupported(metric, "Increment");
+  }
   if (metric->family->kind == TRITONSERVER_METRIC_KIND_COUNTER && value < 0) {
-    return Err(TRITONSERVER_ERROR_INVALID_ARG, "counters can only be incremented by a "
-                                               "non-negative value");
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by "
+               "non-negative values.");
   }
   metric->value += value;
   return nullptr;

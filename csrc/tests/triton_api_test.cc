@@ -135,6 +135,59 @@ TEST(TritonApi, MessagesAndTheMemoryManager) {
   TRITONSERVER_ErrorDelete(gpu);
 }
 
+TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
+  TRITONSERVER_MetricFamily* gauges;
+  ASSERT_EQ(TRITONSERVER_MetricFamilyNew(&gauges, TRITONSERVER_METRIC_KIND_GAUGE, "g", "a gauge"),
+            nullptr);
+  TRITONSERVER_MetricKind kind;
+  ASSERT_EQ(TRITONSERVER_GetMetricFamilyKind(gauges, &kind), nullptr);
+  EXPECT_EQ(kind, TRITONSERVER_METRIC_KIND_GAUGE);
+  int64_t seven = 7;
+  TRITONSERVER_Parameter* label = TRITONSERVER_ParameterNew("n", TRITONSERVER_PARAMETER_INT, &seven);
+  const TRITONSERVER_Parameter* labels[1] = {label};
+  TRITONSERVER_Metric* gauge;
+  ASSERT_EQ(TRITONSERVER_MetricNew(&gauge, gauges, labels, 1), nullptr);
+  TRITONSERVER_ParameterDelete(label);
+  ASSERT_EQ(TRITONSERVER_MetricSet(gauge, 2.5), nullptr);
+  ASSERT_EQ(TRITONSERVER_MetricIncrement(gauge, -1.0), nullptr);
+  double value;
+  ASSERT_EQ(TRITONSERVER_MetricValue(gauge, &value), nullptr);
+  EXPECT_DOUBLE_EQ(value, 1.5);
+  TRITONSERVER_Error* observe = TRITONSERVER_MetricObserve(gauge, 1.0);
+  ASSERT_NE(observe, nullptr);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(observe),
+               "TRITONSERVER_METRIC_KIND_GAUGE does not support Observe");
+  TRITONSERVER_ErrorDelete(observe);
+
+  TRITONSERVER_MetricFamily* histograms;
+  ASSERT_EQ(TRITONSERVER_MetricFamilyNew(&histograms, TRITONSERVER_METRIC_KIND_HISTOGRAM, "h", ""),
+            nullptr);
+  TRITONSERVER_Metric* histogram;
+  TRITONSERVER_Error* no_buckets = TRITONSERVER_MetricNew(&histogram, histograms, nullptr, 0);
+  ASSERT_NE(no_buckets, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(no_buckets), TRITONSERVER_ERROR_INVALID_ARG);
+  TRITONSERVER_ErrorDelete(no_buckets);
+  TRITONSERVER_MetricArgs* args;
+  ASSERT_EQ(TRITONSERVER_MetricArgsNew(&args), nullptr);
+  const double buckets[2] = {1.0, 10.0};
+  ASSERT_EQ(TRITONSERVER_MetricArgsSetHistogram(args, buckets, 2), nullptr);
+  ASSERT_EQ(TRITONSERVER_MetricNewWithArgs(&histogram, histograms, nullptr, 0, args), nullptr);
+  TRITONSERVER_MetricArgsDelete(args);
+  ASSERT_EQ(TRITONSERVER_MetricObserve(histogram, 0.5), nullptr);
+  ASSERT_EQ(TRITONSERVER_MetricObserve(histogram, 5.0), nullptr);
+  EXPECT_EQ(histogram->count, 2u);
+  EXPECT_DOUBLE_EQ(histogram->sum, 5.5);
+  EXPECT_EQ(histogram->bucket_counts, (std::vector<uint64_t>{1, 2}));
+  TRITONSERVER_Error* value_of_histogram = TRITONSERVER_MetricValue(histogram, &value);
+  ASSERT_NE(value_of_histogram, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(value_of_histogram), TRITONSERVER_ERROR_UNSUPPORTED);
+  TRITONSERVER_ErrorDelete(value_of_histogram);
+  TRITONSERVER_MetricDelete(histogram);
+  TRITONSERVER_MetricDelete(gauge);
+  TRITONSERVER_MetricFamilyDelete(histograms);
+  TRITONSERVER_MetricFamilyDelete(gauges);
+}
+
 TEST(TritonApi, ALibraryWithoutExecuteIsRefused) {
   std::unique_ptr<BackendLibrary> library;
   Status missing = BackendLibrary::Create("/nonexistent/libtriton_x.so", "x", "{}", &library);

@@ -24,6 +24,27 @@ struct TRITONSERVER_Message {
   std::string json;
 };
 
+// Custom metrics a backend made: kept here, not yet exported on /metrics.
+struct TRITONSERVER_MetricFamily {
+  TRITONSERVER_MetricKind kind;
+  std::string name;
+};
+
+struct TRITONSERVER_MetricArgs {
+  TRITONSERVER_MetricKind kind = TRITONSERVER_METRIC_KIND_COUNTER;
+  std::vector<double> buckets;  // a histogram's upper bounds
+  bool has_buckets = false;
+};
+
+struct TRITONSERVER_Metric {
+  TRITONSERVER_MetricFamily* family;
+  double value = 0;                   // a counter's or a gauge's
+  std::vector<double> buckets;        // a histogram's upper bounds ...
+  std::vector<uint64_t> bucket_counts;  // ... and what fell at or under each
+  double sum = 0;
+  uint64_t count = 0;
+};
+
 namespace pyserver::triton {
 
 // A batch's times as a backend reports them (all zero: none reported).
