@@ -64,14 +64,25 @@ TRITONSERVER_Error* NotServed() {
   return Fail(TRITONSERVER_ERROR_UNAVAILABLE, "the model is not served by a running server");
 }
 
-void SetParameter(std::vector<Parameter>* parameters, Parameter parameter) {
-  for (auto& p : *parameters) {
+// Sets the request's parameter `key` (replacing one of that name) to what
+// fill writes into it.
+template <typename Fill>
+TRITONSERVER_Error* PutParameter(TRITONSERVER_InferenceRequest* request, const char* key,
+                                 TRITONSERVER_ParameterType type, Fill fill) {
+  REQUIRE(request);
+  REQUIRE(key);
+  Parameter parameter;
+  parameter.name = key;
+  parameter.type = type;
+  fill(&parameter);
+  for (auto& p : request->parameters) {
     if (p.name == parameter.name) {
       p = std::move(parameter);
-      return;
+      return nullptr;
     }
   }
-  parameters->push_back(std::move(parameter));
+  request->parameters.push_back(std::move(parameter));
+  return nullptr;
 }
 
 // ---- the callback thread -------------------------------------------------
@@ -110,18 +121,18 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
   response->model_name = s.model_name;
   response->model_version = c.model_version;
   response->id = s.id;
-  response->allocator = s.allocator;
+  response->allocator = s.callbacks.allocator;
   response->parameters = std::move(c.parameters);
   if (c.has_error) {
     response->error = Fail(c.error_code, c.error_message);
     return response;
   }
-  TRITONSERVER_ResponseAllocator* allocator = s.allocator;
+  TRITONSERVER_ResponseAllocator* allocator = s.callbacks.allocator;
   TRITONSERVER_Error* err = nullptr;
   if (allocator == nullptr) {
     err = Fail(TRITONSERVER_ERROR_INVALID_ARG, "the request has no response allocator");
   } else if (allocator->start_fn != nullptr) {
-    err = allocator->start_fn(allocator, s.allocator_userp);
+    err = allocator->start_fn(allocator, s.callbacks.allocator_userp);
   }
   for (size_t i = 0; err == nullptr && i < c.outputs.size(); ++i) {
     pyserver::triton::ResponseTensor& tensor = c.outputs[i];
@@ -131,8 +142,8 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
     out.shape = std::move(tensor.shape);
     out.byte_size = tensor.data.size();
     err = allocator->alloc_fn(allocator, out.name.c_str(), out.byte_size, TRITONSERVER_MEMORY_CPU,
-                              0, s.allocator_userp, &out.base, &out.userp, &out.memory_type,
-                              &out.memory_type_id);
+                              0, s.callbacks.allocator_userp, &out.base, &out.userp,
+                              &out.memory_type, &out.memory_type_id);
     if (err != nullptr) break;
     out.allocated = true;
     if (out.base == nullptr && out.byte_size > 0) {
@@ -194,13 +205,14 @@ class CallbackThread {
     const uint32_t flags = c.final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0;
     TRITONSERVER_InferenceResponse* response = nullptr;
     if (c.has_response || c.has_error) response = BuildResponse(s, c);
-    if (s.response_fn != nullptr) {
-      s.response_fn(response, flags, s.response_userp);
+    if (s.callbacks.response_fn != nullptr) {
+      s.callbacks.response_fn(response, flags, s.callbacks.response_userp);
     } else if (response != nullptr) {
       TRITONSERVER_InferenceResponseDelete(response);
     }
-    if (c.final && s.release_fn != nullptr) {
-      s.release_fn(s.request, TRITONSERVER_REQUEST_RELEASE_ALL, s.release_userp);
+    if (c.final && s.callbacks.release_fn != nullptr) {
+      s.callbacks.release_fn(s.request, TRITONSERVER_REQUEST_RELEASE_ALL,
+                             s.callbacks.release_userp);
     }
   }
 
@@ -298,18 +310,13 @@ API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
   }
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.submit == nullptr) return NotServed();
-  if (request->response_fn == nullptr || request->allocator == nullptr) {
+  if (request->callbacks.response_fn == nullptr || request->callbacks.allocator == nullptr) {
     return Fail(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "the request has no response callback");
   }
   auto submission = std::make_shared<Submission>();
   submission->request = request;
-  submission->release_fn = request->release_fn;
-  submission->release_userp = request->release_userp;
-  submission->allocator = request->allocator;
-  submission->allocator_userp = request->allocator_userp;
-  submission->response_fn = request->response_fn;
-  submission->response_userp = request->response_userp;
+  submission->callbacks = request->callbacks;
   submission->model_name = request->model_name;
   submission->model_version = request->model_version;
   submission->id = request->id;
@@ -653,59 +660,35 @@ API TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
 
 API TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest* request,
                                                     const char* key, const char* value) {
-  REQUIRE(request);
-  REQUIRE(key);
   REQUIRE(value);
-  Parameter p;
-  p.name = key;
-  p.type = TRITONSERVER_PARAMETER_STRING;
-  p.string_value = value;
-  SetParameter(&request->parameters, std::move(p));
-  return nullptr;
+  return PutParameter(request, key, TRITONSERVER_PARAMETER_STRING,
+                      [&](Parameter* p) { p->string_value = value; });
 }
 
 API TRITONSERVER_InferenceRequestSetIntParameter(TRITONSERVER_InferenceRequest* request,
                                                  const char* key, const int64_t value) {
-  REQUIRE(request);
-  REQUIRE(key);
-  Parameter p;
-  p.name = key;
-  p.type = TRITONSERVER_PARAMETER_INT;
-  p.int_value = value;
-  SetParameter(&request->parameters, std::move(p));
-  return nullptr;
+  return PutParameter(request, key, TRITONSERVER_PARAMETER_INT,
+                      [&](Parameter* p) { p->int_value = value; });
 }
 
 API TRITONSERVER_InferenceRequestSetBoolParameter(TRITONSERVER_InferenceRequest* request,
                                                   const char* key, const bool value) {
-  REQUIRE(request);
-  REQUIRE(key);
-  Parameter p;
-  p.name = key;
-  p.type = TRITONSERVER_PARAMETER_BOOL;
-  p.bool_value = value;
-  SetParameter(&request->parameters, std::move(p));
-  return nullptr;
+  return PutParameter(request, key, TRITONSERVER_PARAMETER_BOOL,
+                      [&](Parameter* p) { p->bool_value = value; });
 }
 
 API TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceRequest* request,
                                                     const char* key, const double value) {
-  REQUIRE(request);
-  REQUIRE(key);
-  Parameter p;
-  p.name = key;
-  p.type = TRITONSERVER_PARAMETER_DOUBLE;
-  p.double_value = value;
-  SetParameter(&request->parameters, std::move(p));
-  return nullptr;
+  return PutParameter(request, key, TRITONSERVER_PARAMETER_DOUBLE,
+                      [&](Parameter* p) { p->double_value = value; });
 }
 
 API TRITONSERVER_InferenceRequestSetReleaseCallback(
     TRITONSERVER_InferenceRequest* request, TRITONSERVER_InferenceRequestReleaseFn_t release_fn,
     void* release_userp) {
   REQUIRE(request);
-  request->release_fn = release_fn;
-  request->release_userp = release_userp;
+  request->callbacks.release_fn = release_fn;
+  request->callbacks.release_userp = release_userp;
   return nullptr;
 }
 
@@ -714,10 +697,10 @@ API TRITONSERVER_InferenceRequestSetResponseCallback(
     void* allocator_userp, TRITONSERVER_InferenceResponseCompleteFn_t response_fn,
     void* response_userp) {
   REQUIRE(request);
-  request->allocator = allocator;
-  request->allocator_userp = allocator_userp;
-  request->response_fn = response_fn;
-  request->response_userp = response_userp;
+  request->callbacks.allocator = allocator;
+  request->callbacks.allocator_userp = allocator_userp;
+  request->callbacks.response_fn = response_fn;
+  request->callbacks.response_userp = response_userp;
   return nullptr;
 }
 

@@ -4,7 +4,9 @@
  * answers becomes this model's response. A decoupled target's responses are
  * joined along their first dimension; an error (an unknown target, a bad
  * input) is sent back as the response's error. Each call waits for the final
- * response and for the request's release, as a backend must. */
+ * response and for the request's release, as a backend must. With the config
+ * parameter "own_thread", each call is made from a thread of the backend's
+ * own (one Python never saw) rather than from the execute thread. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ typedef struct {
   TRITONSERVER_Server* server;
   struct TRITONSERVER_ResponseAllocator* allocator;
   char target[128];
+  int own_thread;
 } ModelState;
 
 /* One BLS call in flight: filled by the callbacks, on pyserver's thread. */
@@ -107,6 +110,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   size_t size;
   RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
   int found = TargetFromConfig(json, state->target, sizeof(state->target));
+  state->own_thread = strstr(json, "\"own_thread\"") != NULL;
   TRITONSERVER_MessageDelete(config);
   if (!found) {
     free(state);
@@ -254,6 +258,31 @@ static TRITONSERVER_Error* RunOne(ModelState* state, TRITONBACKEND_Request* requ
   return err;
 }
 
+typedef struct {
+  ModelState* state;
+  TRITONBACKEND_Request* request;
+  TRITONBACKEND_Response* response;
+  TRITONSERVER_Error* err;
+} ThreadCall;
+
+static void* RunOnThread(void* arg) {
+  ThreadCall* t = (ThreadCall*)arg;
+  t->err = RunOne(t->state, t->request, t->response);
+  return NULL;
+}
+
+static TRITONSERVER_Error* Run(ModelState* state, TRITONBACKEND_Request* request,
+                               TRITONBACKEND_Response* response) {
+  if (!state->own_thread) return RunOne(state, request, response);
+  ThreadCall t = {state, request, response, NULL};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, RunOnThread, &t) != 0) {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "pthread_create failed");
+  }
+  pthread_join(thread, NULL);
+  return t.err;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* inst,
                                                        TRITONBACKEND_Request** requests,
                                                        const uint32_t count) {
@@ -264,7 +293,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   for (uint32_t r = 0; r < count; ++r) {
     TRITONBACKEND_Response* response;
     RETURN_IF_ERROR(TRITONBACKEND_ResponseNew(&response, requests[r]));
-    TRITONSERVER_Error* err = RunOne((ModelState*)vstate, requests[r], response);
+    TRITONSERVER_Error* err = Run((ModelState*)vstate, requests[r], response);
     TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
   }

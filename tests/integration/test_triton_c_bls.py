@@ -20,14 +20,17 @@ from .test_triton_c_backend import CC, IDENTITY, REPEAT, build_backend, write_mo
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")
 
 
-def bls_config(target: str, inputs: str, outputs: str, batching: bool = True) -> str:
+def bls_config(target: str, inputs: str, outputs: str, batching: bool = True,
+               own_thread: bool = False) -> str:
     if batching:
         head = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n"
     else:
         head = "max_batch_size: 0\n"
     return (f'backend: "bls"\n{head}input [ {inputs} ]\noutput [ {outputs} ]\n'
             'instance_group [ { count: 2 kind: KIND_CPU } ]\n'
-            f'parameters {{ key: "target" value {{ string_value: "{target}" }} }}\n')
+            f'parameters {{ key: "target" value {{ string_value: "{target}" }} }}\n'
+            + ('parameters { key: "own_thread" value { string_value: "1" } }\n'
+               if own_thread else ''))
 
 
 FP32_IN = '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }'
@@ -42,6 +45,7 @@ def served(tmp_path, start_grpc):  # noqa: F811
     write_model(repo, "identity", IDENTITY)
     write_model(repo, "repeat", REPEAT)
     write_model(repo, "bls", bls_config("identity", FP32_IN, FP32_OUT))
+    write_model(repo, "bls_thread", bls_config("identity", FP32_IN, FP32_OUT, own_thread=True))
     write_model(repo, "bls_missing", bls_config("no_such_model", FP32_IN, FP32_OUT))
     write_model(repo, "bls_wrong_input", bls_config(
         "identity", '{ name: "WRONG" data_type: TYPE_FP32 dims: [ -1 ] }', FP32_OUT))
@@ -79,6 +83,22 @@ def test_bls_to_identity_over_http_and_grpc(served):
     # every BLS call went through identity's own scheduler and statistics
     assert _success_count(s, "bls") == 80
     assert _success_count(s, "identity") == 80
+
+
+def test_bls_from_a_backends_own_thread(served):
+    """ServerInferAsync from a thread the backend made (no Python thread state)."""
+    s = served
+
+    def call(i):
+        x = np.full((1, 4), float(i), dtype=np.float32)
+        inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        inp.set_data_from_numpy(x)
+        client = httpclient.InferenceServerClient(s.url)
+        np.testing.assert_array_equal(client.infer("bls_thread", [inp]).as_numpy("OUTPUT0"), x)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(call, range(24)))
+    assert _success_count(s, "identity") == 24
 
 
 def test_bls_errors_come_back_as_the_response_error(served):

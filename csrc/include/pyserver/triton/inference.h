@@ -51,16 +51,21 @@ struct RequestInput {
   uint64_t byte_size = 0;  // over all spans
 };
 
-// The callbacks of a request handed to the server, copied out of it at
-// ServerInferAsync: the backend may change or reuse the request after that.
-struct Submission {
-  TRITONSERVER_InferenceRequest* request = nullptr;
+// What a request calls back: SetReleaseCallback, SetResponseCallback.
+struct Callbacks {
   TRITONSERVER_InferenceRequestReleaseFn_t release_fn = nullptr;
   void* release_userp = nullptr;
   TRITONSERVER_ResponseAllocator* allocator = nullptr;
   void* allocator_userp = nullptr;
   TRITONSERVER_InferenceResponseCompleteFn_t response_fn = nullptr;
   void* response_userp = nullptr;
+};
+
+// A request handed to the server: its callbacks and names, copied out of it
+// at ServerInferAsync (the backend may change or reuse it after that).
+struct Submission {
+  TRITONSERVER_InferenceRequest* request = nullptr;
+  Callbacks callbacks;
   std::string model_name;
   int64_t model_version = -1;
   std::string id;
@@ -132,12 +137,7 @@ struct TRITONSERVER_InferenceRequest {
   std::vector<pyserver::triton::RequestInput> inputs;
   std::vector<std::string> requested_outputs;
   std::vector<pyserver::triton::Parameter> parameters;
-  TRITONSERVER_InferenceRequestReleaseFn_t release_fn = nullptr;
-  void* release_userp = nullptr;
-  TRITONSERVER_ResponseAllocator* allocator = nullptr;
-  void* allocator_userp = nullptr;
-  TRITONSERVER_InferenceResponseCompleteFn_t response_fn = nullptr;
-  void* response_userp = nullptr;
+  pyserver::triton::Callbacks callbacks;
 };
 
 struct TRITONSERVER_InferenceResponse {
