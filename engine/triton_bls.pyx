@@ -14,6 +14,8 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+from pyserver.engine.triton_parameters cimport Parameter, parameter_of, parameter_value
+
 from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, WIRE_TO_CODE
 from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
 from pyserver.kernel.errors import Code, ServerError
@@ -24,22 +26,9 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         TRITONSERVER_ERROR_INTERNAL
     ctypedef enum TRITONSERVER_DataType:
         TRITONSERVER_TYPE_INVALID
-    ctypedef enum TRITONSERVER_ParameterType:
-        TRITONSERVER_PARAMETER_STRING
-        TRITONSERVER_PARAMETER_INT
-        TRITONSERVER_PARAMETER_BOOL
-        TRITONSERVER_PARAMETER_DOUBLE
     cdef struct TRITONSERVER_Error:
         pass
     TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg)
-
-    cdef cppclass Parameter "pyserver::triton::Parameter":
-        string name
-        TRITONSERVER_ParameterType type
-        string string_value
-        int64_t int_value
-        cbool bool_value
-        double double_value
 
     cdef cppclass InputSpan "pyserver::triton::InputSpan":
         const void* base
@@ -90,9 +79,15 @@ cdef extern from "pyserver/triton/inference.h" nogil:
     ctypedef TRITONSERVER_Error* (*SubmitFn)(void*, TRITONSERVER_InferenceRequest*,
                                              shared_ptr[Submission])
 
+    ctypedef TRITONSERVER_Error* (*LoadModelFn)(void*, const char*,
+                                                const vector[const Parameter*]&)
+    ctypedef TRITONSERVER_Error* (*UnloadModelFn)(void*, const char*, cbool)
+
     cdef cppclass ServerHooks "pyserver::triton::ServerHooks":
         ModelInfoFn model_info
         SubmitFn submit
+        LoadModelFn load_model
+        UnloadModelFn unload_model
 
     void SetServerHooks "pyserver::triton::SetServerHooks"(const ServerHooks& hooks)
     void Deliver "pyserver::triton::Deliver"(shared_ptr[Submission] submission,
@@ -103,8 +98,9 @@ cdef extern from "pyserver/triton/inference.h" nogil:
 cdef class ServerHandle:
     """One server as C backends see it: TRITONBACKEND_ModelServer names it to
     the models made with it. ``router`` answers model_info(name, version)
-    -> (ready, decoupled) and submit(request_description, call) from any
-    thread (pyserver.backends.triton_bls.BlsRouter)."""
+    -> (ready, decoupled), submit(request_description, call),
+    load_model(name, parameters) and unload_model(name, dependents) from
+    any thread (pyserver.backends.triton_bls.BlsRouter)."""
 
     def __cinit__(self, router):
         self.router = router
@@ -129,16 +125,6 @@ cdef TRITONSERVER_Error* _model_info(void* owner, const char* name, int64_t vers
         return NULL
     except BaseException as err:
         return _error(err)
-
-
-cdef object _parameter_value(const Parameter& p):
-    if p.type == TRITONSERVER_PARAMETER_INT:
-        return p.int_value
-    if p.type == TRITONSERVER_PARAMETER_BOOL:
-        return bool(p.bool_value)
-    if p.type == TRITONSERVER_PARAMETER_DOUBLE:
-        return p.double_value
-    return p.string_value.decode("utf-8", "replace")
 
 
 cdef object _input_array(RequestInput& inp):
@@ -175,7 +161,7 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
                            bool(r.inputs[i].raw), _input_array(r.inputs[i])))
         parameters = {}
         for i in range(r.parameters.size()):
-            parameters[r.parameters[i].name.decode()] = _parameter_value(r.parameters[i])
+            parameters[r.parameters[i].name.decode()] = parameter_value(r.parameters[i])
         if r.correlation_id_is_string:
             correlation_id = r.correlation_id_string.decode()
         else:
@@ -192,6 +178,29 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
         call = BlsCall.__new__(BlsCall)
         call.submission = submission
         (<ServerHandle>owner).router.submit(description, call)
+        return NULL
+    except BaseException as err:
+        return _error(err)
+
+
+cdef TRITONSERVER_Error* _load_model(void* owner, const char* name,
+                                     const vector[const Parameter*]& given) noexcept with gil:
+    cdef size_t i
+    try:
+        parameters = {}
+        for i in range(given.size()):
+            parameters[given[i].name.decode()] = parameter_value(given[i][0])
+        (<ServerHandle>owner).router.load_model(name.decode("utf-8", "replace"), parameters)
+        return NULL
+    except BaseException as err:
+        return _error(err)
+
+
+cdef TRITONSERVER_Error* _unload_model(void* owner, const char* name,
+                                       cbool unload_dependents) noexcept with gil:
+    try:
+        (<ServerHandle>owner).router.unload_model(name.decode("utf-8", "replace"),
+                                                  bool(unload_dependents))
         return NULL
     except BaseException as err:
         return _error(err)
@@ -250,18 +259,8 @@ cdef _fill_outputs(Completion& completion, list outputs):
 
 
 cdef _fill_parameters(Completion& completion, dict parameters):
-    cdef Parameter p
     for name, value in (parameters or {}).items():
-        p.name = str(name).encode()
-        if isinstance(value, bool):
-            p.type, p.bool_value = TRITONSERVER_PARAMETER_BOOL, value
-        elif isinstance(value, int):
-            p.type, p.int_value = TRITONSERVER_PARAMETER_INT, value
-        elif isinstance(value, float):
-            p.type, p.double_value = TRITONSERVER_PARAMETER_DOUBLE, value
-        else:
-            p.type, p.string_value = TRITONSERVER_PARAMETER_STRING, str(value).encode()
-        completion.parameters.push_back(p)
+        completion.parameters.push_back(parameter_of(name, value))
 
 
 def drain():
@@ -273,4 +272,6 @@ def drain():
 cdef ServerHooks _hooks
 _hooks.model_info = _model_info
 _hooks.submit = _submit
+_hooks.load_model = _load_model
+_hooks.unload_model = _unload_model
 SetServerHooks(_hooks)

@@ -17,18 +17,11 @@ import numpy as np
 from pyserver.engine.status cimport Status, check_status
 from pyserver.engine.types cimport request_properties
 from pyserver.engine.triton_bls cimport ServerHandle, TRITONSERVER_Server
+from pyserver.engine.triton_parameters cimport Parameter, parameter_of, parameter_value
 from pyserver.kernel.dtypes import CODE_TO_NUMPY, BYTES_CODE, WIRE_TO_CODE
 from pyserver.kernel.dtypes import deserialize_bytes_tensor, serialize_bytes_tensor
 
 log = logging.getLogger(__name__)
-
-
-cdef extern from "triton/core/tritonserver.h" nogil:
-    ctypedef enum TRITONSERVER_ParameterType:
-        TRITONSERVER_PARAMETER_STRING
-        TRITONSERVER_PARAMETER_INT
-        TRITONSERVER_PARAMETER_BOOL
-        TRITONSERVER_PARAMETER_DOUBLE
 
 
 cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" nogil:
@@ -37,14 +30,6 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         int datatype
         vector[int64_t] shape
         vector[char] data
-
-    cdef cppclass Parameter:
-        string name
-        TRITONSERVER_ParameterType type
-        string string_value
-        int64_t int_value
-        cbool bool_value
-        double double_value
 
     cdef cppclass SentResponse:
         vector[unique_ptr[OutputTensor]] outputs
@@ -180,37 +165,8 @@ cdef object _to_python(SentResponse& sent):
     if sent.parameters.size():
         parameters = {}
         for i in range(sent.parameters.size()):
-            parameters[sent.parameters[i].name.decode()] = _value_of(sent.parameters[i])
+            parameters[sent.parameters[i].name.decode()] = parameter_value(sent.parameters[i])
     return outputs, error, sent.final, parameters
-
-
-cdef object _value_of(Parameter& parameter):
-    if parameter.type == TRITONSERVER_PARAMETER_INT:
-        return parameter.int_value
-    if parameter.type == TRITONSERVER_PARAMETER_BOOL:
-        return parameter.bool_value
-    if parameter.type == TRITONSERVER_PARAMETER_DOUBLE:
-        return parameter.double_value
-    return parameter.string_value.decode("utf-8", "replace")
-
-
-cdef Parameter _parameter(str key, value) except *:
-    """A request parameter as Triton types it (bool before int: a bool is one)."""
-    cdef Parameter parameter
-    parameter.name = key.encode()
-    if isinstance(value, bool):
-        parameter.type = TRITONSERVER_PARAMETER_BOOL
-        parameter.bool_value = value
-    elif isinstance(value, int):
-        parameter.type = TRITONSERVER_PARAMETER_INT
-        parameter.int_value = value
-    elif isinstance(value, float):
-        parameter.type = TRITONSERVER_PARAMETER_DOUBLE
-        parameter.double_value = value
-    else:
-        parameter.type = TRITONSERVER_PARAMETER_STRING
-        parameter.string_value = str(value).encode()
-    return parameter
 
 
 cdef class _Late:
@@ -290,7 +246,7 @@ cdef class Instance:
                 r.flags = flags
                 r.timeout_us = request.timeout_us or 0
                 for key, value in user.items():
-                    r.parameters.push_back(_parameter(key, value))
+                    r.parameters.push_back(parameter_of(key, value))
                 if _cancelled(p):
                     r.sink.get().SetCancelled()
                 for name, arr in p.arrays.items():

@@ -659,11 +659,6 @@ API TRITONSERVER_BufferAttributesByteSize(TRITONSERVER_BufferAttributes* attribu
 
 // ---- parameters, tracing, attributes ------------------------------------
 
-// A parameter a backend made (metric labels, model load parameters).
-struct TRITONSERVER_Parameter {
-  pyserver::triton::Parameter parameter;
-};
-
 extern "C" TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name,
                                                              const TRITONSERVER_ParameterType type,
                                                              const void* value) {

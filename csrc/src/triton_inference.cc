@@ -286,6 +286,40 @@ API TRITONSERVER_ServerModelIsReady(TRITONSERVER_Server* server, const char* mod
   return err;
 }
 
+API TRITONSERVER_ServerLoadModelWithParameters(TRITONSERVER_Server* server,
+                                               const char* model_name,
+                                               const TRITONSERVER_Parameter** parameters,
+                                               const uint64_t parameter_count) {
+  REQUIRE(server);
+  REQUIRE(model_name);
+  if (parameters == nullptr && parameter_count != 0) {
+    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+                "load parameters are not provided while parameter count is non-zero");
+  }
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.load_model == nullptr) return NotServed();
+  std::vector<const Parameter*> given;
+  for (uint64_t i = 0; i < parameter_count; ++i) given.push_back(&parameters[i]->parameter);
+  return hooks.load_model(server->owner, model_name, given);
+}
+
+API TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* server, const char* model_name) {
+  REQUIRE(server);
+  REQUIRE(model_name);
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
+  return hooks.unload_model(server->owner, model_name, false);
+}
+
+API TRITONSERVER_ServerUnloadModelAndDependents(TRITONSERVER_Server* server,
+                                                const char* model_name) {
+  REQUIRE(server);
+  REQUIRE(model_name);
+  auto hooks = Hooks();
+  if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
+  return hooks.unload_model(server->owner, model_name, true);
+}
+
 API TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* server,
                                                   const char* model_name,
                                                   const int64_t model_version,

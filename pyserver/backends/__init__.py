@@ -72,6 +72,7 @@ class BackendSearch:
     model_dir: Path
     backend_directory: str = DEFAULT_BACKEND_DIRECTORY
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    auto_complete: bool = True  # not --strict-model-config
 
 
 def find_backend(name: str, runtime: str, search: BackendSearch):
@@ -121,9 +122,21 @@ def find_backend(name: str, runtime: str, search: BackendSearch):
     return backend_class(name)
 
 
+# Triton's compute capability floor for GPU backends, as its server words it
+# in every backend's config (std::to_string of a double).
+MIN_COMPUTE_CAPABILITY = "6.000000"
+
+
 def _library_backend(path: Path, name: str, search: BackendSearch):
-    """A backend compiled against Triton's C backend API, loaded from ``path``."""
-    settings = dict(search.backend_config.get("", {}))
+    """A backend compiled against Triton's C backend API, loaded from ``path``.
+    Its config's cmdline holds what Triton's server gives every backend
+    (backend-directory, auto-complete-config, min-compute-capability: the
+    Python backend finds its stub through backend-directory), then the
+    global --backend-config settings, then its own."""
+    settings = {"backend-directory": search.backend_directory,
+                "auto-complete-config": "true" if search.auto_complete else "false",
+                "min-compute-capability": MIN_COMPUTE_CAPABILITY}
+    settings.update(search.backend_config.get("", {}))
     settings.update(search.backend_config.get(name, {}))
     try:
         from pyserver.backends.triton_c import library_backend

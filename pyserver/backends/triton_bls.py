@@ -14,6 +14,7 @@ thread, never on the loop.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 
 import numpy as np
@@ -63,6 +64,44 @@ class BlsRouter:
         server = self._live()
         decoupled = server.is_decoupled(name, _version(version))
         return server.model_ready(name, _version(version)), bool(decoupled)
+
+    def load_model(self, name: str, parameters: dict) -> None:
+        """TRITONSERVER_ServerLoadModelWithParameters: returns once the model
+        is loaded (its error if it failed). Blocks its caller, a backend's
+        thread, never the event loop."""
+        config, files = None, None
+        for key, value in parameters.items():
+            if key == "config" and isinstance(value, str):
+                config = value
+            elif key.startswith("file:") and isinstance(value, bytes):
+                files = files or {}
+                files[key[5:]] = value
+            elif key == "config" or key.startswith("file:"):
+                raise ServerError(Code.INVALID_ARG, f"invalid value type for load parameter "
+                                                    f"'{key}', expected "
+                                                    + ("string" if key == "config" else "bytes"))
+            else:
+                raise ServerError(Code.INVALID_ARG, f"Unrecognized load parameter '{key}'.")
+        server = self._live()
+        self._run(server.load_model(name, config=config, files=files))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        """TRITONSERVER_ServerUnloadModel(AndDependents), as load_model."""
+        server = self._live()
+        self._run(server.unload_model(name, unload_dependents=unload_dependents))
+
+    def _run(self, coroutine) -> None:
+        if self._loop_thread_is_current():
+            coroutine.close()
+            raise ServerError(Code.INTERNAL, "a model cannot be loaded or unloaded from the "
+                                             "server's event loop thread")
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _loop_thread_is_current(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
 
     def submit(self, description: dict, call) -> None:
         loop = self._loop

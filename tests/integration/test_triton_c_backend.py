@@ -258,6 +258,62 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     assert params["n"] == 5 and params["f"] == 0.5 and params["cancelled"] is False
 
 
+CONTROL = '''backend: "control"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+'''
+
+
+def test_a_backend_loads_and_unloads_models_of_its_server(tmp_path, start_server):
+    """control.c calls TRITONSERVER_ServerLoadModelWithParameters and
+    ServerUnloadModel on its own server (explicit model control): the
+    identity model comes and goes, a config passed as the load's "config"
+    parameter is the one used, a model no repository holds is the call's
+    error, and in a mode that is not explicit Triton's refusal comes back."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    for name in ("control", "identity"):
+        build_backend(backends, name)
+    write_model(repo, "control", CONTROL)
+    write_model(repo, "identity", IDENTITY)
+    s = start_server(repo, backend_directory=str(backends), model_control_mode="explicit",
+                     load_models=["control"])
+    client = httpclient.InferenceServerClient(s.url)
+    assert not client.is_model_ready("identity")
+
+    def control(**parameters):
+        inp = httpclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([3], dtype=np.int32))
+        return client.infer("control", [inp], parameters=parameters).as_numpy("OUT")
+
+    assert control(load="identity").tolist() == [3]
+    assert client.is_model_ready("identity")
+    config = ('{"backend": "identity", "max_batch_size": 2, "input": [{"name": "INPUT0", '
+              '"data_type": "TYPE_FP32", "dims": [-1]}], "output": [{"name": "OUTPUT0", '
+              '"data_type": "TYPE_FP32", "dims": [-1]}]}')
+    control(load="identity", config=config)
+    assert client.get_model_config("identity")["max_batch_size"] == 2
+    control(unload="identity")
+    assert not client.is_model_ready("identity")
+    with pytest.raises(InferenceServerException) as err:
+        control(load="no_such_model")
+    assert "no_such_model" in err.value.message()
+    assert client.is_model_ready("control")  # the caller keeps serving
+
+
+def test_model_control_from_a_backend_needs_explicit_mode(tmp_path, start_server):
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "control")
+    write_model(repo, "control", CONTROL)
+    s = start_server(repo, backend_directory=str(backends))
+    inp = httpclient.InferInput("IN", [1], "INT32")
+    inp.set_data_from_numpy(np.array([3], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as err:
+        httpclient.InferenceServerClient(s.url).infer("control", [inp],
+                                                      parameters={"unload": "control"})
+    assert "explicit model load / unload is not allowed" in err.value.message()
+
+
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))

@@ -101,6 +101,13 @@ struct ServerHooks {
   // Queues the request (its callbacks in *submission) to the server.
   TRITONSERVER_Error* (*submit)(void* owner, TRITONSERVER_InferenceRequest* request,
                                 std::shared_ptr<Submission> submission) = nullptr;
+  // Loads (or reloads) a model and returns once it is done (explicit model
+  // control): parameters "config" and "file:<path>", as the load API has them.
+  TRITONSERVER_Error* (*load_model)(void* owner, const char* model_name,
+                                    const std::vector<const Parameter*>& parameters) = nullptr;
+  // Unloads a model (and, asked to, an ensemble's composing models).
+  TRITONSERVER_Error* (*unload_model)(void* owner, const char* model_name,
+                                      bool unload_dependents) = nullptr;
 };
 void SetServerHooks(const ServerHooks& hooks);
 

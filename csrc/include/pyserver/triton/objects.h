@@ -24,6 +24,11 @@ struct TRITONSERVER_Message {
   std::string json;
 };
 
+// A parameter a backend made (metric labels, model load parameters).
+struct TRITONSERVER_Parameter {
+  pyserver::triton::Parameter parameter;
+};
+
 // Custom metrics a backend made: kept here, not yet exported on /metrics.
 struct TRITONSERVER_MetricFamily {
   TRITONSERVER_MetricKind kind;

@@ -344,6 +344,13 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutputCl
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerInferAsync(
     struct TRITONSERVER_Server* server, struct TRITONSERVER_InferenceRequest* inference_request,
     struct TRITONSERVER_InferenceTrace* trace);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerLoadModelWithParameters(
+    struct TRITONSERVER_Server* server, const char* model_name,
+    const struct TRITONSERVER_Parameter** parameters, const uint64_t parameter_count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerUnloadModel(
+    struct TRITONSERVER_Server* server, const char* model_name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerUnloadModelAndDependents(
+    struct TRITONSERVER_Server* server, const char* model_name);
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelIsReady(
     struct TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
     bool* ready);
