@@ -9,7 +9,7 @@ pyserver compiles with).
 
   python bench/backend_overhead.py [--duration 3] [--rounds 7] [--concurrency 16]
                                    [--inputs 1024] [--hidden 4096]
-                                   [--backend onnxruntime|openvino]
+                                   [--backend onnxruntime|openvino] [--cpu-pinning yes|no]
 
 1. A pyserver process (Server + GrpcFrontend, as bench/grpc_protocol.py
    starts it) serves the MLP (max_batch_size 64, `dynamic_batching { }`,
@@ -250,6 +250,9 @@ def main():
     p.add_argument("--intra-op-threads", type=int, default=0,
                    help="the model's intra_op_thread_count parameter (0: pyserver's default, "
                         "the instance's share of the cores)")
+    p.add_argument("--cpu-pinning", choices=("yes", "no"),
+                   help="openvino: the model's ENABLE_CPU_PINNING parameter (server and direct; "
+                        "OpenVINO's default, pinned, without it)")
     p.add_argument("--backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
                    help="the backend serving the MLP, compared with its runtime called directly")
     p.add_argument("--serve", nargs=2, metavar=("REPO", "PORT"), help=argparse.SUPPRESS)
@@ -264,9 +267,13 @@ def main():
 
     tmp = Path(tempfile.mkdtemp(prefix="pyserver-backend-bench-"))
     extra = "dynamic_batching { }"
-    if args.intra_op_threads and args.backend == "openvino":
-        extra += ('\nparameters { key: "INFERENCE_NUM_THREADS" value { string_value: "%d" } }'
-                  % args.intra_op_threads)
+    if args.backend == "openvino":
+        if args.intra_op_threads:
+            extra += ('\nparameters { key: "INFERENCE_NUM_THREADS" value { string_value: "%d" } }'
+                      % args.intra_op_threads)
+        if args.cpu_pinning:
+            extra += ('\nparameters { key: "ENABLE_CPU_PINNING" value { string_value: "%s" } }'
+                      % args.cpu_pinning)
     elif args.intra_op_threads:
         extra += ('\nparameters { key: "intra_op_thread_count" value { string_value: "%d" } }'
                   % args.intra_op_threads)

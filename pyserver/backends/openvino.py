@@ -8,9 +8,10 @@ config:
   (LATENCY, THROUGHPUT, CUMULATIVE_THROUGHPUT), INFERENCE_NUM_THREADS,
   COMPILATION_NUM_THREADS, HINT_BF16 (YES), CPU_EXTENSION_PATH,
   SKIP_OV_DYNAMIC_BATCHSIZE, RESHAPE_IO_LAYERS, TARGET_DEVICE (CPU by
-  default); and COMPILED_MODEL_CACHE, ours: a folder where OpenVINO keeps
-  compiled blobs (its CACHE_DIR), so a restart skips compilation. Bad values
-  are load errors worded as Triton's;
+  default); and, ours, COMPILED_MODEL_CACHE (a folder where OpenVINO keeps
+  compiled blobs, its CACHE_DIR, so a restart skips compilation) and
+  ENABLE_CPU_PINNING (YES/NO; OpenVINO's default when absent). Bad
+  values are load errors worded as Triton's;
 - with max_batch_size > 0 the first dimension of every input becomes
   dynamic (unless SKIP_OV_DYNAMIC_BATCHSIZE), so any batch up to the
   maximum runs; other dynamic dimensions stay dynamic (OpenVINO's CPU
@@ -92,6 +93,19 @@ def device_properties(config, threads: int) -> dict:
             properties[key] = _HINTS[value]
     if properties["INFERENCE_NUM_THREADS"] == 0:  # 0: OpenVINO's own default
         del properties["INFERENCE_NUM_THREADS"]
+    pinning = string_param(config, "ENABLE_CPU_PINNING")
+    if pinning:  # ours: OpenVINO's CPU pinning (its default: pinned)
+        # Pinned, OpenVINO runs the graph on a stream thread of its own;
+        # unpinned, on the instance's thread (that thread's CPU/wall 0.47 vs
+        # 0.99, one inference thread). bench/backend_overhead.py --backend
+        # openvino [--cpu-pinning], 2 busy cores, two A/B pairs: median ratio
+        # 0.788/0.748 unpinned vs 0.833/0.769 pinned, within the noise, so
+        # OpenVINO's default stays.
+        value = pinning.strip().lower()
+        if value not in ("yes", "no"):
+            raise ServerError(Code.INVALID_ARG, "expected the parameter 'ENABLE_CPU_PINNING' to "
+                                                f"be YES or NO, got {value}")
+        properties["ENABLE_CPU_PINNING"] = value == "yes"
     cache = string_param(config, "COMPILED_MODEL_CACHE")
     if cache:
         properties["CACHE_DIR"] = cache

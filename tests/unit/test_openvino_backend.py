@@ -32,6 +32,8 @@ def model_xml(tmp_path_factory):
 def test_properties_from_tritons_parameters():
     assert device_properties(config(), 3) == {"INFERENCE_NUM_THREADS": 3}
     assert device_properties(config(INFERENCE_NUM_THREADS="0"), 3) == {}
+    assert device_properties(config(ENABLE_CPU_PINNING="Yes"), 1)["ENABLE_CPU_PINNING"] is True
+    assert device_properties(config(ENABLE_CPU_PINNING="no"), 1)["ENABLE_CPU_PINNING"] is False
     got = device_properties(config(NUM_STREAMS="auto", PERFORMANCE_HINT="Latency",
                                    COMPILATION_NUM_THREADS="2", HINT_BF16="YES",
                                    COMPILED_MODEL_CACHE="/tmp/c"), 1)
@@ -48,6 +50,8 @@ def test_properties_from_tritons_parameters():
     ("INFERENCE_NUM_THREADS", "1.5", "'INFERENCE_NUM_THREADS' to be a non-negative number, got 1.5"),
     ("COMPILATION_NUM_THREADS", "-1", "to be a non-negative number, got -1"),
     ("HINT_BF16", "no", "expected the parameter 'HINT_BF16' to be YES, got no"),
+    ("ENABLE_CPU_PINNING", "maybe", "expected the parameter 'ENABLE_CPU_PINNING' to be YES or NO, "
+                                    "got maybe"),
 ])
 def test_bad_values(key, value, text):
     with pytest.raises(ServerError) as err:
