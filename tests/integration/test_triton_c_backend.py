@@ -42,6 +42,14 @@ def build_backend(backends: Path, name: str) -> Path:
     return out
 
 
+def infer_in(url: str, model: str, values, **kwargs):
+    """One HTTP request of IN = values (INT32), what the test backends take."""
+    x = np.asarray(values, dtype=np.int32)
+    inp = httpclient.InferInput("IN", list(x.shape), "INT32")
+    inp.set_data_from_numpy(x)
+    return httpclient.InferenceServerClient(url).infer(model, [inp], **kwargs)
+
+
 def write_model(repo: Path, name: str, text: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
@@ -183,10 +191,7 @@ def test_responses_sent_from_backend_threads_after_execute_returned(layout, star
 
     def call(i):
         x = np.arange(i + 1, dtype=np.int32)
-        inp = httpclient.InferInput("IN", [len(x)], "INT32")
-        inp.set_data_from_numpy(x)
-        out = httpclient.InferenceServerClient(s.url).infer("threaded", [inp]).as_numpy("OUT")
-        np.testing.assert_array_equal(out, x)
+        np.testing.assert_array_equal(infer_in(s.url, "threaded", x).as_numpy("OUT"), x)
 
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(call, range(4)))
@@ -199,13 +204,8 @@ def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # 
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))
 
-    def call(i):
-        inp = httpclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([i], dtype=np.int32))
-        httpclient.InferenceServerClient(s.url).infer("threaded", [inp])
-
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(call, range(4)))
+        list(pool.map(lambda i: infer_in(s.url, "threaded", [i]), range(4)))
     client = httpclient.InferenceServerClient(s.url)
     stats = client.get_inference_statistics("threaded")["model_stats"][0]
     assert stats["execution_count"] == 4
@@ -250,11 +250,8 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     assert got["correlation_id"].int64_param == 42
     assert got["flags"].int64_param == 3
 
-    hinp = httpclient.InferInput("IN", [3], "INT32")
-    hinp.set_data_from_numpy(x)
-    hresult = httpclient.InferenceServerClient(s.url).infer("params", [hinp],
-                                                            parameters={"n": 5, "f": 0.5})
-    params = hresult.get_response()["parameters"]
+    params = infer_in(s.url, "params", x, parameters={"n": 5, "f": 0.5}).get_response()[
+        "parameters"]
     assert params["n"] == 5 and params["f"] == 0.5 and params["cancelled"] is False
 
 
@@ -282,9 +279,7 @@ def test_a_backend_loads_and_unloads_models_of_its_server(tmp_path, start_server
     assert not client.is_model_ready("identity")
 
     def control(**parameters):
-        inp = httpclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([3], dtype=np.int32))
-        return client.infer("control", [inp], parameters=parameters).as_numpy("OUT")
+        return infer_in(s.url, "control", [3], parameters=parameters).as_numpy("OUT")
 
     assert control(load="identity").tolist() == [3]
     assert client.is_model_ready("identity")
@@ -306,11 +301,8 @@ def test_model_control_from_a_backend_needs_explicit_mode(tmp_path, start_server
     build_backend(backends, "control")
     write_model(repo, "control", CONTROL)
     s = start_server(repo, backend_directory=str(backends))
-    inp = httpclient.InferInput("IN", [1], "INT32")
-    inp.set_data_from_numpy(np.array([3], dtype=np.int32))
     with pytest.raises(InferenceServerException) as err:
-        httpclient.InferenceServerClient(s.url).infer("control", [inp],
-                                                      parameters={"unload": "control"})
+        infer_in(s.url, "control", [3], parameters={"unload": "control"})
     assert "explicit model load / unload is not allowed" in err.value.message()
 
 

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from .test_grpc import start_grpc  # noqa: F401  (fixture)
-from .test_triton_c_backend import CC, IDENTITY, REPEAT, build_backend, write_model
+from .test_triton_c_backend import CC, IDENTITY, REPEAT, build_backend, infer_in, write_model
 
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")
 
@@ -129,10 +129,7 @@ def test_bls_to_a_decoupled_model_gets_every_response(served):
 
     def call(i):
         v = values + i
-        inp = httpclient.InferInput("IN", [len(v)], "INT32")
-        inp.set_data_from_numpy(v)
-        out = httpclient.InferenceServerClient(s.url).infer("bls_repeat", [inp]).as_numpy("OUT")
-        np.testing.assert_array_equal(out, v)
+        np.testing.assert_array_equal(infer_in(s.url, "bls_repeat", v).as_numpy("OUT"), v)
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(call, range(8)))
