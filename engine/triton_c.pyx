@@ -7,6 +7,7 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cpython.ref cimport Py_INCREF, Py_DECREF
 
@@ -80,6 +81,22 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         uint64_t compute_start_ns
         uint64_t compute_end_ns
         uint64_t exec_end_ns
+
+
+cdef extern from "pyserver/triton/objects.h" namespace "pyserver::triton" nogil:
+    cdef cppclass MetricSample:
+        vector[pair[string, string]] labels
+        double value
+        vector[double] buckets
+        vector[uint64_t] bucket_counts
+
+    cdef cppclass MetricFamilySnapshot:
+        string name
+        string description
+        int kind
+        vector[MetricSample] samples
+
+    vector[MetricFamilySnapshot] SnapshotMetrics()
 
 
 cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
@@ -301,6 +318,33 @@ cdef class Instance:
 
     def close(self):
         self.instance.reset()
+
+
+_METRIC_KINDS = {0: "counter", 1: "gauge", 2: "histogram"}  # TRITONSERVER_MetricKind
+
+
+def metrics_snapshot():
+    """The custom metric families Triton C backends made, as
+    runtime.custom_metrics.CustomMetrics.snapshot() gives them: (name,
+    description, kind, [(labels, value, sum, buckets, counts)])."""
+    cdef vector[MetricFamilySnapshot] families
+    cdef MetricSample* sample
+    with nogil:
+        families = SnapshotMetrics()
+    out = []
+    for i in range(families.size()):
+        kind = _METRIC_KINDS.get(families[i].kind, "gauge")
+        values = []
+        for j in range(families[i].samples.size()):
+            sample = &families[i].samples[j]
+            labels = {k.decode(): v.decode() for k, v in sample.labels}
+            if kind == "histogram":
+                values.append((labels, 0.0, sample.value, list(sample.buckets),
+                               list(sample.bucket_counts)))
+            else:
+                values.append((labels, sample.value, 0.0, [], []))
+        out.append((families[i].name.decode(), families[i].description.decode(), kind, values))
+    return out
 
 
 def _wire(dtype):

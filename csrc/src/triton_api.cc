@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "pyserver/triton/objects.h"
 #include "triton_api_internal.h"
@@ -752,9 +756,14 @@ API TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading(
   return nullptr;
 }
 
-// ---- custom metrics: kept, not yet on /metrics ---------------------------
+// ---- custom metrics: in a registry /metrics reads ----------------------
 
 namespace {
+
+// One lock for every family and metric: their values change far less often
+// than requests come, and a scrape reads them all at once.
+std::mutex g_metrics_mu;
+std::vector<TRITONSERVER_MetricFamily*> g_families;  // live, in creation order
 
 TRITONSERVER_Error* Unsupported(const TRITONSERVER_Metric* metric, const char* what) {
   const char* kind = metric->family->kind == TRITONSERVER_METRIC_KIND_COUNTER ? "COUNTER"
@@ -764,18 +773,70 @@ TRITONSERVER_Error* Unsupported(const TRITONSERVER_Metric* metric, const char* w
              std::string("TRITONSERVER_METRIC_KIND_") + kind + " does not support " + what);
 }
 
+std::string LabelValue(const pyserver::triton::Parameter& p) {
+  switch (p.type) {
+    case TRITONSERVER_PARAMETER_INT: return std::to_string(p.int_value);
+    case TRITONSERVER_PARAMETER_BOOL: return p.bool_value ? "true" : "false";
+    case TRITONSERVER_PARAMETER_DOUBLE: return std::to_string(p.double_value);
+    default: return p.string_value;
+  }
+}
+
+template <typename T>
+void Forget(std::vector<T*>* live, T* gone) {
+  for (auto it = live->begin(); it != live->end(); ++it) {
+    if (*it == gone) {
+      live->erase(it);
+      return;
+    }
+  }
+}
+
 }  // namespace
+
+namespace pyserver::triton {
+
+std::vector<MetricFamilySnapshot> SnapshotMetrics() {
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  std::vector<MetricFamilySnapshot> out;
+  for (const TRITONSERVER_MetricFamily* family : g_families) {
+    MetricFamilySnapshot snapshot{family->name, family->description, family->kind, {}};
+    for (const TRITONSERVER_Metric* metric : family->metrics) {
+      MetricSample sample;
+      sample.labels = metric->labels;
+      sample.value = family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM ? metric->sum
+                                                                        : metric->value;
+      sample.buckets = metric->buckets;
+      sample.bucket_counts = metric->bucket_counts;
+      snapshot.samples.push_back(std::move(sample));
+    }
+    out.push_back(std::move(snapshot));
+  }
+  return out;
+}
+
+}  // namespace pyserver::triton
 
 API TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** family,
                                  const TRITONSERVER_MetricKind kind, const char* name,
-                                 const char*) {
+                                 const char* description) {
   CHECK_ARG(family);
   CHECK_ARG(name);
-  *family = new TRITONSERVER_MetricFamily{kind, name};
+  *family = new TRITONSERVER_MetricFamily{kind, name, description ? description : "", {}};
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  g_families.push_back(*family);
   return nullptr;
 }
 
 API TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* family) {
+  if (family == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  if (!family->metrics.empty()) {  // Triton's rule: metrics go first
+    return Err(TRITONSERVER_ERROR_INTERNAL,
+               "Must call MetricDelete on all dependent metrics before calling "
+               "MetricFamilyDelete.");
+  }
+  Forget(&g_families, family);
   delete family;
   return nullptr;
 }
@@ -809,12 +870,18 @@ API TRITONSERVER_MetricArgsDelete(TRITONSERVER_MetricArgs* args) {
 
 API TRITONSERVER_MetricNewWithArgs(TRITONSERVER_Metric** metric,
                                    TRITONSERVER_MetricFamily* family,
-                                   const TRITONSERVER_Parameter**, const uint64_t,
+                                   const TRITONSERVER_Parameter** labels,
+                                   const uint64_t label_count,
                                    const TRITONSERVER_MetricArgs* args) {
   CHECK_ARG(metric);
   CHECK_ARG(family);
   auto made = std::make_unique<TRITONSERVER_Metric>();
   made->family = family;
+  for (uint64_t i = 0; i < label_count; ++i) {
+    if (labels[i] != nullptr) {
+      made->labels.emplace_back(labels[i]->parameter.name, LabelValue(labels[i]->parameter));
+    }
+  }
   if (family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) {
     if (args == nullptr || !args->has_buckets) {
       return Err(TRITONSERVER_ERROR_INVALID_ARG, "Bucket boundaries not found in Metric args.");
@@ -823,13 +890,15 @@ API TRITONSERVER_MetricNewWithArgs(TRITONSERVER_Metric** metric,
       return Err(TRITONSERVER_ERROR_INVALID_ARG, "Metric args not set to histogram kind.");
     }
     made->buckets = args->buckets;
-    made->bucket_counts.assign(args->buckets.size(), 0);
+    made->bucket_counts.assign(args->buckets.size() + 1, 0);
   } else if (args != nullptr) {
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
                family->kind == TRITONSERVER_METRIC_KIND_COUNTER
                    ? "Unexpected args found in counter Metric constructor."
                    : "Unexpected args found in gauge Metric constructor.");
   }
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  family->metrics.push_back(made.get());
   *metric = made.release();
   return nullptr;
 }
@@ -840,15 +909,20 @@ API TRITONSERVER_MetricNew(TRITONSERVER_Metric** metric, TRITONSERVER_MetricFami
 }
 
 API TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric) {
+  if (metric == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  Forget(&metric->family->metrics, metric);
   delete metric;
   return nullptr;
 }
 
 API TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double* value) {
   CHECK_ARG(metric);
+  CHECK_ARG(value);
   if (metric->family->kind == TRITONSERVER_METRIC_KIND_HISTOGRAM) {
     return Unsupported(metric, "Value");
   }
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
   *value = metric->value;
   return nullptr;
 }
@@ -856,6 +930,7 @@ API TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double* value) {
 API TRITONSERVER_MetricSet(TRITONSERVER_Metric* metric, double value) {
   CHECK_ARG(metric);
   if (metric->family->kind != TRITONSERVER_METRIC_KIND_GAUGE) return Unsupported(metric, "Set");
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
   metric->value = value;
   return nullptr;
 }
@@ -865,9 +940,10 @@ API TRITONSERVER_MetricObserve(TRITONSERVER_Metric* metric, double value) {
   if (metric->family->kind != TRITONSERVER_METRIC_KIND_HISTOGRAM) {
     return Unsupported(metric, "Observe");
   }
-  for (size_t i = 0; i < metric->buckets.size(); ++i) {
-    if (value <= metric->buckets[i]) ++metric->bucket_counts[i];
-  }
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
+  size_t bucket = 0;  // the first whose upper bound holds the value
+  while (bucket < metric->buckets.size() && value > metric->buckets[bucket]) ++bucket;
+  ++metric->bucket_counts[bucket];
   metric->sum += value;
   ++metric->count;
   return nullptr;
@@ -883,6 +959,7 @@ API TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, double value) {
                "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by "
                "non-negative values.");
   }
+  std::lock_guard<std::mutex> lock(g_metrics_mu);
   metric->value += value;
   return nullptr;
 }

@@ -175,9 +175,28 @@ TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
   TRITONSERVER_MetricArgsDelete(args);
   ASSERT_EQ(TRITONSERVER_MetricObserve(histogram, 0.5), nullptr);
   ASSERT_EQ(TRITONSERVER_MetricObserve(histogram, 5.0), nullptr);
-  EXPECT_EQ(histogram->count, 2u);
-  EXPECT_DOUBLE_EQ(histogram->sum, 5.5);
-  EXPECT_EQ(histogram->bucket_counts, (std::vector<uint64_t>{1, 2}));
+  ASSERT_EQ(TRITONSERVER_MetricObserve(histogram, 50.0), nullptr);
+  std::vector<MetricFamilySnapshot> seen = SnapshotMetrics();
+  const MetricFamilySnapshot* g = nullptr;
+  const MetricFamilySnapshot* h = nullptr;
+  for (const auto& family : seen) {
+    if (family.name == "g") g = &family;
+    if (family.name == "h") h = &family;
+  }
+  ASSERT_NE(g, nullptr);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(g->description, "a gauge");
+  ASSERT_EQ(g->samples.size(), 1u);
+  EXPECT_EQ(g->samples[0].labels,
+            (std::vector<std::pair<std::string, std::string>>{{"n", "7"}}));
+  EXPECT_DOUBLE_EQ(g->samples[0].value, 1.5);
+  ASSERT_EQ(h->samples.size(), 1u);
+  EXPECT_DOUBLE_EQ(h->samples[0].value, 55.5);  // a histogram's sum
+  EXPECT_EQ(h->samples[0].bucket_counts, (std::vector<uint64_t>{1, 1, 1}));
+  TRITONSERVER_Error* busy = TRITONSERVER_MetricFamilyDelete(histograms);
+  ASSERT_NE(busy, nullptr);  // its metric is still alive
+  EXPECT_EQ(TRITONSERVER_ErrorCode(busy), TRITONSERVER_ERROR_INTERNAL);
+  TRITONSERVER_ErrorDelete(busy);
   TRITONSERVER_Error* value_of_histogram = TRITONSERVER_MetricValue(histogram, &value);
   ASSERT_NE(value_of_histogram, nullptr);
   EXPECT_EQ(TRITONSERVER_ErrorCode(value_of_histogram), TRITONSERVER_ERROR_UNSUPPORTED);

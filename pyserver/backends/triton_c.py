@@ -71,6 +71,9 @@ class TritonCBackend:
                                        server_handle(context))
                 entry = self._models[self._key] = [model, 0]
             entry[1] += 1
+        metrics = getattr(context, "custom_metrics", None)
+        if metrics is not None:  # the families backends make, on /metrics
+            metrics.add_source(triton_c.metrics_snapshot)
         gpu = device.startswith("cuda") or device.startswith("gpu")
         device_id = int(device.rsplit(":", 1)[1]) if ":" in device else 0
         try:

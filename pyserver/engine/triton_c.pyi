@@ -1,3 +1,5 @@
+from typing import Any, Callable
+
 from pyserver.engine.triton_bls import ServerHandle
 
 class BackendLibrary:
@@ -13,5 +15,9 @@ class Model:
 
 class Instance:
     def __init__(self, model: Model, name: str, kind: int, device_id: int) -> None: ...
-    def execute(self, pending: list, all_outputs: list) -> list: ...
+    def execute(self, pending: list, all_outputs: list,
+                on_response: Callable[[Any, tuple | None], None] | None = None
+                ) -> tuple[list, tuple[int, int, int, int] | None]: ...
     def close(self) -> None: ...
+
+def metrics_snapshot() -> list: ...

@@ -64,6 +64,7 @@ class CustomMetrics:
         self._families: dict[str, _CustomFamily] = {}
         self._ids: dict[int, object] = {}
         self._next = 1
+        self._sources: list = []  # other stores' snapshot functions (Triton C backends')
 
     def _new_id(self, obj) -> int:
         ident = self._next
@@ -168,6 +169,14 @@ class CustomMetrics:
             self._ids = {k: v for k, v in self._ids.items()
                          if id(v[1]) in live and (v[0] == "family" or v[2].owners)}
 
+    def add_source(self, snapshot) -> None:
+        """Families kept elsewhere (a callable returning what snapshot()
+        returns: the custom metrics Triton C backends make in
+        libtritonserver.so) shown with these."""
+        with self._lock:
+            if snapshot not in self._sources:
+                self._sources.append(snapshot)
+
     def snapshot(self) -> list:
         """Every family as (name, description, kind, [(labels, value, sum,
         buckets, counts)]): a counter's or gauge's value, a histogram's sum,
@@ -180,4 +189,7 @@ class CustomMetrics:
                           if family.kind == "histogram" else (dict(v.labels), v.value, 0.0, [], [])
                           for v in family.values.values()]
                 out.append((family.name, family.description, family.kind, values))
+            sources = list(self._sources)
+        for source in sources:
+            out.extend(source())
         return out

@@ -306,6 +306,54 @@ def test_model_control_from_a_backend_needs_explicit_mode(tmp_path, start_server
     assert "explicit model load / unload is not allowed" in err.value.message()
 
 
+METRICS = '''backend: "metrics"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+'''
+
+
+def test_custom_metrics_a_backend_makes_are_on_the_metrics_endpoint(tmp_path, start_server):
+    """metrics.c keeps a counter and a histogram (TRITONSERVER_Metric*):
+    /metrics shows them with their labels beside the server's own, and they
+    go when the model unloads (its ModelFinalize deletes them)."""
+    from pyserver.frontends.metrics import MetricsConfig
+    from pyserver.frontends.metrics.endpoint import MetricsFrontend
+
+    from .test_metrics import parse, value
+    from .test_python_services import scrape
+
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "metrics")
+    write_model(repo, "metrics", METRICS)
+    s = start_server(repo, backend_directory=str(backends), model_control_mode="explicit",
+                     load_models=["metrics"])
+    endpoint = MetricsFrontend(s.server, MetricsConfig.from_cli(metrics_address="127.0.0.1",
+                                                                metrics_port=0))
+    s.call(endpoint.start())
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        for v in (0.5, 5.0, 50.0):
+            inp = httpclient.InferInput("IN", [1], "FP32")
+            inp.set_data_from_numpy(np.array([v], dtype=np.float32))
+            client.infer("metrics", [inp])
+        text = scrape(endpoint.port)
+        samples = parse(text)
+        assert "# HELP c_requests Requests the C backend executed" in text
+        assert "# TYPE c_values histogram" in text
+        assert value(samples, "c_requests", model="metrics") == 3
+        assert value(samples, "c_values_count", model="metrics") == 3
+        assert value(samples, "c_values_sum", model="metrics") == 55.5
+        assert value(samples, "c_values_bucket", model="metrics", le="1") == 1
+        assert value(samples, "c_values_bucket", model="metrics", le="10") == 2
+        assert value(samples, "c_values_bucket", model="metrics", le="+Inf") == 3
+        assert value(samples, "nv_inference_request_success", model="metrics", version="1") == 3
+        client.unload_model("metrics")
+        assert "c_requests" not in scrape(endpoint.port)
+    finally:
+        s.call(endpoint.stop())
+
+
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pyserver/triton/response_sink.h"
@@ -29,10 +30,15 @@ struct TRITONSERVER_Parameter {
   pyserver::triton::Parameter parameter;
 };
 
-// Custom metrics a backend made: kept here, not yet exported on /metrics.
+// Custom metrics a backend made. Every live family is in the library's
+// registry (SnapshotMetrics), which /metrics reads beside the Python
+// models' families; a family's metrics and their values change under
+// MetricsMutex().
 struct TRITONSERVER_MetricFamily {
   TRITONSERVER_MetricKind kind;
   std::string name;
+  std::string description;
+  std::vector<TRITONSERVER_Metric*> metrics;  // live, in creation order
 };
 
 struct TRITONSERVER_MetricArgs {
@@ -43,14 +49,33 @@ struct TRITONSERVER_MetricArgs {
 
 struct TRITONSERVER_Metric {
   TRITONSERVER_MetricFamily* family;
-  double value = 0;                   // a counter's or a gauge's
-  std::vector<double> buckets;        // a histogram's upper bounds ...
-  std::vector<uint64_t> bucket_counts;  // ... and what fell at or under each
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;                     // a counter's or a gauge's
+  std::vector<double> buckets;          // a histogram's upper bounds ...
+  std::vector<uint64_t> bucket_counts;  // ... what fell in each (the last: above all)
   double sum = 0;
   uint64_t count = 0;
 };
 
 namespace pyserver::triton {
+
+// One metric of a family, as /metrics shows it.
+struct MetricSample {
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;  // a counter's or a gauge's; a histogram's sum
+  std::vector<double> buckets;
+  std::vector<uint64_t> bucket_counts;
+};
+
+struct MetricFamilySnapshot {
+  std::string name;
+  std::string description;
+  TRITONSERVER_MetricKind kind;
+  std::vector<MetricSample> samples;
+};
+
+// Every live custom metric family backends made, with its metrics' values.
+std::vector<MetricFamilySnapshot> SnapshotMetrics();
 
 // A batch's times as a backend reports them (all zero: none reported).
 struct BatchTimes {

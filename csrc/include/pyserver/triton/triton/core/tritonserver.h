@@ -137,7 +137,7 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceContext(
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceSpawnChildTrace(
     struct TRITONSERVER_InferenceTrace* trace, struct TRITONSERVER_InferenceTrace** child_trace);
 
-// Custom metrics: kept in the objects, not yet exported on /metrics.
+// Custom metrics: in libtritonserver.so's registry, which /metrics reads.
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
     struct TRITONSERVER_MetricFamily** family, const TRITONSERVER_MetricKind kind,
     const char* name, const char* description);
