@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "pyserver/cuda_runtime.h"
+#include "triton_api_internal.h"
 
 using pyserver::triton::Completion;
 using pyserver::triton::InputSpan;
@@ -18,17 +19,9 @@ using pyserver::triton::Parameter;
 using pyserver::triton::RequestInput;
 using pyserver::triton::Submission;
 
-#define API extern "C" TRITONSERVER_Error*
+using pyserver::triton::Err;
 
 namespace {
-
-TRITONSERVER_Error* Fail(TRITONSERVER_Error_Code code, std::string message) {
-  return new TRITONSERVER_Error{code, std::move(message)};
-}
-
-#define REQUIRE(p)                                                                \
-  if ((p) == nullptr)                                                             \
-  return Fail(TRITONSERVER_ERROR_INVALID_ARG, std::string(#p) + " is null")
 
 // Triton's prefix for a request's errors.
 std::string Tag(const TRITONSERVER_InferenceRequest* request) {
@@ -44,7 +37,7 @@ RequestInput* FindInput(TRITONSERVER_InferenceRequest* request, const char* name
 }
 
 TRITONSERVER_Error* NoSuchInput(TRITONSERVER_InferenceRequest* request, const char* name) {
-  return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+  return Err(TRITONSERVER_ERROR_INVALID_ARG,
               Tag(request) + "input '" + name + "' does not exist in request");
 }
 
@@ -61,7 +54,7 @@ thread_local TRITONSERVER_Server* t_initializing_server = nullptr;
 TRITONSERVER_Server g_no_server;  // a model served by no server
 
 TRITONSERVER_Error* NotServed() {
-  return Fail(TRITONSERVER_ERROR_UNAVAILABLE, "the model is not served by a running server");
+  return Err(TRITONSERVER_ERROR_UNAVAILABLE, "the model is not served by a running server");
 }
 
 // Sets the request's parameter `key` (replacing one of that name) to what
@@ -69,8 +62,8 @@ TRITONSERVER_Error* NotServed() {
 template <typename Fill>
 TRITONSERVER_Error* PutParameter(TRITONSERVER_InferenceRequest* request, const char* key,
                                  TRITONSERVER_ParameterType type, Fill fill) {
-  REQUIRE(request);
-  REQUIRE(key);
+  CHECK_ARG(request);
+  CHECK_ARG(key);
   Parameter parameter;
   parameter.name = key;
   parameter.type = type;
@@ -97,7 +90,7 @@ TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVE
   }
   const pyserver::CudaRuntime& cuda = pyserver::CudaRuntime::Get();
   if (!cuda.available()) {
-    return Fail(TRITONSERVER_ERROR_UNSUPPORTED,
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED,
                 "the response allocator gave GPU memory, and CUDA is not available: " +
                     cuda.reason());
   }
@@ -108,7 +101,7 @@ TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVE
   }
   if (status.ok()) status = cuda.StreamSynchronize(nullptr);
   if (!status.ok()) {
-    return Fail(static_cast<TRITONSERVER_Error_Code>(static_cast<int>(status.code()) - 1),
+    return Err(static_cast<TRITONSERVER_Error_Code>(static_cast<int>(status.code()) - 1),
                 status.message());
   }
   return nullptr;
@@ -124,13 +117,13 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
   response->allocator = s.callbacks.allocator;
   response->parameters = std::move(c.parameters);
   if (c.has_error) {
-    response->error = Fail(c.error_code, c.error_message);
+    response->error = Err(c.error_code, c.error_message);
     return response;
   }
   TRITONSERVER_ResponseAllocator* allocator = s.callbacks.allocator;
   TRITONSERVER_Error* err = nullptr;
   if (allocator == nullptr) {
-    err = Fail(TRITONSERVER_ERROR_INVALID_ARG, "the request has no response allocator");
+    err = Err(TRITONSERVER_ERROR_INVALID_ARG, "the request has no response allocator");
   } else if (allocator->start_fn != nullptr) {
     err = allocator->start_fn(allocator, s.callbacks.allocator_userp);
   }
@@ -147,7 +140,7 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
     if (err != nullptr) break;
     out.allocated = true;
     if (out.base == nullptr && out.byte_size > 0) {
-      err = Fail(TRITONSERVER_ERROR_INTERNAL,
+      err = Err(TRITONSERVER_ERROR_INTERNAL,
                  "the response allocator gave no buffer for output '" + out.name + "'");
     } else {
       err = CopyOut(out.base, tensor.data, out.memory_type, out.memory_type_id);
@@ -256,8 +249,8 @@ Status CreateServedModel(BackendLibrary* library, const std::string& name, uint6
 // ---- the server -----------------------------------------------------------
 
 API TRITONBACKEND_ModelServer(TRITONBACKEND_Model* model, TRITONSERVER_Server** server) {
-  REQUIRE(model);
-  REQUIRE(server);
+  CHECK_ARG(model);
+  CHECK_ARG(server);
   if (model->server != nullptr) {
     *server = model->server;
   } else if (t_initializing_server != nullptr) {
@@ -270,9 +263,9 @@ API TRITONBACKEND_ModelServer(TRITONBACKEND_Model* model, TRITONSERVER_Server** 
 
 API TRITONSERVER_ServerModelIsReady(TRITONSERVER_Server* server, const char* model_name,
                                     const int64_t model_version, bool* ready) {
-  REQUIRE(server);
-  REQUIRE(model_name);
-  REQUIRE(ready);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
+  CHECK_ARG(ready);
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.model_info == nullptr) return NotServed();
   uint32_t txn = 0;
@@ -290,10 +283,10 @@ API TRITONSERVER_ServerLoadModelWithParameters(TRITONSERVER_Server* server,
                                                const char* model_name,
                                                const TRITONSERVER_Parameter** parameters,
                                                const uint64_t parameter_count) {
-  REQUIRE(server);
-  REQUIRE(model_name);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
   if (parameters == nullptr && parameter_count != 0) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 "load parameters are not provided while parameter count is non-zero");
   }
   auto hooks = Hooks();
@@ -304,8 +297,8 @@ API TRITONSERVER_ServerLoadModelWithParameters(TRITONSERVER_Server* server,
 }
 
 API TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* server, const char* model_name) {
-  REQUIRE(server);
-  REQUIRE(model_name);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
   return hooks.unload_model(server->owner, model_name, false);
@@ -313,8 +306,8 @@ API TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* server, const char* mode
 
 API TRITONSERVER_ServerUnloadModelAndDependents(TRITONSERVER_Server* server,
                                                 const char* model_name) {
-  REQUIRE(server);
-  REQUIRE(model_name);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
   return hooks.unload_model(server->owner, model_name, true);
@@ -324,9 +317,9 @@ API TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* server,
                                                   const char* model_name,
                                                   const int64_t model_version,
                                                   uint32_t* txn_flags, void** voidp) {
-  REQUIRE(server);
-  REQUIRE(model_name);
-  REQUIRE(txn_flags);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
+  CHECK_ARG(txn_flags);
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.model_info == nullptr) return NotServed();
   bool ready = false;
@@ -337,15 +330,15 @@ API TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* server,
 API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
                                   TRITONSERVER_InferenceRequest* request,
                                   TRITONSERVER_InferenceTrace* trace) {
-  REQUIRE(server);
-  REQUIRE(request);
+  CHECK_ARG(server);
+  CHECK_ARG(request);
   if (trace != nullptr) {
-    return Fail(TRITONSERVER_ERROR_UNSUPPORTED, "inference tracing not supported");
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED, "inference tracing not supported");
   }
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.submit == nullptr) return NotServed();
   if (request->callbacks.response_fn == nullptr || request->callbacks.allocator == nullptr) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "the request has no response callback");
   }
   auto submission = std::make_shared<Submission>();
@@ -363,9 +356,9 @@ API TRITONSERVER_ResponseAllocatorNew(TRITONSERVER_ResponseAllocator** allocator
                                       TRITONSERVER_ResponseAllocatorAllocFn_t alloc_fn,
                                       TRITONSERVER_ResponseAllocatorReleaseFn_t release_fn,
                                       TRITONSERVER_ResponseAllocatorStartFn_t start_fn) {
-  REQUIRE(allocator);
-  REQUIRE(alloc_fn);
-  REQUIRE(release_fn);
+  CHECK_ARG(allocator);
+  CHECK_ARG(alloc_fn);
+  CHECK_ARG(release_fn);
   *allocator = new TRITONSERVER_ResponseAllocator();
   (*allocator)->alloc_fn = alloc_fn;
   (*allocator)->release_fn = release_fn;
@@ -376,14 +369,14 @@ API TRITONSERVER_ResponseAllocatorNew(TRITONSERVER_ResponseAllocator** allocator
 API TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction(
     TRITONSERVER_ResponseAllocator* allocator,
     TRITONSERVER_ResponseAllocatorBufferAttributesFn_t buffer_attributes_fn) {
-  REQUIRE(allocator);
+  CHECK_ARG(allocator);
   allocator->buffer_attributes_fn = buffer_attributes_fn;
   return nullptr;
 }
 
 API TRITONSERVER_ResponseAllocatorSetQueryFunction(TRITONSERVER_ResponseAllocator* allocator,
                                                    TRITONSERVER_ResponseAllocatorQueryFn_t fn) {
-  REQUIRE(allocator);
+  CHECK_ARG(allocator);
   allocator->query_fn = fn;
   return nullptr;
 }
@@ -398,9 +391,9 @@ API TRITONSERVER_ResponseAllocatorDelete(TRITONSERVER_ResponseAllocator* allocat
 API TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceRequest** request,
                                      TRITONSERVER_Server* server, const char* model_name,
                                      const int64_t model_version) {
-  REQUIRE(request);
-  REQUIRE(server);
-  REQUIRE(model_name);
+  CHECK_ARG(request);
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
   auto hooks = Hooks();
   if (server->owner != nullptr && hooks.model_info != nullptr) {
     bool ready = false;
@@ -422,39 +415,39 @@ API TRITONSERVER_InferenceRequestDelete(TRITONSERVER_InferenceRequest* request) 
 }
 
 API TRITONSERVER_InferenceRequestId(TRITONSERVER_InferenceRequest* request, const char** id) {
-  REQUIRE(request);
-  REQUIRE(id);
+  CHECK_ARG(request);
+  CHECK_ARG(id);
   *id = request->id.c_str();
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetId(TRITONSERVER_InferenceRequest* request, const char* id) {
-  REQUIRE(request);
-  REQUIRE(id);
+  CHECK_ARG(request);
+  CHECK_ARG(id);
   request->id = id;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestFlags(TRITONSERVER_InferenceRequest* request, uint32_t* flags) {
-  REQUIRE(request);
-  REQUIRE(flags);
+  CHECK_ARG(request);
+  CHECK_ARG(flags);
   *flags = request->flags;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetFlags(TRITONSERVER_InferenceRequest* request,
                                           uint32_t flags) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->flags = flags;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestCorrelationId(TRITONSERVER_InferenceRequest* request,
                                                uint64_t* correlation_id) {
-  REQUIRE(request);
-  REQUIRE(correlation_id);
+  CHECK_ARG(request);
+  CHECK_ARG(correlation_id);
   if (request->correlation_id_is_string) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "given request's correlation id is not an unsigned int");
   }
   *correlation_id = request->correlation_id;
@@ -463,10 +456,10 @@ API TRITONSERVER_InferenceRequestCorrelationId(TRITONSERVER_InferenceRequest* re
 
 API TRITONSERVER_InferenceRequestCorrelationIdString(TRITONSERVER_InferenceRequest* request,
                                                      const char** correlation_id) {
-  REQUIRE(request);
-  REQUIRE(correlation_id);
+  CHECK_ARG(request);
+  CHECK_ARG(correlation_id);
   if (!request->correlation_id_is_string) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "given request's correlation id is not a string");
   }
   *correlation_id = request->correlation_id_string.c_str();
@@ -475,7 +468,7 @@ API TRITONSERVER_InferenceRequestCorrelationIdString(TRITONSERVER_InferenceReque
 
 API TRITONSERVER_InferenceRequestSetCorrelationId(TRITONSERVER_InferenceRequest* request,
                                                   uint64_t correlation_id) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->correlation_id = correlation_id;
   request->correlation_id_is_string = false;
   return nullptr;
@@ -483,8 +476,8 @@ API TRITONSERVER_InferenceRequestSetCorrelationId(TRITONSERVER_InferenceRequest*
 
 API TRITONSERVER_InferenceRequestSetCorrelationIdString(TRITONSERVER_InferenceRequest* request,
                                                         const char* correlation_id) {
-  REQUIRE(request);
-  REQUIRE(correlation_id);
+  CHECK_ARG(request);
+  CHECK_ARG(correlation_id);
   request->correlation_id_string = correlation_id;
   request->correlation_id_is_string = true;
   return nullptr;
@@ -492,45 +485,45 @@ API TRITONSERVER_InferenceRequestSetCorrelationIdString(TRITONSERVER_InferenceRe
 
 API TRITONSERVER_InferenceRequestPriority(TRITONSERVER_InferenceRequest* request,
                                           uint32_t* priority) {
-  REQUIRE(request);
-  REQUIRE(priority);
+  CHECK_ARG(request);
+  CHECK_ARG(priority);
   *priority = static_cast<uint32_t>(request->priority);
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestPriorityUInt64(TRITONSERVER_InferenceRequest* request,
                                                 uint64_t* priority) {
-  REQUIRE(request);
-  REQUIRE(priority);
+  CHECK_ARG(request);
+  CHECK_ARG(priority);
   *priority = request->priority;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetPriority(TRITONSERVER_InferenceRequest* request,
                                              uint32_t priority) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->priority = priority;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetPriorityUInt64(TRITONSERVER_InferenceRequest* request,
                                                    uint64_t priority) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->priority = priority;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestTimeoutMicroseconds(TRITONSERVER_InferenceRequest* request,
                                                      uint64_t* timeout_us) {
-  REQUIRE(request);
-  REQUIRE(timeout_us);
+  CHECK_ARG(request);
+  CHECK_ARG(timeout_us);
   *timeout_us = request->timeout_us;
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(TRITONSERVER_InferenceRequest* request,
                                                         uint64_t timeout_us) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->timeout_us = timeout_us;
   return nullptr;
 }
@@ -541,16 +534,16 @@ API TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest* request
                                           const char* name,
                                           const TRITONSERVER_DataType datatype,
                                           const int64_t* shape, uint64_t dim_count) {
-  REQUIRE(request);
-  REQUIRE(name);
-  if (shape == nullptr && dim_count > 0) REQUIRE(shape);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
+  if (shape == nullptr && dim_count > 0) CHECK_ARG(shape);
   if (FindInput(request, name) != nullptr) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "input '" + name + "' already exists in request");
   }
   for (const auto& input : request->inputs) {
     if (input.raw) {
-      return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+      return Err(TRITONSERVER_ERROR_INVALID_ARG,
                   Tag(request) + "raw input '" + input.name +
                       "' can't be added to request with other inputs");
     }
@@ -565,10 +558,10 @@ API TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest* request
 
 API TRITONSERVER_InferenceRequestAddRawInput(TRITONSERVER_InferenceRequest* request,
                                              const char* name) {
-  REQUIRE(request);
-  REQUIRE(name);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
   if (!request->inputs.empty()) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 Tag(request) + "raw input '" + name +
                     "' can't be added to request with other inputs");
   }
@@ -581,8 +574,8 @@ API TRITONSERVER_InferenceRequestAddRawInput(TRITONSERVER_InferenceRequest* requ
 
 API TRITONSERVER_InferenceRequestRemoveInput(TRITONSERVER_InferenceRequest* request,
                                              const char* name) {
-  REQUIRE(request);
-  REQUIRE(name);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
   for (auto it = request->inputs.begin(); it != request->inputs.end(); ++it) {
     if (it->name == name) {
       request->inputs.erase(it);
@@ -593,7 +586,7 @@ API TRITONSERVER_InferenceRequestRemoveInput(TRITONSERVER_InferenceRequest* requ
 }
 
 API TRITONSERVER_InferenceRequestRemoveAllInputs(TRITONSERVER_InferenceRequest* request) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->inputs.clear();
   return nullptr;
 }
@@ -603,13 +596,13 @@ API TRITONSERVER_InferenceRequestAppendInputData(TRITONSERVER_InferenceRequest* 
                                                  size_t byte_size,
                                                  TRITONSERVER_MemoryType memory_type,
                                                  int64_t) {
-  REQUIRE(request);
-  REQUIRE(name);
-  if (base == nullptr && byte_size > 0) REQUIRE(base);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
+  if (base == nullptr && byte_size > 0) CHECK_ARG(base);
   RequestInput* input = FindInput(request, name);
   if (input == nullptr) return NoSuchInput(request, name);
   if (memory_type == TRITONSERVER_MEMORY_GPU) {
-    return Fail(TRITONSERVER_ERROR_UNSUPPORTED,
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED,
                 Tag(request) + "input '" + name +
                     "': GPU memory is not supported for BLS inputs by pyserver");
   }
@@ -629,7 +622,7 @@ API TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy(
 API TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
     TRITONSERVER_InferenceRequest* request, const char* name, const void* base,
     TRITONSERVER_BufferAttributes* attributes) {
-  REQUIRE(attributes);
+  CHECK_ARG(attributes);
   size_t byte_size = 0;
   TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
   int64_t memory_type_id = 0;
@@ -645,8 +638,8 @@ API TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
 
 API TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceRequest* request,
                                                     const char* name) {
-  REQUIRE(request);
-  REQUIRE(name);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
   RequestInput* input = FindInput(request, name);
   if (input == nullptr) return NoSuchInput(request, name);
   input->spans.clear();
@@ -658,11 +651,11 @@ API TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceReques
 
 API TRITONSERVER_InferenceRequestAddRequestedOutput(TRITONSERVER_InferenceRequest* request,
                                                     const char* name) {
-  REQUIRE(request);
-  REQUIRE(name);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
   for (const auto& output : request->requested_outputs) {
     if (output == name) {
-      return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+      return Err(TRITONSERVER_ERROR_INVALID_ARG,
                   Tag(request) + "output '" + name + "' already exists in request");
     }
   }
@@ -672,8 +665,8 @@ API TRITONSERVER_InferenceRequestAddRequestedOutput(TRITONSERVER_InferenceReques
 
 API TRITONSERVER_InferenceRequestRemoveRequestedOutput(TRITONSERVER_InferenceRequest* request,
                                                        const char* name) {
-  REQUIRE(request);
-  REQUIRE(name);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
   for (auto it = request->requested_outputs.begin(); it != request->requested_outputs.end();
        ++it) {
     if (*it == name) {
@@ -681,20 +674,20 @@ API TRITONSERVER_InferenceRequestRemoveRequestedOutput(TRITONSERVER_InferenceReq
       return nullptr;
     }
   }
-  return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+  return Err(TRITONSERVER_ERROR_INVALID_ARG,
               Tag(request) + "output '" + name + "' does not exist in request");
 }
 
 API TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(
     TRITONSERVER_InferenceRequest* request) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->requested_outputs.clear();
   return nullptr;
 }
 
 API TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest* request,
                                                     const char* key, const char* value) {
-  REQUIRE(value);
+  CHECK_ARG(value);
   return PutParameter(request, key, TRITONSERVER_PARAMETER_STRING,
                       [&](Parameter* p) { p->string_value = value; });
 }
@@ -720,7 +713,7 @@ API TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceReques
 API TRITONSERVER_InferenceRequestSetReleaseCallback(
     TRITONSERVER_InferenceRequest* request, TRITONSERVER_InferenceRequestReleaseFn_t release_fn,
     void* release_userp) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->callbacks.release_fn = release_fn;
   request->callbacks.release_userp = release_userp;
   return nullptr;
@@ -730,7 +723,7 @@ API TRITONSERVER_InferenceRequestSetResponseCallback(
     TRITONSERVER_InferenceRequest* request, TRITONSERVER_ResponseAllocator* allocator,
     void* allocator_userp, TRITONSERVER_InferenceResponseCompleteFn_t response_fn,
     void* response_userp) {
-  REQUIRE(request);
+  CHECK_ARG(request);
   request->callbacks.allocator = allocator;
   request->callbacks.allocator_userp = allocator_userp;
   request->callbacks.response_fn = response_fn;
@@ -760,15 +753,15 @@ API TRITONSERVER_InferenceResponseDelete(TRITONSERVER_InferenceResponse* respons
 }
 
 API TRITONSERVER_InferenceResponseError(TRITONSERVER_InferenceResponse* response) {
-  REQUIRE(response);
+  CHECK_ARG(response);
   return response->error;
 }
 
 API TRITONSERVER_InferenceResponseModel(TRITONSERVER_InferenceResponse* response,
                                         const char** model_name, int64_t* model_version) {
-  REQUIRE(response);
-  REQUIRE(model_name);
-  REQUIRE(model_version);
+  CHECK_ARG(response);
+  CHECK_ARG(model_name);
+  CHECK_ARG(model_version);
   *model_name = response->model_name.c_str();
   *model_version = response->model_version;
   return nullptr;
@@ -776,16 +769,16 @@ API TRITONSERVER_InferenceResponseModel(TRITONSERVER_InferenceResponse* response
 
 API TRITONSERVER_InferenceResponseId(TRITONSERVER_InferenceResponse* response,
                                      const char** request_id) {
-  REQUIRE(response);
-  REQUIRE(request_id);
+  CHECK_ARG(response);
+  CHECK_ARG(request_id);
   *request_id = response->id.c_str();
   return nullptr;
 }
 
 API TRITONSERVER_InferenceResponseParameterCount(TRITONSERVER_InferenceResponse* response,
                                                  uint32_t* count) {
-  REQUIRE(response);
-  REQUIRE(count);
+  CHECK_ARG(response);
+  CHECK_ARG(count);
   *count = static_cast<uint32_t>(response->parameters.size());
   return nullptr;
 }
@@ -794,9 +787,9 @@ API TRITONSERVER_InferenceResponseParameter(TRITONSERVER_InferenceResponse* resp
                                             const uint32_t index, const char** name,
                                             TRITONSERVER_ParameterType* type,
                                             const void** vvalue) {
-  REQUIRE(response);
+  CHECK_ARG(response);
   if (index >= response->parameters.size()) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 "out of bounds index " + std::to_string(index) +
                     std::string(": response has ") +
                     std::to_string(response->parameters.size()) + " parameters");
@@ -810,8 +803,8 @@ API TRITONSERVER_InferenceResponseParameter(TRITONSERVER_InferenceResponse* resp
 
 API TRITONSERVER_InferenceResponseOutputCount(TRITONSERVER_InferenceResponse* response,
                                               uint32_t* count) {
-  REQUIRE(response);
-  REQUIRE(count);
+  CHECK_ARG(response);
+  CHECK_ARG(count);
   *count = static_cast<uint32_t>(response->outputs.size());
   return nullptr;
 }
@@ -822,9 +815,9 @@ API TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse* respons
                                          uint64_t* dim_count, const void** base,
                                          size_t* byte_size, TRITONSERVER_MemoryType* memory_type,
                                          int64_t* memory_type_id, void** userp) {
-  REQUIRE(response);
+  CHECK_ARG(response);
   if (index >= response->outputs.size()) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG,
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
                 "out of bounds index " + std::to_string(index) +
                     std::string(": response has ") + std::to_string(response->outputs.size()) +
                     " outputs");
@@ -845,10 +838,10 @@ API TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse* respons
 API TRITONSERVER_InferenceResponseOutputClassificationLabel(
     TRITONSERVER_InferenceResponse* response, const uint32_t index, const size_t,
     const char** label) {
-  REQUIRE(response);
-  REQUIRE(label);
+  CHECK_ARG(response);
+  CHECK_ARG(label);
   if (index >= response->outputs.size()) {
-    return Fail(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index));
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "out of bounds index " + std::to_string(index));
   }
   *label = nullptr;  // pyserver keeps no label files for C backends' outputs
   return nullptr;
