@@ -459,7 +459,7 @@ API TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** response,
                               TRITONBACKEND_Request* request) {
   CHECK_ARG(request);
   request->sink->AddHolder();
-  *response = new TRITONBACKEND_Response{request->sink, {}};
+  *response = new TRITONBACKEND_Response{request->sink, {}, {}};
   return nullptr;
 }
 
@@ -467,7 +467,7 @@ API TRITONBACKEND_ResponseNewFromFactory(TRITONBACKEND_Response** response,
                                          TRITONBACKEND_ResponseFactory* factory) {
   CHECK_ARG(factory);
   factory->sink->AddHolder();
-  *response = new TRITONBACKEND_Response{factory->sink, {}};
+  *response = new TRITONBACKEND_Response{factory->sink, {}, {}};
   return nullptr;
 }
 
