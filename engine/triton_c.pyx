@@ -49,6 +49,7 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         vector[SentResponse] Take()
         cbool HandOff()
         void SetCancelled()
+        vector[unique_ptr[OutputTensor]] TakeStates()
         void GoLate(DeliverHook deliver, DoneHook done, void* owner)
 
 
@@ -75,6 +76,8 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         vector[TRITONBACKEND_Input] inputs
         vector[string] requested_outputs
         shared_ptr[ResponseSink] sink
+        const vector[string]* state_names
+        string model_name
 
     cdef cppclass BatchTimes "pyserver::triton::BatchTimes":
         uint64_t exec_start_ns
@@ -159,6 +162,15 @@ cdef class Model:
         self.model.reset()
 
 
+cdef object _array(OutputTensor* t):
+    """A tensor the backend filled, as a numpy array of its own bytes."""
+    shape = tuple(t.shape)
+    raw = t.data.data()[:t.data.size()] if t.data.size() else b""
+    if t.datatype == BYTES_CODE:
+        return deserialize_bytes_tensor(raw).reshape(shape)
+    return np.frombuffer(raw, dtype=CODE_TO_NUMPY[t.datatype]).reshape(shape)
+
+
 cdef object _to_python(SentResponse& sent):
     """(outputs dict or None, (code, message) or None, final, response
     parameters dict or None)."""
@@ -171,13 +183,7 @@ cdef object _to_python(SentResponse& sent):
         outputs = {}
         for i in range(sent.outputs.size()):
             t = sent.outputs[i].get()
-            shape = tuple(t.shape)
-            raw = t.data.data()[:t.data.size()] if t.data.size() else b""
-            if t.datatype == BYTES_CODE:
-                arr = deserialize_bytes_tensor(raw).reshape(shape)
-            else:
-                arr = np.frombuffer(raw, dtype=CODE_TO_NUMPY[t.datatype]).reshape(shape)
-            outputs[t.name.decode()] = arr
+            outputs[t.name.decode()] = _array(t)
     parameters = None
     if sent.parameters.size():
         parameters = {}
@@ -216,9 +222,15 @@ cdef class Instance:
     """A model instance; execute() runs one batch of pending requests."""
     cdef unique_ptr[CInstance] instance
     cdef Model owner
+    cdef vector[string] state_names  # implicit state outputs (TRITONBACKEND_StateNew)
+    cdef string model_name
 
-    def __init__(self, Model model, str name, int kind, int device_id):
+    def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
+                 str model_name=""):
         self.owner = model
+        for state in state_names or ():
+            self.state_names.push_back(state.encode())
+        self.model_name = model_name.encode()
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
@@ -232,8 +244,11 @@ cdef class Instance:
         when the request's last handle went without the final flag) as it is
         sent, on the sending thread; the results are None. Also returns the
         times the backend reported for the batch (start, compute start,
-        compute end, end) or None. A request that names no outputs asks for
-        all_outputs (the model's, as Triton fills them in)."""
+        compute end, end) or None, and, for a model with implicit state that
+        is not decoupled, per request the states its backend updated
+        (TRITONBACKEND_StateUpdate: {output name: array}), else None. A
+        request that names no outputs asks for all_outputs (the model's, as
+        Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
         cdef TRITONBACKEND_Input tin
@@ -244,8 +259,10 @@ cdef class Instance:
         cdef ResponseSink* sink
         cdef _Late late
         cdef cbool handed_off
+        cdef vector[unique_ptr[OutputTensor]] updated
         keeps = []  # per request, its inputs' bytes
         results = []
+        states = [] if on_response is None and self.state_names.size() else None
         try:
             for p in pending:
                 r = new TRITONBACKEND_Request()
@@ -254,6 +271,8 @@ cdef class Instance:
                 keeps.append(keep)
                 request = p.request
                 r.id = str(request.id).encode()
+                r.state_names = &self.state_names
+                r.model_name = self.model_name
                 corr, flags, user = request_properties(request.parameters)
                 if isinstance(corr, str):
                     r.correlation_id_string = corr.encode()
@@ -298,6 +317,10 @@ cdef class Instance:
                         sink.WaitDone()
                     sent = sink.Take()
                     results.append([_to_python(sent[j]) for j in range(sent.size())])
+                    if states is not None:
+                        updated = sink.TakeStates()
+                        states.append({updated[j].get().name.decode(): _array(updated[j].get())
+                                       for j in range(updated.size())})
                     continue
                 late = _Late()
                 late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
@@ -312,9 +335,9 @@ cdef class Instance:
             for i in range(requests.size()):
                 del requests[i]
         if times.compute_start_ns == 0:
-            return results, None
+            return results, None, states
         return results, (times.exec_start_ns, times.compute_start_ns, times.compute_end_ns,
-                         times.exec_end_ns)
+                         times.exec_end_ns), states
 
     def close(self):
         self.instance.reset()

@@ -598,18 +598,50 @@ API TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* instance,
   return nullptr;
 }
 
-API TRITONBACKEND_StateNew(TRITONBACKEND_State**, TRITONBACKEND_Request*, const char*,
-                           const TRITONSERVER_DataType, const int64_t*, const uint32_t) {
-  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+API TRITONBACKEND_StateNew(TRITONBACKEND_State** state, TRITONBACKEND_Request* request,
+                           const char* name, const TRITONSERVER_DataType datatype,
+                           const int64_t* shape, const uint32_t dims_count) {
+  CHECK_ARG(state);
+  CHECK_ARG(request);
+  CHECK_ARG(name);
+  if (request->state_names == nullptr || request->state_names->empty()) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               std::string("unable to add state '") + name +
+                   "'. State configuration is missing for model '" + request->model_name +
+                   "'.");
+  }
+  bool known = false;
+  for (const std::string& s : *request->state_names) known = known || s == name;
+  if (!known) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               std::string("state '") + name + "' is not a valid state name.");
+  }
+  auto made = std::make_unique<TRITONBACKEND_State>();
+  made->sink = request->sink;
+  made->tensor.name = name;
+  made->tensor.datatype = datatype;
+  made->tensor.shape.assign(shape, shape + dims_count);
+  *state = made.get();
+  request->states.push_back(std::move(made));
+  return nullptr;
 }
 
-API TRITONBACKEND_StateUpdate(TRITONBACKEND_State*) {
-  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+API TRITONBACKEND_StateBuffer(TRITONBACKEND_State* state, void** buffer,
+                              const uint64_t buffer_byte_size,
+                              TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id) {
+  CHECK_ARG(state);
+  state->tensor.data.resize(buffer_byte_size);
+  state->tensor.attributes.byte_size = buffer_byte_size;
+  *memory_type = TRITONSERVER_MEMORY_CPU;  // whatever was asked for, as OutputBuffer
+  *memory_type_id = 0;
+  *buffer = state->tensor.data.data();
+  return nullptr;
 }
 
-API TRITONBACKEND_StateBuffer(TRITONBACKEND_State*, void**, const uint64_t,
-                              TRITONSERVER_MemoryType*, int64_t*) {
-  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+API TRITONBACKEND_StateUpdate(TRITONBACKEND_State* state) {
+  CHECK_ARG(state);
+  state->sink->UpdateState(std::make_unique<OutputTensor>(state->tensor));
+  return nullptr;
 }
 
 API TRITONSERVER_BufferAttributesNew(TRITONSERVER_BufferAttributes** buffer_attributes) {

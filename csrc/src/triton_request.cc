@@ -254,8 +254,11 @@ API TRITONBACKEND_ModelInstanceProfileName(TRITONBACKEND_ModelInstance* instance
              "out of bounds index " + std::to_string(index) + ": instance has 0 profiles");
 }
 
-API TRITONBACKEND_StateBufferAttributes(TRITONBACKEND_State*, TRITONSERVER_BufferAttributes**) {
-  return Err(TRITONSERVER_ERROR_UNSUPPORTED, "implicit state is not supported for C backends");
+API TRITONBACKEND_StateBufferAttributes(TRITONBACKEND_State* state,
+                                        TRITONSERVER_BufferAttributes** buffer_attributes) {
+  CHECK_ARG(state);
+  *buffer_attributes = &state->tensor.attributes;
+  return nullptr;
 }
 
 API TRITONBACKEND_BackendArtifacts(TRITONBACKEND_Backend* backend,

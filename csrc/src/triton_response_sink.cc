@@ -66,6 +66,24 @@ std::vector<SentResponse> ResponseSink::Take() {
   return out;
 }
 
+void ResponseSink::UpdateState(std::unique_ptr<OutputTensor> state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& kept : states_) {
+    if (kept->name == state->name) {
+      kept = std::move(state);
+      return;
+    }
+  }
+  states_.push_back(std::move(state));
+}
+
+std::vector<std::unique_ptr<OutputTensor>> ResponseSink::TakeStates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<OutputTensor>> out;
+  out.swap(states_);
+  return out;
+}
+
 void ResponseSink::GoLate(DeliverHook deliver, DoneHook done, void* owner) {
   std::unique_lock<std::mutex> lock(mu_);
   deliver_ = deliver;

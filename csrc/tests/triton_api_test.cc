@@ -207,6 +207,42 @@ TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
   TRITONSERVER_MetricFamilyDelete(gauges);
 }
 
+TEST(TritonApi, ImplicitStateIsCheckedAndTheLastUpdateWins) {
+  TRITONBACKEND_Request request;
+  request.model_name = "m";
+  const int64_t shape[1] = {1};
+  TRITONBACKEND_State* state;
+  TRITONSERVER_Error* no_states =
+      TRITONBACKEND_StateNew(&state, &request, "S", TRITONSERVER_TYPE_INT32, shape, 1);
+  ASSERT_NE(no_states, nullptr);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(no_states),
+               "unable to add state 'S'. State configuration is missing for model 'm'.");
+  TRITONSERVER_ErrorDelete(no_states);
+  const std::vector<std::string> names{"S"};
+  request.state_names = &names;
+  TRITONSERVER_Error* unknown =
+      TRITONBACKEND_StateNew(&state, &request, "T", TRITONSERVER_TYPE_INT32, shape, 1);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(unknown), "state 'T' is not a valid state name.");
+  TRITONSERVER_ErrorDelete(unknown);
+  for (int32_t v : {1, 2}) {
+    ASSERT_EQ(TRITONBACKEND_StateNew(&state, &request, "S", TRITONSERVER_TYPE_INT32, shape, 1),
+              nullptr);
+    void* buffer;
+    TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_GPU;
+    int64_t mem_id = 0;
+    ASSERT_EQ(TRITONBACKEND_StateBuffer(state, &buffer, sizeof(v), &mem, &mem_id), nullptr);
+    EXPECT_EQ(mem, TRITONSERVER_MEMORY_CPU);
+    std::memcpy(buffer, &v, sizeof(v));
+    ASSERT_EQ(TRITONBACKEND_StateUpdate(state), nullptr);
+  }
+  auto states = request.sink->TakeStates();
+  ASSERT_EQ(states.size(), 1u);
+  int32_t kept;
+  std::memcpy(&kept, states[0]->data.data(), sizeof(kept));
+  EXPECT_EQ(kept, 2);
+}
+
 TEST(TritonApi, ALibraryWithoutExecuteIsRefused) {
   std::unique_ptr<BackendLibrary> library;
   Status missing = BackendLibrary::Create("/nonexistent/libtriton_x.so", "x", "{}", &library);

@@ -61,6 +61,7 @@ class TritonCBackend:
         self.decoupled = config.model_transaction_policy.decoupled
         self._mv = None
         self._outputs = [o.name.encode() for o in config.output]
+        self._states = [(st.input_name, st.output_name) for st in config.sequence_batching.state]
         self._key = str(version_dir)
         with _lock:
             entry = self._models.get(self._key)
@@ -78,7 +79,8 @@ class TritonCBackend:
         device_id = int(device.rsplit(":", 1)[1]) if ":" in device else 0
         try:
             self.instance = triton_c.Instance(entry[0], instance_name, 2 if gpu else 1,
-                                              device_id)
+                                              device_id, [out for _, out in self._states],
+                                              config.name)
         except BaseException:
             self._release_model()
             raise
@@ -93,14 +95,28 @@ class TritonCBackend:
         backend sends them, also after Execute returned). The results carry
         the times the backend reported for the batch, if it did."""
         if self.decoupled:
-            sent, times = self.instance.execute(pending, self._outputs, self._respond)
+            sent, times, _ = self.instance.execute(pending, self._outputs, self._respond)
             results = TimedResults(sent)
         else:
-            sent, times = self.instance.execute(pending, self._outputs)
+            sent, times, states = self.instance.execute(pending, self._outputs)
             results = TimedResults(self._single(responses) for responses in sent)
+            if states is not None:
+                self._add_states(pending, results, states)
         if times is not None:
             results.times = times
         return results
+
+    def _add_states(self, pending: list, results: list, states: list) -> None:
+        """Each answered request's implicit states beside its outputs (the
+        server keeps them for its sequence): what the backend updated, else
+        what it was given (Triton: a state not updated stays as it was)."""
+        for i, (p, updated) in enumerate(zip(pending, states)):
+            outputs = results[i][0] if type(results[i]) is tuple else results[i]
+            if type(outputs) is not dict:
+                continue  # failed: its sequence keeps its states
+            for input_name, output_name in self._states:
+                value = updated.get(output_name)
+                outputs[output_name] = p.arrays[input_name] if value is None else value
 
     def _single(self, responses: list):
         for outputs, error, _final, parameters in responses:

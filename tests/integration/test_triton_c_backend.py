@@ -354,6 +354,49 @@ def test_custom_metrics_a_backend_makes_are_on_the_metrics_endpoint(tmp_path, st
         s.call(endpoint.stop())
 
 
+ACCUMULATE = '''backend: "accumulate"
+max_batch_size: 0
+sequence_batching {
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32
+            dims: [ 1 ] initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true
+                                        name: "zero" } } ]
+}
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+'''
+
+
+def test_implicit_state_through_the_state_api(tmp_path, start_server):
+    """accumulate.c keeps a running sum in an implicit state
+    (TRITONBACKEND_StateNew/StateBuffer/StateUpdate): each sequence has its
+    own, a request that does not update it leaves it as it was, the state is
+    not an output the client sees, and an unknown state name is the
+    request's error with Triton's text."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "accumulate")
+    write_model(repo, "accumulate", ACCUMULATE)
+    s = start_server(repo, backend_directory=str(backends))
+
+    def add(corr, value, start=False, end=False, **parameters):
+        result = infer_in(s.url, "accumulate", [value], sequence_id=corr, sequence_start=start,
+                          sequence_end=end, parameters=parameters or None)
+        assert result.as_numpy("OUTPUT_STATE") is None
+        return int(result.as_numpy("OUT")[0])
+
+    assert add(7, 1, start=True) == 1
+    assert add(8, 10, start=True) == 10
+    assert add(7, 2) == 3
+    assert add(8, 5) == 15
+    assert add(7, 100, skip_update=True) == 103  # the state stays 3
+    assert add(7, 4) == 7
+    with pytest.raises(InferenceServerException) as err:
+        add(7, 1, bad_state=True)
+    assert "state 'NOPE' is not a valid state name." in err.value.message()
+    assert add(7, 1, end=True) == 8  # the failed request left the state
+    assert add(7, 5, start=True) == 5  # a new sequence starts from zero
+
+
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))

@@ -147,6 +147,14 @@ struct TRITONBACKEND_Input {
   TRITONSERVER_BufferAttributes attributes;  // TRITONBACKEND_InputBufferAttributes
 };
 
+// A state a backend made for a request (TRITONBACKEND_StateNew); the
+// request owns it, as Triton's does. TRITONBACKEND_StateUpdate gives the
+// request's sink a copy of its value.
+struct TRITONBACKEND_State {
+  std::shared_ptr<pyserver::triton::ResponseSink> sink;
+  pyserver::triton::OutputTensor tensor;
+};
+
 struct TRITONBACKEND_Request {
   std::string id;
   uint64_t correlation_id = 0;
@@ -155,6 +163,11 @@ struct TRITONBACKEND_Request {
   uint32_t flags = 0;  // TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END
   uint64_t timeout_us = 0;
   std::vector<pyserver::triton::Parameter> parameters;  // the client's, less the reserved
+  // The model's implicit state outputs (sequence_batching.state), or null
+  // when it has none; owned by the caller, alive while the request is.
+  const std::vector<std::string>* state_names = nullptr;
+  std::string model_name;  // for the texts of state errors
+  std::vector<std::unique_ptr<TRITONBACKEND_State>> states;
   std::vector<TRITONBACKEND_Input> inputs;
   std::vector<std::string> requested_outputs;
   std::shared_ptr<pyserver::triton::ResponseSink> sink =

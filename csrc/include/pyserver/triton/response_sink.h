@@ -90,6 +90,11 @@ class ResponseSink {
   void WaitDone();
   std::vector<SentResponse> Take();
 
+  // TRITONBACKEND_StateUpdate: the request's new value of one implicit
+  // state (replacing one of the same name); TakeStates after WaitDone.
+  void UpdateState(std::unique_ptr<OutputTensor> state);
+  std::vector<std::unique_ptr<OutputTensor>> TakeStates();
+
   // TRITONBACKEND_RequestIsCancelled / ResponseFactoryIsCancelled: what
   // the server knew when the batch started, or at the last late response.
   void SetCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -109,6 +114,7 @@ class ResponseSink {
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<SentResponse> sent_;
+  std::vector<std::unique_ptr<OutputTensor>> states_;
   int holders_ = 0;
   bool released_ = false;
   bool handed_off_ = false;
