@@ -15,6 +15,11 @@ inline TRITONSERVER_Error* Err(TRITONSERVER_Error_Code code, std::string message
   return new TRITONSERVER_Error{code, std::move(message)};
 }
 
+// Triton's prefix for a request's errors.
+inline std::string RequestTag(const std::string& id) {
+  return "[request id: " + (id.empty() ? std::string("<id_unknown>") : id) + "] ";
+}
+
 inline TRITONSERVER_Error* Null(const char* what) {
   return Err(TRITONSERVER_ERROR_INVALID_ARG, std::string(what) + " is null");
 }

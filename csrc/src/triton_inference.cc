@@ -23,10 +23,8 @@ using pyserver::triton::Err;
 
 namespace {
 
-// Triton's prefix for a request's errors.
 std::string Tag(const TRITONSERVER_InferenceRequest* request) {
-  return "[request id: " + (request->id.empty() ? std::string("<id_unknown>") : request->id) +
-         "] ";
+  return pyserver::triton::RequestTag(request->id);
 }
 
 RequestInput* FindInput(TRITONSERVER_InferenceRequest* request, const char* name) {
@@ -296,21 +294,26 @@ API TRITONSERVER_ServerLoadModelWithParameters(TRITONSERVER_Server* server,
   return hooks.load_model(server->owner, model_name, given);
 }
 
-API TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* server, const char* model_name) {
+namespace {
+
+TRITONSERVER_Error* Unload(TRITONSERVER_Server* server, const char* model_name,
+                           bool unload_dependents) {
   CHECK_ARG(server);
   CHECK_ARG(model_name);
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
-  return hooks.unload_model(server->owner, model_name, false);
+  return hooks.unload_model(server->owner, model_name, unload_dependents);
+}
+
+}  // namespace
+
+API TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* server, const char* model_name) {
+  return Unload(server, model_name, false);
 }
 
 API TRITONSERVER_ServerUnloadModelAndDependents(TRITONSERVER_Server* server,
                                                 const char* model_name) {
-  CHECK_ARG(server);
-  CHECK_ARG(model_name);
-  auto hooks = Hooks();
-  if (server->owner == nullptr || hooks.unload_model == nullptr) return NotServed();
-  return hooks.unload_model(server->owner, model_name, true);
+  return Unload(server, model_name, true);
 }
 
 API TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* server,

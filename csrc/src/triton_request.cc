@@ -13,11 +13,6 @@ using pyserver::triton::Parameter;
 
 namespace {
 
-// Triton prefixes a request's errors with its ID, when it has one.
-std::string RequestPrefix(const TRITONBACKEND_Request* request) {
-  return request->id.empty() ? "" : "[request id: " + request->id + "] ";
-}
-
 TRITONSERVER_Error* AddParameter(TRITONBACKEND_Response* response, const char* name,
                                  Parameter parameter) {
   CHECK_ARG(response);
@@ -34,8 +29,8 @@ TRITONSERVER_Error* AddParameter(TRITONBACKEND_Response* response, const char* n
 API TRITONBACKEND_RequestCorrelationIdString(TRITONBACKEND_Request* request, const char** id) {
   CHECK_ARG(request);
   if (!request->correlation_is_string && request->correlation_id != 0) {
-    return Err(TRITONSERVER_ERROR_INVALID_ARG,
-               RequestPrefix(request) + "correlation ID in request is not a string");
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, pyserver::triton::RequestTag(request->id) +
+                                                   "correlation ID in request is not a string");
   }
   *id = request->correlation_id_string.c_str();
   return nullptr;
