@@ -429,3 +429,26 @@ def test_initialize_failures_fail_the_load(tmp_path, start_server):
     assert "model init failed on purpose" in index["fail_model_init"]["reason"]
     assert "instance init failed on purpose" in index["fail_instance_init"]["reason"]
     assert not client.is_model_ready("fail_model_init")
+
+
+def test_classification_of_a_c_backend_output(tmp_path, start_grpc):  # noqa: F811
+    """Triton's classification extension on what a C backend computed: the
+    top-k of each batch row as "value:index:label" over HTTP and gRPC."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "identity")
+    write_model(repo, "identity", IDENTITY.replace(
+        'dims: [ -1 ] } ]\ndynamic', 'dims: [ -1 ] label_filename: "labels.txt" } ]\ndynamic'))
+    (repo / "identity" / "labels.txt").write_text("zero\none\ntwo\nthree\n")
+    s = start_grpc(repo, backend_directory=str(backends))
+    x = np.array([[0.5, 3.0, 1.0, 2.0], [9.0, 0.0, 8.0, 1.0]], dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    out = httpclient.InferRequestedOutput("OUTPUT0", class_count=2)
+    got = httpclient.InferenceServerClient(s.url).infer("identity", [inp], outputs=[out])
+    assert got.as_numpy("OUTPUT0").tolist() == [[b"3.000000:1:one", b"2.000000:3:three"],
+                                                [b"9.000000:0:zero", b"8.000000:2:two"]]
+    ginp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+    ginp.set_data_from_numpy(x)
+    gout = grpcclient.InferRequestedOutput("OUTPUT0", class_count=1)
+    got = grpcclient.InferenceServerClient(s.grpc_url).infer("identity", [ginp], outputs=[gout])
+    assert got.as_numpy("OUTPUT0").tolist() == [[b"3.000000:1:one"], [b"9.000000:0:zero"]]
