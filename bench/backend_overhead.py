@@ -159,7 +159,7 @@ class DirectOpenVINO(DirectRunner):
         model.reshape({port.get_any_name(): ov.PartialShape([-1, features])
                        for port in model.inputs})
         compiled = core.compile_model(model, "CPU", device_properties(config, compute_cores()))
-        request = compiled.create_infer_request()
+        self.request = request = compiled.create_infer_request()
         self.run_options = None
 
         class Session:

@@ -24,8 +24,8 @@ with. Each round runs two ways, alternated:
 For each it prints the mean wall time of infer per batch size and
 OpenVINO's own latency of the same calls (InferRequest.latency, measured
 inside OpenVINO, without the GIL or the Python wrapper), and the ratio
-back-to-back / pipelined of OpenVINO's latency, batch-weighted as
-backend_overhead.py's mean batch. A ratio well below 1 means the model's
+back-to-back / pipelined of OpenVINO's latency per row, every batch size
+counted equally often (the producer cycles through them). A ratio well below 1 means the model's
 compute itself slows when it runs between waits beside a busy front end,
 whatever the server.
 """
@@ -46,16 +46,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from backend_overhead import MODEL, request_body, to_openvino  # noqa: E402
+from backend_overhead import MODEL, DirectOpenVINO, request_body, to_openvino  # noqa: E402
 
 SIZES = (1, 2, 4, 8, 16)
 
 
 def compile_mlp(folder: Path, features: int, hidden: int, pinning: str | None):
-    import openvino as ov
-
-    from pyserver.backends._common import compute_cores
-    from pyserver.backends.openvino import device_properties
+    """The MLP as backend_overhead.py's direct OpenVINO side compiles it:
+    its infer request."""
     from pyserver.config import load_config_file, normalize
     from pyserver.testing import mlp_weights, write_mlp
 
@@ -68,24 +66,37 @@ def compile_mlp(folder: Path, features: int, hidden: int, pinning: str | None):
     model_dir = folder / MODEL
     to_openvino(model_dir)
     config = normalize(load_config_file(model_dir / "config.pbtxt"), MODEL)
-    core = ov.Core()
-    model = core.read_model(str(model_dir / "1" / "model.xml"))
-    model.reshape({p.get_any_name(): ov.PartialShape([-1, features]) for p in model.inputs})
-    compiled = core.compile_model(model, "CPU", device_properties(config, compute_cores()))
-    return compiled.create_infer_request()
+    return DirectOpenVINO(model_dir / "1" / "model.xml", config, features).request
+
+
+class Timings:
+    """Per batch size: infer's wall time and OpenVINO's own latency."""
+
+    def __init__(self, request):
+        self.request = request
+        self.wall, self.own, self.count = {}, {}, {}
+
+    def infer(self, x) -> None:
+        b = x.shape[0]
+        start = time.perf_counter()
+        self.request.infer({"INPUT0": x}, share_inputs=True, share_outputs=False)
+        self.wall[b] = self.wall.get(b, 0.0) + time.perf_counter() - start
+        self.own[b] = self.own.get(b, 0.0) + self.request.latency / 1e3
+        self.count[b] = self.count.get(b, 0) + 1
+
+    def means(self) -> tuple[dict, dict]:
+        """(mean wall seconds, mean own seconds) per batch size."""
+        return ({b: self.wall[b] / n for b, n in self.count.items()},
+                {b: self.own[b] / n for b, n in self.count.items()})
 
 
 def back_to_back(request, batches: dict, seconds: float) -> tuple[dict, dict]:
-    wall, own, count = {}, {}, {}
+    timings = Timings(request)
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        for b, x in batches.items():
-            start = time.perf_counter()
-            request.infer({"INPUT0": x}, share_inputs=True, share_outputs=False)
-            wall[b] = wall.get(b, 0.0) + time.perf_counter() - start
-            own[b] = own.get(b, 0.0) + request.latency / 1e3
-            count[b] = count.get(b, 0) + 1
-    return ({b: wall[b] / count[b] for b in count}, {b: own[b] / count[b] for b in count})
+        for x in batches.values():
+            timings.infer(x)
+    return timings.means()
 
 
 def pipelined(request, body: bytes, seconds: float, front_end_s: float) -> tuple[dict, dict]:
@@ -119,21 +130,15 @@ def pipelined(request, body: bytes, seconds: float, front_end_s: float) -> tuple
 
     producer = threading.Thread(target=front_end, daemon=True)
     producer.start()
-    wall, own, count = {}, {}, {}
+    timings = Timings(request)
     deadline = time.perf_counter() + seconds
     try:
         while time.perf_counter() < deadline:
-            x = handoff.get()
-            b = x.shape[0]
-            start = time.perf_counter()
-            request.infer({"INPUT0": x}, share_inputs=True, share_outputs=False)
-            wall[b] = wall.get(b, 0.0) + time.perf_counter() - start
-            own[b] = own.get(b, 0.0) + request.latency / 1e3
-            count[b] = count.get(b, 0) + 1
+            timings.infer(handoff.get())
     finally:
         stop.set()
         producer.join()
-    return ({b: wall[b] / count[b] for b in count}, {b: own[b] / count[b] for b in count})
+    return timings.means()
 
 
 def weighted(times: dict) -> float:
