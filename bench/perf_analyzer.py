@@ -10,7 +10,9 @@ servers' CPU per inference.
 Models (both systems load the same files): ``add_sub`` (FP32[16], no
 batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
 ``dynamic_batching { max_queue_delay_microseconds: 100 }``, as
-bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py.
+bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py;
+``add_sub_onnx`` (the same sums in ONNX, no batching) for pyserver systems
+only.
 Both servers run at once; one is under load at a time, the first of each
 cell rotating, so a drift of the machine's background load hits both alike.
 
@@ -49,13 +51,16 @@ MODEL_PY = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
 sys.path.insert(0, str(ROOT))
 
 from bench import perf_analyzer_client, systems  # noqa: E402
-from pyserver.testing import ADD_SUB_CONFIG  # noqa: E402
+from pyserver.testing import ADD_SUB_CONFIG, write_add_sub  # noqa: E402
 
 DELAY_US = 100
 MODELS = {
     "add_sub": {"max_batch_size": 0, "extra": ""},
     "add_sub_dyn": {"max_batch_size": 64,
                     "extra": f"dynamic_batching {{ max_queue_delay_microseconds: {DELAY_US} }}"},
+    # the same sums as an ONNX model (pyserver's onnxruntime backend; the
+    # pytriton build of Triton has no onnxruntime backend: pyserver systems only)
+    "add_sub_onnx": {"max_batch_size": 0, "extra": "", "onnx": True},
 }
 METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_per_infer",
            "batch_size")
@@ -63,11 +68,15 @@ METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_pe
 
 def write_repo(repo: Path, models: list[str]) -> None:
     for name in models:
+        if MODELS[name].get("onnx"):
+            write_add_sub(repo, name, max_batch_size=MODELS[name]["max_batch_size"])
+            continue
         model = repo / name
         (model / "1").mkdir(parents=True)
         shutil.copy(MODEL_PY, model / "1" / "model.py")
         (model / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
-            name=name, backend='backend: "python"', size=16, instances=1, **MODELS[name]))
+            name=name, backend='backend: "python"', size=16, instances=1,
+            max_batch_size=MODELS[name]["max_batch_size"], extra=MODELS[name]["extra"]))
 
 
 def start(system: str, repo: Path, log: Path, models: list[str], env: dict) -> systems.Server:
@@ -166,7 +175,7 @@ def main() -> None:
     p.add_argument("--window-ms", type=int, default=1500)
     p.add_argument("--trials", type=int, default=3, help="perf_analyzer windows per cell")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--models", nargs="+", default=["add_sub", "add_sub_dyn"], choices=list(MODELS))
     p.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
     p.add_argument("--systems", nargs="+", default=["pyserver", "triton"],
                    help="pyserver, triton, or pyserver-NAME (another pyserver, "
@@ -180,6 +189,9 @@ def main() -> None:
         system, pair = item.split(":", 1)
         key, value = pair.split("=", 1)
         envs.setdefault(system, {})[key] = value
+    if "triton" in args.systems and any(MODELS[m].get("onnx") for m in args.models):
+        p.error("the ONNX models are for pyserver systems only (pytriton's Triton has no "
+                "onnxruntime backend)")
     if args.quick:
         args.rounds, args.window_ms, args.trials = 1, 1000, 3
         args.concurrency = [c for c in args.concurrency if c <= 16] or [1, 16]

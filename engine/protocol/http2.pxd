@@ -213,6 +213,14 @@ cdef extern from "pyserver/protocol/grpc_codec.h" namespace "pyserver::grpc" nog
 cdef class Connection
 
 
+cdef class WriteBatch:
+    cdef object call_soon   # the event loop's
+    cdef bint scheduled     # flush() is queued on the loop
+    cdef list waiting       # connections whose writes wait for flush()
+
+    cdef int hold(self, Connection conn) except -1
+
+
 cdef class Stream:
     cdef readonly int32_t id
     cdef readonly Connection connection
@@ -290,12 +298,16 @@ cdef class Connection:
     cdef readonly uint64_t frames_sent
     # a grpc_keepalive.ConnectionKeepalive, or None: told of PING frames
     cdef public object keepalive
+    # while it is open, flushes wait for its end (one write for many answers)
+    cdef public WriteBatch write_batch
+    cdef bint flush_waiting
 
     cdef int _close_transport(self) except -1
     cdef int _teardown(self) except -1
     cdef int _stream_closed(self, Stream stream, uint32_t error_code) except -1
     cdef int _update_reading(self) except -1
     cdef int _flush(self) except -1
+    cdef int _write_out(self) except -1
     cdef size_t _status_message_limit(self)
     cdef int _handler_failed(self, Stream stream, object exc) except -1
     cdef int _stream_error(self, Stream stream, int status, str message) except -1

@@ -551,6 +551,38 @@ cdef int _on_stream_close(nghttp2_session* session, int32_t stream_id, uint32_t 
 # ---------------------------------------------------------------- connection
 
 
+cdef class WriteBatch:
+    """Holds the answers its connections write during one turn of the event
+    loop and writes them at its end, one system call per connection: with
+    many calls multiplexed on a connection, the answers of the batches that
+    completed in that turn go out together instead of a write each (a
+    connection with one call open writes at once: nothing would join it). Stream
+    methods (respond, finish, send_message, reset) defer this way; what a
+    connection writes while it receives still goes out as receiving ends.
+    Loop-thread only, like the connections."""
+
+    def __cinit__(self, loop):
+        self.call_soon = loop.call_soon
+        self.waiting = []
+
+    cdef int hold(self, Connection conn) except -1:
+        conn.flush_waiting = True
+        self.waiting.append(conn)
+        if not self.scheduled:
+            self.scheduled = True
+            self.call_soon(self.flush)
+        return 0
+
+    def flush(self):
+        """Writes what every held connection has queued (the loop calls it)."""
+        cdef Connection conn
+        self.scheduled = False
+        waiting, self.waiting = self.waiting, []
+        for conn in waiting:
+            conn.flush_waiting = False
+            conn._write_out()
+
+
 cdef nghttp2_session_callbacks* _CALLBACKS = NULL
 
 
@@ -639,7 +671,7 @@ cdef class Connection:
         self.transport = transport
         if self.on_open is not None:
             self.on_open(self)
-        self._flush()  # our SETTINGS
+        self._write_out()  # our SETTINGS
 
     def data_received(self, data):
         cdef ssize_t rv
@@ -659,10 +691,10 @@ cdef class Connection:
         if rv < 0:
             # A connection error: nghttp2 has queued a GOAWAY where one fits.
             _log.debug("HTTP/2 connection error: %s", nghttp2_strerror(<int>rv).decode())
-            self._flush()
+            self._write_out()
             self._close_transport()
             return
-        self._flush()
+        self._write_out()
         if self.close_after_flush:
             self.close()
 
@@ -678,7 +710,7 @@ cdef class Connection:
 
     def resume_writing(self):
         self.write_paused = False
-        self._flush()
+        self._write_out()
         self._update_reading()
 
     # -- control ---------------------------------------------------------------------
@@ -692,7 +724,7 @@ cdef class Connection:
         nghttp2_submit_goaway(self.session, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(self.session),
                               NGHTTP2_NO_ERROR, NULL, 0)
-        self._flush()
+        self._write_out()
 
     def close(self):
         """Closes the transport now; open streams are cancelled."""
@@ -704,7 +736,7 @@ cdef class Connection:
         if self.session == NULL:
             return
         nghttp2_submit_ping(self.session, NGHTTP2_FLAG_NONE, NULL)
-        self._flush()
+        self._write_out()
 
     def goaway(self, uint32_t error_code, bytes debug=b""):
         """GOAWAY with an error code (e.g. ENHANCE_YOUR_CALM), then closes
@@ -719,7 +751,7 @@ cdef class Connection:
         if self.in_recv:  # the session is mid-receive: data_received closes it after
             self.close_after_flush = True
             return
-        self._flush()
+        self._write_out()
         self.close()
 
     # -- internals ---------------------------------------------------------------------
@@ -792,10 +824,23 @@ cdef class Connection:
         return room
 
     cdef int _flush(self) except -1:
+        """What a stream's answer calls: the write waits for the end of the
+        loop's turn when a WriteBatch holds this connection's writes and
+        other calls are open on it (their answers may come in the same
+        turn), else _write_out() now: a lone call is answered at once."""
+        if self.in_recv or self.session == NULL:
+            return 0  # data_received writes once nghttp2 is done
+        if self.write_batch is not None and (self.flush_waiting or self.open_streams > 1):
+            if not self.flush_waiting:
+                self.write_batch.hold(self)
+            return 0
+        return self._write_out()
+
+    cdef int _write_out(self) except -1:
         """Serializes what nghttp2 has queued and writes it to the transport."""
         cdef int rv
         if self.in_recv or self.session == NULL:
-            return 0  # data_received flushes once nghttp2 is done
+            return 0  # data_received writes once nghttp2 is done
         t = self.transport
         if t is None:
             return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import types
 
 import numpy as np
@@ -42,6 +43,7 @@ from pyserver.kernel.errors import (
     request_prefix,
     unknown_load_parameter,
 )
+from pyserver.kernel.flags import bool_word
 from pyserver.kernel.types import InferResponse
 
 try:
@@ -337,6 +339,12 @@ class GrpcFrontend:
         keepalive = self._keepalive
         connections = self._connections
         loop = self._loop
+        # The answers of one turn of the loop: one write per connection
+        # (PYSERVER_GRPC_WRITE_BATCH=0, the alternative bench/perf_analyzer.py
+        # measures it against: one write per answer).
+        write_batch = None
+        if bool_word(os.environ.get("PYSERVER_GRPC_WRITE_BATCH", "1")) is not False:
+            write_batch = http2.WriteBatch(loop)
 
         def on_open(conn):
             connections.add(conn)
@@ -347,6 +355,7 @@ class GrpcFrontend:
                               max_concurrent_streams=max_streams, on_open=on_open,
                               on_close=on_close, response_compression=compression)
             conn.keepalive = ConnectionKeepalive(conn, keepalive)
+            conn.write_batch = write_batch
             return conn
 
         self._listener = await listen(factory, self.host, self.port, backlog=self._backlog,
