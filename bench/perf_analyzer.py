@@ -31,7 +31,8 @@ back), and, for add_sub_dyn at c1, p50 beyond the batching delay against
 add_sub's p50; the JSON document last on stdout. --quick: one round of
 1 s windows at c1 and c16 (about 2 minutes). An A/B of a switch in one
 run: --systems pyserver pyserver-old triton --env pyserver-old:KEY=VALUE
-(every pyserver-NAME is this checkout with its own environment). Not a
+(every pyserver-NAME is this checkout with its own environment), or
+--flag pyserver-io1:--http-thread-count=1 (its own command-line flags). Not a
 test: timings vary with the machine.
 """
 
@@ -79,9 +80,11 @@ def write_repo(repo: Path, models: list[str]) -> None:
             max_batch_size=MODELS[name]["max_batch_size"], extra=MODELS[name]["extra"]))
 
 
-def start(system: str, repo: Path, log: Path, models: list[str], env: dict) -> systems.Server:
+def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
+          flags: list | None = None) -> systems.Server:
     if system.startswith("pyserver"):
-        return systems.start_pyserver(repo, log, models, extra_env=env, name=system)
+        return systems.start_pyserver(repo, log, models, extra_env=env, name=system,
+                                      extra_args=flags)
     return systems.start_triton(repo, log, models)
 
 
@@ -183,12 +186,19 @@ def main() -> None:
     p.add_argument("--sync", action="store_true", help="perf_analyzer's sync API (default async)")
     p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
                    help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
+    p.add_argument("--flag", nargs="*", default=[], metavar="SYSTEM:--FLAG=VALUE",
+                   help="an extra command-line flag of one pyserver system "
+                        "(e.g. pyserver-io1:--http-thread-count=1)")
     args = p.parse_args()
     envs = {}
     for item in args.env:
         system, pair = item.split(":", 1)
         key, value = pair.split("=", 1)
         envs.setdefault(system, {})[key] = value
+    flags = {}
+    for item in args.flag:
+        system, flag = item.split(":", 1)
+        flags.setdefault(system, []).append(flag)
     if "triton" in args.systems and any(MODELS[m].get("onnx") for m in args.models):
         p.error("the ONNX models are for pyserver systems only (pytriton's Triton has no "
                 "onnxruntime backend)")
@@ -206,10 +216,11 @@ def main() -> None:
         for system in args.systems:
             repo = tmp / f"models-{system}"
             write_repo(repo, args.models)
-            server = start(system, repo, tmp / f"{system}.log", args.models, envs.get(system, {}))
+            server = start(system, repo, tmp / f"{system}.log", args.models, envs.get(system, {}),
+                           flags.get(system))
             servers[system] = server
             info[system] = {"seconds_to_ready": round(server.wait_ready(180), 2),
-                            "env": envs.get(system, {})}
+                            "env": envs.get(system, {}), "flags": flags.get(system, [])}
         order = list(args.systems)
         for rnd in range(args.rounds):
             for model in args.models:

@@ -12,6 +12,7 @@ import sys
 import time
 
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
+from pyserver.frontends.listener import thread_count
 from pyserver.kernel.flags import parse_bool
 
 log = logging.getLogger("pyserver")
@@ -19,8 +20,6 @@ log = logging.getLogger("pyserver")
 
 # flag -> (repeatable, why it changes nothing here)
 NO_EFFECT_FLAGS = {
-    "--http-thread-count": (False, "HTTP runs on the event loop, not a thread pool"),
-    "--grpc-infer-thread-count": (False, "gRPC runs on the event loop, not a thread pool"),
     "--grpc-infer-allocation-pool-size": (False, "gRPC calls keep no pool of states"),
     "--repoagent-directory": (False, "there are no repository agents"),
     "--cache-directory": (False, "the response cache is built in (--cache-config local,...)"),
@@ -139,6 +138,9 @@ def build_parser(prog: str = "pyserver") -> argparse.ArgumentParser:
     p.add_argument("--http-max-connections", type=int, default=0, metavar="N",
                    help="HTTP connections held at most (one more is answered 503 and "
                    "closed); 0: what the open-file limit leaves")
+    p.add_argument("--http-thread-count", type=thread_count, default=0, metavar="N",
+                   help="threads of their own that read and write the HTTP connections (a "
+                   "socket pump); 0: the event loop does")
     p.add_argument("--reuse-http-port", type=parse_bool, default=False,
                    help="let several servers listen on the HTTP port (SO_REUSEPORT)")
     p.add_argument("--rate-limit", default="off", choices=["off", "execution_count"],
@@ -261,7 +263,8 @@ async def serve(args) -> int:
                   "reuse_port": args.reuse_http_port,
                   "header_timeout": args.http_header_timeout_secs,
                   "body_timeout": args.http_body_timeout_secs,
-                  "max_connections": args.http_max_connections}
+                  "max_connections": args.http_max_connections,
+                  "io_threads": args.http_thread_count}
         if args.http_restricted_api:
             from pyserver.frontends.http import parse_restricted_api
             try:

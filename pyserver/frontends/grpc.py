@@ -288,7 +288,7 @@ class GrpcFrontend:
                  max_concurrent_streams: int = 1000, backlog: int = 1024,
                  reuse_port: bool = False, ssl_context=None, response_compression: int = 0,
                  header_forward_pattern: str = "", keepalive: KeepaliveOptions | None = None,
-                 max_response_pool_size: int = 0):
+                 max_response_pool_size: int = 0, io_threads: int = 0):
         if http2 is None:
             raise RuntimeError(
                 "pyserver was built without nghttp2, so gRPC is unavailable: install "
@@ -308,6 +308,8 @@ class GrpcFrontend:
             if header_forward_pattern else None
         self._keepalive = keepalive or KeepaliveOptions()
         self._response_window = int(max_response_pool_size)
+        # --grpc-infer-thread-count: the socket pump's threads (listener.py)
+        self.io_threads = int(io_threads)
         self._listener = None
         self._closing_listener = None
         self._loop = None
@@ -359,7 +361,8 @@ class GrpcFrontend:
             return conn
 
         self._listener = await listen(factory, self.host, self.port, backlog=self._backlog,
-                                      reuse_port=self._reuse_port, ssl=self._ssl)
+                                      reuse_port=self._reuse_port, ssl=self._ssl,
+                                      io_threads=self.io_threads)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

@@ -2,7 +2,8 @@
 TLS (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, ``--grpc-server-cert``,
 ``--grpc-server-key``, ``--grpc-root-cert``), response compression
 (``--grpc-infer-response-compression-level``), ``--reuse-grpc-port``,
-``--grpc-header-forward-pattern``, ``--grpc-max-response-pool-size`` and
+``--grpc-header-forward-pattern``, ``--grpc-max-response-pool-size``,
+``--grpc-infer-thread-count`` (the socket pump's threads, listener.py) and
 keepalive (grpc_keepalive.py).
 
 TLS is asyncio's own (the event loop wraps the HTTP/2 protocol in its SSL
@@ -72,6 +73,11 @@ def add_cli_arguments(parser) -> None:
                        metavar="N",
                        help="at most N responses of one streamed request on their way to the "
                        "client; a decoupled model that sends more waits (default: no bound)")
+    from pyserver.frontends.listener import thread_count
+    group.add_argument("--grpc-infer-thread-count", type=thread_count, default=0, metavar="N",
+                       help="threads of their own that read and write the gRPC connections "
+                       "(a socket pump; TLS connections stay on the event loop); 0: the event "
+                       "loop does")
     from pyserver.frontends import grpc_keepalive
     grpc_keepalive.add_cli_arguments(group)
 
@@ -94,7 +100,8 @@ def frontend_options(args) -> dict:
     options = {"response_compression":
                COMPRESSION_LEVELS[args.grpc_infer_response_compression_level],
                "reuse_port": args.reuse_grpc_port, "keepalive": options_from_args(args),
-               "max_response_pool_size": args.grpc_max_response_pool_size}
+               "max_response_pool_size": args.grpc_max_response_pool_size,
+               "io_threads": args.grpc_infer_thread_count}
     if args.grpc_header_forward_pattern:  # GrpcFrontend compiles (and checks) it
         options["header_forward_pattern"] = args.grpc_header_forward_pattern
     if args.grpc_use_ssl or args.grpc_use_ssl_mutual:

@@ -8,6 +8,14 @@ socket is watched with ``add_reader`` and drained in one go, each connection
 handed to ``loop.connect_accepted_socket`` (a transport as create_server
 makes, TLS included). The object answers as much of ``asyncio.Server`` as
 the frontends use: ``sockets``, ``close()``, ``wait_closed()``.
+
+With ``io_threads`` > 0 (Triton's ``--http-thread-count`` and
+``--grpc-infer-thread-count``) the listener owns a socket pump
+(engine/socket_pump.pyx over csrc's SocketPump) of that many threads, and
+accepted plain-TCP connections go to it: their reads, writes and polls run
+on its threads, and the protocol sees a PumpTransport. TLS connections stay
+on the loop's own transports. ``wait_closed()`` lets the pump send what the
+closed connections still had queued before its threads stop.
 """
 
 from __future__ import annotations
@@ -16,8 +24,11 @@ import asyncio
 import errno
 import logging
 import socket
+import time
 
-__all__ = ["Listener", "listen"]
+from pyserver.engine.socket_pump import SocketPump
+
+__all__ = ["Listener", "listen", "thread_count"]
 
 log = logging.getLogger("pyserver")
 
@@ -25,13 +36,31 @@ log = logging.getLogger("pyserver")
 _ACCEPT_BATCH = 1024
 # Out of file descriptors: how long to wait before accepting again.
 _FD_PAUSE_S = 0.1
+# How long wait_closed() lets closed connections' queued bytes leave.
+_PUMP_LINGER_S = 2.0
+
+
+def thread_count(text: str) -> int:
+    """The value of --http-thread-count / --grpc-infer-thread-count
+    (argparse's type): a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected a thread count (0 or more), got '{text}'")
+    return value
 
 
 class Listener:
-    def __init__(self, loop, protocol_factory, sockets: list, ssl=None):
+    def __init__(self, loop, protocol_factory, sockets: list, ssl=None, io_threads: int = 0):
         self._loop = loop
         self._factory = protocol_factory
         self._ssl = ssl
+        self._pump = None
+        if io_threads > 0 and ssl is None:  # TLS stays on the loop's transports
+            self._pump = SocketPump(loop, io_threads)
         self.sockets = sockets
         self._tasks: set = set()
         self._closed = asyncio.Event()
@@ -60,9 +89,21 @@ class Listener:
             conn.setblocking(False)
             if conn.family in (socket.AF_INET, socket.AF_INET6):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._pump is not None:
+                self._attach(conn)
+                continue
             task = loop.create_task(self._connect(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _attach(self, conn) -> None:
+        try:
+            protocol = self._factory()
+        except Exception:
+            log.exception("connection not set up")
+            conn.close()
+            return
+        self._pump.attach(conn, protocol)
 
     def _resume(self, sock) -> None:
         if not self._closed.is_set():
@@ -84,16 +125,30 @@ class Listener:
             self._loop.remove_reader(sock.fileno())
             sock.close()
 
+    @property
+    def io_threads(self) -> int:
+        return self._pump.threads if self._pump is not None else 0
+
     async def wait_closed(self) -> None:
+        """Once close() was called: the connections being set up are, and
+        with a pump, the connections closed by then have sent what they had
+        queued (at most _PUMP_LINGER_S) before its threads stop."""
         await self._closed.wait()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            deadline = time.monotonic() + _PUMP_LINGER_S
+            while pump.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            pump.close()
 
 
 async def listen(protocol_factory, host: str | None, port: int, *, backlog: int = 1024,
-                 reuse_port: bool = False, ssl=None) -> Listener:
+                 reuse_port: bool = False, ssl=None, io_threads: int = 0) -> Listener:
     """Listens on every address ``host`` names (all interfaces for None or
-    ""), as ``loop.create_server`` would; OSError when one cannot be bound."""
+    ""), as ``loop.create_server`` would; OSError when one cannot be bound.
+    ``io_threads``: the socket pump's threads (0: the loop reads and writes)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
@@ -123,4 +178,4 @@ async def listen(protocol_factory, host: str | None, port: int, *, backlog: int 
         for sock in sockets:
             sock.close()
         raise
-    return Listener(loop, protocol_factory, sockets, ssl)
+    return Listener(loop, protocol_factory, sockets, ssl, io_threads)

@@ -216,8 +216,10 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
          "--log-format=ISO8601", "--log-info=true", f"--trace-config=triton,file={trace_file}",
          "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1",
          "--trace-config=triton,log-frequency=1",
-         # what a tritonserver command line often carries, with no effect here
+         # what a tritonserver command line often carries: socket pump
+         # threads for HTTP and gRPC, and flags with no effect here
          "--http-thread-count=8", "--grpc-infer-thread-count=4", "--rate-limit=off",
+         "--buffer-manager-thread-count=2",
          # GPU 0's pool: without CUDA, said in the log and ignored
          "--cuda-memory-pool-byte-size=0:67108864"])
     try:
@@ -244,11 +246,13 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert "--http-thread-count has no effect" in out
+    assert "--http-thread-count has no effect" not in out
+    assert "--buffer-manager-thread-count has no effect" in out
     # Triton's console lines, here ISO8601: "<time>Z I <pid> <file>:<line>] \"<message>\""
     import re
     assert re.search(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ cli\.py:\d+\] '
-                     r'"--http-thread-count has no effect on this server \(see --help\)"$',
+                     r'"--buffer-manager-thread-count has no effect on this server '
+                     r'\(see --help\)"$',
                      out, re.M), out
     from pyserver.engine.memory import cuda_runtime_info
     cuda = cuda_runtime_info()

@@ -5,6 +5,7 @@ deadlines, cancellation, compression, restricted protocols, shared memory,
 a 64 MiB tensor and a graceful stop."""
 
 import asyncio
+import contextlib
 import gc
 import json
 import queue
@@ -28,15 +29,17 @@ from pyserver.testing import add_sub_onnx, write_add_sub
 SLOW = "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 3000000 }"
 
 
-@pytest.fixture
-def start_grpc(start_server):
+@contextlib.contextmanager
+def grpc_servers(start_server, **frontend_defaults):
     """start(repo, frontend_kwargs=None, **server_kwargs): a RunningServer
-    with a GrpcFrontend on its loop (``s.grpc``, ``s.grpc_url``)."""
+    with a GrpcFrontend on its loop (``s.grpc``, ``s.grpc_url``), made with
+    ``frontend_defaults`` unless frontend_kwargs says otherwise."""
     started = []
 
     def start(repo, frontend_kwargs=None, **server_kwargs):
         s = start_server(repo, **server_kwargs)
-        frontend = GrpcFrontend(s.server, "127.0.0.1", 0, **(frontend_kwargs or {}))
+        frontend = GrpcFrontend(s.server, "127.0.0.1", 0,
+                                **{**frontend_defaults, **(frontend_kwargs or {})})
         s.call(frontend.start())
         s.grpc = frontend
         s.grpc_url = f"127.0.0.1:{frontend.port}"
@@ -46,6 +49,12 @@ def start_grpc(start_server):
     yield start
     for s in started:
         s.call(s.grpc.stop(5))
+
+
+@pytest.fixture
+def start_grpc(start_server):
+    with grpc_servers(start_server) as start:
+        yield start
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 object, the real tritonclient.http (sync and aio) and raw sockets."""
 
 import asyncio
+import contextlib
 import gc
 import gzip
 import json
@@ -150,13 +151,16 @@ class FakeServer:
 _clients = []
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def serve_fake(**frontend_kwargs):
+    """A FakeServer behind an HttpFrontend (made with ``frontend_kwargs``) on
+    a loop thread of its own."""
     fake = FakeServer()
     loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    frontend = HttpFrontend(fake, host="127.0.0.1", port=0)
+    frontend = HttpFrontend(fake, host="127.0.0.1", port=0, **frontend_kwargs)
+    fake.frontend = frontend
     asyncio.run_coroutine_threadsafe(frontend.start(), loop).result(10)
     assert frontend.port != 0
     fake.port = frontend.port
@@ -170,6 +174,12 @@ def server():
         c.close()
     _clients.clear()
     gc.collect()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve_fake() as fake:
+        yield fake
 
 
 @pytest.fixture

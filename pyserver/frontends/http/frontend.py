@@ -83,8 +83,10 @@ class HttpFrontend:
                  header_timeout: float | None = DEFAULT_HEADER_TIMEOUT,
                  body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
                  max_connections: int | None = None,
-                 header_forward_pattern: str = ""):
+                 header_forward_pattern: str = "", io_threads: int = 0):
         self.server = server
+        # --http-thread-count: the socket pump's threads (listener.py)
+        self.io_threads = io_threads
         # --http-header-forward-pattern: matching headers become request parameters
         self.header_forwarder = HeaderForwarder(header_forward_pattern) \
             if header_forward_pattern else None
@@ -131,7 +133,8 @@ class HttpFrontend:
         loop = asyncio.get_running_loop()
         self.loop_time = loop.time
         self._listener = await listen(lambda: self.connection_class(self), self.host, self.port,
-                                      backlog=self._backlog, reuse_port=self._reuse_port)
+                                      backlog=self._backlog, reuse_port=self._reuse_port,
+                                      io_threads=self.io_threads)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

@@ -1,0 +1,111 @@
+// SocketPump: the system calls of many TCP connections, on threads of its own.
+//
+// A host (the event loop) hands the pump connected sockets. Each goes to one
+// of the pump's threads, which waits on it with epoll, reads what arrives,
+// and writes what the host queued, so that the host's thread makes no read,
+// write or poll call per request: it drains the pump's events (one eventfd
+// wake-up for many connections) and queues answers (one wake-up of a pump
+// thread that sleeps, none of one that is busy). Protocols stay the host's:
+// the pump moves bytes and reports end of stream, errors, close and drained
+// write buffers. Every host method is thread-safe and never blocks on I/O.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pyserver/status.h"
+
+namespace pyserver {
+
+struct PumpEvent {
+  enum class Kind : uint8_t {
+    kData = 0,     // `data`: the bytes read since the last drain
+    kEof = 1,      // the peer shut its side down (no more data comes)
+    kDrained = 2,  // unsent bytes fell to the WatchDrain() mark
+    kClosed = 3,   // the socket is closed; `error` is its errno, or 0
+  };
+  uint64_t connection = 0;
+  Kind kind = Kind::kData;
+  std::string data;
+  int error = 0;
+};
+
+class SocketPump {
+ public:
+  // A pump with `threads` (>= 1) I/O threads.
+  static Status Create(int threads, std::unique_ptr<SocketPump>* pump);
+  ~SocketPump();  // stops the threads and closes every socket still open
+  SocketPump(const SocketPump&) = delete;
+  SocketPump& operator=(const SocketPump&) = delete;
+
+  // Readable (an eventfd) while events wait for Drain().
+  int notify_fd() const { return notify_fd_; }
+  int threads() const { return static_cast<int>(workers_.size()); }
+
+  // Takes a connected socket (the pump makes it non-blocking and closes it
+  // in the end); returns the connection's id (never 0).
+  uint64_t Attach(int fd);
+
+  // Queues bytes to send, after those already queued. Returns the bytes not
+  // yet sent, these included; 0 when the connection is closing or gone (the
+  // bytes are dropped, as a closed transport drops them).
+  size_t Write(uint64_t connection, const char* data, size_t size);
+  size_t Unsent(uint64_t connection) const;
+
+  // One kDrained event once at most `low_water` bytes are left unsent.
+  void WatchDrain(uint64_t connection, size_t low_water);
+
+  // Stops (false) or resumes reading from the connection.
+  void SetReading(uint64_t connection, bool reading);
+
+  // Closes once what is queued has been sent; Abort() closes at once. Both
+  // end in one kClosed event.
+  void Close(uint64_t connection);
+  void Abort(uint64_t connection);
+
+  // Moves every waiting event into *out (appending), in the order each
+  // connection's happened, and re-arms notify_fd(). Returns the number moved.
+  size_t Drain(std::vector<PumpEvent>* out);
+
+ private:
+  struct Connection;
+  struct Worker;
+  SocketPump() = default;
+
+  std::shared_ptr<Connection> Find(uint64_t connection) const;
+  void Schedule(const std::shared_ptr<Connection>& conn);
+  void Post(const std::shared_ptr<Connection>& conn, PumpEvent::Kind kind, int error);
+  void Run(Worker* worker);
+  void Apply(Worker* worker, const std::shared_ptr<Connection>& conn);
+  void ReadSome(Worker* worker, const std::shared_ptr<Connection>& conn);
+  void WriteSome(Worker* worker, const std::shared_ptr<Connection>& conn);
+  void Arm(Worker* worker, Connection* conn);
+  void CloseNow(Worker* worker, const std::shared_ptr<Connection>& conn, int error);
+
+  int notify_fd_ = -1;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> next_id_{1};
+
+  mutable std::mutex conns_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
+
+  // Events for the host: (connection, kind, error); kData's bytes are taken
+  // from the connection at Drain() time, so a connection read many times
+  // between two drains holds one kData event.
+  struct Pending {
+    std::shared_ptr<Connection> conn;
+    PumpEvent::Kind kind;
+    int error;
+  };
+  std::mutex events_mu_;
+  std::vector<Pending> events_;
+};
+
+}  // namespace pyserver

@@ -1,0 +1,455 @@
+#include "pyserver/socket_pump.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+namespace pyserver {
+
+namespace {
+
+constexpr size_t kReadChunk = 64 << 10;
+// Bytes read but not yet drained past which a connection stops being read
+// until the host catches up (the kernel's buffers then push back on the peer).
+constexpr size_t kMaxUndrained = 4 << 20;
+// Bytes one wake-up reads from one connection before serving the others.
+constexpr size_t kReadPerTurn = 256 << 10;
+// The epoll tag of a worker's own wake-up eventfd (connection ids start at 1).
+constexpr uint64_t kWakeTag = 0;
+
+void Signal(int fd) {
+  uint64_t one = 1;
+  // An eventfd write fails only when the counter would overflow: it is
+  // signalled already then.
+  ssize_t n = ::write(fd, &one, sizeof one);
+  (void)n;
+}
+
+void Clear(int fd) {
+  uint64_t count;
+  ssize_t n = ::read(fd, &count, sizeof count);
+  (void)n;
+}
+
+}  // namespace
+
+struct SocketPump::Connection {
+  uint64_t id = 0;
+  int fd = -1;
+  Worker* worker = nullptr;
+
+  std::mutex mu;  // everything below
+  std::string in;             // read, not yet drained
+  bool data_posted = false;   // a kData event stands for `in`
+  bool stalled = false;       // not read until `in` is drained
+  std::string out;            // queued, not yet sent
+  size_t out_pos = 0;
+  bool scheduled = false;     // in its worker's todo list
+  bool reading = true;        // the host's wish
+  bool closing = false;       // close once `out` is sent
+  bool aborting = false;
+  bool closed = false;
+  bool eof = false;
+  bool drain_watch = false;
+  size_t drain_low = 0;
+  // Worker thread only: registered with epoll, and the events armed.
+  bool registered = false;
+  uint32_t armed = 0;
+};
+
+struct SocketPump::Worker {
+  int epoll_fd = -1;
+  int wake_fd = -1;
+  std::thread thread;
+  std::mutex mu;  // todo and wake_pending
+  bool wake_pending = false;  // wake_fd signalled, todo not yet taken
+  std::vector<std::shared_ptr<Connection>> todo;  // connections with host requests
+  // The worker's own references: a connection lives while it is registered.
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> live;
+};
+
+Status SocketPump::Create(int threads, std::unique_ptr<SocketPump>* pump) {
+  if (threads < 1) {
+    return Status(StatusCode::kInvalidArg, "a socket pump needs at least one thread");
+  }
+  std::unique_ptr<SocketPump> p(new SocketPump());
+  p->notify_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (p->notify_fd_ < 0) {
+    return Status(StatusCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
+  }
+  for (int i = 0; i < threads; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    w->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->epoll_fd < 0 || w->wake_fd < 0) {
+      int err = errno;
+      if (w->epoll_fd >= 0) ::close(w->epoll_fd);
+      if (w->wake_fd >= 0) ::close(w->wake_fd);
+      return Status(StatusCode::kInternal, std::string("epoll: ") + std::strerror(err));
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeTag;
+    ::epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->wake_fd, &ev);
+    p->workers_.push_back(std::move(w));
+  }
+  for (auto& w : p->workers_) {
+    Worker* raw = w.get();
+    SocketPump* self = p.get();
+    w->thread = std::thread([self, raw] { self->Run(raw); });
+  }
+  *pump = std::move(p);
+  return Status::Ok();
+}
+
+SocketPump::~SocketPump() {
+  stopping_.store(true);
+  for (auto& w : workers_) {
+    Signal(w->wake_fd);
+  }
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+  for (auto& w : workers_) {
+    for (auto& [id, conn] : w->live) {
+      if (conn->fd >= 0) ::close(conn->fd);
+    }
+    // Attached but never registered: still the pump's to close.
+    for (auto& conn : w->todo) {
+      if (!conn->registered && conn->fd >= 0) ::close(conn->fd);
+    }
+    ::close(w->epoll_fd);
+    ::close(w->wake_fd);
+  }
+  if (notify_fd_ >= 0) ::close(notify_fd_);
+}
+
+uint64_t SocketPump::Attach(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  auto conn = std::make_shared<Connection>();
+  conn->id = next_id_.fetch_add(1);
+  conn->fd = fd;
+  conn->worker = workers_[conn->id % workers_.size()].get();
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    conns_[conn->id] = conn;
+  }
+  std::lock_guard<std::mutex> lock(conn->mu);
+  Schedule(conn);
+  return conn->id;
+}
+
+std::shared_ptr<SocketPump::Connection> SocketPump::Find(uint64_t connection) const {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  auto it = conns_.find(connection);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+// Called with conn->mu held.
+void SocketPump::Schedule(const std::shared_ptr<Connection>& conn) {
+  if (conn->scheduled) return;
+  conn->scheduled = true;
+  Worker* w = conn->worker;
+  bool wake;
+  {
+    // wake_pending changes only under w->mu, where the worker also takes
+    // the list: a push after its take always sees false and signals.
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->todo.push_back(conn);
+    wake = !w->wake_pending;
+    w->wake_pending = true;
+  }
+  if (wake) Signal(w->wake_fd);
+}
+
+size_t SocketPump::Write(uint64_t connection, const char* data, size_t size) {
+  auto conn = Find(connection);
+  if (!conn) return 0;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  if (conn->closed || conn->closing || conn->aborting) return 0;
+  conn->out.append(data, size);
+  Schedule(conn);
+  return conn->out.size() - conn->out_pos;
+}
+
+size_t SocketPump::Unsent(uint64_t connection) const {
+  auto conn = Find(connection);
+  if (!conn) return 0;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  return conn->out.size() - conn->out_pos;
+}
+
+void SocketPump::WatchDrain(uint64_t connection, size_t low_water) {
+  auto conn = Find(connection);
+  if (!conn) return;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  conn->drain_watch = true;
+  conn->drain_low = low_water;
+  Schedule(conn);
+}
+
+void SocketPump::SetReading(uint64_t connection, bool reading) {
+  auto conn = Find(connection);
+  if (!conn) return;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  if (conn->reading == reading) return;
+  conn->reading = reading;
+  Schedule(conn);
+}
+
+void SocketPump::Close(uint64_t connection) {
+  auto conn = Find(connection);
+  if (!conn) return;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  conn->closing = true;
+  Schedule(conn);
+}
+
+void SocketPump::Abort(uint64_t connection) {
+  auto conn = Find(connection);
+  if (!conn) return;
+  std::lock_guard<std::mutex> lock(conn->mu);
+  conn->aborting = true;
+  Schedule(conn);
+}
+
+void SocketPump::Post(const std::shared_ptr<Connection>& conn, PumpEvent::Kind kind, int error) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    was_empty = events_.empty();
+    events_.push_back(Pending{conn, kind, error});
+  }
+  if (was_empty) Signal(notify_fd_);
+}
+
+size_t SocketPump::Drain(std::vector<PumpEvent>* out) {
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    Clear(notify_fd_);
+    pending.swap(events_);
+  }
+  for (Pending& p : pending) {
+    PumpEvent ev;
+    ev.connection = p.conn->id;
+    ev.kind = p.kind;
+    ev.error = p.error;
+    if (p.kind == PumpEvent::Kind::kData) {
+      std::lock_guard<std::mutex> lock(p.conn->mu);
+      ev.data.swap(p.conn->in);
+      p.conn->data_posted = false;
+      if (p.conn->stalled && !p.conn->closed) {
+        p.conn->stalled = false;
+        Schedule(p.conn);  // its worker reads it again
+      }
+    }
+    out->push_back(std::move(ev));
+  }
+  return pending.size();
+}
+
+// ---- worker threads ----------------------------------------------------------
+
+void SocketPump::Run(Worker* w) {
+  epoll_event events[128];
+  std::vector<std::shared_ptr<Connection>> todo;
+  while (!stopping_.load()) {
+    int n = ::epoll_wait(w->epoll_fd, events, 128, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        Clear(w->wake_fd);
+        {
+          std::lock_guard<std::mutex> lock(w->mu);
+          todo.swap(w->todo);
+          w->wake_pending = false;
+        }
+        for (auto& conn : todo) Apply(w, conn);
+        todo.clear();
+        continue;
+      }
+      auto it = w->live.find(tag);
+      if (it == w->live.end()) continue;  // closed earlier in this batch
+      std::shared_ptr<Connection> conn = it->second;
+      uint32_t got = events[i].events;
+      if (got & EPOLLERR) {
+        int error = 0;
+        socklen_t len = sizeof error;
+        ::getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &error, &len);
+        CloseNow(w, conn, error ? error : EIO);
+        continue;
+      }
+      if (got & EPOLLOUT) WriteSome(w, conn);
+      if (got & EPOLLIN) {
+        ReadSome(w, conn);
+      } else if (got & EPOLLHUP) {
+        // Shut both ways (epoll reports it even when not asked): what is
+        // still to be read comes first, then the connection is over.
+        ReadSome(w, conn);
+        CloseNow(w, conn, 0);
+      }
+    }
+  }
+}
+
+// What the host asked of a connection since it was last scheduled.
+void SocketPump::Apply(Worker* w, const std::shared_ptr<Connection>& conn) {
+  bool abort;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    conn->scheduled = false;
+    if (conn->closed) return;
+    abort = conn->aborting;
+  }
+  if (!conn->registered) {
+    epoll_event ev{};
+    ev.events = 0;
+    ev.data.u64 = conn->id;
+    if (::epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, conn->fd, &ev) != 0) {
+      CloseNow(w, conn, errno);
+      return;
+    }
+    conn->registered = true;
+    w->live[conn->id] = conn;
+  }
+  if (abort) {
+    CloseNow(w, conn, 0);
+    return;
+  }
+  WriteSome(w, conn);
+}
+
+// Arms EPOLLIN while the connection is to be read and EPOLLOUT while bytes
+// wait for room in the socket. Called with conn->mu held.
+void SocketPump::Arm(Worker* w, Connection* conn) {
+  uint32_t want = 0;
+  if (conn->reading && !conn->stalled && !conn->eof) want |= EPOLLIN;
+  if (conn->out_pos < conn->out.size()) want |= EPOLLOUT;
+  if (want == conn->armed) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = conn->id;
+  ::epoll_ctl(w->epoll_fd, EPOLL_CTL_MOD, conn->fd, &ev);
+  conn->armed = want;
+}
+
+void SocketPump::WriteSome(Worker* w, const std::shared_ptr<Connection>& conn) {
+  int error = 0;
+  bool close_now = false, drained = false;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    if (conn->closed) return;
+    while (conn->out_pos < conn->out.size()) {
+      ssize_t n = ::send(conn->fd, conn->out.data() + conn->out_pos,
+                         conn->out.size() - conn->out_pos, MSG_NOSIGNAL);
+      if (n > 0) {
+        conn->out_pos += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      error = n < 0 ? errno : EPIPE;
+      break;
+    }
+    if (conn->out_pos == conn->out.size()) {
+      conn->out.clear();
+      conn->out_pos = 0;
+    } else if (conn->out_pos > (1 << 20) && conn->out_pos * 2 > conn->out.size()) {
+      conn->out.erase(0, conn->out_pos);  // keep the buffer from growing without end
+      conn->out_pos = 0;
+    }
+    if (conn->drain_watch && conn->out.size() - conn->out_pos <= conn->drain_low) {
+      conn->drain_watch = false;
+      drained = true;
+    }
+    if (error == 0) {
+      close_now = conn->closing && conn->out.empty();
+      if (!close_now) Arm(w, conn.get());
+    }
+  }
+  if (drained) Post(conn, PumpEvent::Kind::kDrained, 0);
+  if (error != 0) {
+    CloseNow(w, conn, error);
+  } else if (close_now) {
+    CloseNow(w, conn, 0);
+  }
+}
+
+void SocketPump::ReadSome(Worker* w, const std::shared_ptr<Connection>& conn) {
+  char buf[kReadChunk];
+  size_t total = 0;
+  while (total < kReadPerTurn) {
+    ssize_t n = ::read(conn->fd, buf, sizeof buf);
+    if (n > 0) {
+      total += static_cast<size_t>(n);
+      bool post;
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        if (conn->closed) return;
+        conn->in.append(buf, static_cast<size_t>(n));
+        post = !conn->data_posted;
+        conn->data_posted = true;
+        if (conn->in.size() > kMaxUndrained) {
+          conn->stalled = true;
+          Arm(w, conn.get());
+        }
+      }
+      if (post) Post(conn, PumpEvent::Kind::kData, 0);
+      if (static_cast<size_t>(n) < sizeof buf) break;  // the socket is empty now
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        if (conn->stalled || !conn->reading) break;
+      }
+      continue;
+    }
+    if (n == 0) {
+      {
+        std::lock_guard<std::mutex> lock(conn->mu);
+        conn->eof = true;
+        Arm(w, conn.get());
+      }
+      Post(conn, PumpEvent::Kind::kEof, 0);
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    CloseNow(w, conn, errno);
+    return;
+  }
+}
+
+void SocketPump::CloseNow(Worker* w, const std::shared_ptr<Connection>& conn, int error) {
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    if (conn->closed) return;
+    conn->closed = true;
+    conn->out.clear();
+    conn->out_pos = 0;
+  }
+  if (conn->registered) {
+    ::epoll_ctl(w->epoll_fd, EPOLL_CTL_DEL, conn->fd, nullptr);
+    conn->registered = false;
+  }
+  ::close(conn->fd);
+  conn->fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    conns_.erase(conn->id);
+  }
+  Post(conn, PumpEvent::Kind::kClosed, error);
+  w->live.erase(conn->id);  // last: `conn` may be this map's reference
+}
+
+}  // namespace pyserver

@@ -1,0 +1,274 @@
+#include "pyserver/socket_pump.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace pyserver {
+namespace {
+
+using Kind = PumpEvent::Kind;
+
+// A connected pair: the pump's end and the peer's (blocking).
+struct Pair {
+  int pump_end = -1;
+  int peer = -1;
+  Pair() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    pump_end = fds[0];
+    peer = fds[1];
+  }
+  ~Pair() {
+    if (peer >= 0) ::close(peer);
+  }
+};
+
+// Events until `done` says so or `limit` passes.
+template <typename Done>
+std::vector<PumpEvent> WaitFor(SocketPump* pump, Done done,
+                               std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  std::vector<PumpEvent> got;
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!done(got) && std::chrono::steady_clock::now() < until) {
+    pollfd p{pump->notify_fd(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    pump->Drain(&got);
+  }
+  return got;
+}
+
+std::string DataOf(const std::vector<PumpEvent>& events, uint64_t id) {
+  std::string all;
+  for (const auto& e : events) {
+    if (e.connection == id && e.kind == Kind::kData) all += e.data;
+  }
+  return all;
+}
+
+bool Has(const std::vector<PumpEvent>& events, uint64_t id, Kind kind) {
+  for (const auto& e : events) {
+    if (e.connection == id && e.kind == kind) return true;
+  }
+  return false;
+}
+
+std::string ReadExactly(int fd, size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::read(fd, &out[got], n - got);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  out.resize(got);
+  return out;
+}
+
+TEST(SocketPumpTest, NeedsAThread) {
+  std::unique_ptr<SocketPump> pump;
+  EXPECT_EQ(SocketPump::Create(0, &pump).code(), StatusCode::kInvalidArg);
+}
+
+TEST(SocketPumpTest, MovesBytesBothWays) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(2, &pump).ok());
+  Pair a, b;
+  uint64_t ia = pump->Attach(a.pump_end), ib = pump->Attach(b.pump_end);
+  ASSERT_NE(ia, ib);
+  ASSERT_EQ(::write(a.peer, "hello", 5), 5);
+  ASSERT_EQ(::write(b.peer, "world", 5), 5);
+  auto got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return DataOf(e, ia) == "hello" && DataOf(e, ib) == "world";
+  });
+  EXPECT_EQ(DataOf(got, ia), "hello");
+  EXPECT_EQ(DataOf(got, ib), "world");
+  EXPECT_GT(pump->Write(ia, "answer", 6), 0u);
+  EXPECT_EQ(ReadExactly(a.peer, 6), "answer");
+}
+
+TEST(SocketPumpTest, LargeWritesArriveWholeAndInOrder) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  Pair a;
+  uint64_t id = pump->Attach(a.pump_end);
+  std::string expect;
+  for (int i = 0; i < 64; ++i) {
+    std::string chunk(64 << 10, static_cast<char>('a' + i % 26));
+    expect += chunk;
+    pump->Write(id, chunk.data(), chunk.size());  // far more than the socket holds
+  }
+  pump->WatchDrain(id, 0);
+  EXPECT_EQ(ReadExactly(a.peer, expect.size()), expect);
+  auto got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return Has(e, id, Kind::kDrained);
+  });
+  EXPECT_TRUE(Has(got, id, Kind::kDrained));
+  EXPECT_EQ(pump->Unsent(id), 0u);
+}
+
+TEST(SocketPumpTest, PeerShutdownIsEofThenCloseSendsWhatIsQueued) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  Pair a;
+  uint64_t id = pump->Attach(a.pump_end);
+  ASSERT_EQ(::write(a.peer, "last", 4), 4);
+  ::shutdown(a.peer, SHUT_WR);
+  auto got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return Has(e, id, Kind::kEof);
+  });
+  EXPECT_EQ(DataOf(got, id), "last");
+  ASSERT_TRUE(Has(got, id, Kind::kEof));
+  pump->Write(id, "bye", 3);
+  pump->Close(id);
+  EXPECT_EQ(ReadExactly(a.peer, 3), "bye");
+  char c;
+  EXPECT_EQ(::read(a.peer, &c, 1), 0);  // closed after the queued bytes
+  got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return Has(e, id, Kind::kClosed);
+  });
+  EXPECT_TRUE(Has(got, id, Kind::kClosed));
+  EXPECT_EQ(pump->Write(id, "x", 1), 0u);  // gone: dropped
+}
+
+TEST(SocketPumpTest, PausedReadingHoldsDataUntilResumed) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  Pair a;
+  uint64_t id = pump->Attach(a.pump_end);
+  ASSERT_EQ(::write(a.peer, "one", 3), 3);
+  auto got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return DataOf(e, id) == "one";
+  });
+  ASSERT_EQ(DataOf(got, id), "one");
+  pump->SetReading(id, false);
+  // A write round trip through the worker: the pause is applied after it.
+  pump->Write(id, "x", 1);
+  ASSERT_EQ(ReadExactly(a.peer, 1), "x");
+  ASSERT_EQ(::write(a.peer, "two", 3), 3);
+  got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return !DataOf(e, id).empty();
+  }, std::chrono::milliseconds(300));
+  EXPECT_EQ(DataOf(got, id), "");  // nothing while paused
+  pump->SetReading(id, true);
+  got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return DataOf(e, id) == "two";
+  });
+  EXPECT_EQ(DataOf(got, id), "two");
+}
+
+TEST(SocketPumpTest, AbortAndPeerResetEndInOneClosedEvent) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(2, &pump).ok());
+  Pair a, b;
+  uint64_t ia = pump->Attach(a.pump_end), ib = pump->Attach(b.pump_end);
+  pump->Write(ia, "never mind", 10);
+  pump->Abort(ia);
+  ::close(b.peer);
+  b.peer = -1;
+  auto got = WaitFor(pump.get(), [&](const std::vector<PumpEvent>& e) {
+    return Has(e, ia, Kind::kClosed) && Has(e, ib, Kind::kClosed);
+  });
+  int closed_a = 0, closed_b = 0;
+  for (const auto& e : got) {
+    closed_a += e.connection == ia && e.kind == Kind::kClosed;
+    closed_b += e.connection == ib && e.kind == Kind::kClosed;
+  }
+  EXPECT_EQ(closed_a, 1);
+  EXPECT_EQ(closed_b, 1);
+}
+
+TEST(SocketPumpTest, ManyWritersFromManyThreads) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(2, &pump).ok());
+  constexpr int kConns = 8, kWrites = 200;
+  std::vector<std::unique_ptr<Pair>> pairs;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < kConns; ++i) {
+    pairs.push_back(std::make_unique<Pair>());
+    ids.push_back(pump->Attach(pairs.back()->pump_end));
+  }
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kConns; ++i) {
+    writers.emplace_back([&, i] {
+      for (int k = 0; k < kWrites; ++k) pump->Write(ids[i], "0123456789", 10);
+    });
+  }
+  for (auto& t : writers) t.join();
+  for (int i = 0; i < kConns; ++i) {
+    EXPECT_EQ(ReadExactly(pairs[i]->peer, 10 * kWrites).size(), 10u * kWrites);
+  }
+}
+
+// A host answering every request of many connections as fast as they come:
+// what the host asks of the pump while a worker is taking its list must not
+// wait for a wake-up that never comes (a lost one left connections unread
+// and unanswered for good).
+TEST(SocketPumpTest, EveryRequestIsAnsweredUnderLoad) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  constexpr int kConns = 16, kTrips = 400;
+  std::vector<std::unique_ptr<Pair>> pairs;
+  std::vector<std::thread> peers;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < kConns; ++i) {
+    pairs.push_back(std::make_unique<Pair>());
+    pump->Attach(pairs.back()->pump_end);
+    int peer = pairs.back()->peer;
+    peers.emplace_back([peer, &finished] {
+      for (int k = 0; k < kTrips; ++k) {
+        if (::write(peer, "ping", 4) != 4 || ReadExactly(peer, 4) != "pong") return;
+      }
+      ++finished;
+    });
+  }
+  // Each "ping" is answered by one "pong" (4-byte requests may arrive joined).
+  std::vector<PumpEvent> got;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t answered = 0;
+  while (answered < static_cast<size_t>(kConns) * kTrips &&
+         std::chrono::steady_clock::now() < until) {
+    pollfd p{pump->notify_fd(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    got.clear();
+    pump->Drain(&got);
+    for (const auto& e : got) {
+      if (e.kind != Kind::kData) continue;
+      for (size_t n = 0; n + 4 <= e.data.size(); n += 4) {
+        pump->Write(e.connection, "pong", 4);
+        ++answered;
+      }
+    }
+  }
+  EXPECT_EQ(answered, static_cast<size_t>(kConns) * kTrips);
+  // The last answers are on their way (the pump sends them)
+  while (finished.load() < kConns && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(finished.load(), kConns);
+  pump.reset();  // closes the pump's ends: a stuck peer's read ends
+  for (auto& t : peers) t.join();
+}
+
+TEST(SocketPumpTest, DestroyedWithConnectionsOpen) {
+  Pair a;
+  {
+    std::unique_ptr<SocketPump> pump;
+    ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+    pump->Attach(a.pump_end);
+  }
+  char c;
+  EXPECT_EQ(::read(a.peer, &c, 1), 0);  // the pump closed its end
+}
+
+}  // namespace
+}  // namespace pyserver

@@ -1,0 +1,59 @@
+# csrc/include/pyserver/socket_pump.h
+from libc.stdint cimport uint64_t
+from libcpp.memory cimport unique_ptr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from pyserver.engine.status cimport Status
+
+
+cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
+    cdef enum class PumpKind "pyserver::PumpEvent::Kind":
+        kData "pyserver::PumpEvent::Kind::kData"
+        kEof "pyserver::PumpEvent::Kind::kEof"
+        kDrained "pyserver::PumpEvent::Kind::kDrained"
+        kClosed "pyserver::PumpEvent::Kind::kClosed"
+
+    cdef cppclass PumpEvent:
+        uint64_t connection
+        PumpKind kind
+        string data
+        int error
+
+    cdef cppclass CSocketPump "pyserver::SocketPump":
+        @staticmethod
+        Status Create(int threads, unique_ptr[CSocketPump]* pump)
+        int notify_fd()
+        int threads()
+        uint64_t Attach(int fd)
+        size_t Write(uint64_t connection, const char* data, size_t size)
+        size_t Unsent(uint64_t connection)
+        void WatchDrain(uint64_t connection, size_t low_water)
+        void SetReading(uint64_t connection, bint reading)
+        void Close(uint64_t connection)
+        void Abort(uint64_t connection)
+        size_t Drain(vector[PumpEvent]* out)
+
+
+cdef class SocketPump:
+    cdef unique_ptr[CSocketPump] c
+    cdef object loop
+    cdef int fd
+    cdef dict transports  # connection id -> PumpTransport
+
+
+cdef class PumpTransport:
+    cdef SocketPump pump
+    cdef readonly uint64_t connection
+    cdef object protocol
+    cdef dict extra
+    cdef bint closing
+    cdef bint closed
+    cdef bint write_paused
+    cdef size_t high_water
+    cdef size_t low_water
+
+    cdef int _data(self, bytes data) except -1
+    cdef int _eof(self) except -1
+    cdef int _drained(self) except -1
+    cdef int _closed(self, int error) except -1

@@ -1,0 +1,204 @@
+# cython: language_level=3
+"""Connections whose system calls run on the socket pump's threads
+(csrc's SocketPump), with the asyncio transport the frontends' protocols
+expect.
+
+``SocketPump(loop, threads)`` watches the pump's eventfd from the loop;
+``attach(sock, protocol)`` hands it an accepted socket and calls
+``protocol.connection_made`` with a ``PumpTransport``. From then on the loop
+thread makes no read, write or poll call for that connection: what arrives
+comes as ``data_received`` calls when the loop drains the pump (once per
+wake-up, for every connection with news), and ``write`` only queues the
+bytes for the connection's pump thread. The transport answers what the
+frontends use of asyncio's (write, writelines, close, abort, is_closing,
+pause_reading, resume_reading, get_extra_info, get_write_buffer_size,
+set_write_buffer_limits) and calls the protocol as asyncio does
+(eof_received, pause_writing, resume_writing, connection_lost). TLS stays
+with the event loop's own transports.
+"""
+import logging
+import os
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport uint64_t
+from libcpp.vector cimport vector
+
+from pyserver.engine.status cimport check_status
+
+_log = logging.getLogger("pyserver")
+
+# asyncio's default write-buffer limits
+DEFAULT_HIGH_WATER = 64 * 1024
+DEFAULT_LOW_WATER = 16 * 1024
+
+
+cdef class SocketPump:
+    """The loop's side of a pump with ``threads`` I/O threads."""
+
+    def __cinit__(self, loop, int threads):
+        check_status(CSocketPump.Create(threads, &self.c))
+        self.loop = loop
+        self.transports = {}
+        self.fd = self.c.get().notify_fd()
+        loop.add_reader(self.fd, self._on_events)
+
+    @property
+    def threads(self):
+        return self.c.get().threads() if self.c else 0
+
+    @property
+    def connections(self):
+        return len(self.transports)
+
+    def attach(self, sock, protocol):
+        """Takes an accepted socket (the pump owns it from now on) for
+        ``protocol``; returns its transport."""
+        if not self.c:
+            sock.close()
+            raise RuntimeError("the socket pump is closed")
+        extra = {}
+        try:
+            extra["peername"] = sock.getpeername()
+            extra["sockname"] = sock.getsockname()
+        except OSError:
+            pass
+        cdef int fd = sock.detach()
+        cdef PumpTransport t = PumpTransport.__new__(PumpTransport)
+        t.pump = self
+        t.protocol = protocol
+        t.extra = extra
+        t.high_water = DEFAULT_HIGH_WATER
+        t.low_water = DEFAULT_LOW_WATER
+        t.connection = self.c.get().Attach(fd)
+        self.transports[t.connection] = t
+        protocol.connection_made(t)
+        return t
+
+    def _on_events(self):
+        cdef vector[PumpEvent] events
+        cdef PumpTransport t
+        cdef size_t i
+        if not self.c:
+            return
+        self.c.get().Drain(&events)
+        for i in range(events.size()):
+            t = self.transports.get(events[i].connection)
+            if t is None:
+                continue
+            try:
+                kind = events[i].kind
+                if kind == PumpKind.kData:
+                    t._data(PyBytes_FromStringAndSize(events[i].data.data(),
+                                                      <Py_ssize_t>events[i].data.size()))
+                elif kind == PumpKind.kEof:
+                    t._eof()
+                elif kind == PumpKind.kDrained:
+                    t._drained()
+                else:
+                    del self.transports[events[i].connection]
+                    t._closed(events[i].error)
+            except Exception:
+                _log.exception("connection protocol failed")
+
+    def close(self):
+        """Closes every connection at once and stops the threads (their
+        protocols get connection_lost)."""
+        if not self.c:
+            return
+        self.loop.remove_reader(self.fd)
+        transports, self.transports = self.transports, {}
+        with nogil:
+            self.c.reset()  # joins the threads and closes the sockets
+        for t in transports.values():
+            try:
+                (<PumpTransport>t)._closed(0)
+            except Exception:
+                _log.exception("connection protocol failed")
+
+
+cdef class PumpTransport:
+    """One connection of a SocketPump, as an asyncio transport."""
+
+    def write(self, data):
+        cdef size_t unsent
+        if self.closing:
+            return
+        if type(data) is not bytes:
+            data = bytes(data)
+        unsent = self.pump.c.get().Write(self.connection, PyBytes_AS_STRING(data),
+                                         <size_t>PyBytes_GET_SIZE(data))
+        if unsent > self.high_water and not self.write_paused:
+            self.write_paused = True
+            self.pump.c.get().WatchDrain(self.connection, self.low_water)
+            self.protocol.pause_writing()
+
+    def writelines(self, list_of_data):
+        for data in list_of_data:
+            self.write(data)
+
+    def close(self):
+        """Closes once what is queued has been sent."""
+        if self.closing:
+            return
+        self.closing = True
+        if self.pump.c:
+            self.pump.c.get().Close(self.connection)
+
+    def abort(self):
+        self.closing = True
+        if self.pump.c:
+            self.pump.c.get().Abort(self.connection)
+
+    def is_closing(self):
+        return self.closing
+
+    def pause_reading(self):
+        if not self.closing and self.pump.c:
+            self.pump.c.get().SetReading(self.connection, False)
+
+    def resume_reading(self):
+        if not self.closing and self.pump.c:
+            self.pump.c.get().SetReading(self.connection, True)
+
+    def get_extra_info(self, name, default=None):
+        return self.extra.get(name, default)
+
+    def get_write_buffer_size(self):
+        return self.pump.c.get().Unsent(self.connection) if self.pump.c else 0
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        if high is None:
+            high = DEFAULT_HIGH_WATER if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self.high_water = high
+        self.low_water = low
+
+    cdef int _data(self, bytes data) except -1:
+        if not self.closed:
+            self.protocol.data_received(data)
+        return 0
+
+    cdef int _eof(self) except -1:
+        if self.closed:
+            return 0
+        if not self.protocol.eof_received():
+            self.close()
+        return 0
+
+    cdef int _drained(self) except -1:
+        if self.write_paused and not self.closed:
+            self.write_paused = False
+            self.protocol.resume_writing()
+        return 0
+
+    cdef int _closed(self, int error) except -1:
+        if self.closed:
+            return 0
+        self.closed = True
+        self.closing = True
+        exc = None if error == 0 else ConnectionResetError(error, os.strerror(error))
+        self.protocol.connection_lost(exc)
+        return 0
