@@ -255,10 +255,13 @@ def main():
                         "OpenVINO's default, pinned, without it)")
     p.add_argument("--backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
                    help="the backend serving the MLP, compared with its runtime called directly")
+    p.add_argument("--grpc-infer-thread-count", type=int, default=0, metavar="N",
+                   help="the server's gRPC socket pump threads (0: the event loop reads and "
+                        "writes)")
     p.add_argument("--serve", nargs=2, metavar=("REPO", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        return serve_main(args.serve[0], int(args.serve[1]))
+        return serve_main(args.serve[0], int(args.serve[1]), args.grpc_infer_thread_count)
     if shutil.which("h2load") is None:
         sys.exit("h2load is not installed (apt-get install nghttp2-client)")
 
@@ -294,7 +297,8 @@ def main():
                               features)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(tmp / "models"), str(port)],
+        [sys.executable, __file__, "--serve", str(tmp / "models"), str(port),
+         "--grpc-infer-thread-count", str(args.grpc_infer_thread_count)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     rounds = []
     try:

@@ -69,13 +69,13 @@ def request_body() -> bytes:
 # ---------------------------------------------------------------- server side
 
 
-async def _serve(repo: str, port: int):
+async def _serve(repo: str, port: int, io_threads: int = 0):
     from pyserver.frontends.grpc import GrpcFrontend
     from pyserver.server.server import Server
 
     server = Server(repo)
     await server.start()
-    grpc = GrpcFrontend(server, "127.0.0.1", port)
+    grpc = GrpcFrontend(server, "127.0.0.1", port, io_threads=io_threads)
     await grpc.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -86,10 +86,11 @@ async def _serve(repo: str, port: int):
     await server.stop()
 
 
-def serve_main(repo: str, port: int):
+def serve_main(repo: str, port: int, io_threads: int = 0):
+    """``io_threads``: the gRPC socket pump's threads (--grpc-infer-thread-count)."""
     import uvloop
 
-    uvloop.run(_serve(repo, port))
+    uvloop.run(_serve(repo, port, io_threads))
 
 
 # ---------------------------------------------------------------- client side

@@ -121,7 +121,7 @@ cdef class PumpTransport:
 
     def write(self, data):
         cdef size_t unsent
-        if self.closing:
+        if self.closing or not self.pump.c:
             return
         if type(data) is not bytes:
             data = bytes(data)
@@ -133,8 +133,8 @@ cdef class PumpTransport:
             self.protocol.pause_writing()
 
     def writelines(self, list_of_data):
-        for data in list_of_data:
-            self.write(data)
+        # one write: the pieces leave together, as one writev would send them
+        self.write(b"".join(list_of_data))
 
     def close(self):
         """Closes once what is queued has been sent."""
