@@ -103,9 +103,13 @@ def test_tls_options_from_the_command_line(certs):
     opts = frontend_options(p.parse_args([]))
     assert opts == {"response_compression": 0, "reuse_port": False,
                     "keepalive": KeepaliveOptions(),
-                    "max_response_pool_size": 0}  # Triton's defaults (INT_MAX: no bound)
-    opts = frontend_options(p.parse_args(["--grpc-max-response-pool-size=16"]))
-    assert opts["max_response_pool_size"] == 16
+                    "max_response_pool_size": 0,  # Triton's defaults (INT_MAX: no bound)
+                    "io_threads": 0}  # the event loop reads and writes
+    opts = frontend_options(p.parse_args(["--grpc-max-response-pool-size=16",
+                                          "--grpc-infer-thread-count=3"]))
+    assert opts["max_response_pool_size"] == 16 and opts["io_threads"] == 3
+    with pytest.raises(SystemExit):
+        p.parse_args(["--grpc-infer-thread-count=-1"])
     for bad in ("0", "-3", "x"):
         with pytest.raises(SystemExit):
             p.parse_args([f"--grpc-max-response-pool-size={bad}"])
