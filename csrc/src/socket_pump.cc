@@ -186,38 +186,36 @@ size_t SocketPump::Unsent(uint64_t connection) const {
   return conn->out.size() - conn->out_pos;
 }
 
-void SocketPump::WatchDrain(uint64_t connection, size_t low_water) {
+template <typename Change>
+void SocketPump::Update(uint64_t connection, Change change) {
   auto conn = Find(connection);
   if (!conn) return;
   std::lock_guard<std::mutex> lock(conn->mu);
-  conn->drain_watch = true;
-  conn->drain_low = low_water;
-  Schedule(conn);
+  if (change(conn.get())) Schedule(conn);
+}
+
+void SocketPump::WatchDrain(uint64_t connection, size_t low_water) {
+  Update(connection, [low_water](Connection* c) {
+    c->drain_watch = true;
+    c->drain_low = low_water;
+    return true;
+  });
 }
 
 void SocketPump::SetReading(uint64_t connection, bool reading) {
-  auto conn = Find(connection);
-  if (!conn) return;
-  std::lock_guard<std::mutex> lock(conn->mu);
-  if (conn->reading == reading) return;
-  conn->reading = reading;
-  Schedule(conn);
+  Update(connection, [reading](Connection* c) {
+    if (c->reading == reading) return false;
+    c->reading = reading;
+    return true;
+  });
 }
 
 void SocketPump::Close(uint64_t connection) {
-  auto conn = Find(connection);
-  if (!conn) return;
-  std::lock_guard<std::mutex> lock(conn->mu);
-  conn->closing = true;
-  Schedule(conn);
+  Update(connection, [](Connection* c) { return c->closing = true; });
 }
 
 void SocketPump::Abort(uint64_t connection) {
-  auto conn = Find(connection);
-  if (!conn) return;
-  std::lock_guard<std::mutex> lock(conn->mu);
-  conn->aborting = true;
-  Schedule(conn);
+  Update(connection, [](Connection* c) { return c->aborting = true; });
 }
 
 void SocketPump::Post(const std::shared_ptr<Connection>& conn, PumpEvent::Kind kind, int error) {

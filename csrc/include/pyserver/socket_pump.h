@@ -79,6 +79,10 @@ class SocketPump {
   SocketPump() = default;
 
   std::shared_ptr<Connection> Find(uint64_t connection) const;
+  // Applies `change` to the connection under its lock, and schedules it on
+  // its worker when `change` returns true.
+  template <typename Change>
+  void Update(uint64_t connection, Change change);
   void Schedule(const std::shared_ptr<Connection>& conn);
   void Post(const std::shared_ptr<Connection>& conn, PumpEvent::Kind kind, int error);
   void Run(Worker* worker);
