@@ -157,8 +157,11 @@ def test_sigterm_exits_within_the_exit_timeout(tmp_path, mode):
             proc.communicate()
 
 
-def test_sigterm_lets_calls_finish_within_the_exit_timeout(tmp_path):
-    """What finishes inside --exit-timeout-secs is answered normally."""
+@pytest.mark.parametrize("io_flags", [[], ["--http-thread-count=2", "--grpc-infer-thread-count=2"]],
+                         ids=["loop", "socket-pump"])
+def test_sigterm_lets_calls_finish_within_the_exit_timeout(tmp_path, io_flags):
+    """What finishes inside --exit-timeout-secs is answered normally, also
+    when the connections' reads and writes are the socket pump's."""
     import signal
     import time
 
@@ -168,7 +171,7 @@ def test_sigterm_lets_calls_finish_within_the_exit_timeout(tmp_path):
 
     _sleeper_repo(tmp_path, "process")
     proc, client, ports = start_cli(["--model-repository", str(tmp_path),
-                                     "--exit-timeout-secs", "20"])
+                                     "--exit-timeout-secs", "20", *io_flags])
     try:
         wait_until_ready(client, proc)
         gclient = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
