@@ -20,6 +20,7 @@ closed connections still had queued before its threads stop.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import logging
@@ -48,7 +49,6 @@ def thread_count(text: str) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        import argparse
         raise argparse.ArgumentTypeError(f"expected a thread count (0 or more), got '{text}'")
     return value
 
