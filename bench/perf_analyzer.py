@@ -81,10 +81,10 @@ def write_repo(repo: Path, models: list[str]) -> None:
 
 
 def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
-          flags: list | None = None) -> systems.Server:
+          flags: list | None = None, prefix: list | None = None) -> systems.Server:
     if system.startswith("pyserver"):
         return systems.start_pyserver(repo, log, models, extra_env=env, name=system,
-                                      extra_args=flags)
+                                      extra_args=flags, prefix=prefix)
     return systems.start_triton(repo, log, models)
 
 
@@ -171,6 +171,60 @@ def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
+              prefixes: dict | None = None) -> tuple[list[dict], dict]:
+    """Starts every system (``envs``, ``flags`` and ``prefixes`` by name) on
+    its own copy of the models (Triton without the ONNX ones: pytriton's has
+    no ONNX Runtime backend), then measures each cell (model, protocol,
+    concurrency) on each system serving it in turn, the first of each cell
+    rotating, ``args.rounds`` times; one line per cell on stderr. Returns
+    the rows and each system's start-up facts."""
+    prefixes = prefixes or {}
+    served = {system: [m for m in args.models
+                       if system.startswith("pyserver") or not MODELS[m].get("onnx")]
+              for system in system_names}
+    tmp = Path(tempfile.mkdtemp(prefix="pyserver-bench-pa-"))
+    servers, rows, info = {}, [], {}
+    try:
+        for system in system_names:
+            repo = tmp / f"models-{system}"
+            write_repo(repo, served[system])
+            server = start(system, repo, tmp / f"{system}.log", served[system],
+                           envs.get(system, {}), flags.get(system), prefixes.get(system))
+            servers[system] = server
+            info[system] = {"seconds_to_ready": round(server.wait_ready(180), 2),
+                            "env": envs.get(system, {}), "flags": flags.get(system, []),
+                            "prefix": prefixes.get(system, [])}
+        order = list(system_names)
+        for rnd in range(args.rounds):
+            for model in args.models:
+                for protocol in args.protocols:
+                    for conc in args.concurrency:
+                        for system in order:
+                            if model not in served[system]:
+                                continue
+                            row = {"system": system, "model": model, "protocol": protocol,
+                                   "concurrency": conc, "round": rnd}
+                            try:
+                                row.update(measure(servers[system], tool, model, protocol, conc, args))
+                            except RuntimeError as err:
+                                row["error"] = str(err)[-800:]
+                            rows.append(row)
+                            print(f"{system:>10} {model:<11} {protocol:<4} c{conc:<4} round {rnd + 1} "
+                                  + ("ERROR " + row["error"][-300:] if "error" in row else
+                                     f"{row['infer_per_s']:>8.0f}/s p50 {row['p50_ms']} p99 "
+                                     f"{row['p99_ms']} ms  CPU {row['cpu_us_per_infer']} µs/inf "
+                                     f"(busiest {row['busiest_us_per_infer']})  batch "
+                                     f"{row['batch_size']}  cores {row['server_cores']}"),
+                                  file=sys.stderr)
+                        order = order[1:] + order[:1]  # the first of each cell rotates
+    finally:
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows, info
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="1 round, 1 s windows, c1 and c16")
@@ -210,42 +264,7 @@ def main() -> None:
         failed = systems.ensure_venvs(["triton"], lambda m: print(m, file=sys.stderr))
         if failed:
             sys.exit(f"Triton unavailable: {failed['triton'][-500:]}")
-    tmp = Path(tempfile.mkdtemp(prefix="pyserver-bench-pa-"))
-    servers, rows, info = {}, [], {}
-    try:
-        for system in args.systems:
-            repo = tmp / f"models-{system}"
-            write_repo(repo, args.models)
-            server = start(system, repo, tmp / f"{system}.log", args.models, envs.get(system, {}),
-                           flags.get(system))
-            servers[system] = server
-            info[system] = {"seconds_to_ready": round(server.wait_ready(180), 2),
-                            "env": envs.get(system, {}), "flags": flags.get(system, [])}
-        order = list(args.systems)
-        for rnd in range(args.rounds):
-            for model in args.models:
-                for protocol in args.protocols:
-                    for conc in args.concurrency:
-                        for system in order:
-                            row = {"system": system, "model": model, "protocol": protocol,
-                                   "concurrency": conc, "round": rnd}
-                            try:
-                                row.update(measure(servers[system], tool, model, protocol, conc, args))
-                            except RuntimeError as err:
-                                row["error"] = str(err)[-800:]
-                            rows.append(row)
-                            print(f"{system:>10} {model:<11} {protocol:<4} c{conc:<4} round {rnd + 1} "
-                                  + ("ERROR " + row["error"][-300:] if "error" in row else
-                                     f"{row['infer_per_s']:>8.0f}/s p50 {row['p50_ms']} p99 "
-                                     f"{row['p99_ms']} ms  CPU {row['cpu_us_per_infer']} µs/inf "
-                                     f"(busiest {row['busiest_us_per_infer']})  batch "
-                                     f"{row['batch_size']}  cores {row['server_cores']}"),
-                                  file=sys.stderr)
-                        order = order[1:] + order[:1]  # the first of each cell rotates
-    finally:
-        for server in servers.values():
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    rows, info = run_cells(args, args.systems, tool, envs, flags)
     good = [r for r in rows if "error" not in r]
     med = medians(good)
     base = "triton" if "triton" in args.systems else args.systems[-1]

@@ -232,9 +232,11 @@ def _ports_env(extra: dict | None = None) -> dict:
 
 
 def start_pyserver(repo: Path, log: Path, models: list, extra_env: dict | None = None,
-                   name: str = "pyserver", extra_args: list | None = None) -> Server:
+                   name: str = "pyserver", extra_args: list | None = None,
+                   prefix: list | None = None) -> Server:
+    """``prefix``: words before the command (``taskset -c 0-2`` to pin it)."""
     env = _ports_env(extra_env)
-    cmd = [str(MAIN_PY), "-m", "pyserver", "--model-repository", str(repo),
+    cmd = [*(prefix or []), str(MAIN_PY), "-m", "pyserver", "--model-repository", str(repo),
            "--http-address", "127.0.0.1", "--http-port", str(env["BENCH_HTTP_PORT"]),
            "--grpc-address", "127.0.0.1", "--grpc-port", str(env["BENCH_GRPC_PORT"]),
            "--allow-metrics", "false", *(extra_args or [])]
