@@ -37,7 +37,7 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
 
 cdef class SocketPump:
     cdef unique_ptr[CSocketPump] c
-    cdef object loop
+    cdef readonly object loop
     cdef int fd
     cdef dict transports  # connection id -> PumpTransport
 
@@ -50,6 +50,9 @@ cdef class PumpTransport:
     cdef bint closing
     cdef bint closed
     cdef bint write_paused
+    cdef bint read_paused
+    cdef bytes held      # read while paused: delivered on resume_reading()
+    cdef bint eof_held   # the peer's EOF came after the held bytes
     cdef size_t high_water
     cdef size_t low_water
 

@@ -153,12 +153,35 @@ cdef class PumpTransport:
         return self.closing
 
     def pause_reading(self):
-        if not self.closing and self.pump.c:
+        if self.closing or self.read_paused:
+            return
+        self.read_paused = True
+        if self.pump.c:
             self.pump.c.get().SetReading(self.connection, False)
 
     def resume_reading(self):
-        if not self.closing and self.pump.c:
+        if self.closing or not self.read_paused:
+            return
+        self.read_paused = False
+        if self.pump.c:
             self.pump.c.get().SetReading(self.connection, True)
+        if self.held is not None or self.eof_held:
+            # as asyncio's transports do: what was held arrives in a later
+            # callback, not inside the protocol's own resume_reading() call
+            self.pump.loop.call_soon(self._release_held)
+
+    def is_reading(self):
+        return not self.read_paused and not self.closing
+
+    def _release_held(self):
+        if self.read_paused or self.closed:
+            return
+        held, self.held = self.held, None
+        if held is not None:
+            self.protocol.data_received(held)
+        if self.eof_held and not self.read_paused and not self.closed:
+            self.eof_held = False
+            self._eof()
 
     def get_extra_info(self, name, default=None):
         return self.extra.get(name, default)
@@ -177,12 +200,22 @@ cdef class PumpTransport:
         self.low_water = low
 
     cdef int _data(self, bytes data) except -1:
-        if not self.closed:
-            self.protocol.data_received(data)
+        # Bytes the pump read before it saw a pause_reading() are held until
+        # resume_reading(): no data_received() while paused, as asyncio
+        # promises (the HTTP connection's pipelining bound relies on it).
+        if self.closed:
+            return 0
+        if self.read_paused or self.held is not None:
+            self.held = data if self.held is None else self.held + data
+            return 0
+        self.protocol.data_received(data)
         return 0
 
     cdef int _eof(self) except -1:
         if self.closed:
+            return 0
+        if self.read_paused or self.held is not None:
+            self.eof_held = True  # after the held bytes
             return 0
         if not self.protocol.eof_received():
             self.close()

@@ -187,3 +187,63 @@ def test_tls_connections_stay_on_the_loop(tmp_path, start_server):
         return listener.io_threads
 
     assert s.call(make()) == 0
+
+
+def test_no_data_arrives_while_reading_is_paused():
+    """asyncio's promise, which the HTTP connection's pipelining bound
+    relies on: after pause_reading() no data_received() (nor EOF), even for
+    bytes the pump read before it saw the pause; resume_reading() gives
+    them, in order, in a later callback."""
+    import asyncio
+    import time
+
+    import uvloop
+
+    from pyserver.engine.socket_pump import SocketPump
+
+    got = []
+    ours, peer = socket.socketpair()
+
+    class Protocol(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            got.append((data, self.transport.is_reading()))
+            if len(got) == 1:
+                # more bytes and the EOF, read by the pump's thread while
+                # this (the loop's) thread is busy: then the pause
+                peer.sendall(b"two")
+                peer.shutdown(socket.SHUT_WR)
+                time.sleep(0.3)
+                self.transport.pause_reading()
+
+        def eof_received(self):
+            got.append((b"EOF", None))
+            return False
+
+    async def wait(check):
+        for _ in range(500):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"timed out: {got}")
+
+    async def main():
+        pump = SocketPump(asyncio.get_running_loop(), 1)
+        protocol = Protocol()
+        try:
+            pump.attach(ours, protocol)
+            peer.sendall(b"one")
+            await wait(lambda: got)
+            await asyncio.sleep(0.3)
+            assert got == [(b"one", True)]  # nothing while paused, not even the EOF
+            protocol.transport.resume_reading()
+            assert len(got) == 1  # not inside resume_reading()
+            await wait(lambda: got[-1][0] == b"EOF")
+            assert got[1:] == [(b"two", True), (b"EOF", None)]
+        finally:
+            pump.close()
+            peer.close()
+
+    uvloop.run(main())
