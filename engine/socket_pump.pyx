@@ -174,12 +174,12 @@ cdef class PumpTransport:
         return not self.read_paused and not self.closing
 
     def _release_held(self):
-        if self.read_paused or self.closed:
+        if self.read_paused or self.closing:
             return
         held, self.held = self.held, None
         if held is not None:
             self.protocol.data_received(held)
-        if self.eof_held and not self.read_paused and not self.closed:
+        if self.eof_held and not self.read_paused and not self.closing:
             self.eof_held = False
             self._eof()
 
@@ -203,7 +203,7 @@ cdef class PumpTransport:
         # Bytes the pump read before it saw a pause_reading() are held until
         # resume_reading(): no data_received() while paused, as asyncio
         # promises (the HTTP connection's pipelining bound relies on it).
-        if self.closed:
+        if self.closing:  # closed by us: "no more data will be received"
             return 0
         if self.read_paused or self.held is not None:
             self.held = data if self.held is None else self.held + data
@@ -212,7 +212,7 @@ cdef class PumpTransport:
         return 0
 
     cdef int _eof(self) except -1:
-        if self.closed:
+        if self.closing:
             return 0
         if self.read_paused or self.held is not None:
             self.eof_held = True  # after the held bytes

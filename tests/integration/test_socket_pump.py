@@ -247,3 +247,48 @@ def test_no_data_arrives_while_reading_is_paused():
             peer.close()
 
     uvloop.run(main())
+
+
+def test_no_data_arrives_after_close():
+    """After close() no data_received() (asyncio: "no more data will be
+    received"), while what was written still leaves."""
+    import asyncio
+    import time
+
+    import uvloop
+
+    from pyserver.engine.socket_pump import SocketPump
+
+    got = []
+    ours, peer = socket.socketpair()
+
+    class Protocol(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            got.append(data)
+            if len(got) == 1:
+                peer.sendall(b"more")  # read by the pump while this thread is busy
+                time.sleep(0.3)
+                self.transport.write(b"bye")
+                self.transport.close()
+
+    async def main():
+        pump = SocketPump(asyncio.get_running_loop(), 1)
+        try:
+            pump.attach(ours, Protocol())
+            peer.sendall(b"one")
+            for _ in range(500):
+                if pump.connections == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert pump.connections == 0
+        finally:
+            pump.close()
+
+    uvloop.run(main())
+    assert got == [b"one"]
+    peer.settimeout(5)
+    assert peer.recv(16) == b"bye" and peer.recv(16) == b""
+    peer.close()
