@@ -5,6 +5,7 @@ replace theirs), then what is the pump's own: many clients at once, large
 tensors both ways, clients that vanish mid-request, and no connection or
 thread left behind once the clients are gone and the frontends stop."""
 
+import asyncio
 import os
 import socket
 import threading
@@ -14,7 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import uvloop
 
+from pyserver.engine.socket_pump import SocketPump
 from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.frontends.http import HttpFrontend
 from pyserver.testing import write_add_sub
@@ -189,25 +192,20 @@ def test_tls_connections_stay_on_the_loop(tmp_path, start_server):
     assert s.call(make()) == 0
 
 
+class _KeepsTransport(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+
 def test_no_data_arrives_while_reading_is_paused():
     """asyncio's promise, which the HTTP connection's pipelining bound
     relies on: after pause_reading() no data_received() (nor EOF), even for
     bytes the pump read before it saw the pause; resume_reading() gives
     them, in order, in a later callback."""
-    import asyncio
-    import time
-
-    import uvloop
-
-    from pyserver.engine.socket_pump import SocketPump
-
     got = []
     ours, peer = socket.socketpair()
 
-    class Protocol(asyncio.Protocol):
-        def connection_made(self, transport):
-            self.transport = transport
-
+    class Protocol(_KeepsTransport):
         def data_received(self, data):
             got.append((data, self.transport.is_reading()))
             if len(got) == 1:
@@ -252,20 +250,10 @@ def test_no_data_arrives_while_reading_is_paused():
 def test_no_data_arrives_after_close():
     """After close() no data_received() (asyncio: "no more data will be
     received"), while what was written still leaves."""
-    import asyncio
-    import time
-
-    import uvloop
-
-    from pyserver.engine.socket_pump import SocketPump
-
     got = []
     ours, peer = socket.socketpair()
 
-    class Protocol(asyncio.Protocol):
-        def connection_made(self, transport):
-            self.transport = transport
-
+    class Protocol(_KeepsTransport):
         def data_received(self, data):
             got.append(data)
             if len(got) == 1:
