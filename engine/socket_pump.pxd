@@ -13,6 +13,7 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         kEof "pyserver::PumpEvent::Kind::kEof"
         kDrained "pyserver::PumpEvent::Kind::kDrained"
         kClosed "pyserver::PumpEvent::Kind::kClosed"
+        kThreadRestarted "pyserver::PumpEvent::Kind::kThreadRestarted"
 
     cdef cppclass PumpEvent:
         uint64_t connection
@@ -32,6 +33,7 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         void SetReading(uint64_t connection, bint reading)
         void Close(uint64_t connection)
         void Abort(uint64_t connection)
+        void BreakThreadForTesting(int thread) except +
         size_t Drain(vector[PumpEvent]* out)
 
 
@@ -40,6 +42,7 @@ cdef class SocketPump:
     cdef readonly object loop
     cdef int fd
     cdef dict transports  # connection id -> PumpTransport
+    cdef readonly int restarts  # threads that failed and were restarted
 
 
 cdef class PumpTransport:

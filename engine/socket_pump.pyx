@@ -82,6 +82,11 @@ cdef class SocketPump:
             return
         self.c.get().Drain(&events)
         for i in range(events.size()):
+            if events[i].kind == PumpKind.kThreadRestarted:
+                # its connections' kClosed events came first
+                self.restarts += 1
+                _log.error("%s", events[i].data.decode("utf-8", "replace"))
+                continue
             t = self.transports.get(events[i].connection)
             if t is None:
                 continue
@@ -99,6 +104,11 @@ cdef class SocketPump:
                     t._closed(events[i].error)
             except Exception:
                 _log.exception("connection protocol failed")
+
+    def _break_thread_for_testing(self, int thread):
+        """Makes pump thread ``thread`` fail as a descriptor closed under it
+        would (csrc's BreakThreadForTesting), to test that it recovers."""
+        self.c.get().BreakThreadForTesting(thread)
 
     def close(self):
         """Closes every connection at once and stops the threads (their
@@ -232,6 +242,8 @@ cdef class PumpTransport:
             return 0
         self.closed = True
         self.closing = True
-        exc = None if error == 0 else ConnectionResetError(error, os.strerror(error))
+        # OSError picks the errno's subclass: ConnectionResetError, or
+        # ConnectionAbortedError when a failed pump thread closed it
+        exc = None if error == 0 else OSError(error, os.strerror(error))
         self.protocol.connection_lost(exc)
         return 0

@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 namespace pyserver {
@@ -37,6 +39,22 @@ void Clear(int fd) {
   (void)n;
 }
 
+// An epoll instance that watches `wake_fd`; -1 (errno set) when none.
+int NewEpoll(int wake_fd) {
+  int fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (fd < 0) return -1;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeTag;
+  if (::epoll_ctl(fd, EPOLL_CTL_ADD, wake_fd, &ev) != 0) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 struct SocketPump::Connection {
@@ -64,14 +82,18 @@ struct SocketPump::Connection {
 };
 
 struct SocketPump::Worker {
-  int epoll_fd = -1;
+  int index = 0;
+  int epoll_fd = -1;  // replaced (under mu) only by the worker's own Restart
   int wake_fd = -1;
   std::thread thread;
-  std::mutex mu;  // todo and wake_pending
+  std::mutex mu;  // todo, wake_pending, and epoll_fd's replacement
   bool wake_pending = false;  // wake_fd signalled, todo not yet taken
   std::vector<std::shared_ptr<Connection>> todo;  // connections with host requests
   // The worker's own references: a connection lives while it is registered.
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> live;
+  // Worker thread only: the todo list being applied (kept here so that a
+  // restart in the middle of it reschedules what was not applied yet).
+  std::vector<std::shared_ptr<Connection>> taken;
 };
 
 Status SocketPump::Create(int threads, std::unique_ptr<SocketPump>* pump) {
@@ -85,18 +107,14 @@ Status SocketPump::Create(int threads, std::unique_ptr<SocketPump>* pump) {
   }
   for (int i = 0; i < threads; ++i) {
     auto w = std::make_unique<Worker>();
-    w->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    w->index = i;
     w->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    w->epoll_fd = w->wake_fd < 0 ? -1 : NewEpoll(w->wake_fd);
     if (w->epoll_fd < 0 || w->wake_fd < 0) {
       int err = errno;
-      if (w->epoll_fd >= 0) ::close(w->epoll_fd);
       if (w->wake_fd >= 0) ::close(w->wake_fd);
       return Status(StatusCode::kInternal, std::string("epoll: ") + std::strerror(err));
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kWakeTag;
-    ::epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->wake_fd, &ev);
     p->workers_.push_back(std::move(w));
   }
   for (auto& w : p->workers_) {
@@ -121,10 +139,12 @@ SocketPump::~SocketPump() {
       if (conn->fd >= 0) ::close(conn->fd);
     }
     // Attached but never registered: still the pump's to close.
-    for (auto& conn : w->todo) {
-      if (!conn->registered && conn->fd >= 0) ::close(conn->fd);
+    for (auto* list : {&w->todo, &w->taken}) {
+      for (auto& conn : *list) {
+        if (!conn->registered && conn->fd >= 0) ::close(conn->fd);
+      }
     }
-    ::close(w->epoll_fd);
+    if (w->epoll_fd >= 0) ::close(w->epoll_fd);
     ::close(w->wake_fd);
   }
   if (notify_fd_ >= 0) ::close(notify_fd_);
@@ -240,7 +260,9 @@ size_t SocketPump::Drain(std::vector<PumpEvent>* out) {
     ev.connection = p.conn->id;
     ev.kind = p.kind;
     ev.error = p.error;
-    if (p.kind == PumpEvent::Kind::kData) {
+    if (p.kind == PumpEvent::Kind::kThreadRestarted) {
+      ev.data = p.conn->in;  // what failed (the pump's own note, immutable)
+    } else if (p.kind == PumpEvent::Kind::kData) {
       std::lock_guard<std::mutex> lock(p.conn->mu);
       ev.data.swap(p.conn->in);
       p.conn->data_posted = false;
@@ -256,14 +278,75 @@ size_t SocketPump::Drain(std::vector<PumpEvent>* out) {
 
 // ---- worker threads ----------------------------------------------------------
 
+void SocketPump::BreakThreadForTesting(int thread) {
+  Worker* w = workers_.at(static_cast<size_t>(thread)).get();
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    int not_epoll = ::eventfd(0, EFD_CLOEXEC);
+    if (not_epoll >= 0) {
+      ::dup2(not_epoll, w->epoll_fd);
+      ::close(not_epoll);
+    }
+  }
+  Signal(w->wake_fd);
+}
+
+// A thread whose wait fails (a descriptor closed under it by a bug elsewhere
+// in the process) or that runs out of memory must not take the server down
+// or strand its connections: it closes them, starts over, and says so.
 void SocketPump::Run(Worker* w) {
+  while (!stopping_.load()) {
+    std::string what;
+    int error = 0;
+    try {
+      error = Serve(w);
+      if (error == 0) return;  // stopping
+      what = std::string("epoll_wait: ") + std::strerror(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    if (stopping_.load()) return;
+    Restart(w, what, error);
+  }
+}
+
+void SocketPump::Restart(Worker* w, const std::string& what, int error) {
+  std::vector<std::shared_ptr<Connection>> conns;
+  conns.reserve(w->live.size());
+  for (auto& [id, conn] : w->live) conns.push_back(conn);
+  for (auto& conn : conns) CloseNow(w, conn, ECONNABORTED);
+  std::vector<std::shared_ptr<Connection>> taken;
+  taken.swap(w->taken);
+  for (auto& conn : taken) {  // attached, not applied yet: the new epoll takes them
+    std::lock_guard<std::mutex> lock(conn->mu);
+    conn->scheduled = false;
+    if (!conn->closed) Schedule(conn);
+  }
+  int fd = NewEpoll(w->wake_fd);
+  while (fd < 0 && !stopping_.load()) {  // out of descriptors: try again soon
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fd = NewEpoll(w->wake_fd);
+  }
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    ::close(w->epoll_fd);
+    w->epoll_fd = fd;
+  }
+  auto note = std::make_shared<Connection>();  // id 0: the pump itself
+  note->in = "socket pump thread " + std::to_string(w->index) + " failed (" + what +
+             ") and was restarted; its " + std::to_string(conns.size()) +
+             " connection(s) were closed";
+  Post(note, PumpEvent::Kind::kThreadRestarted, error);
+}
+
+int SocketPump::Serve(Worker* w) {
   epoll_event events[128];
-  std::vector<std::shared_ptr<Connection>> todo;
+  std::vector<std::shared_ptr<Connection>>& todo = w->taken;
   while (!stopping_.load()) {
     int n = ::epoll_wait(w->epoll_fd, events, 128, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
-      break;
+      return errno;
     }
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;
@@ -300,6 +383,7 @@ void SocketPump::Run(Worker* w) {
       }
     }
   }
+  return 0;
 }
 
 // What the host asked of a connection since it was last scheduled.

@@ -270,5 +270,60 @@ TEST(SocketPumpTest, DestroyedWithConnectionsOpen) {
   EXPECT_EQ(::read(a.peer, &c, 1), 0);  // the pump closed its end
 }
 
+TEST(SocketPumpTest, AFailedThreadClosesItsConnectionsAndServesAgain) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(2, &pump).ok());
+  // ids go round the threads: with two, odd and even ids have different ones
+  Pair a, b;
+  uint64_t ida = pump->Attach(a.pump_end);
+  uint64_t idb = pump->Attach(b.pump_end);
+  ASSERT_NE(ida % 2, idb % 2);
+  ASSERT_EQ(::write(a.peer, "a", 1), 1);
+  ASSERT_EQ(::write(b.peer, "b", 1), 1);
+  WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, ida) == "a" && DataOf(ev, idb) == "b"; });
+
+  int broken = static_cast<int>(ida % 2);  // the thread that serves `a`
+  pump->BreakThreadForTesting(broken);
+  auto events = WaitFor(pump.get(), [&](const auto& ev) {
+    for (const auto& e : ev) {
+      if (e.kind == Kind::kThreadRestarted) return true;
+    }
+    return false;
+  });
+  const PumpEvent* note = nullptr;
+  for (const auto& e : events) {
+    if (e.kind == Kind::kThreadRestarted) note = &e;
+  }
+  ASSERT_NE(note, nullptr);
+  EXPECT_EQ(note->connection, 0u);
+  EXPECT_EQ(note->error, EINVAL);
+  EXPECT_NE(note->data.find("socket pump thread " + std::to_string(broken) + " failed"),
+            std::string::npos) << note->data;
+  EXPECT_NE(note->data.find("1 connection(s) were closed"), std::string::npos) << note->data;
+  // `a` was closed with the reason, its peer sees the end; `b` is untouched
+  bool closed_aborted = false;
+  for (const auto& e : events) {
+    if (e.connection == ida && e.kind == Kind::kClosed) closed_aborted = e.error == ECONNABORTED;
+    EXPECT_FALSE(e.connection == idb && e.kind == Kind::kClosed);
+  }
+  EXPECT_TRUE(closed_aborted);
+  char c;
+  EXPECT_EQ(::read(a.peer, &c, 1), 0);
+  pump->Write(idb, "still", 5);
+  EXPECT_EQ(ReadExactly(b.peer, 5), "still");
+
+  // the restarted thread takes new connections and moves their bytes
+  Pair d, e;
+  uint64_t idd = pump->Attach(d.pump_end);
+  uint64_t ide = pump->Attach(e.pump_end);
+  uint64_t on_broken = (idd % 2 == static_cast<uint64_t>(broken)) ? idd : ide;
+  Pair& peer = on_broken == idd ? d : e;
+  ASSERT_EQ(::write(peer.peer, "again", 5), 5);
+  auto later = WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, on_broken) == "again"; });
+  EXPECT_EQ(DataOf(later, on_broken), "again");
+  pump->Write(on_broken, "ok", 2);
+  EXPECT_EQ(ReadExactly(peer.peer, 2), "ok");
+}
+
 }  // namespace
 }  // namespace pyserver

@@ -24,6 +24,8 @@ from pyserver.testing import write_add_sub
 from tests.integration.test_grpc import *  # noqa: F401,F403 (its tests run here again)
 from tests.integration.test_grpc import grpc_servers
 from tests.integration.test_grpc_h2 import *  # noqa: F401,F403
+from tests.integration.test_sequence_batching import one, write_accumulator
+from tests.integration.test_shared_memory import regions, shm  # noqa: F401,F811 (a fixture)
 from tests.unit.test_http_frontend import *  # noqa: F401,F403
 from tests.unit.test_http_frontend import serve_fake
 
@@ -280,3 +282,162 @@ def test_no_data_arrives_after_close():
     peer.settimeout(5)
     assert peer.recv(16) == b"bye" and peer.recv(16) == b""
     peer.close()
+
+
+SLOW_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1.0)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests]
+"""
+
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+_SLOW_BODY = b'{"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [7]}]}'
+_SLOW_REQUEST = (b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n" % len(_SLOW_BODY)) + _SLOW_BODY
+
+
+def _http_answer(sock) -> bytes:
+    """One whole HTTP/1.1 answer (head and Content-Length body) from ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_failed_pump_thread_is_restarted_and_only_its_connections_close(
+        tmp_path, start_server, caplog):
+    (tmp_path / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    (tmp_path / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    write_add_sub(tmp_path)
+    s = start_server(tmp_path)
+    http = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=IO_THREADS)
+    s.call(http.start())
+    pump = http._listener._pump
+    socks = [socket.create_connection(("127.0.0.1", http.port)) for _ in range(4)]
+    try:
+        for sock in socks:
+            sock.settimeout(10)
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _http_answer(sock).startswith(b"HTTP/1.1 200")
+        # which pump thread serves which client (connection ids go round them)
+        thread_of = {conn._transport.get_extra_info("peername"): conn._transport.connection
+                     % IO_THREADS for conn in http.connections}
+        on = {n: [sk for sk in socks if thread_of[sk.getsockname()] == n] for n in (0, 1)}
+        assert on[0] and on[1], thread_of
+        # a request in flight on thread 0 when it fails
+        on[0][0].sendall(_SLOW_REQUEST)
+        _wait_for("the slow request to be in flight", lambda: s.server._inflight == 1)
+
+        with caplog.at_level("ERROR", logger="pyserver"):
+            pump._break_thread_for_testing(0)
+            _wait_for("the thread's restart", lambda: pump.restarts == 1)
+        assert any(f"socket pump thread 0 failed (epoll_wait: Invalid argument) and was "
+                   f"restarted; its {len(on[0])} connection(s) were closed" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+        for sock in on[0]:  # its clients see the server close their connections
+            try:
+                assert sock.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        for sock in on[1]:  # the other thread's keep being served
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _http_answer(sock).startswith(b"HTTP/1.1 200")
+        # the request whose connection went still ends: nothing stays in flight
+        _wait_for("the abandoned request to end", lambda: s.server._inflight == 0)
+    finally:
+        for sock in socks:
+            sock.close()
+    # new connections land on both threads again, and every one is answered
+    a = np.ones((1, 16), np.float32)
+    for _ in range(2 * IO_THREADS):
+        with httpclient.InferenceServerClient(f"127.0.0.1:{http.port}") as c:
+            r = c.infer("add_sub", _inputs(httpclient, a, a))
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+    with socket.create_connection(("127.0.0.1", http.port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(_SLOW_REQUEST)
+        assert b'"data":[7.0]' in _http_answer(sock).replace(b" ", b"")
+    s.call(http.stop())
+
+
+def test_one_server_across_connections_and_pump_threads(tmp_path, start_server, regions):  # noqa: F811
+    # #28's "one server": a sequence whose requests come over different
+    # connections (HTTP and gRPC, on different pump threads) keeps its slot
+    # and its state, and a shared-memory region registered over one
+    # connection is used and released over others.
+    write_accumulator(tmp_path)
+    write_add_sub(tmp_path)
+    s = start_server(tmp_path, allow_client_shm=True)
+    http = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=IO_THREADS)
+    grpc = GrpcFrontend(s.server, "127.0.0.1", 0, io_threads=IO_THREADS)
+    s.call(http.start())
+    s.call(grpc.start())
+    http_url, grpc_url = f"127.0.0.1:{http.port}", f"127.0.0.1:{grpc.port}"
+    clients = [httpclient.InferenceServerClient(http_url),
+               grpcclient.InferenceServerClient(grpc_url),
+               httpclient.InferenceServerClient(http_url),
+               grpcclient.InferenceServerClient(grpc_url)]
+    try:
+        total = 0
+        for k, value in enumerate((1, 2, 3, 4, 5, 6, 7, 8)):
+            c = clients[k % len(clients)]
+            mod = httpclient if isinstance(c, httpclient.InferenceServerClient) else grpcclient
+            r = c.infer("acc", one(value, mod), sequence_id=42, sequence_start=k == 0,
+                        sequence_end=k == 7)
+            total += value
+            assert int(r.as_numpy("OUTPUT")[0, 0]) == total
+        threads = {conn._transport.connection % IO_THREADS for conn in http.connections}
+        assert threads == set(range(IO_THREADS))  # the two HTTP clients: one on each thread
+
+        in_name, in_key, in_handle = regions(128)
+        out_name, out_key, out_handle = regions(128)
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        b = np.full((1, 16), 2, np.float32)
+        shm.set_shared_memory_region(in_handle, [a, b])
+        clients[0].register_system_shared_memory(in_name, in_key, 128)
+        clients[0].register_system_shared_memory(out_name, out_key, 128)
+        g = clients[1]
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_shared_memory(in_name, 64)
+        inputs[1].set_shared_memory(in_name, 64, offset=64)
+        outputs = [grpcclient.InferRequestedOutput("OUTPUT0"),
+                   grpcclient.InferRequestedOutput("OUTPUT1")]
+        outputs[0].set_shared_memory(out_name, 64)
+        outputs[1].set_shared_memory(out_name, 64, offset=64)
+        g.infer("add_sub", inputs, outputs=outputs)
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(out_handle, np.float32, [1, 16]), a + b)
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(out_handle, np.float32, [1, 16], offset=64), a - b)
+        assert {r.name for r in g.get_system_shared_memory_status().regions.values()} == \
+            {in_name, out_name}
+        clients[2].unregister_system_shared_memory()
+        assert not clients[3].get_system_shared_memory_status().regions
+    finally:
+        for c in clients:
+            c.close()
+        s.call(grpc.stop(5))
+        s.call(http.stop())

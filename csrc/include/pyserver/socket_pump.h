@@ -29,6 +29,11 @@ struct PumpEvent {
     kEof = 1,      // the peer shut its side down (no more data comes)
     kDrained = 2,  // unsent bytes fell to the WatchDrain() mark
     kClosed = 3,   // the socket is closed; `error` is its errno, or 0
+    // A pump thread failed and was restarted (connection 0): `data` says
+    // what failed, `error` is its errno (0 for an exception). Its connections
+    // were closed (one kClosed each, error ECONNABORTED), as the state of
+    // their reads and writes went with the thread's epoll instance.
+    kThreadRestarted = 4,
   };
   uint64_t connection = 0;
   Kind kind = Kind::kData;
@@ -69,6 +74,11 @@ class SocketPump {
   void Close(uint64_t connection);
   void Abort(uint64_t connection);
 
+  // Makes thread `thread`'s epoll descriptor something that is not an epoll
+  // instance, as a stray close() elsewhere in the process would, and wakes
+  // the thread: its next wait fails. Tests call it to see a thread recover.
+  void BreakThreadForTesting(int thread);
+
   // Moves every waiting event into *out (appending), in the order each
   // connection's happened, and re-arms notify_fd(). Returns the number moved.
   size_t Drain(std::vector<PumpEvent>* out);
@@ -86,6 +96,12 @@ class SocketPump {
   void Schedule(const std::shared_ptr<Connection>& conn);
   void Post(const std::shared_ptr<Connection>& conn, PumpEvent::Kind kind, int error);
   void Run(Worker* worker);
+  // Waits and serves until stopped (returns 0) or epoll_wait fails (returns
+  // its errno); may throw (std::bad_alloc).
+  int Serve(Worker* worker);
+  // After Serve failed: closes the worker's connections, gives it a new
+  // epoll instance and tells the host (kThreadRestarted).
+  void Restart(Worker* worker, const std::string& what, int error);
   void Apply(Worker* worker, const std::shared_ptr<Connection>& conn);
   void ReadSome(Worker* worker, const std::shared_ptr<Connection>& conn);
   void WriteSome(Worker* worker, const std::shared_ptr<Connection>& conn);
