@@ -48,7 +48,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
     cdef cppclass CScheduler "pyserver::Scheduler":
         Status Enqueue(const RequestInfo& info, uint64_t* id)
         cbool NextBatch(CBatch* batch)
-        cbool TryNextBatch(CBatch* batch)
+        cbool TryNextBatch(CBatch* batch, uint64_t* due_ns)
         void ParkInstances(cbool parked)
         CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
@@ -139,6 +139,9 @@ cdef class Scheduler:
     cdef unique_ptr[CScheduler] c
     cdef readonly ModelStats stats
     cdef readonly CompletionQueue completions
+    # what the last try_next_batch() said: when to ask again (the engine's
+    # clock, ns) if nothing arrives before; 0: only an arrival makes a batch
+    cdef readonly uint64_t next_due_ns
 
     cdef bint _wait_batch(self, Batch batch) noexcept nogil
     cdef void _meet_spinning_loop(self, Batch batch) noexcept nogil

@@ -175,9 +175,10 @@ cdef class Scheduler:
     def try_next_batch(self):
         """A batch if one is ready now, else None; never waits (for an
         instance the event loop drives). The pass-through and dynamic
-        schedulers hand batches out this way; the sequence batcher does not."""
+        schedulers hand batches out this way; the sequence batcher does not.
+        Without a batch, ``next_due_ns`` says when a batching delay ends."""
         cdef Batch batch = Batch.__new__(Batch)
-        return self._hand_over(batch, self.c.get().TryNextBatch(&batch.c))
+        return self._hand_over(batch, self.c.get().TryNextBatch(&batch.c, &self.next_due_ns))
 
     def park_instances(self, bint parked):
         """While parked, instance threads take no batches and arrivals do

@@ -315,9 +315,10 @@ void DynamicBatchScheduler::TakeBatch(size_t count, bool saturated, uint64_t now
   batch->sequence = NextBatchSequence();
 }
 
-bool DynamicBatchScheduler::TryNextBatch(Batch* batch) {
+bool DynamicBatchScheduler::TryNextBatch(Batch* batch, uint64_t* due_ns) {
   std::vector<QueuedRequest> rejected;
   bool got = false;
+  if (due_ns != nullptr) *due_ns = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return false;
@@ -329,9 +330,12 @@ bool DynamicBatchScheduler::TryNextBatch(Batch* batch) {
     size_t count = 0;
     bool saturated = false;
     uint64_t wake_at = 0;
-    if (FormBatch(now, &count, &saturated, &wake_at, &rejected) == Decision::kSend) {
+    Decision decision = FormBatch(now, &count, &saturated, &wake_at, &rejected);
+    if (decision == Decision::kSend) {
       TakeBatch(count, saturated, now, false, batch);
       got = true;
+    } else if (decision == Decision::kWait && due_ns != nullptr && rejected.empty()) {
+      *due_ns = wake_at;
     }
   }
   if (!rejected.empty()) {
@@ -382,7 +386,7 @@ bool DynamicBatchScheduler::TakeReadyBatch(Batch* batch) {
   }
   // Parking may begin in between: then one more batch runs on this
   // instance's thread, which is still correct.
-  return TryNextBatch(batch);
+  return TryNextBatch(batch, nullptr);
 }
 
 void DynamicBatchScheduler::ParkInstances(bool parked) {

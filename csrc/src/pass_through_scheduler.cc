@@ -64,7 +64,8 @@ bool PassThroughScheduler::NextBatch(Batch* batch) {
   return true;
 }
 
-bool PassThroughScheduler::TryNextBatch(Batch* batch) {
+bool PassThroughScheduler::TryNextBatch(Batch* batch, uint64_t* due_ns) {
+  if (due_ns != nullptr) *due_ns = 0;  // only an arrival makes a batch
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_ || queue_.empty()) return false;
@@ -82,7 +83,7 @@ bool PassThroughScheduler::TakeReadyBatch(Batch* batch) {
   }
   // Parking may begin in between: then one more batch runs on this
   // instance's thread, which is still correct.
-  return TryNextBatch(batch);
+  return TryNextBatch(batch, nullptr);
 }
 
 void PassThroughScheduler::ParkInstances(bool parked) {

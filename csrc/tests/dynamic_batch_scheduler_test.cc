@@ -640,17 +640,17 @@ TEST(DynamicBatcher, TryNextBatchSendsWhatIsQueuedWithNoDelay) {
   c.max_batch_size = 4;
   auto s = Make(h, c);
   Batch b;
-  EXPECT_FALSE(s->TryNextBatch(&b));  // empty: returns at once
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));  // empty: returns at once
   for (Token t = 1; t <= 6; ++t) Enqueue(s.get(), Req(t));
   EXPECT_EQ(h.stats->Snapshot().pending_count, 6);
-  ASSERT_TRUE(s->TryNextBatch(&b));
+  ASSERT_TRUE(s->TryNextBatch(&b, nullptr));
   EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
   EXPECT_EQ(b.batch_size, 4u);
   EXPECT_TRUE(b.saturated);
-  ASSERT_TRUE(s->TryNextBatch(&b));
+  ASSERT_TRUE(s->TryNextBatch(&b, nullptr));
   EXPECT_EQ(Tokens(b), (std::vector<Token>{5, 6}));
   EXPECT_EQ(h.stats->Snapshot().pending_count, 0);
-  EXPECT_FALSE(s->TryNextBatch(&b));
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));
 }
 
 TEST(DynamicBatcher, TryNextBatchKeepsTheBatchingDelay) {
@@ -662,10 +662,34 @@ TEST(DynamicBatcher, TryNextBatchKeepsTheBatchingDelay) {
   auto s = Make(h, c);
   for (Token t = 1; t <= 3; ++t) Enqueue(s.get(), Req(t));
   Batch b;
-  EXPECT_FALSE(s->TryNextBatch(&b));  // below the preferred size: it waits
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));  // below the preferred size: it waits
   Enqueue(s.get(), Req(4));
-  ASSERT_TRUE(s->TryNextBatch(&b));  // preferred size reached
+  ASSERT_TRUE(s->TryNextBatch(&b, nullptr));  // preferred size reached
   EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
+}
+
+TEST(DynamicBatcher, TryNextBatchSaysWhenTheDelayEnds) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;
+  c.max_queue_delay_us = 2000;
+  auto s = Make(h, c);
+  Batch b;
+  uint64_t due = 7;
+  EXPECT_FALSE(s->TryNextBatch(&b, &due));
+  EXPECT_EQ(due, 0u);  // empty: only an arrival makes a batch
+  const uint64_t before = NowNs();
+  Enqueue(s.get(), Req(1));
+  Enqueue(s.get(), Req(2));
+  EXPECT_FALSE(s->TryNextBatch(&b, &due));
+  // the oldest request's enqueue time plus the delay
+  EXPECT_GE(due, before + 2000 * 1000);
+  EXPECT_LE(due, NowNs() + 2000 * 1000);
+  while (NowNs() < due) {
+  }
+  ASSERT_TRUE(s->TryNextBatch(&b, &due));  // due: the delay is over
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2}));
+  EXPECT_EQ(due, 0u);
 }
 
 TEST(DynamicBatcher, TryNextBatchRejectsExpiredRequests) {
@@ -677,7 +701,7 @@ TEST(DynamicBatcher, TryNextBatchRejectsExpiredRequests) {
   Enqueue(s.get(), Req(1));
   SleepMs(20);
   Batch b;
-  EXPECT_FALSE(s->TryNextBatch(&b));
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));
   std::vector<Completion> done = h.Drain();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].token, 1u);
@@ -703,7 +727,7 @@ TEST(DynamicBatcher, ParkedLeaderLeavesBatchesToTheLoop) {
   SleepMs(50);
   EXPECT_EQ(taken.load(), 0);
   Batch b;
-  ASSERT_TRUE(s->TryNextBatch(&b));
+  ASSERT_TRUE(s->TryNextBatch(&b, nullptr));
   EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2}));
   Enqueue(s.get(), Req(3));
   s->ParkInstances(false);

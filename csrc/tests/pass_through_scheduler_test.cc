@@ -33,17 +33,17 @@ TEST(PassThrough, TryNextBatchNeverWaits) {
   Harness h;
   PassThroughScheduler s(h.stats, h.completions, false);
   Batch b;
-  EXPECT_FALSE(s.TryNextBatch(&b));  // empty: returns at once
+  EXPECT_FALSE(s.TryNextBatch(&b, nullptr));  // empty: returns at once
   uint64_t id;
   ASSERT_TRUE(s.Enqueue(Req(4, 2), &id).ok());
   ASSERT_TRUE(s.Enqueue(Req(5), &id).ok());
   EXPECT_EQ(h.stats->Snapshot().pending_count, 2);
-  ASSERT_TRUE(s.TryNextBatch(&b));
+  ASSERT_TRUE(s.TryNextBatch(&b, nullptr));
   EXPECT_EQ(Tokens(b), std::vector<Token>{4});
   EXPECT_EQ(b.batch_size, 2u);
   EXPECT_EQ(h.stats->Snapshot().pending_count, 1);
   s.Stop();  // what is still queued fails; nothing more is handed out
-  EXPECT_FALSE(s.TryNextBatch(&b));
+  EXPECT_FALSE(s.TryNextBatch(&b, nullptr));
   EXPECT_EQ(s.QueuedCount(), 0u);
 }
 
@@ -53,7 +53,7 @@ TEST(PassThrough, RecordBatchCountsWithoutCompleting) {
   uint64_t id;
   ASSERT_TRUE(s.Enqueue(Req(7), &id).ok());
   Batch b;
-  ASSERT_TRUE(s.TryNextBatch(&b));
+  ASSERT_TRUE(s.TryNextBatch(&b, nullptr));
   BatchTimes t;
   t.compute_start_ns = b.dequeue_ns + 10;
   t.compute_input_end_ns = b.dequeue_ns + 20;
@@ -122,7 +122,7 @@ TEST(PassThrough, CompleteAndNextLeavesParkedBatchesToTheLoop) {
   });
   EXPECT_TRUE(h.completions->WaitReadable(5000000000ull));  // signalled, not held
   Batch taken;
-  ASSERT_TRUE(s.TryNextBatch(&taken));  // request 2 was left to the loop
+  ASSERT_TRUE(s.TryNextBatch(&taken, nullptr));  // request 2 was left to the loop
   EXPECT_EQ(Tokens(taken), std::vector<Token>{2});
   s.Stop();
   instance.join();
@@ -145,7 +145,7 @@ TEST(PassThrough, ParkedInstanceLeavesBatchesToTryNextBatch) {
   testing::SleepMs(50);
   EXPECT_EQ(taken.load(), 0);  // parked: the arrival did not go to the instance
   Batch b;
-  ASSERT_TRUE(s.TryNextBatch(&b));
+  ASSERT_TRUE(s.TryNextBatch(&b, nullptr));
   EXPECT_EQ(Tokens(b), std::vector<Token>{1});
   ASSERT_TRUE(s.Enqueue(Req(2), &id).ok());
   s.ParkInstances(false);  // the instance wakes for what is queued

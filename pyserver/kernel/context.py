@@ -25,7 +25,8 @@ class ServerContext:
     custom_metrics  the store of models' own metrics (pb_utils.MetricFamily), or None
     requests        what a model may ask of the server while it runs (BLS, model control):
                     ``submit``, ``submit_stream``, ``cancel_stream``, ``is_decoupled``,
-                    ``model_ready``, ``load_model``, ``unload_model``; None without a server
+                    ``model_ready``, ``load_model``, ``unload_model``, ``inflight`` (requests
+                    accepted and not yet answered); None without a server
     """
 
     __slots__ = ("loop", "completions", "answer", "tracer", "rate_limiter", "host_memory",

@@ -31,9 +31,11 @@ from pyserver.engine import (
     now_ns,
 )
 from pyserver.engine.request_path import RequestPath
+from pyserver.engine.timer import DueTimer
 from pyserver.kernel import dtypes
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.flags import bool_word
 from pyserver.kernel.types import (
     InferRequest,
     InferResponse,
@@ -115,6 +117,7 @@ class ModelVersion:
     loop_drivers: list = []  # the drivers the event loop dispatches to (set by start)
     drivers: list = []  # every instance's driver (set by start)
     inline = None  # an InlineInstance while the model may run on the event loop
+    batch_timer = None  # a DueTimer: the loop's drivers ask again as a batching delay ends
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
                  context: ServerContext):
@@ -275,21 +278,45 @@ class ModelVersion:
             drivers.append(driver)
         self.loop_drivers = loop_drivers
         self.drivers = drivers
+        if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
+            self.batch_timer = DueTimer(loop, self.dispatch)
+            self._timer_loop = loop
         for driver in drivers:
             driver.start()
 
     def _loop_drivable(self, instance: ModelInstance) -> bool:
         """Whether the event loop drives ``instance``: its backend offers a
-        loop driver (a Python model that is not decoupled) and each request
-        is its own batch (no dynamic or sequence batching)."""
-        if self.sequence is not None or self.config.HasField("dynamic_batching"):
+        loop driver (a Python model that is not decoupled), and no sequence
+        batching or preserve_ordering (whose order the completion queue
+        keeps). Dynamic batching is the scheduler's either way: the loop
+        takes what it forms, and batch_timer brings the loop back as a
+        batching delay ends."""
+        if self.sequence is not None or self.config.dynamic_batching.preserve_ordering:
+            return False
+        # PYSERVER_LOOP_DRIVEN_BATCHING=0: dynamic batching on instance
+        # threads, as before (the alternative bench/perf_analyzer.py measures)
+        if self.config.HasField("dynamic_batching") and bool_word(
+                os.environ.get("PYSERVER_LOOP_DRIVEN_BATCHING", "1")) is False:
             return False
         return Capability.LOOP_DRIVEN in instance.capabilities
 
     def dispatch(self):
-        """The event loop's instances take what is queued (after an enqueue)."""
+        """The event loop's instances take what is queued (after an enqueue,
+        or as a batching delay ends)."""
         for driver in self.loop_drivers:
             driver.dispatch()
+
+    def wake_at(self, due_ns: int) -> None:
+        """A loop driver found requests queued and no batch ready before
+        ``due_ns`` (scheduler.next_due_ns): dispatch() runs again then. When
+        they are all the server has in flight, the loop has nothing else to
+        do until then: the timer spins its end rather than pay the loop's
+        wake-up from sleep (~45 µs here) on top of the delay."""
+        timer = self.batch_timer
+        if timer is not None:
+            requests = self.context.requests
+            timer.arm(due_ns, requests is not None
+                      and requests.inflight == self.scheduler.queued_count)
 
     def stop(self, deadline: float | None = None):
         """Lets queued requests run while they make progress (an unload or a
@@ -316,6 +343,7 @@ class ModelVersion:
         for driver in self.drivers:
             driver.stop(timeout=30 if deadline is None else
                         max(0.0, deadline - time.monotonic()))
+        self._close_batch_timer()
         for instance in self.instances + self.passive_instances:
             close = getattr(instance.backend, "close", None)
             if close is not None:
@@ -325,6 +353,16 @@ class ModelVersion:
                 limiter, limit_id = instance.rate_limit
                 limiter.remove_instance(limit_id)
                 instance.rate_limit = None
+
+    def _close_batch_timer(self) -> None:
+        timer, self.batch_timer = self.batch_timer, None
+        if timer is None:
+            return
+        loop = self._timer_loop
+        if running_loop() is loop or loop.is_closed():
+            timer.close()  # its reader is the loop's: removed on its thread
+        else:
+            loop.call_soon_threadsafe(timer.close)
 
     def _drain_queue(self, stall_s: float) -> None:
         scheduler = self.scheduler

@@ -292,6 +292,11 @@ class Server:
             if not future.done():
                 future.set_exception(error)
 
+    @property
+    def inflight(self) -> int:
+        """Requests accepted and not yet answered, over every model."""
+        return self._inflight
+
     def _spin_for_completion(self, budget_s: float):
         # Runs after the callbacks already ready in this loop iteration, so it
         # only spins when this is still the one request in flight: then the

@@ -482,26 +482,75 @@ def test_large_outputs_do_not_pile_up_in_the_output_region(tmp_path, start_serve
     assert worker.out.size <= 32 << 20, worker.out.size
 
 
+def _add_sub_copy(repo, name, extra):
+    folder = repo / name
+    shutil.copytree(repo / "add_sub", folder)
+    config = (folder / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{name}"')
+    (folder / "config.pbtxt").write_text(config + extra)
+
+
 def test_which_instances_the_event_loop_drives(tmp_path, start_server):
-    """Each request its own batch and not decoupled: the event loop sends
-    batches to the worker and reads its answers (no instance thread)."""
+    """Not decoupled, no sequence batching and no preserve_ordering: the
+    event loop sends batches to the worker and reads its answers (no
+    instance thread), dynamic batching included."""
     repo = repo_with(tmp_path, "parallel", "add_sub", "repeat")
-    batched = repo / "add_sub_batched"
-    shutil.copytree(repo / "add_sub", batched)
-    config = (batched / "config.pbtxt").read_text().replace('name: "add_sub"',
-                                                             'name: "add_sub_batched"')
-    (batched / "config.pbtxt").write_text(config + "\nmax_batch_size: 8\ndynamic_batching { }\n")
+    _add_sub_copy(repo, "add_sub_batched", "\nmax_batch_size: 8\ndynamic_batching { }\n")
+    _add_sub_copy(repo, "add_sub_ordered", "\nmax_batch_size: 8\ndynamic_batching { "
+                                           "preserve_ordering: true }\n")
     server = start_server(repo)
     models = server.server.models
-    for name, driven in (("parallel", 2), ("add_sub", 1), ("add_sub_batched", 0), ("repeat", 0)):
+    for name, driven in (("parallel", 2), ("add_sub", 1), ("add_sub_batched", 1),
+                         ("add_sub_ordered", 0), ("repeat", 0)):
         mv = server.run(lambda n=name: models.resolve(n, ""))
         assert len(mv.loop_drivers) == driven, name
         threads = [d.thread for d in mv.drivers if hasattr(d, "thread")]
         assert sum(t.is_alive() for t in threads) == len(mv.instances) - driven, name
     for model, a in (("add_sub", np.arange(4, dtype=np.float32)),
-                     ("add_sub_batched", np.arange(4, dtype=np.float32).reshape(1, 4))):
+                     ("add_sub_batched", np.arange(4, dtype=np.float32).reshape(1, 4)),
+                     ("add_sub_ordered", np.arange(4, dtype=np.float32).reshape(1, 4))):
         r = infer_add_sub(server.url, model, a, a)
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + a)
+
+
+def test_the_loop_keeps_the_batching_delay_and_sizes(tmp_path, start_server):
+    """A dynamic batcher the event loop drives: requests wait for the
+    delay to gather (the loop comes back as it ends, with nothing else
+    arriving), a full batch leaves without waiting it out, and each request
+    gets its own rows. Generous margins: a batch forms within its delay,
+    not at a measured speed."""
+    repo = repo_with(tmp_path, "add_sub")
+    _add_sub_copy(repo, "slow_batcher", "\nmax_batch_size: 4\n"
+                                        "dynamic_batching { max_queue_delay_microseconds: 300000 }\n")
+    _add_sub_copy(repo, "long_batcher", "\nmax_batch_size: 4\n"
+                                        "dynamic_batching { max_queue_delay_microseconds: 30000000 }\n")
+    server = start_server(repo)
+    for name in ("slow_batcher", "long_batcher"):
+        mv = server.run(lambda n=name: server.server.models.resolve(n, ""))
+        assert mv.loop_drivers and mv.batch_timer is not None, name
+
+    def call(model, k):
+        a = np.full((1, 4), k, np.float32)
+        start = time.monotonic()
+        r = infer_add_sub(server.url, model, a, np.ones((1, 4), np.float32))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + 1)
+        return time.monotonic() - start
+
+    def executions(model):
+        return server.run(server.server.model_statistics, model)["execution_count"]
+
+    # alone: answered once the delay is over, by the loop's timer
+    took = call("slow_batcher", 1)
+    assert 0.25 <= took < 10, took
+    # three together: one batch, after the delay
+    with ThreadPoolExecutor(3) as pool:
+        took = list(pool.map(lambda k: call("slow_batcher", k), range(3)))
+    assert all(0.2 <= t < 10 for t in took), took
+    assert executions("slow_batcher") in (2, 3)  # 1 + (1, or 2 if one came late)
+    # four, the most a batch holds: they go at once, not after 30 s
+    with ThreadPoolExecutor(4) as pool:
+        took = list(pool.map(lambda k: call("long_batcher", k), range(4)))
+    assert max(took) < 10, took
+    assert executions("long_batcher") == 1
 
 
 def test_unload_lets_the_batch_in_the_worker_finish(tmp_path, start_server):
@@ -581,8 +630,13 @@ def test_a_crash_inside_a_group_of_queued_requests(tmp_path, start_server):
     assert call(7) == 7 and backend.pid != old_pid
 
 
-@pytest.mark.parametrize("batching", [False, True])  # the event loop's path, the thread's
-def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_server, batching):
+# the event loop's path without and with dynamic batching, and the instance thread's
+# (preserve_ordering keeps a model on its threads)
+@pytest.mark.parametrize("batching, on_loop", [("", True), ("dynamic_batching { }", True),
+                                              ("dynamic_batching { preserve_ordering: true }",
+                                               False)], ids=["loop", "loop-batching", "thread"])
+def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_server, batching,
+                                                                on_loop):
     """pyserver_execute_timeout_seconds: a batch with no answer in time
     fails with an error that names the model, the timeout and where the
     model was stuck; the worker restarts; a slow batch within the limit and
@@ -591,13 +645,13 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
     config = repo / "crash" / "config.pbtxt"
     text = config.read_text()
     if batching:
-        text = text.replace("max_batch_size: 0", "max_batch_size: 4") + "dynamic_batching { }\n"
+        text = text.replace("max_batch_size: 0", "max_batch_size: 4") + batching + "\n"
     config.write_text(text + 'parameters { key: "pyserver_execute_timeout_seconds" '
                       'value { string_value: "1" } }\n')
     server = start_server(repo)
     backend = backends(server, "crash")[0]
     mv = server.run(server.server.models.resolve, "crash", "")
-    assert len(mv.loop_drivers) == (0 if batching else 1)
+    assert len(mv.loop_drivers) == (1 if on_loop else 0)
 
     def value(v):
         return np.array([[v]] if batching else [v], np.int32)

@@ -19,15 +19,22 @@ class FakeBatch:
 
 
 class FakeScheduler:
+    next_due_ns = 0  # a batching delay's end, when it holds the queue back
+
     def __init__(self, events):
         self.queue = []
         self.events = events
+        self.held = False  # a batching delay runs: no batch yet
 
     @property
     def queued_count(self):
         return len(self.queue)
 
     def try_next_batch(self):
+        if self.held:
+            self.next_due_ns = 123_456
+            return None
+        self.next_due_ns = 0
         return self.queue.pop(0) if self.queue else None
 
     def complete(self, batch, *outcome):
@@ -37,10 +44,15 @@ class FakeScheduler:
 class FakeModel:
     name = "m"
     tracing = False
+    batch_timer = None
 
     def __init__(self, events, drivers):
         self.scheduler = FakeScheduler(events)
         self.loop_drivers = [None] * drivers
+        self.events = events
+
+    def wake_at(self, due_ns):
+        self.events.append(("wake at", due_ns))
 
     def requests_outcome(self, requests, results, t_start):
         return BatchOutcome(t_start, t_start, t_start, t_start)
@@ -192,3 +204,23 @@ def test_the_backend_can_hold_groups_to_one_batch(driver):
     mv.scheduler.queue = [FakeBatch(i) for i in range(3)]
     d.dispatch()
     assert events == [("sent", ["r0"])]
+
+
+def test_a_batching_delay_brings_the_loop_back_when_it_ends(driver):
+    d, mv, backend, events = driver()
+    mv.scheduler.queue = [FakeBatch(0)]
+    mv.scheduler.held = True
+    d.dispatch()
+    assert events == [("wake at", 123_456)]  # nothing sent: the model's timer is armed
+    mv.scheduler.held = False
+    d.dispatch()  # the timer fired: the batch is formed now
+    assert events[1:] == [("sent", ["r0"])]
+
+
+def test_no_low_load_spin_for_a_worker_behind_a_batching_delay(driver):
+    # its next batch is a delay away: the worker's spin would only burn a core
+    d, mv, backend, events = driver()
+    mv.batch_timer = object()
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    assert events == [("sent", ["r0"])] and backend.low_load is False

@@ -67,7 +67,7 @@ class DynamicBatchScheduler : public Scheduler {
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
   // A batch if the rules send one now (never while a batching delay runs).
-  bool TryNextBatch(Batch* batch) override;
+  bool TryNextBatch(Batch* batch, uint64_t* due_ns) override;
   bool TakeReadyBatch(Batch* batch) override;
   void ParkInstances(bool parked) override;
   size_t TopUp(Batch* batch) override;

@@ -22,7 +22,7 @@ class PassThroughScheduler : public Scheduler {
 
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
   bool NextBatch(Batch* batch) override;
-  bool TryNextBatch(Batch* batch) override;
+  bool TryNextBatch(Batch* batch, uint64_t* due_ns) override;
   bool TakeReadyBatch(Batch* batch) override;
   void ParkInstances(bool parked) override;
   bool Cancel(uint64_t id) override;

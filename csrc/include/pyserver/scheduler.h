@@ -91,9 +91,15 @@ class Scheduler {
 
   // Takes a batch only if one is ready now, without waiting: for an
   // instance driven by the event loop, which asks again when a request
-  // arrives or its last batch completes. Default: never (instances of such
-  // schedulers run on threads).
-  virtual bool TryNextBatch(Batch* batch) { (void)batch; return false; }
+  // arrives or its last batch completes, and, when `due_ns` is not null and
+  // *due_ns is set non-zero, at that NowNs() time (a batching delay's end)
+  // if nothing arrives before. Default: never (instances of such schedulers
+  // run on threads).
+  virtual bool TryNextBatch(Batch* batch, uint64_t* due_ns) {
+    (void)batch;
+    if (due_ns != nullptr) *due_ns = 0;
+    return false;
+  }
 
   // While parked, instances blocked in NextBatch() take no batch and are not
   // woken by arrivals: the event loop takes every batch with TryNextBatch()

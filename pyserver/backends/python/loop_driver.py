@@ -3,14 +3,19 @@ relays to its worker process, with no thread of its own (the Python
 backend's loop_driver(); it speaks this backend's IPC, so it lives here).
 
 For a model instance that executes in another process (a Python-backend
-worker) and takes each request as its own batch, an instance thread only
-relays: it wakes when the worker answers, takes the GIL from the event loop,
-completes the batch and sends the next one. On a small machine that relay is
-most of a request's latency (measured on 2 cores, add_sub at c16: the worker
-waited ~250 µs per request for its next batch, of ~75 µs it worked). Here the
-event loop sends a batch to the worker as soon as the request is queued, and
-reads the answer when the worker's socket becomes readable: the loop is
-awake anyway under load, so no thread is woken either way.
+worker), an instance thread only relays: it wakes when the worker answers,
+takes the GIL from the event loop, completes the batch and sends the next
+one. On a small machine that relay is most of a request's latency (measured
+on 2 cores, add_sub at c16: the worker waited ~250 µs per request for its
+next batch, of ~75 µs it worked). Here the event loop sends a batch to the
+worker as soon as the scheduler forms it, and reads the answer when the
+worker's socket becomes readable: the loop is awake anyway under load, so no
+thread is woken either way.
+
+With dynamic batching the csrc scheduler still decides every batch
+(preferred sizes, max_batch_size, priorities, queue policies); when it holds
+requests back for a batching delay, the model's batch_timer (a timerfd on
+the loop, engine/timer.pyx) brings the loop back as the delay ends.
 
 Anything unusual (the worker down or restarting, or gone mid-batch) is left
 to the blocking code on an executor thread, so its waits never hold up the
@@ -69,6 +74,8 @@ class WorkerLoopDriver(ExecutionDriver):
         for _ in range(min(max(share, 1), self.backend.group_limit(MAX_GROUP))):
             batch = scheduler.try_next_batch()
             if batch is None:
+                if not group and scheduler.next_due_ns:  # a batching delay runs
+                    self.mv.wake_at(scheduler.next_due_ns)
                 break
             group.append(batch)
         return group
@@ -89,8 +96,12 @@ class WorkerLoopDriver(ExecutionDriver):
             self.loop.run_in_executor(None, self._run_blocking, group)
             return
         try:
+            # Low load (the worker spins for its next message after this
+            # one): nothing else queued, and no batching delay that keeps
+            # the next batch back longer than such a spin would last.
             backend.send_batches(worker, [b.requests for b in group],
-                                 len(group) == 1 and not self.mv.scheduler.queued_count)
+                                 len(group) == 1 and not self.mv.scheduler.queued_count
+                                 and self.mv.batch_timer is None)
         except OSError:  # it died just now
             self._unwatch()
             self.loop.run_in_executor(None, self._fail_exited, group, worker)
