@@ -10,7 +10,8 @@ threads, ~10k run inline, with 30% less CPU per request.
 The loop takes the batch at the end of the loop iteration in which requests
 arrived, so what arrived together is batched together (the csrc scheduler
 still forms the batch: preferred sizes, max_batch_size, priorities, queue
-policies), runs it and answers it at once. It does so only while the model
+policies, the batching delay, whose end the model's batch_timer brings the
+loop back for), runs it and answers it at once. It does so only while the model
 stays cheap, because an inline batch holds up every connection on the loop
 while it runs. The instance threads stay, parked in the scheduler
 (Scheduler.park_instances), and take over when batches get expensive; back
@@ -62,17 +63,15 @@ def inline_setting(config) -> str:
 
 def can_inline(mv) -> bool:
     """Whether ``mv`` may run on the event loop: every instance's backend is
-    in-process on the CPU (Capability.RUNS_INLINE), each batch is formed as soon as
-    its requests are queued (no batching delay, no sequences), and nothing
-    needs the completion queue's ordering or a response stream."""
+    in-process on the CPU (Capability.RUNS_INLINE), no sequences, and
+    nothing needs the completion queue's ordering (preserve_ordering) or a
+    response stream. A batching delay is kept by the model's batch_timer."""
     if not mv.instances or inline_setting(mv.config) == "off":
         return False
     if mv.sequence is not None or mv.decoupled:
         return False
-    if mv.config.HasField("dynamic_batching"):
-        db = mv.config.dynamic_batching
-        if db.max_queue_delay_microseconds or db.preserve_ordering:
-            return False
+    if mv.config.dynamic_batching.preserve_ordering:
+        return False
     return all(Capability.RUNS_INLINE in i.capabilities for i in mv.instances)
 
 
@@ -134,6 +133,8 @@ class InlineInstance(ExecutionDriver):
             while True:
                 batch = scheduler.try_next_batch()
                 if batch is None:
+                    if scheduler.next_due_ns:  # a batching delay holds the queue back
+                        mv.wake_at(scheduler.next_due_ns)
                     return
                 outcome = mv.execute_batch(instance, batch)
                 mv.finish_on_loop(batch, outcome)

@@ -101,10 +101,12 @@ def repo(tmp_path):
     add("sleepy", "sleepy_backend")
     add("pinned", "cheap_backend",
         'parameters { key: "pyserver_inline_execution" value { string_value: "off" } }')
-    add("delayed", "cheap_backend", "")
-    (tmp_path / "delayed" / "config.pbtxt").write_text(
-        CONFIG.format(name="delayed", backend="cheap_backend", extra="").replace(
-            "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 100 }"))
+    for name, batching in (("delayed", "max_queue_delay_microseconds: 200000"),
+                           ("ordered", "preserve_ordering: true")):
+        add(name, "cheap_backend", "")
+        (tmp_path / name / "config.pbtxt").write_text(
+            CONFIG.format(name=name, backend="cheap_backend", extra="").replace(
+                "dynamic_batching { }", "dynamic_batching { %s }" % batching))
     return tmp_path
 
 
@@ -215,11 +217,29 @@ def test_model_that_gets_costly_on_the_loop_goes_back_to_its_threads(repo, start
 def test_models_that_may_not_move(repo, start_server):
     srv = start_server(repo)
     assert srv.run(lambda: srv.server.models.resolve("pinned", "").inline) is None
-    assert srv.run(lambda: srv.server.models.resolve("delayed", "").inline) is None
+    assert srv.run(lambda: srv.server.models.resolve("ordered", "").inline) is None
     for i in range(inline_instance.SAMPLES + 4):
         assert infer(srv.url, "pinned", i) == 2 * i
-        assert infer(srv.url, "delayed", i) == 2 * i
+        assert infer(srv.url, "ordered", i) == 2 * i
     assert not any(on_loop(srv, CheapBackend.runs))
+
+
+def test_a_model_with_a_batching_delay_runs_on_the_loop_and_keeps_it(repo, start_server):
+    # The scheduler holds the requests for the delay (200 ms) on the loop as
+    # on the threads; the model's timer brings the loop back as it ends.
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 1):  # measured cheap on its threads
+        assert infer(srv.url, "delayed", i) == 2 * i
+    assert driver(srv, "delayed").inline
+    CheapBackend.runs.clear()
+    start = time.monotonic()
+    assert infer(srv.url, "delayed", 3) == 6  # alone: the whole delay, then the loop runs it
+    assert 0.15 <= time.monotonic() - start < 10
+    start = time.monotonic()
+    assert submit_together(srv, "delayed", [1, 2, 3]) == [2, 4, 6]
+    assert 0.15 <= time.monotonic() - start < 10
+    assert on_loop(srv, CheapBackend.runs) == [True, True]
+    assert [size for _, size in CheapBackend.runs] == [1, 3]  # the three as one batch
 
 
 def test_bad_setting_fails_the_load(repo, start_server):
