@@ -13,7 +13,8 @@ An idle loop wakes tens of µs after its timer fires (45 µs at the median on
 the 2-core VM the bench runs on). ``arm(due_ns, spin=True)``, for a caller
 with nothing else to do meanwhile, sets the timerfd that much early and
 spins the rest with the GIL released, as the dynamic batcher's own threads
-do (csrc/src/dynamic_batch_scheduler.cc). How early: the least lateness of
+do (csrc/src/dynamic_batch_scheduler.cc, spin.h; a spin cut short on a busy
+machine calls back early, and the caller's scheduler then says to wait on). How early: the least lateness of
 the last SAMPLES fires that were set ahead, plus SPIN_SLACK_NS, within
 [MIN_SPIN_NS, MAX_SPIN_NS]. The least, not the mean: a fire the loop saw
 late because it was busy says nothing about waking up.
@@ -42,7 +43,7 @@ cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
 
 
 cdef extern from "pyserver/spin.h" namespace "pyserver" nogil:
-    void CpuRelax()
+    void SpinUntilTime(uint64_t deadline_ns)
 
 
 # The early wake-up's bounds, and what it adds to the oversleep it follows.
@@ -54,7 +55,7 @@ SPIN_SLACK_NS = 5_000
 
 cdef class DueTimer:
     cdef int fd
-    cdef object loop
+    cdef readonly object loop
     cdef object callback
     cdef uint64_t due_ns     # what the caller asked for; 0: not armed
     cdef uint64_t fire_ns    # when the timerfd fires
@@ -118,9 +119,8 @@ cdef class DueTimer:
                 least = min(least, self.late_ns[i])
             self.margin_ns = min(MAX_SPIN_NS, max(MIN_SPIN_NS, least + SPIN_SLACK_NS))
         if now < due:  # set early for a spinning arm(): its end is spun
-            with nogil:
-                while NowNs() < due:
-                    CpuRelax()
+            with nogil:  # (bounded by how busy the machine is, as csrc's spins)
+                SpinUntilTime(due)
         self.due_ns = 0
         self.callback()
 

@@ -4,6 +4,7 @@ import asyncio
 from typing import Callable
 
 class DueTimer:
+    loop: asyncio.AbstractEventLoop
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None: ...
     @property
     def armed_ns(self) -> int: ...

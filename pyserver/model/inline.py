@@ -133,8 +133,7 @@ class InlineInstance(ExecutionDriver):
             while True:
                 batch = scheduler.try_next_batch()
                 if batch is None:
-                    if scheduler.next_due_ns:  # a batching delay holds the queue back
-                        mv.wake_at(scheduler.next_due_ns)
+                    mv.wake_when_due()
                     return
                 outcome = mv.execute_batch(instance, batch)
                 mv.finish_on_loop(batch, outcome)

@@ -280,7 +280,6 @@ class ModelVersion:
         self.drivers = drivers
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)
-            self._timer_loop = loop
         for driver in drivers:
             driver.start()
 
@@ -306,14 +305,16 @@ class ModelVersion:
         for driver in self.loop_drivers:
             driver.dispatch()
 
-    def wake_at(self, due_ns: int) -> None:
-        """A loop driver found requests queued and no batch ready before
-        ``due_ns`` (scheduler.next_due_ns): dispatch() runs again then. When
-        they are all the server has in flight, the loop has nothing else to
-        do until then: the timer spins its end rather than pay the loop's
-        wake-up from sleep (~45 µs here) on top of the delay."""
+    def wake_when_due(self) -> None:
+        """After a loop driver's try_next_batch() gave no batch: when a
+        batching delay holds requests back (scheduler.next_due_ns),
+        dispatch() runs again as it ends. When they are all the server has
+        in flight, the loop has nothing else to do until then: the timer
+        spins its end rather than pay the loop's wake-up from sleep (~45 µs
+        here) on top of the delay."""
         timer = self.batch_timer
-        if timer is not None:
+        due_ns = self.scheduler.next_due_ns
+        if timer is not None and due_ns:
             requests = self.context.requests
             timer.arm(due_ns, requests is not None
                       and requests.inflight == self.scheduler.queued_count)
@@ -358,7 +359,7 @@ class ModelVersion:
         timer, self.batch_timer = self.batch_timer, None
         if timer is None:
             return
-        loop = self._timer_loop
+        loop = timer.loop
         if running_loop() is loop or loop.is_closed():
             timer.close()  # its reader is the loop's: removed on its thread
         else:

@@ -7,9 +7,11 @@ thread left behind once the clients are gone and the frontends stop."""
 
 import asyncio
 import os
+import shutil
 import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,29 +286,9 @@ def test_no_data_arrives_after_close():
     peer.close()
 
 
-SLOW_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(1.0)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests]
-"""
-
-SLOW_CONFIG = """
-name: "slow"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-"""
-
-_SLOW_BODY = b'{"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [7]}]}'
-_SLOW_REQUEST = (b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+# tests/models/python/crash: IN >= 1000 sleeps IN - 1000 ms, then echoes IN
+_SLOW_BODY = b'{"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [2000]}]}'
+_SLOW_REQUEST = (b"POST /v2/models/crash/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(_SLOW_BODY)) + _SLOW_BODY
 
 
@@ -327,9 +309,7 @@ def _http_answer(sock) -> bytes:
 
 def test_a_failed_pump_thread_is_restarted_and_only_its_connections_close(
         tmp_path, start_server, caplog):
-    (tmp_path / "slow" / "1").mkdir(parents=True)
-    (tmp_path / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
-    (tmp_path / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    shutil.copytree(Path(__file__).parents[1] / "models" / "python" / "crash", tmp_path / "crash")
     write_add_sub(tmp_path)
     s = start_server(tmp_path)
     http = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=IO_THREADS)
@@ -378,7 +358,7 @@ def test_a_failed_pump_thread_is_restarted_and_only_its_connections_close(
     with socket.create_connection(("127.0.0.1", http.port)) as sock:
         sock.settimeout(10)
         sock.sendall(_SLOW_REQUEST)
-        assert b'"data":[7.0]' in _http_answer(sock).replace(b" ", b"")
+        assert b'"data":[2000]' in _http_answer(sock).replace(b" ", b"")
     s.call(http.stop())
 
 

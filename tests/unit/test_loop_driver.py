@@ -51,8 +51,9 @@ class FakeModel:
         self.loop_drivers = [None] * drivers
         self.events = events
 
-    def wake_at(self, due_ns):
-        self.events.append(("wake at", due_ns))
+    def wake_when_due(self):
+        if self.scheduler.next_due_ns:
+            self.events.append(("wake at", self.scheduler.next_due_ns))
 
     def requests_outcome(self, requests, results, t_start):
         return BatchOutcome(t_start, t_start, t_start, t_start)

@@ -55,4 +55,10 @@ bool SpinUntil(uint64_t deadline_ns, Done&& done) {
   return true;
 }
 
+// Spins until NowNs() >= deadline_ns, bounded as SpinUntil is (it may end
+// early on a busy machine). For callers without a template, e.g. Cython.
+inline void SpinUntilTime(uint64_t deadline_ns) {
+  SpinUntil(deadline_ns, [] { return false; });
+}
+
 }  // namespace pyserver

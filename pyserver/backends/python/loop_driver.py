@@ -74,8 +74,8 @@ class WorkerLoopDriver(ExecutionDriver):
         for _ in range(min(max(share, 1), self.backend.group_limit(MAX_GROUP))):
             batch = scheduler.try_next_batch()
             if batch is None:
-                if not group and scheduler.next_due_ns:  # a batching delay runs
-                    self.mv.wake_at(scheduler.next_due_ns)
+                if not group:
+                    self.mv.wake_when_due()
                 break
             group.append(batch)
         return group
