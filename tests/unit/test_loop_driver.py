@@ -41,15 +41,35 @@ class FakeScheduler:
         self.events.append(("answered", batch.n, BatchOutcome(*outcome).code))
 
 
+class FakeConfig:
+    def __init__(self, dynamic_batching):
+        self.dynamic_batching = dynamic_batching
+
+    def HasField(self, name):
+        return name == "dynamic_batching" and self.dynamic_batching
+
+
+class FakeRequests:
+    inflight = 0  # requests the server holds, over every model
+
+
+class FakeContext:
+    def __init__(self):
+        self.requests = FakeRequests()
+
+
 class FakeModel:
     name = "m"
     tracing = False
     batch_timer = None
 
-    def __init__(self, events, drivers):
+    def __init__(self, events, drivers, max_batch_size=0):
         self.scheduler = FakeScheduler(events)
         self.loop_drivers = [None] * drivers
         self.events = events
+        self.max_batch_size = max_batch_size
+        self.config = FakeConfig(max_batch_size > 0)
+        self.context = FakeContext()
 
     def wake_when_due(self):
         if self.scheduler.next_due_ns:
@@ -122,9 +142,9 @@ def driver():
     events they record); each is detached and closed after the test."""
     made = []
 
-    def make(drivers=1):
+    def make(drivers=1, max_batch_size=0):
         events = []
-        mv = FakeModel(events, drivers)
+        mv = FakeModel(events, drivers, max_batch_size)
         backend = FakeBackend(events)
         d = WorkerLoopDriver(mv, FakeInstance(backend), asyncio.new_event_loop())
         made.append(d)
@@ -225,3 +245,44 @@ def test_no_low_load_spin_for_a_worker_behind_a_batching_delay(driver):
     mv.scheduler.queue = [FakeBatch(0)]
     d.dispatch()
     assert events == [("sent", ["r0"])] and backend.low_load is False
+
+
+def _end_of_iteration(d):
+    """Runs what the driver's loop has ready (its call_soon callbacks)."""
+    d.loop.run_until_complete(asyncio.sleep(0))
+
+
+def test_with_more_in_flight_than_a_batch_holds_the_batch_forms_at_the_iteration_end(driver):
+    # The loop is what limits the rate then: what it reads in the rest of
+    # the iteration joins the batch.
+    d, mv, backend, events = driver(max_batch_size=4)
+    mv.context.requests.inflight = 4
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    assert events == []
+    mv.scheduler.queue.append(FakeBatch(1))
+    d.dispatch()  # a second arrival in the same iteration: still one send
+    assert events == []
+    _end_of_iteration(d)
+    assert events == [("sent", ["r0", "r1"])]
+    _end_of_iteration(d)
+    assert events == [("sent", ["r0", "r1"])]
+
+
+@pytest.mark.parametrize("max_batch_size, inflight", [(4, 3), (0, 100)])
+def test_fewer_in_flight_or_no_batching_sends_at_once(max_batch_size, inflight, driver):
+    d, mv, backend, events = driver(max_batch_size=max_batch_size)
+    mv.context.requests.inflight = inflight
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    assert events == [("sent", ["r0"])]
+
+
+def test_a_send_left_for_the_iteration_end_does_not_outlive_a_detach(driver):
+    d, mv, backend, events = driver(max_batch_size=4)
+    mv.context.requests.inflight = 8
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    d.detach()
+    _end_of_iteration(d)
+    assert events == []
