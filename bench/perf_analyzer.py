@@ -6,6 +6,7 @@ servers' CPU per inference.
                                 [--window-ms 1500] [--models add_sub add_sub_dyn]
                                 [--protocols grpc http] [--systems pyserver triton]
                                 [--sync] [--env SYSTEM:KEY=VALUE ...]
+                                [--request-rate R ...]
 
 Models (both systems load the same files): ``add_sub`` (FP32[16], no
 batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
@@ -23,6 +24,12 @@ their ratio), the CPU time of every thread of its process tree (from
 /proc): ``cpu_us_per_infer`` is the tree's CPU over the inferences it
 counted in that time, ``busiest_us_per_infer`` its busiest thread's.
 perf_analyzer's infer/s and client latency p50/p99 are its own.
+--request-rate R ... measures at fixed request rates instead of
+concurrency levels (perf_analyzer's --request-rate-range: a constant
+schedule, whatever is in flight), so that the systems do the same work
+per second: a faster server at a fixed concurrency answers sooner and
+forms smaller batches, while at a fixed rate batch sizes and CPU per
+inference compare like for like.
 
 Prints one line per cell on stderr, then the medians per system and the
 pyserver/Triton ratios (throughput, p50, CPU per inference, busiest thread,
@@ -88,15 +95,16 @@ def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
     return systems.start_triton(repo, log, models)
 
 
-def measure(server, tool, model: str, protocol: str, conc: int, args) -> dict:
-    """One cell: perf_analyzer's numbers and the server's CPU and batch
-    sizes over the same time."""
+def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int = 0) -> dict:
+    """One cell (``conc`` requests in flight, or ``rate`` requests a second
+    when > 0): perf_analyzer's numbers and the server's CPU and batch sizes
+    over the same time."""
     server.settle()
     url = f"127.0.0.1:{server.grpc_port if protocol == 'grpc' else server.http_port}"
     counts0, threads0 = server.model_counts(model), server.thread_cpu()
     t0 = time.monotonic()
     result = perf_analyzer_client.run(tool, url, protocol, model, conc, args.window_ms,
-                                      args.trials, use_async=not args.sync)
+                                      args.trials, use_async=not args.sync, request_rate=rate)
     wall = time.monotonic() - t0
     threads1, counts1 = server.thread_cpu(), server.model_counts(model)
     spent = [threads1[k] - threads0.get(k, 0.0) for k in threads1]
@@ -109,11 +117,16 @@ def measure(server, tool, model: str, protocol: str, conc: int, args) -> dict:
             "server_cores": round(sum(spent) / wall, 2)}
 
 
+def load_of(row: dict):
+    """A cell's load: its concurrency, or "R/s" for a fixed request rate."""
+    return f"{row['request_rate']}/s" if row.get("request_rate") else row["concurrency"]
+
+
 def medians(rows: list[dict]) -> dict:
-    """{(system, model, protocol, c): {metric: median}}."""
+    """{(system, model, protocol, load): {metric: median}} (load_of)."""
     groups = {}
     for r in rows:
-        groups.setdefault((r["system"], r["model"], r["protocol"], r["concurrency"]), []).append(r)
+        groups.setdefault((r["system"], r["model"], r["protocol"], load_of(r)), []).append(r)
     return {k: {m: round(statistics.median(r[m] for r in v if r.get(m) is not None), 3)
                 for m in METRICS if any(r.get(m) is not None for r in v)}
             for k, v in groups.items()}
@@ -122,21 +135,21 @@ def medians(rows: list[dict]) -> dict:
 def ratios(rows: list[dict], system: str, base: str) -> list[dict]:
     """system/base per cell and metric: the median over the rounds of each
     round's ratio (the pair run back to back)."""
-    found = {(r["system"], r["model"], r["protocol"], r["concurrency"], r["round"]): r
+    found = {(r["system"], r["model"], r["protocol"], load_of(r), r["round"]): r
              for r in rows}
     out = {}
-    for (sys_, model, protocol, conc, rnd), row in found.items():
-        other = found.get((base, model, protocol, conc, rnd))
+    for (sys_, model, protocol, load, rnd), row in found.items():
+        other = found.get((base, model, protocol, load, rnd))
         if sys_ != system or other is None:
             continue
-        cell = out.setdefault((model, protocol, conc), {m: [] for m in METRICS})
+        cell = out.setdefault((model, protocol, load), {m: [] for m in METRICS})
         for m in METRICS:
             if row.get(m) is not None and other.get(m):
                 cell[m].append(row[m] / other[m])
     return [{"system": system, "against": base, "model": model, "protocol": protocol,
-             "concurrency": conc,
+             "load": load,
              **{m: round(statistics.median(v), 3) for m, v in cell.items() if v}}
-            for (model, protocol, conc), cell in sorted(out.items())]
+            for (model, protocol, load), cell in sorted(out.items(), key=lambda kv: str(kv[0]))]
 
 
 def added_beyond_delay(med: dict, system: str, protocol: str) -> float | None:
@@ -149,12 +162,12 @@ def added_beyond_delay(med: dict, system: str, protocol: str) -> float | None:
 
 def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
     base = system_names[-1]
-    lines = ["| model | protocol | c | " + " | ".join(
+    lines = ["| model | protocol | load | " + " | ".join(
         f"{s} infer/s (p50/p99 ms) CPU µs/inf tree, busiest; batch" for s in system_names)
         + " | " + " | ".join(f"{s}/{base} infer/s, CPU, busiest" for s in system_names[:-1]) + " |",
         "|---|---|---|" + "---|" * (2 * len(system_names) - 1)]
-    by_cell = {(r["system"], r["model"], r["protocol"], r["concurrency"]): r for r in ratio_rows}
-    for key in sorted({k[1:] for k in med}):
+    by_cell = {(r["system"], r["model"], r["protocol"], r["load"]): r for r in ratio_rows}
+    for key in sorted({k[1:] for k in med}, key=lambda k: (k[0], k[1], str(k[2]))):
         cells = []
         for s in system_names:
             m = med.get((s, *key))
@@ -169,6 +182,14 @@ def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
                          f"{r.get('busiest_us_per_infer', 0):.2f}×")
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def cell_loads(args) -> list[tuple[int, int]]:
+    """(concurrency, request rate) per cell: --request-rate's rates when
+    given (concurrency 0), else --concurrency's levels (rate 0)."""
+    if getattr(args, "request_rate", None):
+        return [(0, rate) for rate in args.request_rate]
+    return [(conc, 0) for conc in args.concurrency]
 
 
 def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
@@ -199,18 +220,22 @@ def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
         for rnd in range(args.rounds):
             for model in args.models:
                 for protocol in args.protocols:
-                    for conc in args.concurrency:
+                    for conc, rate in cell_loads(args):
                         for system in order:
                             if model not in served[system]:
                                 continue
                             row = {"system": system, "model": model, "protocol": protocol,
                                    "concurrency": conc, "round": rnd}
+                            if rate:
+                                row["request_rate"] = rate
                             try:
-                                row.update(measure(servers[system], tool, model, protocol, conc, args))
+                                row.update(measure(servers[system], tool, model, protocol, conc,
+                                                   args, rate))
                             except RuntimeError as err:
                                 row["error"] = str(err)[-800:]
                             rows.append(row)
-                            print(f"{system:>10} {model:<11} {protocol:<4} c{conc:<4} round {rnd + 1} "
+                            label = f"{rate}/s" if rate else f"c{conc}"
+                            print(f"{system:>10} {model:<11} {protocol:<4} {label:<6} round {rnd + 1} "
                                   + ("ERROR " + row["error"][-300:] if "error" in row else
                                      f"{row['infer_per_s']:>8.0f}/s p50 {row['p50_ms']} p99 "
                                      f"{row['p99_ms']} ms  CPU {row['cpu_us_per_infer']} µs/inf "
@@ -232,6 +257,10 @@ def main() -> None:
     p.add_argument("--window-ms", type=int, default=1500)
     p.add_argument("--trials", type=int, default=3, help="perf_analyzer windows per cell")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
+    p.add_argument("--request-rate", type=int, nargs="+", default=[], metavar="R",
+                   help="fixed request rates (requests/s, a constant schedule) instead of "
+                        "concurrency levels: every system gets the same load, so their batch "
+                        "sizes and CPU per inference compare at equal work")
     p.add_argument("--models", nargs="+", default=["add_sub", "add_sub_dyn"], choices=list(MODELS))
     p.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
     p.add_argument("--systems", nargs="+", default=["pyserver", "triton"],
@@ -279,7 +308,7 @@ def main() -> None:
     print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       "systems": info, "rows": rows,
                       "medians": [{"system": k[0], "model": k[1], "protocol": k[2],
-                                   "concurrency": k[3], **v} for k, v in med.items()],
+                                   "load": k[3], **v} for k, v in med.items()],
                       "ratios": ratio_rows, "p50_beyond_delay_us": delays}, indent=1))
 
 
