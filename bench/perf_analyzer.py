@@ -122,6 +122,11 @@ def load_of(row: dict):
     return f"{row['request_rate']}/s" if row.get("request_rate") else row["concurrency"]
 
 
+def load_order(load) -> tuple:
+    """Sorts loads by number: concurrency levels, then request rates."""
+    return (1, int(load[:-2])) if isinstance(load, str) else (0, load)
+
+
 def medians(rows: list[dict]) -> dict:
     """{(system, model, protocol, load): {metric: median}} (load_of)."""
     groups = {}
@@ -149,7 +154,8 @@ def ratios(rows: list[dict], system: str, base: str) -> list[dict]:
     return [{"system": system, "against": base, "model": model, "protocol": protocol,
              "load": load,
              **{m: round(statistics.median(v), 3) for m, v in cell.items() if v}}
-            for (model, protocol, load), cell in sorted(out.items(), key=lambda kv: str(kv[0]))]
+            for (model, protocol, load), cell in sorted(
+                out.items(), key=lambda kv: (kv[0][0], kv[0][1], load_order(kv[0][2])))]
 
 
 def added_beyond_delay(med: dict, system: str, protocol: str) -> float | None:
@@ -167,7 +173,7 @@ def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
         + " | " + " | ".join(f"{s}/{base} infer/s, CPU, busiest" for s in system_names[:-1]) + " |",
         "|---|---|---|" + "---|" * (2 * len(system_names) - 1)]
     by_cell = {(r["system"], r["model"], r["protocol"], r["load"]): r for r in ratio_rows}
-    for key in sorted({k[1:] for k in med}, key=lambda k: (k[0], k[1], str(k[2]))):
+    for key in sorted({k[1:] for k in med}, key=lambda k: (k[0], k[1], load_order(k[2]))):
         cells = []
         for s in system_names:
             m = med.get((s, *key))
