@@ -14,8 +14,11 @@ from tritonclient.utils import InferenceServerException
 from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.testing import add_sub_onnx
 
+from ..sanitizers import skip_openvino_under_asan
+
 ov = pytest.importorskip("openvino", reason="the OpenVINO backend needs openvino "
                                             "(pip install 'pyserver[openvino]')")
+pytestmark = skip_openvino_under_asan
 
 WIRE = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16", np.dtype(np.float64): "FP64",
         np.dtype(np.int8): "INT8", np.dtype(np.int16): "INT16", np.dtype(np.int32): "INT32",

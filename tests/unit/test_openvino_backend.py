@@ -8,9 +8,13 @@ from pyserver._proto import ModelConfig
 from pyserver.kernel.errors import ServerError
 from pyserver.testing import add_sub_onnx
 
+from ..sanitizers import skip_openvino_under_asan
+
 ov = pytest.importorskip("openvino", reason="the OpenVINO backend needs openvino "
                                             "(pip install 'pyserver[openvino]')")
 from pyserver.backends.openvino import OpenVINOBackend, device_properties  # noqa: E402
+
+pytestmark = skip_openvino_under_asan
 
 
 def config(max_batch_size=8, **params):
