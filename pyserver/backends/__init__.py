@@ -73,6 +73,7 @@ class BackendSearch:
     backend_directory: str = DEFAULT_BACKEND_DIRECTORY
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     auto_complete: bool = True  # not --strict-model-config
+    default_max_batch_size: int = 4  # --backend-config=default-max-batch-size=N
 
 
 def find_backend(name: str, runtime: str, search: BackendSearch):
@@ -127,17 +128,25 @@ def find_backend(name: str, runtime: str, search: BackendSearch):
 MIN_COMPUTE_CAPABILITY = "6.000000"
 
 
-def _library_backend(path: Path, name: str, search: BackendSearch):
-    """A backend compiled against Triton's C backend API, loaded from ``path``.
-    Its config's cmdline holds what Triton's server gives every backend
-    (backend-directory, auto-complete-config, min-compute-capability: the
-    Python backend finds its stub through backend-directory), then the
-    global --backend-config settings, then its own."""
+def library_settings(name: str, search: BackendSearch) -> dict[str, str]:
+    """The "cmdline" of a Triton backend library's config: what Triton's
+    server gives every backend (backend-directory, auto-complete-config,
+    min-compute-capability, default-max-batch-size; the Python backend tells
+    its default location from a python-based one's by backend-directory),
+    then the global --backend-config settings, then the backend's own."""
     settings = {"backend-directory": search.backend_directory,
                 "auto-complete-config": "true" if search.auto_complete else "false",
-                "min-compute-capability": MIN_COMPUTE_CAPABILITY}
+                "min-compute-capability": MIN_COMPUTE_CAPABILITY,
+                "default-max-batch-size": str(search.default_max_batch_size)}
     settings.update(search.backend_config.get("", {}))
     settings.update(search.backend_config.get(name, {}))
+    return settings
+
+
+def _library_backend(path: Path, name: str, search: BackendSearch):
+    """A backend compiled against Triton's C backend API, loaded from
+    ``path``, configured with library_settings()."""
+    settings = library_settings(name, search)
     try:
         from pyserver.backends.triton_c import library_backend
     except ImportError as err:

@@ -288,7 +288,8 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
     if backend != "ensemble":
         found = find_backend(backend, config.runtime, BackendSearch(
             available[max(available)] if available else None, model.path,
-            options.backend_directory, options.backend_config, options.auto_complete))
+            options.backend_directory, options.backend_config, options.auto_complete,
+            options.default_max_batch_size))
     complete = getattr(found, "auto_complete_config", None) \
         if options.auto_complete and found is not None \
         and not _auto_complete_is_noop(backend, config) else None
