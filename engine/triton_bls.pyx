@@ -57,7 +57,7 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         vector[Parameter] parameters
 
     cdef cppclass Submission "pyserver::triton::Submission":
-        pass
+        uint64_t token
 
     cdef cppclass ResponseTensor "pyserver::triton::ResponseTensor":
         string name
@@ -82,12 +82,14 @@ cdef extern from "pyserver/triton/inference.h" nogil:
     ctypedef TRITONSERVER_Error* (*LoadModelFn)(void*, const char*,
                                                 const vector[const Parameter*]&)
     ctypedef TRITONSERVER_Error* (*UnloadModelFn)(void*, const char*, cbool)
+    ctypedef TRITONSERVER_Error* (*CancelFn)(void*, uint64_t)
 
     cdef cppclass ServerHooks "pyserver::triton::ServerHooks":
         ModelInfoFn model_info
         SubmitFn submit
         LoadModelFn load_model
         UnloadModelFn unload_model
+        CancelFn cancel
 
     void SetServerHooks "pyserver::triton::SetServerHooks"(const ServerHooks& hooks)
     void Deliver "pyserver::triton::Deliver"(shared_ptr[Submission] submission,
@@ -99,8 +101,9 @@ cdef class ServerHandle:
     """One server as C backends see it: TRITONBACKEND_ModelServer names it to
     the models made with it. ``router`` answers model_info(name, version)
     -> (ready, decoupled), submit(request_description, call),
-    load_model(name, parameters) and unload_model(name, dependents) from
-    any thread (pyserver.backends.triton_bls.BlsRouter)."""
+    load_model(name, parameters), unload_model(name, dependents) and
+    cancel(token) (a submitted call's ``token``) from any thread
+    (pyserver.backends.triton_bls.BlsRouter)."""
 
     def __cinit__(self, router):
         self.router = router
@@ -175,8 +178,12 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
                         for i in range(r.requested_outputs.size())],
             "parameters": parameters,
         }
+        global _last_token
+        _last_token += 1  # under the GIL
+        submission.get().token = _last_token
         call = BlsCall.__new__(BlsCall)
         call.submission = submission
+        call.token = _last_token
         (<ServerHandle>owner).router.submit(description, call)
         return NULL
     except BaseException as err:
@@ -206,10 +213,24 @@ cdef TRITONSERVER_Error* _unload_model(void* owner, const char* name,
         return _error(err)
 
 
+cdef TRITONSERVER_Error* _cancel(void* owner, uint64_t token) noexcept with gil:
+    try:
+        (<ServerHandle>owner).router.cancel(token)
+        return NULL
+    except BaseException as err:
+        return _error(err)
+
+
+# Names the submitted calls (Submission::token), for the cancel hook.
+cdef uint64_t _last_token = 0
+
+
 cdef class BlsCall:
     """One submitted request: respond() (the server's on_response) hands each
-    response to the backend, through the library's callback thread."""
+    response to the backend, through the library's callback thread;
+    ``token`` names it to TRITONSERVER_InferenceRequestCancel."""
     cdef shared_ptr[Submission] submission
+    cdef readonly uint64_t token
 
     def respond(self, response, error, bint final):
         cdef Completion completion
@@ -274,4 +295,5 @@ _hooks.model_info = _model_info
 _hooks.submit = _submit
 _hooks.load_model = _load_model
 _hooks.unload_model = _unload_model
+_hooks.cancel = _cancel
 SetServerHooks(_hooks)

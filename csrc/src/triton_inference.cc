@@ -350,7 +350,34 @@ API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
   submission->model_name = request->model_name;
   submission->model_version = request->model_version;
   submission->id = request->id;
-  return hooks.submit(server->owner, request, std::move(submission));
+  // As Triton: a cancel before this call does not carry over to this run.
+  request->cancelled = false;
+  request->in_flight = submission;
+  TRITONSERVER_Error* err = hooks.submit(server->owner, request, std::move(submission));
+  if (err != nullptr) request->in_flight.reset();
+  return err;
+}
+
+API TRITONSERVER_InferenceRequestCancel(TRITONSERVER_InferenceRequest* request) {
+  CHECK_ARG(request);
+  request->cancelled = true;
+  std::shared_ptr<Submission> submission = request->in_flight.lock();
+  auto hooks = Hooks();
+  // Not in flight (never submitted, or its final response already went):
+  // there is nothing to stop; IsCancelled says it was asked.
+  if (submission == nullptr || request->server == nullptr ||
+      request->server->owner == nullptr || hooks.cancel == nullptr) {
+    return nullptr;
+  }
+  return hooks.cancel(request->server->owner, submission->token);
+}
+
+API TRITONSERVER_InferenceRequestIsCancelled(TRITONSERVER_InferenceRequest* request,
+                                             bool* is_cancelled) {
+  CHECK_ARG(request);
+  CHECK_ARG(is_cancelled);
+  *is_cancelled = request->cancelled;
+  return nullptr;
 }
 
 // ---- response allocators ----------------------------------------------------

@@ -29,6 +29,7 @@ struct FakeServer {
   std::mutex mu;
   std::vector<std::shared_ptr<Submission>> submitted;
   std::vector<std::string> seen_inputs;
+  std::vector<uint64_t> cancelled;  // the tokens the cancel hook was given
 };
 FakeServer* g_fake = nullptr;
 
@@ -54,7 +55,14 @@ TRITONSERVER_Error* FakeSubmit(void*, TRITONSERVER_InferenceRequest* request,
     }
     g_fake->seen_inputs.push_back(input.name + "=" + bytes);
   }
+  submission->token = 100 + g_fake->submitted.size();  // as the engine names it
   g_fake->submitted.push_back(std::move(submission));
+  return nullptr;
+}
+
+TRITONSERVER_Error* FakeCancel(void*, uint64_t token) {
+  std::lock_guard<std::mutex> lock(g_fake->mu);
+  g_fake->cancelled.push_back(token);
   return nullptr;
 }
 
@@ -65,6 +73,7 @@ class TritonInference : public ::testing::Test {
     ServerHooks hooks;
     hooks.model_info = FakeModelInfo;
     hooks.submit = FakeSubmit;
+    hooks.cancel = FakeCancel;
     SetServerHooks(hooks);
     server_.owner = &fake_;
   }
@@ -265,6 +274,16 @@ Completion Answer(const std::vector<float>& values, bool final) {
   return c;
 }
 
+// A final response that is an error.
+Completion Failure(TRITONSERVER_Error_Code code, const char* message) {
+  Completion c;
+  c.has_error = true;
+  c.error_code = code;
+  c.error_message = message;
+  c.final = true;
+  return c;
+}
+
 TEST_F(TritonInference, ResponsesReachTheCallbacksInTheAllocatorsBuffers) {
   Seen seen;
   TRITONSERVER_ResponseAllocator* allocator = nullptr;
@@ -376,12 +395,7 @@ TEST_F(TritonInference, AnErrorIsTheResponsesAndAnAllocatorErrorToo) {
               nullptr);
     ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, nullptr), nullptr);
   }
-  Completion failed;
-  failed.has_error = true;
-  failed.error_code = TRITONSERVER_ERROR_INVALID_ARG;
-  failed.error_message = "bad input";
-  failed.final = true;
-  Deliver(fake_.submitted[0], std::move(failed));
+  Deliver(fake_.submitted[0], Failure(TRITONSERVER_ERROR_INVALID_ARG, "bad input"));
   Deliver(fake_.submitted[1], Answer({1}, true));
   DrainDeliveries();
   ASSERT_EQ(seen.responses.size(), 2u);
@@ -395,6 +409,62 @@ TEST_F(TritonInference, AnErrorIsTheResponsesAndAnAllocatorErrorToo) {
   EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "no room");
   for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
   EXPECT_EQ(seen.freed, 0);  // nothing was allocated
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+}
+
+void CountRelease(TRITONSERVER_InferenceRequest*, const uint32_t, void* userp) {
+  auto* seen = static_cast<Seen*>(userp);
+  std::lock_guard<std::mutex> lock(seen->mu);
+  ++seen->released;
+  seen->cv.notify_all();
+}
+
+TEST_F(TritonInference, CancelReachesTheServerOnlyWhileTheRequestIsInFlight) {
+  Seen seen;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  ASSERT_EQ(TRITONSERVER_ResponseAllocatorNew(&allocator, Alloc, Free, nullptr), nullptr);
+  TRITONSERVER_InferenceRequest* r = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&r, &server_, "m", -1), nullptr);
+  bool cancelled = true;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled), nullptr);
+  EXPECT_FALSE(cancelled);
+  EXPECT_NE(Message(TRITONSERVER_InferenceRequestIsCancelled(r, nullptr)), "");
+  EXPECT_NE(Message(TRITONSERVER_InferenceRequestCancel(nullptr)), "");
+
+  // Before it is sent: marked, nothing to stop, and the send starts afresh.
+  ASSERT_EQ(TRITONSERVER_InferenceRequestCancel(r), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled), nullptr);
+  EXPECT_TRUE(cancelled);
+  EXPECT_TRUE(fake_.cancelled.empty());
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetReleaseCallback(r, CountRelease, &seen), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetResponseCallback(r, allocator, &seen, OnResponse,
+                                                             &seen),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, nullptr), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled), nullptr);
+  EXPECT_FALSE(cancelled);
+
+  // In flight: the server is asked to cancel it, by its token.
+  ASSERT_EQ(TRITONSERVER_InferenceRequestCancel(r), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled), nullptr);
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(fake_.cancelled, std::vector<uint64_t>{100});
+
+  // The server answers it (a cancelled request still gets its final
+  // response); once that is delivered and the server let go, it is over.
+  Deliver(fake_.submitted[0], Failure(TRITONSERVER_ERROR_CANCELLED, "Request was cancelled"));
+  fake_.submitted.clear();
+  DrainDeliveries();
+  ASSERT_EQ(seen.responses.size(), 1u);
+  EXPECT_EQ(seen.released, 1);
+  TRITONSERVER_Error* err = TRITONSERVER_InferenceResponseError(seen.responses[0]);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_CANCELLED);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestCancel(r), nullptr);
+  EXPECT_EQ(fake_.cancelled.size(), 1u);  // not asked again
+
+  for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
+  TRITONSERVER_InferenceRequestDelete(r);
   TRITONSERVER_ResponseAllocatorDelete(allocator);
 }
 

@@ -9,7 +9,9 @@ through ``submit_stream``, the way the Python backend's BLS and network
 requests go: same admission, schedulers, batching and statistics. Each
 response comes back as ``call.respond(response, error, final)`` on the loop,
 which only copies it out; the backend's callbacks run on the library's own
-thread, never on the loop.
+thread, never on the loop. TRITONSERVER_InferenceRequestCancel reaches
+``cancel(token)``, which cancels the call's stream on the loop as the Python
+backend's BLS cancels its own (Server.cancel_stream).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class BlsRouter:
     def __init__(self, server, loop):
         self._server = weakref.ref(server)  # the models hold the router, not the server
         self._loop = loop
+        self._streams: dict[int, object] = {}  # call token -> its stream, until final (loop)
 
     def _live(self):
         server = self._server()
@@ -110,12 +113,39 @@ class BlsRouter:
 
     def _submit(self, description: dict, call) -> None:
         """On the event loop: into the target model, as a network request."""
+        token = call.token
+        streams = self._streams
+        ended = False
+
+        def on_response(response, error, final):
+            nonlocal ended
+            if final:
+                ended = True
+                streams.pop(token, None)
+            call.respond(response, error, final)
+
         try:
             server = self._live()
             request = self._request(server, description)
-            server.submit_stream(request, call.respond)
+            stream = server.submit_stream(request, on_response)
         except Exception as err:  # admission and validation errors: the response's
             call.respond(None, err, True)
+            return
+        if not ended:
+            streams[token] = stream
+
+    def cancel(self, token: int) -> None:
+        """TRITONSERVER_InferenceRequestCancel of a submitted call (any
+        thread): on the loop, after the submit it follows."""
+        self._loop.call_soon_threadsafe(self._cancel, token)
+
+    def _cancel(self, token: int) -> None:
+        stream = self._streams.get(token)
+        server = self._server()
+        if stream is not None and server is not None:
+            # queued: it ends now with CANCELLED; running: its model sees it
+            # cancelled, and what it still sends is delivered up to the final
+            server.cancel_stream(stream)
 
     @staticmethod
     def _request(server, d: dict) -> InferRequest:

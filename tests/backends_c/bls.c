@@ -6,7 +6,10 @@
  * input) is sent back as the response's error. Each call waits for the final
  * response and for the request's release, as a backend must. With the config
  * parameter "own_thread", each call is made from a thread of the backend's
- * own (one Python never saw) rather than from the execute thread. */
+ * own (one Python never saw) rather than from the execute thread. With
+ * "cancel", each call is cancelled (TRITONSERVER_InferenceRequestCancel) as
+ * soon as it is sent, and must then say so (IsCancelled); what the target
+ * answers still comes back, an error for a request cancelled in its queue. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@ typedef struct {
   struct TRITONSERVER_ResponseAllocator* allocator;
   char target[128];
   int own_thread;
+  int cancel;
 } ModelState;
 
 /* One BLS call in flight: filled by the callbacks, on pyserver's thread. */
@@ -111,6 +115,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
   int found = TargetFromConfig(json, state->target, sizeof(state->target));
   state->own_thread = strstr(json, "\"own_thread\"") != NULL;
+  state->cancel = strstr(json, "\"cancel\"") != NULL;
   TRITONSERVER_MessageDelete(config);
   if (!found) {
     free(state);
@@ -243,10 +248,21 @@ static TRITONSERVER_Error* RunOne(ModelState* state, TRITONBACKEND_Request* requ
   TRITONSERVER_Error* err = BuildRequest(state, request, &call, &bls);
   if (err == NULL) err = TRITONSERVER_ServerInferAsync(state->server, bls, NULL);
   if (err == NULL) {
+    TRITONSERVER_Error* cancel_err = NULL;
+    if (state->cancel) {
+      cancel_err = TRITONSERVER_InferenceRequestCancel(bls);
+      bool cancelled = false;
+      if (cancel_err == NULL) cancel_err = TRITONSERVER_InferenceRequestIsCancelled(bls, &cancelled);
+      if (cancel_err == NULL && !cancelled) {
+        cancel_err = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL,
+                                           "IsCancelled said no after Cancel");
+      }
+    }
+    /* in flight: its final response and release come whatever happened */
     pthread_mutex_lock(&call.mu);
     while (!call.final || !call.released) pthread_cond_wait(&call.cv, &call.mu);
     pthread_mutex_unlock(&call.mu);
-    err = Answer(response, &call);
+    err = cancel_err != NULL ? cancel_err : Answer(response, &call);
   }
   for (uint32_t r = 0; r < call.count; ++r) {
     TRITONSERVER_Error* e = TRITONSERVER_InferenceResponseDelete(call.responses[r]);

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the t
 
 
 def bls_config(target: str, inputs: str, outputs: str, batching: bool = True,
-               own_thread: bool = False) -> str:
+               own_thread: bool = False, cancel: bool = False) -> str:
     if batching:
         head = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n"
     else:
@@ -30,7 +30,9 @@ def bls_config(target: str, inputs: str, outputs: str, batching: bool = True,
             'instance_group [ { count: 2 kind: KIND_CPU } ]\n'
             f'parameters {{ key: "target" value {{ string_value: "{target}" }} }}\n'
             + ('parameters { key: "own_thread" value { string_value: "1" } }\n'
-               if own_thread else ''))
+               if own_thread else '')
+            + ('parameters { key: "cancel" value { string_value: "1" } }\n'
+               if cancel else ''))
 
 
 FP32_IN = '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }'
@@ -49,6 +51,12 @@ def served(tmp_path, start_grpc):  # noqa: F811
     write_model(repo, "bls_missing", bls_config("no_such_model", FP32_IN, FP32_OUT))
     write_model(repo, "bls_wrong_input", bls_config(
         "identity", '{ name: "WRONG" data_type: TYPE_FP32 dims: [ -1 ] }', FP32_OUT))
+    # a lone request waits a minute in identity_slow's queue for company:
+    # cancelled there, it never runs
+    write_model(repo, "identity_slow", IDENTITY.replace(
+        "max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 60000000"))
+    write_model(repo, "bls_cancel", bls_config("identity_slow", FP32_IN, FP32_OUT,
+                                               cancel=True))
     write_model(repo, "bls_repeat", bls_config(
         "repeat", '{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }',
         '{ name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }', batching=False))
@@ -144,3 +152,29 @@ def test_bls_to_a_decoupled_model_gets_every_response(served):
     client.stop_stream()
     assert error is None
     np.testing.assert_array_equal(result.as_numpy("OUT"), values)
+
+
+def test_a_cancelled_bls_request_leaves_the_targets_queue(served):
+    """TRITONSERVER_InferenceRequestCancel right after ServerInferAsync: the
+    request, still waiting in the target's batching delay, ends with
+    Triton's CANCELLED error as its response (then is released), the
+    target never runs it, and IsCancelled says so."""
+    s = served
+    x = np.ones((1, 3), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as err:
+        httpclient.InferenceServerClient(s.url, network_timeout=30).infer("bls_cancel", [inp])
+    assert "Request was cancelled" in err.value.message()
+    ginp = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
+    ginp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as gerr:
+        grpcclient.InferenceServerClient(s.grpc_url).infer("bls_cancel", [ginp], client_timeout=30)
+    assert "Request was cancelled" in gerr.value.message()
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("identity_slow")
+    inference = stats["model_stats"][0]["inference_stats"]
+    assert inference["success"]["count"] == 0
+    assert stats["model_stats"][0]["execution_count"] == 0
+    # the BLS model and the target serve on
+    out = httpclient.InferenceServerClient(s.url).infer("bls", [inp]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(out, x)

@@ -69,6 +69,9 @@ struct Submission {
   std::string model_name;
   int64_t model_version = -1;
   std::string id;
+  // The engine's name for the request while it is in flight (set by the
+  // submit hook), which the cancel hook is given.
+  uint64_t token = 0;
 };
 
 // One tensor of a response, its bytes copied out of the server's arrays.
@@ -108,6 +111,10 @@ struct ServerHooks {
   // Unloads a model (and, asked to, an ensemble's composing models).
   TRITONSERVER_Error* (*unload_model)(void* owner, const char* model_name,
                                       bool unload_dependents) = nullptr;
+  // Cancels the submitted request named `token`, best effort: still queued,
+  // it ends with a CANCELLED error response; already running, its model sees
+  // it cancelled and its responses still come.
+  TRITONSERVER_Error* (*cancel)(void* owner, uint64_t token) = nullptr;
 };
 void SetServerHooks(const ServerHooks& hooks);
 
@@ -145,6 +152,12 @@ struct TRITONSERVER_InferenceRequest {
   std::vector<std::string> requested_outputs;
   std::vector<pyserver::triton::Parameter> parameters;
   pyserver::triton::Callbacks callbacks;
+  // Set by ServerInferAsync: what TRITONSERVER_InferenceRequestCancel reaches
+  // until the final response (a request in flight is not otherwise touched
+  // by the backend, as Triton asks; cancel from another thread while the
+  // request is being submitted is a race in Triton too).
+  std::weak_ptr<pyserver::triton::Submission> in_flight;
+  bool cancelled = false;  // since its last ServerInferAsync
 };
 
 struct TRITONSERVER_InferenceResponse {
