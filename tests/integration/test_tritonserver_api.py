@@ -27,6 +27,7 @@ import tritonserver
 
 from pyserver.testing import write_add_sub
 from tests.integration.test_sequence_batching import write_accumulator
+from tests.sanitizers import ASAN_PRELOADED
 
 PYTHON_MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 
@@ -671,8 +672,12 @@ def test_no_memory_kept_per_inference(server):
     gc.collect()
     grown = _rss_bytes() - before
     # a response kept per request (two tensors, their arrays, dicts: > 2 KiB)
-    # would be over 20 MB; the allocator's own slack stays well below 8
-    assert grown < 8_000_000, grown
+    # would be over 20 MB; the allocator's own slack stays well below 8.
+    # Under `make sanitize-python` freed memory waits in ASan's quarantine
+    # (up to 256 MB) before reuse, so the process grows either way (24.5 MB
+    # once): there only the object count below tells.
+    if not ASAN_PRELOADED:
+        assert grown < 8_000_000, grown
     # (the instance thread holds its last batch until the next one: one
     # request, and none of the 10k before it)
     kinds = (tritonserver.InferenceResponse, tritonserver.InferenceRequest)
