@@ -31,8 +31,7 @@ done
 cp "$wheel/libtriton_python.so" "$wheel/triton_python_backend_stub" \
   "$wheel/triton_python_backend_utils.py" "$model/"
 ln -sf "$site/numpy" "$site/numpy.libs" "$model/"
-cp "$root/tests/models/python/add_sub/1/model.py" "$model/1/"
-cp "$root/tests/models/python/add_sub/1/model.py" "$model/"
+cp "$root/tests/models/python/add_sub/1/model.py" "$model/"  # 1/ stays empty: unread in this mode
 cat > "$model/config.pbtxt" <<'EOF'
 name: "add_sub"
 backend: "python"
