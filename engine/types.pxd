@@ -22,6 +22,7 @@ cdef class InferRequest:
     cdef public object parameters
     cdef public object priority
     cdef public object timeout_us
+    cdef public object parent_trace
 
 
 cdef class InferResponse:

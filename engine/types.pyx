@@ -54,10 +54,14 @@ cdef class InferRequest:
     ``model_version`` is the string from the URL / RPC; "" means "let the
     version policy choose". ``outputs`` empty means "all outputs".
     ``priority`` 0 and ``timeout_us`` 0 mean "model default".
+    ``parent_trace``: None for a client's request (its model's trace
+    settings sample it); for one the server makes itself (an ensemble's
+    step, a BLS call) the id of the trace it belongs under, or 0 when it is
+    not traced, as Triton traces such requests only as children.
     """
 
     def __init__(self, model_name, model_version="", id="", inputs=None, outputs=None,
-                 parameters=None, priority=0, timeout_us=0):
+                 parameters=None, priority=0, timeout_us=0, parent_trace=None):
         self.model_name = model_name
         self.model_version = model_version
         self.id = id
@@ -66,6 +70,7 @@ cdef class InferRequest:
         self.parameters = parameters if parameters else {}
         self.priority = priority
         self.timeout_us = timeout_us
+        self.parent_trace = parent_trace
 
     def __repr__(self):
         return f"InferRequest({self.model_name!r}, {self.model_version!r}, id={self.id!r})"

@@ -23,9 +23,11 @@ class InferRequest:
     parameters: dict
     priority: int
     timeout_us: int
+    parent_trace: int | None
     def __init__(self, model_name: str, model_version: str = ..., id: str = ...,
                  inputs: list[InferTensor] | None = ..., outputs: list[RequestedOutput] | None = ...,
-                 parameters: dict | None = ..., priority: int = ..., timeout_us: int = ...) -> None: ...
+                 parameters: dict | None = ..., priority: int = ..., timeout_us: int = ...,
+                 parent_trace: int | None = ...) -> None: ...
 
 class InferResponse:
     model_name: str

@@ -116,14 +116,18 @@ def _step_error(ensemble: str, err: BaseException) -> ServerError:
     return ServerError(Code.INTERNAL, f"in ensemble '{ensemble}', {type(err).__name__}: {err}")
 
 
-def _step_request(step: EnsembleStep, request: InferRequest, tensors: dict) -> InferRequest:
+def _step_request(step: EnsembleStep, request: InferRequest, tensors: dict,
+                  parent: int) -> InferRequest:
+    """The request of one step; ``parent``: the ensemble request's trace id
+    (0: not traced), under which the step is traced."""
     inputs = []
     for model_input, tensor_name in step.inputs.items():
         t = tensors[tensor_name]
         inputs.append(InferTensor(model_input, t.datatype, t.shape, t.data))
     return InferRequest(step.model_name, step.model_version, request.id, inputs,
                         [RequestedOutput(name) for name in step.outputs],
-                        priority=request.priority, timeout_us=request.timeout_us)
+                        priority=request.priority, timeout_us=request.timeout_us,
+                        parent_trace=parent)
 
 
 def _take_outputs(step: EnsembleStep, response, tensors: dict) -> None:
@@ -134,8 +138,8 @@ def _take_outputs(step: EnsembleStep, response, tensors: dict) -> None:
 
 
 async def _run_step(server, plan: EnsemblePlan, step: EnsembleStep, request: InferRequest,
-                    tensors: dict) -> None:
-    sub = _step_request(step, request, tensors)
+                    tensors: dict, parent: int) -> None:
+    sub = _step_request(step, request, tensors, parent)
     limit = plan.step_limit(step)
     if limit is None:
         response = await server.submit(sub)
@@ -145,31 +149,38 @@ async def _run_step(server, plan: EnsemblePlan, step: EnsembleStep, request: Inf
     _take_outputs(step, response, tensors)
 
 
-async def run_ensemble(server, mv, request: InferRequest) -> InferResponse:
-    """Runs one (validated) request through the ensemble ``mv``."""
+async def run_ensemble(server, mv, request: InferRequest, trace=None) -> InferResponse:
+    """Runs one (validated) request through the ensemble ``mv``; ``trace``:
+    its trace record, finished here, its steps traced under it."""
     start = now_ns()
     plan: EnsemblePlan = mv.ensemble
     tensors = {t.name: t for t in request.inputs}
+    parent = trace["id"] if trace is not None else 0
+    response = None
     try:
         for wave in plan.waves:
             if len(wave) == 1:
-                await _run_step(server, plan, wave[0], request, tensors)
+                await _run_step(server, plan, wave[0], request, tensors, parent)
             else:
-                await asyncio.gather(*(_run_step(server, plan, s, request, tensors)
+                await asyncio.gather(*(_run_step(server, plan, s, request, tensors, parent)
                                        for s in wave))
         wanted = [o.name for o in request.outputs] or plan.output_names
         outputs = []
         for name in wanted:
             t = tensors[name]
             outputs.append(InferTensor(name, t.datatype, t.shape, t.data))
+        response = InferResponse(mv.name, mv.version_str, request.id, outputs)
     except asyncio.CancelledError:
         mv.stats.record_failure(now_ns() - start, "CANCELED")
         raise
     except BaseException as err:
         mv.stats.record_failure(now_ns() - start, "BACKEND")
         raise _step_error(mv.name, err) from None
+    finally:
+        if trace is not None:
+            server.tracer.finish(trace, now_ns(), response)
     mv.stats.record_success(now_ns() - start)
-    return InferResponse(mv.name, mv.version_str, request.id, outputs)
+    return response
 
 
 def step_versions(server, plan: EnsemblePlan) -> list:
@@ -223,14 +234,15 @@ async def _step_responses(server, step: EnsembleStep, sub: InferRequest):
 
 
 async def run_ensemble_stream(server, mv, request: InferRequest, stream,
-                              decoupled: set[int]) -> None:
+                              decoupled: set[int], trace=None) -> None:
     """Runs one (validated) request through a decoupled ensemble (``decoupled``:
     its decoupled steps, from decoupled_steps): each set of its outputs goes
     to ``stream.push`` as a response, then the final flag (or the error of a
-    failing step)."""
+    failing step). ``trace`` as for run_ensemble."""
     start = now_ns()
     plan: EnsemblePlan = mv.ensemble
     wanted = [o.name for o in request.outputs] or plan.output_names
+    parent = trace["id"] if trace is not None else 0
 
     async def run(tensors: dict, done: set) -> None:
         while True:
@@ -238,7 +250,7 @@ async def run_ensemble_stream(server, mv, request: InferRequest, stream,
                      and all(t in tensors for t in s.inputs.values())]
             plain = [s for s in ready if s.index not in decoupled]
             if plain:  # what needs no decoupled output runs once, here
-                await asyncio.gather(*(_run_step(server, plan, s, request, tensors)
+                await asyncio.gather(*(_run_step(server, plan, s, request, tensors, parent)
                                        for s in plain))
                 done.update(s.index for s in plain)
                 continue
@@ -246,7 +258,7 @@ async def run_ensemble_stream(server, mv, request: InferRequest, stream,
                 break
             step = ready[0]  # each response runs what depends on it
             forks = []
-            sub = _step_request(step, request, tensors)
+            sub = _step_request(step, request, tensors, parent)
             limit = plan.step_limit(step)
             if limit is not None:
                 await limit.acquire()
@@ -274,6 +286,9 @@ async def run_ensemble_stream(server, mv, request: InferRequest, stream,
         mv.stats.record_failure(now_ns() - start, "BACKEND")
         stream.push(None, _step_error(mv.name, err), True)
         return
+    finally:
+        if trace is not None:
+            server.tracer.finish(trace, now_ns())
     mv.stats.record_success(now_ns() - start)
     stream.push(None, None, True)
 

@@ -11,7 +11,15 @@ TENSOR_BACKEND_INPUT (as the backend got them) and TENSOR_BACKEND_OUTPUT
 "dtype"}}, values written as C++ streams them, BYTES elements quoted,
 FP16/BF16 left empty (as Triton does). Traces go to trace_file as Triton
 writes them: a JSON array of {"id", "model_name", "model_version",
+"request_id" (when the request has one), "parent_id" (for a child),
 "timestamps": [{"name", "ns"}]} records and those tensor entries.
+
+Only a client's request is sampled. A request the server makes itself is
+traced as Triton traces it, as a child of the request it serves, or not at
+all: an ensemble's steps when the ensemble request is traced, a BLS call
+when the model passed ``trace=request.trace()``. A child takes its parent's
+level and file, its own id, and "parent_id": the parent's id; it does not
+count against trace_rate or trace_count.
 With log_frequency N > 0 every N traces go to "<trace_file>.<k>"; with 0
 they are written when tracing settings change and at shutdown.
 
@@ -31,6 +39,9 @@ from pyserver.runtime.settings import TraceSettings
 
 log = logging.getLogger("pyserver")
 
+# Traces kept open for children to name at most; past it the oldest goes.
+MAX_OPEN = 65536
+
 
 class Tracer:
     def __init__(self, settings: TraceSettings):
@@ -40,12 +51,36 @@ class Tracer:
         self._next_id = 1
         self._pending: dict[str, list] = {}  # trace_file -> finished traces
         self._file_index: dict[str, int] = {}
+        # Traces begun and not finished, by id: the parents a child may name
+        # (a Python model's BLS call names its request's trace by id).
+        self._open: dict[int, dict] = {}
         self.refresh([])
 
     def refresh(self, model_names) -> None:
         """Recomputes whether any model may be traced (after a settings change)."""
         self.active = _on(self.settings.as_dict()) or any(
             _on(self.settings.as_dict(name)) for name in model_names)
+
+    def start(self, model_name: str, model_version: int, now_ns: int, request):
+        """The trace record of a request on its way into a model, or None:
+        sampled for a client's request, a child of ``request.parent_trace``
+        for one the server made (0: not traced)."""
+        parent = request.parent_trace
+        if parent is None:
+            return self.sample(model_name, model_version, now_ns, request)
+        if not parent:
+            return None
+        return self.child(parent, model_name, model_version, now_ns, request)
+
+    def child(self, parent_id: int, model_name: str, model_version: int, now_ns: int, request):
+        """A record under the open trace ``parent_id`` (None when that one
+        has finished or was never begun)."""
+        parent = self._open.get(parent_id)
+        if parent is None:
+            return None
+        return self._record(model_name, model_version, request, parent["_file"],
+                            parent["_every"], "timestamps" in parent, "_tensors" in parent,
+                            now_ns, parent_id)
 
     def sample(self, model_name: str, model_version: int, now_ns: int, request=None):
         """A new trace record when this request is to be traced, else None."""
@@ -62,16 +97,41 @@ class Tracer:
             return None
         if count > 0:
             self.settings.consume_count(model_name)
-        record = {"id": self._next_id, "model_name": model_name, "model_version": model_version,
-                  "_file": values["trace_file"], "_every": int(values["log_frequency"])}
-        if "TIMESTAMPS" in values["trace_level"]:
+        levels = values["trace_level"]
+        return self._record(model_name, model_version, request, values["trace_file"],
+                            int(values["log_frequency"]), "TIMESTAMPS" in levels,
+                            "TENSORS" in levels, now_ns)
+
+    def _record(self, model_name, model_version, request, path, every, timestamps, tensors,
+                now_ns, parent_id=0) -> dict:
+        trace_id = self._next_id
+        self._next_id += 1
+        # the header's fields in Triton's order
+        record = {"id": trace_id, "model_name": model_name, "model_version": model_version}
+        if request is not None and request.id:
+            record["request_id"] = request.id
+        if parent_id:
+            record["parent_id"] = parent_id
+        record["_file"] = path
+        record["_every"] = every
+        if timestamps:
             record["timestamps"] = [{"name": "REQUEST_START", "ns": now_ns}]
-        if "TENSORS" in values["trace_level"]:
-            record["_tensors"] = [tensor_entry(record["id"], "TENSOR_QUEUE_INPUT", t.name,
+        if tensors:
+            record["_tensors"] = [tensor_entry(trace_id, "TENSOR_QUEUE_INPUT", t.name,
                                                t.datatype, t.data)
                                   for t in (request.inputs if request is not None else ())]
-        self._next_id += 1
+        if len(self._open) >= MAX_OPEN:  # one never finished must not pin the rest
+            del self._open[next(iter(self._open))]
+        self._open[trace_id] = record
         return record
+
+    @staticmethod
+    def queued(record: dict, now_ns: int) -> None:
+        """QUEUE_START of a request that does not wait in a model's queue
+        (an ensemble's, which goes to its steps at once)."""
+        stamps = record.get("timestamps")
+        if stamps is not None:
+            stamps.append({"name": "QUEUE_START", "ns": now_ns})
 
     @staticmethod
     def backend_inputs(record: dict, arrays: dict) -> None:
@@ -83,6 +143,7 @@ class Tracer:
                            for name, value in arrays.items())
 
     def finish(self, record: dict, now_ns: int, response=None) -> None:
+        self._open.pop(record["id"], None)
         if "timestamps" in record:
             record["timestamps"].append({"name": "REQUEST_END", "ns": now_ns})
         path = record.pop("_file")

@@ -545,12 +545,23 @@ class Server:
             if self.response_cache is not None and self._uses_cache(mv):
                 # a hit skips the composing models; a miss runs them
                 return submit_cached(self, mv, request, self.response_cache, lambda validated:
-                                     self._loop.create_task(run_ensemble(self, mv, request)))
+                                     self._loop.create_task(run_ensemble(
+                                         self, mv, request, self._trace_ensemble(mv, request))))
             mv.validate(request)
-            return self._loop.create_task(run_ensemble(self, mv, request))
+            return self._loop.create_task(run_ensemble(self, mv, request,
+                                                       self._trace_ensemble(mv, request)))
         if self.response_cache is not None and self._uses_cache(mv):
             return submit_cached(self, mv, request, self.response_cache)
         return self._enqueue(mv, request, None, future)
+
+    def _trace_ensemble(self, mv: ModelVersion, request: InferRequest):
+        """An ensemble request's trace record (its steps' parent), or None."""
+        if not self.tracer.active:
+            return None
+        trace = self.tracer.start(mv.name, mv.version, now_ns(), request)
+        if trace is not None:
+            self.tracer.queued(trace, now_ns())
+        return trace
 
     def _admit(self, request: InferRequest) -> ModelVersion:
         """The model version a new request goes to, once the server takes
@@ -582,7 +593,7 @@ class Server:
             future = self._loop.create_future()
         if self.tracer.active:
             pending = mv.submit(request, future,
-                                self.tracer.sample(mv.name, mv.version, now_ns(), request),
+                                self.tracer.start(mv.name, mv.version, now_ns(), request),
                                 validated)
         else:
             pending = mv.submit(request, future, None, validated)
@@ -615,7 +626,8 @@ class Server:
         decoupled = self._decoupled(mv)
         if decoupled and mv.ensemble is not None:
             mv.validate(request)
-            self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled))
+            self._loop.create_task(run_ensemble_stream(self, mv, request, stream, decoupled,
+                                                       self._trace_ensemble(mv, request)))
             return stream
         if decoupled:  # its responses go into the stream as the model sends them
             self._enqueue(mv, request, None, stream)

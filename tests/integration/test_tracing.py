@@ -181,3 +181,97 @@ def test_off_beside_another_trace_level_is_refused(tmp_path, start_grpc):  # noq
         settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})["trace_level"] == \
         ["TIMESTAMPS", "TENSORS"]
     gclient.close()
+
+
+def _trace_everything(s, client, trace_file, count="-1"):
+    s.run(s.server.trace_settings, None, {"trace_file": str(trace_file)})
+    client.update_trace_settings(settings={
+        "trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": count,
+        "log_frequency": "0"})
+
+
+def _written(client, trace_file) -> list:
+    client.update_trace_settings(settings={"trace_level": ["OFF"]})  # flushes the file
+    return json.loads(trace_file.read_text())
+
+
+def _span(record) -> tuple:
+    stamps = {x["name"]: x["ns"] for x in record["timestamps"]}
+    return stamps["REQUEST_START"], stamps["REQUEST_END"]
+
+
+def test_ensemble_steps_are_traced_as_children_of_the_ensemble(tmp_path, start_server):
+    """As Triton: the ensemble request is sampled (REQUEST_START,
+    QUEUE_START, REQUEST_END), each step's request is a child trace with
+    "parent_id" and the parent's level, and the steps are never sampled by
+    themselves nor counted against trace_count."""
+    from tests.integration.test_ensemble import inputs, write_ensemble
+
+    write_add_sub(tmp_path / "models", extra="dynamic_batching { }")
+    write_ensemble(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "trace.json"
+    _trace_everything(s, client, trace_file, count="1")
+    client.infer("pipeline", inputs(httpclient), request_id="first")
+    client.infer("pipeline", inputs(httpclient))  # the count is spent: no trace, nor steps
+    assert client.get_trace_settings()["trace_count"] == "0"
+    traces = _written(client, trace_file)
+    parents = [t for t in traces if "parent_id" not in t]
+    assert len(parents) == 1, traces
+    parent = parents[0]
+    assert parent["model_name"] == "pipeline" and parent["request_id"] == "first"
+    assert [x["name"] for x in parent["timestamps"]] == \
+        ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    children = [t for t in traces if t.get("parent_id") == parent["id"]]
+    assert len(children) == 3 and len(traces) == 4
+    assert len({t["id"] for t in traces}) == 4
+    start, end = _span(parent)
+    for child in children:
+        assert child["model_name"] == "add_sub" and child["request_id"] == "first"
+        assert list(child)[:5] == ["id", "model_name", "model_version", "request_id",
+                                   "parent_id"]  # Triton's order
+        assert [x["name"] for x in child["timestamps"]] == ORDER
+        child_start, child_end = _span(child)
+        assert start <= child_start <= child_end <= end
+
+
+def test_a_bls_call_is_traced_only_under_the_callers_trace(tmp_path, start_server, python_mode):
+    """A Python model's BLS call is a child trace of its request when it
+    passes trace=request.trace() (Triton's documented way), and not traced
+    at all otherwise, even though its target's requests are sampled."""
+    import shutil
+
+    from tests.integration.conftest import use_execution_mode
+    from tests.integration.test_python_bls import MODELS
+
+    repo = tmp_path / "models"
+    repo.mkdir()
+    for name in ("bls", "add_sub"):
+        shutil.copytree(MODELS / name, repo / name)
+    use_execution_mode(repo, python_mode)
+    s = start_server(repo)
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "trace.json"
+    _trace_everything(s, client, trace_file)
+    a = np.array([1, 2, 3, 4], np.float32)
+
+    def call(**params):
+        inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
+                  httpclient.InferInput("INPUT1", [4], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        result = client.infer("bls", inputs, parameters=params)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+
+    call(target="add_sub", trace=True)
+    call(target="add_sub")
+    traces = _written(client, trace_file)
+    by_model = sorted((t["model_name"], "parent_id" in t) for t in traces)
+    assert by_model == [("add_sub", True), ("bls", False), ("bls", False)], traces
+    child = next(t for t in traces if t["model_name"] == "add_sub")
+    parent = next(t for t in traces if t["id"] == child["parent_id"])
+    assert parent["model_name"] == "bls"
+    start, end = _span(parent)
+    child_start, child_end = _span(child)
+    assert start <= child_start <= child_end <= end

@@ -725,7 +725,7 @@ class ProcessPythonBackend(ServedInstance):
         packed = iter(pack_inputs(region, [p.arrays for p in requests], self.input_codes,
                                   code_of, BYTES_CODE))
         states = self.state_outputs
-        groups = [[request_item(p.request, all_outputs, next(packed), p.id, states)
+        groups = [[request_item(p, all_outputs, next(packed), p.id, states)
                    for p in pending] for pending in batches]
         if self.decoupled:
             self._open_requests(requests, now_ns())

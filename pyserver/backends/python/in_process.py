@@ -349,10 +349,11 @@ class ThreadPythonBackend(ServedInstance):
         for index, p in enumerate(pending):
             tensors = [Tensor._wrap(name, array, codes.get(name) or code_of(array))
                        for name, array in p.arrays.items()]
-            rid, corr, flags, timeout, params, wanted, _, _ = request_item(
-                p.request, self.output_names, None, None, self.state_outputs)
+            rid, corr, flags, timeout, params, wanted, _, _, trace = request_item(
+                p, self.output_names, None, None, self.state_outputs)
             requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
-                                              tensors, self.model_name, self.version, (self, p)))
+                                              tensors, self.model_name, self.version, (self, p),
+                                              trace))
         return requests
 
     @staticmethod

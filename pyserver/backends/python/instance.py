@@ -197,10 +197,16 @@ def code_of(array) -> int:
     return WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
 
 
-def request_item(req, all_outputs, inputs, key, state_outputs=()):
+def request_item(pending, all_outputs, inputs, key, state_outputs=()):
+    """What a worker needs of a pending request to build the
+    InferenceRequest execute() gets (its tensors are ``inputs``); last, its
+    trace id (0: not traced), which request.trace() carries to BLS calls."""
+    req = pending.request
     correlation_id, flags, user = request_properties(req.parameters)
     params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
     wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
     if state_outputs:
         wanted = [*wanted, *state_outputs]
-    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key)
+    trace = pending.trace
+    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key,
+            trace["id"] if trace is not None else 0)

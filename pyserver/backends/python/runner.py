@@ -222,6 +222,8 @@ def bls_description(request):
         "timeout": request._timeout,
         "parameters": request._parameters,
         "outputs": request._requested_output_names,
+        # the trace this call is a child of (trace=request.trace()); 0: none
+        "trace": request._trace._id if isinstance(request._trace, pb.InferenceTrace) else 0,
     }
 
 

@@ -223,4 +223,5 @@ def bls_request(desc: dict, inputs: list) -> InferRequest:
     version = "" if version is None or int(version) < 0 else str(int(version))
     outputs = [RequestedOutput(name) for name in desc["outputs"]]
     return InferRequest(desc["model_name"], version, desc["request_id"] or "", inputs, outputs,
-                        params, 0, int(desc["timeout"] or 0))
+                        params, 0, int(desc["timeout"] or 0),
+                        parent_trace=int(desc.get("trace") or 0))

@@ -413,7 +413,8 @@ class Worker:
         requests = []
         numpy_of = _NUMPY_OF
         decoupled = self.decoupled
-        for index, (rid, corr, flags, timeout, params, wanted, inputs, key) in enumerate(items):
+        for index, (rid, corr, flags, timeout, params, wanted, inputs, key, trace) \
+                in enumerate(items):
             tensors = []
             for name, code, shape, offset, count, data in inputs:
                 if data is None:
@@ -424,7 +425,7 @@ class Worker:
                         data = data.copy()
                 tensors.append(Tensor._wrap(name, data, code))
             requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
-                                              tensors, model_name, model_version, key))
+                                              tensors, model_name, model_version, key, trace))
         runtime = self.pb._runtime
         with runtime.lock:
             runtime.executing = True

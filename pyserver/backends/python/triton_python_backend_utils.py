@@ -386,7 +386,14 @@ TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
 
 
 class InferenceTrace:
-    """The trace of a request; no tracing context is carried in this version."""
+    """The trace of a request (``request.trace()``): passed as a BLS
+    request's ``trace``, it traces that call as a child of the request.
+    There is no OpenTelemetry context (Triton's trace mode only)."""
+
+    __slots__ = ("_id",)
+
+    def __init__(self, trace_id=0):
+        self._id = trace_id  # the server's trace id; 0: not traced
 
     def get_context(self):
         return None
@@ -446,7 +453,8 @@ class InferenceRequest:
 
     @classmethod
     def _incoming(cls, index, request_id, correlation_id, flags, timeout, parameters_json,
-                  requested_output_names, inputs, model_name, model_version, key=None):
+                  requested_output_names, inputs, model_name, model_version, key=None,
+                  trace_id=0):
         # A request handed to execute(): built by the worker, no checks.
         r = cls.__new__(cls)
         r._request_id = request_id
@@ -458,7 +466,7 @@ class InferenceRequest:
         r._flags = flags
         r._timeout = timeout
         r._preferred_memory = None
-        r._trace = None
+        r._trace = InferenceTrace(trace_id) if trace_id else None
         r._parameters = parameters_json
         r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         r._index = index

@@ -16,6 +16,8 @@
   the upper-cased text.
 - "mode" "wrong_input": sends INPUT0 only, as INT32.
 - "mode" "unary_to_decoupled": exec() without decoupled=True on "repeat".
+- "trace" true: the call to "target" passes trace=request.trace(), so it is
+  traced as a child of this request (Triton's way to trace a BLS call).
 """
 
 import json
@@ -87,8 +89,9 @@ class TritonPythonModel:
             inputs = [pb_utils.Tensor("INPUT0", a.astype(np.int32))]
         else:
             inputs = [pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)]
+        traced = {"trace": request.trace()} if params.get("trace") else {}
         bls = pb_utils.InferenceRequest(model_name=target, inputs=inputs,
-                                        requested_output_names=["OUTPUT0", "OUTPUT1"])
+                                        requested_output_names=["OUTPUT0", "OUTPUT1"], **traced)
         return self.relay(bls.exec())
 
     @staticmethod
