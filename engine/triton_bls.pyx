@@ -55,6 +55,7 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         vector[RequestInput] inputs
         vector[string] requested_outputs
         vector[Parameter] parameters
+        uint64_t parent_trace
 
     cdef cppclass Submission "pyserver::triton::Submission":
         uint64_t token
@@ -177,6 +178,7 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
             "outputs": [r.requested_outputs[i].decode()
                         for i in range(r.requested_outputs.size())],
             "parameters": parameters,
+            "trace": r.parent_trace,
         }
         global _last_token
         _last_token += 1  # under the GIL

@@ -64,9 +64,13 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         const void* data
         uint64_t byte_size
 
+    cdef cppclass TRITONSERVER_InferenceTrace:
+        uint64_t id
+
     cdef cppclass TRITONBACKEND_Request:
         TRITONBACKEND_Request()
         string id
+        TRITONSERVER_InferenceTrace trace
         uint64_t correlation_id
         string correlation_id_string
         cbool correlation_is_string
@@ -271,6 +275,8 @@ cdef class Instance:
                 keeps.append(keep)
                 request = p.request
                 r.id = str(request.id).encode()
+                if p.trace is not None:  # its BLS calls may be traced under it
+                    r.trace.id = p.trace["id"]
                 r.state_names = &self.state_names
                 r.model_name = self.model_name
                 corr, flags, user = request_properties(request.parameters)

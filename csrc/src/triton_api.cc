@@ -731,8 +731,8 @@ extern "C" void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter) 
   delete parameter;
 }
 
-// Requests are not traced into backends (TRITONBACKEND_RequestTrace gives
-// none), so the trace calls below see no trace.
+// A backend's own activities are not recorded: the trace's record lives
+// in the server's tracer, which backends do not reach.
 API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace*, uint64_t,
                                               const char*) {
   return nullptr;
@@ -748,7 +748,10 @@ API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trac
                                                TRITONSERVER_InferenceTrace** child_trace) {
   CHECK_ARG(trace);
   CHECK_ARG(child_trace);
-  *child_trace = nullptr;
+  auto child = new TRITONSERVER_InferenceTrace();
+  child->parent_id = trace->id;
+  child->spawned = true;
+  *child_trace = child;
   return nullptr;
 }
 
@@ -779,7 +782,8 @@ extern "C" const char* TRITONSERVER_InstanceGroupKindString(TRITONSERVER_Instanc
 API TRITONBACKEND_RequestTrace(TRITONBACKEND_Request* request,
                                TRITONSERVER_InferenceTrace** trace) {
   CHECK_ARG(request);
-  *trace = nullptr;  // requests are not traced into backends yet
+  CHECK_ARG(trace);
+  *trace = request->trace.id != 0 ? &request->trace : nullptr;
   return nullptr;
 }
 

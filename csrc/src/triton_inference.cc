@@ -335,8 +335,12 @@ API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
                                   TRITONSERVER_InferenceTrace* trace) {
   CHECK_ARG(server);
   CHECK_ARG(request);
+  // The request is traced under `trace`'s parent (a spawned child, which
+  // the server owns from here, as Triton's does) or under `trace` itself.
+  request->parent_trace = 0;
   if (trace != nullptr) {
-    return Err(TRITONSERVER_ERROR_UNSUPPORTED, "inference tracing not supported");
+    request->parent_trace = trace->spawned ? trace->parent_id : trace->id;
+    if (trace->spawned && request->trace.get() != trace) request->trace.reset(trace);
   }
   auto hooks = Hooks();
   if (server->owner == nullptr || hooks.submit == nullptr) return NotServed();

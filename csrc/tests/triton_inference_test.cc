@@ -30,6 +30,7 @@ struct FakeServer {
   std::vector<std::shared_ptr<Submission>> submitted;
   std::vector<std::string> seen_inputs;
   std::vector<uint64_t> cancelled;  // the tokens the cancel hook was given
+  std::vector<uint64_t> parent_traces;  // of each submitted request
 };
 FakeServer* g_fake = nullptr;
 
@@ -55,6 +56,7 @@ TRITONSERVER_Error* FakeSubmit(void*, TRITONSERVER_InferenceRequest* request,
     }
     g_fake->seen_inputs.push_back(input.name + "=" + bytes);
   }
+  g_fake->parent_traces.push_back(request->parent_trace);
   submission->token = 100 + g_fake->submitted.size();  // as the engine names it
   g_fake->submitted.push_back(std::move(submission));
   return nullptr;
@@ -463,6 +465,50 @@ TEST_F(TritonInference, CancelReachesTheServerOnlyWhileTheRequestIsInFlight) {
   ASSERT_EQ(TRITONSERVER_InferenceRequestCancel(r), nullptr);
   EXPECT_EQ(fake_.cancelled.size(), 1u);  // not asked again
 
+  for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
+  TRITONSERVER_InferenceRequestDelete(r);
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+}
+
+TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
+  // A backend's request has a trace only while the server traces it.
+  TRITONBACKEND_Request backend_request;
+  TRITONSERVER_InferenceTrace* trace = &backend_request.trace;
+  ASSERT_EQ(TRITONBACKEND_RequestTrace(&backend_request, &trace), nullptr);
+  EXPECT_EQ(trace, nullptr);
+  backend_request.trace.id = 7;
+  ASSERT_EQ(TRITONBACKEND_RequestTrace(&backend_request, &trace), nullptr);
+  ASSERT_EQ(trace, &backend_request.trace);
+  EXPECT_NE(Message(TRITONBACKEND_RequestTrace(&backend_request, nullptr)), "");
+
+  TRITONSERVER_InferenceTrace* child = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &child), nullptr);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->parent_id, 7u);
+  EXPECT_NE(Message(TRITONSERVER_InferenceTraceSpawnChildTrace(nullptr, &child)), "");
+
+  Seen seen;
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  ASSERT_EQ(TRITONSERVER_ResponseAllocatorNew(&allocator, Alloc, Free, nullptr), nullptr);
+  TRITONSERVER_InferenceRequest* r = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&r, &server_, "m", -1), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetReleaseCallback(r, CountRelease, &seen), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetResponseCallback(r, allocator, &seen, OnResponse,
+                                                             &seen),
+            nullptr);
+  // The server owns each child it is given (ASan finds a leak or a double
+  // free): sent three times, with a child, another child, and none.
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, child), nullptr);
+  TRITONSERVER_InferenceTrace* second = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &second), nullptr);
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, second), nullptr);
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, r, nullptr), nullptr);
+  EXPECT_EQ(fake_.parent_traces, (std::vector<uint64_t>{7, 7, 0}));
+
+  for (auto& submission : fake_.submitted) Deliver(submission, Failure(TRITONSERVER_ERROR_INTERNAL, "x"));
+  fake_.submitted.clear();
+  DrainDeliveries();
+  EXPECT_EQ(seen.released, 3);
   for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
   TRITONSERVER_InferenceRequestDelete(r);
   TRITONSERVER_ResponseAllocatorDelete(allocator);

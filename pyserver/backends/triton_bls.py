@@ -167,10 +167,10 @@ class BlsRouter:
                                   f"input '{name}' has an unknown data type {code}")
             inputs.append(InferTensor(name, datatype, array.shape, array))
         outputs = [RequestedOutput(name) for name in d["outputs"]]
-        # Not traced: TRITONBACKEND_RequestTrace gives C backends no trace
-        # to pass on.
+        # traced only under the trace the backend passed (a child it spawned)
         return InferRequest(d["model_name"], _version(d["model_version"]), d["id"], inputs,
-                            outputs, params, d["priority"], d["timeout_us"], parent_trace=0)
+                            outputs, params, d["priority"], d["timeout_us"],
+                            parent_trace=d["trace"])
 
 
 def _raw_input(server, d: dict, name: str, data):

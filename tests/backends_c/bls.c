@@ -9,7 +9,10 @@
  * own (one Python never saw) rather than from the execute thread. With
  * "cancel", each call is cancelled (TRITONSERVER_InferenceRequestCancel) as
  * soon as it is sent, and must then say so (IsCancelled); what the target
- * answers still comes back, an error for a request cancelled in its queue. */
+ * answers still comes back, an error for a request cancelled in its queue.
+ * With "trace", each call of a traced request is given a child of its trace
+ * (TRITONBACKEND_RequestTrace, TRITONSERVER_InferenceTraceSpawnChildTrace),
+ * as Triton's Python backend does for its BLS calls. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@ typedef struct {
   char target[128];
   int own_thread;
   int cancel;
+  int trace;
 } ModelState;
 
 /* One BLS call in flight: filled by the callbacks, on pyserver's thread. */
@@ -116,6 +120,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   int found = TargetFromConfig(json, state->target, sizeof(state->target));
   state->own_thread = strstr(json, "\"own_thread\"") != NULL;
   state->cancel = strstr(json, "\"cancel\"") != NULL;
+  state->trace = strstr(json, "\"trace\"") != NULL;
   TRITONSERVER_MessageDelete(config);
   if (!found) {
     free(state);
@@ -246,7 +251,14 @@ static TRITONSERVER_Error* RunOne(ModelState* state, TRITONBACKEND_Request* requ
   pthread_cond_init(&call.cv, NULL);
   struct TRITONSERVER_InferenceRequest* bls = NULL;
   TRITONSERVER_Error* err = BuildRequest(state, request, &call, &bls);
-  if (err == NULL) err = TRITONSERVER_ServerInferAsync(state->server, bls, NULL);
+  /* the server owns the spawned child from ServerInferAsync on */
+  TRITONSERVER_InferenceTrace* trace = NULL;
+  if (err == NULL && state->trace) {
+    TRITONSERVER_InferenceTrace* parent = NULL;
+    err = TRITONBACKEND_RequestTrace(request, &parent);
+    if (err == NULL && parent != NULL) err = TRITONSERVER_InferenceTraceSpawnChildTrace(parent, &trace);
+  }
+  if (err == NULL) err = TRITONSERVER_ServerInferAsync(state->server, bls, trace);
   if (err == NULL) {
     TRITONSERVER_Error* cancel_err = NULL;
     if (state->cancel) {

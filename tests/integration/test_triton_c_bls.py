@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the t
 
 
 def bls_config(target: str, inputs: str, outputs: str, batching: bool = True,
-               own_thread: bool = False, cancel: bool = False) -> str:
+               own_thread: bool = False, cancel: bool = False, trace: bool = False) -> str:
     if batching:
         head = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n"
     else:
@@ -32,7 +32,9 @@ def bls_config(target: str, inputs: str, outputs: str, batching: bool = True,
             + ('parameters { key: "own_thread" value { string_value: "1" } }\n'
                if own_thread else '')
             + ('parameters { key: "cancel" value { string_value: "1" } }\n'
-               if cancel else ''))
+               if cancel else '')
+            + ('parameters { key: "trace" value { string_value: "1" } }\n'
+               if trace else ''))
 
 
 FP32_IN = '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }'
@@ -57,6 +59,7 @@ def served(tmp_path, start_grpc):  # noqa: F811
         "max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 60000000"))
     write_model(repo, "bls_cancel", bls_config("identity_slow", FP32_IN, FP32_OUT,
                                                cancel=True))
+    write_model(repo, "bls_traced", bls_config("identity", FP32_IN, FP32_OUT, trace=True))
     write_model(repo, "bls_repeat", bls_config(
         "repeat", '{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }',
         '{ name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }', batching=False))
@@ -178,3 +181,38 @@ def test_a_cancelled_bls_request_leaves_the_targets_queue(served):
     # the BLS model and the target serve on
     out = httpclient.InferenceServerClient(s.url).infer("bls", [inp]).as_numpy("OUTPUT0")
     np.testing.assert_array_equal(out, x)
+
+
+def test_a_bls_call_given_a_child_trace_is_traced_under_its_request(served, tmp_path):
+    """TRITONBACKEND_RequestTrace gives a traced request's trace, a child
+    spawned from it and passed to ServerInferAsync traces the BLS call with
+    "parent_id"; an untraced request has no trace to give, and a call
+    without one (the "bls" model) is not traced, whatever the sampling."""
+    import json
+
+    s = served
+    client = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "trace.json"
+    s.run(s.server.trace_settings, None, {"trace_file": str(trace_file)})
+    client.update_trace_settings(settings={
+        "trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
+        "log_frequency": "0"})
+    x = np.arange(3, dtype=np.float32).reshape(1, 3)
+    inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(
+        client.infer("bls_traced", [inp], request_id="t").as_numpy("OUTPUT0"), x)
+    np.testing.assert_array_equal(client.infer("bls", [inp]).as_numpy("OUTPUT0"), x)
+    client.update_trace_settings(settings={"trace_level": ["OFF"]})  # writes the file
+    np.testing.assert_array_equal(  # untraced: RequestTrace gives none, and it still works
+        client.infer("bls_traced", [inp]).as_numpy("OUTPUT0"), x)
+    traces = json.loads(trace_file.read_text())
+    assert sorted((t["model_name"], "parent_id" in t) for t in traces) == [
+        ("bls", False), ("bls_traced", False), ("identity", True)], traces
+    child = next(t for t in traces if t["model_name"] == "identity")
+    parent = next(t for t in traces if t["model_name"] == "bls_traced")
+    assert child["parent_id"] == parent["id"] and parent["request_id"] == "t"
+    stamps = {x["name"]: x["ns"] for x in child["timestamps"]}
+    outer = {x["name"]: x["ns"] for x in parent["timestamps"]}
+    assert outer["COMPUTE_START"] <= stamps["REQUEST_START"] <= stamps["REQUEST_END"] \
+        <= outer["COMPUTE_END"]

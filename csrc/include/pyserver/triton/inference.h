@@ -158,6 +158,11 @@ struct TRITONSERVER_InferenceRequest {
   // request is being submitted is a race in Triton too).
   std::weak_ptr<pyserver::triton::Submission> in_flight;
   bool cancelled = false;  // since its last ServerInferAsync
+  // The trace the request is a child of, from its last ServerInferAsync (0:
+  // not traced), and the spawned trace given there: as in Triton, the server
+  // owns it from that call.
+  uint64_t parent_trace = 0;
+  std::unique_ptr<TRITONSERVER_InferenceTrace> trace;
 };
 
 struct TRITONSERVER_InferenceResponse {

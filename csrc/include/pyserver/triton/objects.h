@@ -155,8 +155,20 @@ struct TRITONBACKEND_State {
   pyserver::triton::OutputTensor tensor;
 };
 
+// A request's trace, as far as a backend sees it: the id the server's
+// tracer gave it (TRITONBACKEND_RequestTrace), or a child spawned from one
+// (TRITONSERVER_InferenceTraceSpawnChildTrace), which names its parent and
+// gets an id of its own when the server starts the BLS request it is given
+// with.
+struct TRITONSERVER_InferenceTrace {
+  uint64_t id = 0;
+  uint64_t parent_id = 0;
+  bool spawned = false;
+};
+
 struct TRITONBACKEND_Request {
   std::string id;
+  TRITONSERVER_InferenceTrace trace;  // id 0: not traced
   uint64_t correlation_id = 0;
   std::string correlation_id_string;
   bool correlation_is_string = false;
