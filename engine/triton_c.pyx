@@ -248,9 +248,11 @@ cdef class Instance:
         when the request's last handle went without the final flag) as it is
         sent, on the sending thread; the results are None. Also returns the
         times the backend reported for the batch (start, compute start,
-        compute end, end) or None, and, for a model with implicit state that
-        is not decoupled, per request the states its backend updated
-        (TRITONBACKEND_StateUpdate: {output name: array}), else None. A
+        compute end, end) or None, and, for a model with implicit state, per
+        request the states its backend updated (TRITONBACKEND_StateUpdate:
+        {output name: array}), else None: for a decoupled model, those
+        updated by the time Execute returned (Triton applies an update as it
+        is made; one made later, from another thread, is not seen). A
         request that names no outputs asks for all_outputs (the model's, as
         Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
@@ -266,7 +268,7 @@ cdef class Instance:
         cdef vector[unique_ptr[OutputTensor]] updated
         keeps = []  # per request, its inputs' bytes
         results = []
-        states = [] if on_response is None and self.state_names.size() else None
+        states = [] if self.state_names.size() else None
         try:
             for p in pending:
                 r = new TRITONBACKEND_Request()
@@ -328,6 +330,10 @@ cdef class Instance:
                         states.append({updated[j].get().name.decode(): _array(updated[j].get())
                                        for j in range(updated.size())})
                     continue
+                if states is not None:  # before the hand-off: the sink may go with it
+                    updated = sink.TakeStates()
+                    states.append({updated[j].get().name.decode(): _array(updated[j].get())
+                                   for j in range(updated.size())})
                 late = _Late()
                 late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
                 Py_INCREF(late)  # the sink's, until _release_late

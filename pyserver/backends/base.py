@@ -79,13 +79,16 @@ class TimedResults(list):
     """What ``execute_requests`` returns when its backend measured the batch
     itself: ``times`` is (start, compute start, compute end, end) in the
     engine clock's ns (steady clock, as Triton's backends stamp them), or
-    None."""
+    None. ``states``: per request, its implicit states after the run
+    ({output name: array}) when they do not travel in its outputs (a
+    decoupled model's results are None), else None."""
 
-    __slots__ = ("times",)
+    __slots__ = ("times", "states")
 
     def __init__(self, results=()):
         super().__init__(results)
         self.times = None
+        self.states = None
 
 
 class ExecutionDriver:

@@ -95,8 +95,11 @@ class TritonCBackend:
         backend sends them, also after Execute returned). The results carry
         the times the backend reported for the batch, if it did."""
         if self.decoupled:
-            sent, times, _ = self.instance.execute(pending, self._outputs, self._respond)
+            sent, times, states = self.instance.execute(pending, self._outputs, self._respond)
             results = TimedResults(sent)
+            if states is not None:  # kept by the server, as a non-decoupled model's outputs
+                results.states = [self._states_of(p, updated)
+                                  for p, updated in zip(pending, states)]
         else:
             sent, times, states = self.instance.execute(pending, self._outputs)
             results = TimedResults(self._single(responses) for responses in sent)
@@ -114,9 +117,16 @@ class TritonCBackend:
             outputs = results[i][0] if type(results[i]) is tuple else results[i]
             if type(outputs) is not dict:
                 continue  # failed: its sequence keeps its states
-            for input_name, output_name in self._states:
-                value = updated.get(output_name)
-                outputs[output_name] = p.arrays[input_name] if value is None else value
+            outputs.update(self._states_of(p, updated))
+
+    def _states_of(self, p, updated: dict) -> dict:
+        """A request's implicit states after its run: what the backend
+        updated, else what it was given."""
+        states = {}
+        for input_name, output_name in self._states:
+            value = updated.get(output_name)
+            states[output_name] = p.arrays[input_name] if value is None else value
+        return states
 
     def _single(self, responses: list):
         for outputs, error, _final, parameters in responses:

@@ -469,7 +469,10 @@ class ModelVersion:
                 self.sequence.feed_states(batch.requests)
             results = instance.backend.execute_requests(batch.requests)
             if self.has_implicit_state and len(results) == len(batch.requests):
-                self.sequence.keep_states(batch.requests, lambda i: _outputs_of(results[i]))
+                states = getattr(results, "states", None)
+                self.sequence.keep_states(
+                    batch.requests,
+                    states.__getitem__ if states is not None else lambda i: _outputs_of(results[i]))
         except Exception as err:  # the model failed: fail this batch only
             return self.failed_batch(t_start, err)
         return self.requests_outcome(batch.requests, results, t_start)

@@ -397,6 +397,42 @@ def test_implicit_state_through_the_state_api(tmp_path, start_server):
     assert add(7, 5, start=True) == 5  # a new sequence starts from zero
 
 
+def test_implicit_state_of_a_decoupled_model(tmp_path, start_grpc):  # noqa: F811
+    """The same backend as a decoupled model, over a gRPC stream: the states
+    it updates during Execute carry to each sequence's next request, as
+    they do for a model that is not decoupled (they were dropped before)."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "accumulate")
+    write_model(repo, "accumulate", ACCUMULATE + "model_transaction_policy { decoupled: true }\n")
+    s = start_grpc(repo, backend_directory=str(backends))
+    answers = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        def add(corr, value, start=False, end=False, **parameters):
+            inp = grpcclient.InferInput("IN", [1], "INT32")
+            inp.set_data_from_numpy(np.array([value], np.int32))
+            client.async_stream_infer("accumulate", [inp], sequence_id=corr,
+                                      sequence_start=start, sequence_end=end,
+                                      parameters=parameters or None)
+            result, error = answers.get(timeout=30)
+            if error is not None:
+                raise error
+            assert result.as_numpy("OUTPUT_STATE") is None
+            return int(result.as_numpy("OUT")[0])
+
+        assert add(7, 1, start=True) == 1
+        assert add(8, 10, start=True) == 10
+        assert add(7, 2) == 3
+        assert add(8, 5) == 15
+        assert add(7, 100, skip_update=True) == 103  # the state stays 3
+        assert add(7, 4, end=True) == 7
+        assert add(7, 5, start=True) == 5  # a new sequence starts from zero
+    finally:
+        client.stop_stream()
+        client.close()
+
+
 def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  # noqa: F811
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))
