@@ -39,11 +39,15 @@ INLINE_PARAMETER = "pyserver_inline_execution"
 # waiting for the GIL held by the busy loop says nothing about the model).
 # It goes back to its threads when the average inline batch, wall time,
 # passes COSTLY_NS: then the loop would stall its connections for that long.
-# Each return to the threads makes the next move wait for 4x as many thread
+# A batch counts for at most OUTLIER_NS there: one batch stretched by the
+# loop thread losing its core for milliseconds (a busy shared machine, a
+# sampling profiler stopping the process) must not send a cheap model back;
+# batches that are all costly still do, within 6 of them. Each return to the threads makes the next move wait for 4x as many thread
 # batches (up to MAX_WAIT), so a model on the edge does not swing back and
 # forth at every few batches.
 CHEAP_NS = 200_000
 COSTLY_NS = 1_000_000
+OUTLIER_NS = 2 * COSTLY_NS
 SAMPLES = 8
 MAX_WAIT = 8192
 
@@ -137,7 +141,8 @@ class InlineInstance(ExecutionDriver):
                     return
                 outcome = mv.execute_batch(instance, batch)
                 mv.finish_on_loop(batch, outcome)
-                self._average_ns += (outcome.end_ns - outcome.start_ns - self._average_ns) * 0.125
+                wall_ns = min(outcome.end_ns - outcome.start_ns, OUTLIER_NS)
+                self._average_ns += (wall_ns - self._average_ns) * 0.125
                 if self._average_ns > COSTLY_NS:
                     self._move(inline=False)  # the threads take what is left
                     return

@@ -71,8 +71,20 @@ class SleepyBackend(CheapBackend):
         time.sleep(0.003)
 
 
+class HiccupBackend(CheapBackend):
+    """Cheap, but the batch of input 1000 stalls 30 ms (as one batch does
+    when the loop thread loses its core for that long)."""
+
+    runs: list = []
+
+    def execute(self, inputs):
+        if (inputs["IN"] == 1000).any():
+            time.sleep(0.03)
+        return super().execute(inputs)
+
+
 BACKENDS = {"cheap_backend": CheapBackend, "busy_backend": BusyBackend,
-            "sleepy_backend": SleepyBackend}
+            "sleepy_backend": SleepyBackend, "hiccup_backend": HiccupBackend}
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +111,7 @@ def repo(tmp_path):
     add("cheap", "cheap_backend")
     add("busy", "busy_backend")
     add("sleepy", "sleepy_backend")
+    add("hiccup", "hiccup_backend")
     add("pinned", "cheap_backend",
         'parameters { key: "pyserver_inline_execution" value { string_value: "off" } }')
     for name, batching in (("delayed", "max_queue_delay_microseconds: 200000"),
@@ -212,6 +225,19 @@ def test_model_that_gets_costly_on_the_loop_goes_back_to_its_threads(repo, start
     # ...and the next move to the loop waits for 4x the thread batches.
     assert not any(where[back:])
     assert not driver(srv, "sleepy").inline
+
+
+def test_one_stalled_batch_does_not_send_a_cheap_model_back(repo, start_server):
+    srv = start_server(repo)
+    for i in range(inline_instance.SAMPLES + 2):
+        assert infer(srv.url, "hiccup", i) == 2 * i
+    assert driver(srv, "hiccup").inline
+    assert infer(srv.url, "hiccup", 1000) == 2000  # 30 ms on the loop, once
+    for i in range(4):
+        assert infer(srv.url, "hiccup", i) == 2 * i
+    where = on_loop(srv, HiccupBackend.runs)
+    assert all(where[inline_instance.SAMPLES + 1:])
+    assert driver(srv, "hiccup").inline
 
 
 def test_models_that_may_not_move(repo, start_server):
