@@ -42,9 +42,10 @@ INLINE_PARAMETER = "pyserver_inline_execution"
 # A batch counts for at most OUTLIER_NS there: one batch stretched by the
 # loop thread losing its core for milliseconds (a busy shared machine, a
 # sampling profiler stopping the process) must not send a cheap model back;
-# batches that are all costly still do, within 6 of them. Each return to the threads makes the next move wait for 4x as many thread
-# batches (up to MAX_WAIT), so a model on the edge does not swing back and
-# forth at every few batches.
+# batches that are all costly still do, within 6 of them. Each return to
+# the threads makes the next move wait for 4x as many thread batches (up to
+# MAX_WAIT), so a model on the edge does not swing back and forth at every
+# few batches.
 CHEAP_NS = 200_000
 COSTLY_NS = 1_000_000
 OUTLIER_NS = 2 * COSTLY_NS
