@@ -15,6 +15,7 @@ import logging
 
 import numpy as np
 
+from pyserver.engine.stats cimport CModelStats, ModelStats
 from pyserver.engine.status cimport Status, check_status
 from pyserver.engine.types cimport request_properties
 from pyserver.engine.triton_bls cimport ServerHandle, TRITONSERVER_Server
@@ -115,6 +116,7 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
 
     cdef cppclass CInstance "pyserver::triton::Instance":
         Status Execute(vector[TRITONBACKEND_Request*]& requests, BatchTimes* reported)
+        void SetStats(shared_ptr[CModelStats] stats)
 
     Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
         const string& path, const string& name, const string& config_json,
@@ -237,6 +239,11 @@ cdef class Instance:
         self.model_name = model_name.encode()
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
+
+    def set_stats(self, ModelStats stats):
+        """Where the backend's per-response reports go
+        (TRITONBACKEND_ModelInstanceReportResponseStatistics)."""
+        self.instance.get().SetStats(stats.c)
 
     def execute(self, list pending, list all_outputs, on_response=None):
         """Runs the batch. Without on_response, waits (GIL released) until

@@ -122,10 +122,14 @@ void ModelStats::RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_
                                 uint64_t output_ns) {
   std::lock_guard<std::mutex> lock(batch_mu_);
   ResponseStat& s = response_stats_[index];
-  s.compute_infer.count++;
-  s.compute_infer.ns += infer_ns;
-  s.compute_output.count++;
-  s.compute_output.ns += output_ns;
+  if (outcome != ResponseOutcome::kCancel) {
+    s.compute_infer.count++;
+    s.compute_infer.ns += infer_ns;
+  }
+  if (outcome == ResponseOutcome::kSuccess || (outcome == ResponseOutcome::kFail && output_ns > 0)) {
+    s.compute_output.count++;
+    s.compute_output.ns += output_ns;
+  }
   DurationStat* d = outcome == ResponseOutcome::kSuccess ? &s.success
                     : outcome == ResponseOutcome::kFail  ? &s.fail
                     : outcome == ResponseOutcome::kEmpty ? &s.empty_response

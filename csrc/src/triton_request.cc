@@ -8,6 +8,7 @@
 
 #include "triton_api_internal.h"
 
+using pyserver::ResponseOutcome;
 using pyserver::triton::Err;
 using pyserver::triton::Parameter;
 
@@ -143,7 +144,7 @@ API TRITONBACKEND_ResponseSetDoubleParameter(TRITONBACKEND_Response* response, c
   return AddParameter(response, name, std::move(parameter));
 }
 
-// ---- instance reports pyserver takes without using -------------------------
+// ---- per-response statistics ------------------------------------------------
 
 API TRITONBACKEND_ModelInstanceResponseStatisticsNew(
     TRITONBACKEND_ModelInstanceResponseStatistics** response_statistics) {
@@ -175,38 +176,96 @@ API TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(
 }
 
 API TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(
-    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t) {
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t ns) {
   CHECK_ARG(response_statistics);
+  response_statistics->response_start_ns = ns;
   return nullptr;
 }
 
 API TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(
-    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t) {
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t ns) {
   CHECK_ARG(response_statistics);
+  response_statistics->compute_output_start_ns = ns;
   return nullptr;
 }
 
 API TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(
-    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t) {
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t ns) {
   CHECK_ARG(response_statistics);
+  response_statistics->response_end_ns = ns;
   return nullptr;
 }
 
 API TRITONBACKEND_ModelInstanceResponseStatisticsSetError(
-    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONSERVER_Error*) {
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics,
+    TRITONSERVER_Error* error) {
   CHECK_ARG(response_statistics);
+  // Only its code counts (cancelled or failed); the caller keeps the error.
+  response_statistics->failed = error != nullptr;
+  if (error != nullptr) response_statistics->error_code = TRITONSERVER_ErrorCode(error);
   return nullptr;
 }
+
+namespace {
+
+// The response's durations as Triton derives them from its three times, or
+// Triton's error for times out of order.
+TRITONSERVER_Error* ResponseDurations(const TRITONBACKEND_ModelInstanceResponseStatistics& rs,
+                                      bool with_output, uint64_t* infer_ns, uint64_t* output_ns) {
+  if (with_output) {
+    if (rs.response_start_ns > rs.compute_output_start_ns) {
+      return Err(TRITONSERVER_ERROR_INVALID_ARG,
+                 "Response start cannot happen after compute output start");
+    }
+    if (rs.compute_output_start_ns > rs.response_end_ns) {
+      return Err(TRITONSERVER_ERROR_INVALID_ARG,
+                 "Compute output start cannot happen after response end");
+    }
+    *infer_ns = rs.compute_output_start_ns - rs.response_start_ns;
+    *output_ns = rs.response_end_ns - rs.compute_output_start_ns;
+    return nullptr;
+  }
+  if (rs.response_start_ns > rs.response_end_ns) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "Response start cannot happen after response end");
+  }
+  *infer_ns = rs.response_end_ns - rs.response_start_ns;
+  *output_ns = 0;
+  return nullptr;
+}
+
+}  // namespace
 
 API TRITONBACKEND_ModelInstanceReportResponseStatistics(
     TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics) {
   CHECK_ARG(response_statistics);
-  if (response_statistics->instance == nullptr || response_statistics->factory == nullptr) {
+  const auto& rs = *response_statistics;
+  if (rs.instance == nullptr || rs.factory == nullptr) {
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
                "model instance and response factory must be set on the response statistics");
   }
+  // As in Triton, the report takes its index even when its times are refused.
+  const uint32_t index = rs.factory->sink->NextResponseIndex();
+  ResponseOutcome outcome = ResponseOutcome::kSuccess;
+  bool with_output = rs.compute_output_start_ns > 0;
+  if (rs.failed && rs.error_code == TRITONSERVER_ERROR_CANCELLED) {
+    outcome = ResponseOutcome::kCancel;
+    with_output = false;
+  } else if (rs.failed) {
+    outcome = ResponseOutcome::kFail;
+  } else if (!with_output) {
+    outcome = ResponseOutcome::kEmpty;
+  }
+  uint64_t infer_ns = 0, output_ns = 0;
+  TRITONSERVER_Error* err = ResponseDurations(rs, with_output, &infer_ns, &output_ns);
+  if (err != nullptr) return err;
+  if (rs.instance->stats != nullptr) {
+    rs.instance->stats->RecordResponse(index, outcome, infer_ns, output_ns);
+  }
   return nullptr;
 }
+
+// ---- instance reports pyserver takes without using -------------------------
+
 
 API TRITONBACKEND_ModelInstanceReportMemoryUsage(TRITONBACKEND_ModelInstance* instance,
                                                  TRITONSERVER_BufferAttributes**, uint32_t) {

@@ -109,6 +109,76 @@ TEST(TritonApi, AFactoryOutlivesItsRequestAndSendsTheFinalFlagAlone) {
   EXPECT_TRUE(sent[2].final);
 }
 
+std::string MessageOf(TRITONSERVER_Error* err) {
+  std::string text = err != nullptr ? TRITONSERVER_ErrorMessage(err) : "";
+  TRITONSERVER_ErrorDelete(err);
+  return text;
+}
+
+TEST(TritonApi, ResponseStatisticsCountPerIndexAsTritonDoes) {
+  TRITONBACKEND_ModelInstance instance;
+  instance.stats = std::make_shared<ModelStats>();
+  TRITONBACKEND_Request request;
+  TRITONBACKEND_ResponseFactory* factory;
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, &request), nullptr);
+  auto report = [&](uint64_t start, uint64_t output_start, uint64_t end,
+                    TRITONSERVER_Error_Code* code) {
+    TRITONBACKEND_ModelInstanceResponseStatistics* rs;
+    EXPECT_EQ(TRITONBACKEND_ModelInstanceResponseStatisticsNew(&rs), nullptr);
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(rs, &instance);
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(rs, factory);
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(rs, start);
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(rs, output_start);
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(rs, end);
+    TRITONSERVER_Error* error = code != nullptr ? TRITONSERVER_ErrorNew(*code, "x") : nullptr;
+    TRITONBACKEND_ModelInstanceResponseStatisticsSetError(rs, error);
+    TRITONSERVER_ErrorDelete(error);  // the report keeps only its code
+    std::string text = MessageOf(TRITONBACKEND_ModelInstanceReportResponseStatistics(rs));
+    TRITONBACKEND_ModelInstanceResponseStatisticsDelete(rs);
+    return text;
+  };
+  TRITONSERVER_Error_Code failed = TRITONSERVER_ERROR_INTERNAL;
+  TRITONSERVER_Error_Code cancelled = TRITONSERVER_ERROR_CANCELLED;
+  EXPECT_EQ(report(100, 160, 200, nullptr), "");  // index 0: success
+  EXPECT_EQ(report(300, 0, 340, &failed), "");     // 1: failed before any output
+  EXPECT_EQ(report(400, 0, 410, nullptr), "");     // 2: empty (the final flag alone)
+  EXPECT_EQ(report(500, 0, 520, &cancelled), "");  // 3: cancelled
+  // Times out of order are refused with Triton's texts; the index is spent.
+  EXPECT_EQ(report(700, 650, 800, nullptr), "Response start cannot happen after compute output start");
+  EXPECT_EQ(report(700, 900, 800, nullptr), "Compute output start cannot happen after response end");
+  EXPECT_EQ(report(900, 0, 800, nullptr), "Response start cannot happen after response end");
+  EXPECT_EQ(report(1000, 1001, 1003, &failed), "");  // 7: failed with its outputs made
+  // Without the instance or factory set, nothing is counted.
+  TRITONBACKEND_ModelInstanceResponseStatistics* bare;
+  ASSERT_EQ(TRITONBACKEND_ModelInstanceResponseStatisticsNew(&bare), nullptr);
+  EXPECT_NE(MessageOf(TRITONBACKEND_ModelInstanceReportResponseStatistics(bare)), "");
+  TRITONBACKEND_ModelInstanceResponseStatisticsDelete(bare);
+  TRITONBACKEND_ResponseFactoryDelete(factory);
+
+  ModelStatsSnapshot s = instance.stats->Snapshot();
+  ASSERT_EQ(s.response_stats.size(), 5u);  // 0-3 and 7
+  const ResponseStat& ok = s.response_stats[0];
+  EXPECT_EQ(ok.success.count, 1u);
+  EXPECT_EQ(ok.success.ns, 100u);
+  EXPECT_EQ(ok.compute_infer.ns, 60u);
+  EXPECT_EQ(ok.compute_output.ns, 40u);
+  const ResponseStat& fail = s.response_stats[1];
+  EXPECT_EQ(fail.fail.count, 1u);
+  EXPECT_EQ(fail.compute_infer.ns, 40u);
+  EXPECT_EQ(fail.compute_output.count, 0u);
+  const ResponseStat& empty = s.response_stats[2];
+  EXPECT_EQ(empty.empty_response.count, 1u);
+  EXPECT_EQ(empty.compute_infer.count, 1u);
+  EXPECT_EQ(empty.compute_output.count, 0u);
+  const ResponseStat& cancel = s.response_stats[3];
+  EXPECT_EQ(cancel.cancel.count, 1u);
+  EXPECT_EQ(cancel.cancel.ns, 20u);
+  EXPECT_EQ(cancel.compute_infer.count, 0u);
+  const ResponseStat& late_fail = s.response_stats[7];
+  EXPECT_EQ(late_fail.fail.ns, 3u);
+  EXPECT_EQ(late_fail.compute_output.count, 1u);
+}
+
 TEST(TritonApi, MessagesAndTheMemoryManager) {
   TRITONSERVER_Message* message;
   const char json[] = "{\"a\":1}";

@@ -86,8 +86,10 @@ class TritonCBackend:
             raise
 
     def attach(self, mv) -> None:
-        """Called by the ModelVersion this instance serves (decoupled answers)."""
+        """Called by the ModelVersion this instance serves (decoupled
+        answers, per-response statistics)."""
         self._mv = mv
+        self.instance.set_stats(mv.stats)
 
     def execute_requests(self, pending: list) -> list:
         """One result per request: its outputs, an error, or None for a

@@ -160,6 +160,39 @@ def test_decoupled_repeat_streams_each_value(layout, start_grpc):  # noqa: F811
     assert seen == values.tolist()
 
 
+def test_response_statistics_the_backend_reports(layout, start_grpc):  # noqa: F811
+    """repeat.c reports each response (TRITONBACKEND_ModelInstanceReport-
+    ResponseStatistics): the statistics extension counts them per response
+    index as Triton does: successes with compute infer and output, the
+    final flag alone as an empty response, an error response as a failure
+    without compute output."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    for values in ([5, 6], [7, -1]):
+        inp = grpcclient.InferInput("IN", [2], "INT32")
+        inp.set_data_from_numpy(np.array(values, dtype=np.int32))
+        client.async_stream_infer("repeat", [inp], enable_empty_final_response=True)
+        for _ in range(3):  # two responses (one an error), then the final flag
+            got.get(timeout=30)
+    client.stop_stream()
+    # (tritonclient's protos may predate response_stats: read the server's own.)
+    rs = s.run(s.server.statistics, "repeat")["model_stats"][0]["response_stats"]
+    assert sorted(rs) == ["0", "1", "2"]
+    assert int(rs["0"]["success"]["count"]) == 2
+    assert int(rs["0"]["compute_infer"]["count"]) == 2
+    assert int(rs["0"]["compute_output"]["count"]) == 2
+    assert int(rs["0"]["success"]["ns"]) > 0
+    assert int(rs["1"]["success"]["count"]) == 1 and int(rs["1"]["fail"]["count"]) == 1
+    assert int(rs["1"]["compute_infer"]["count"]) == 2
+    assert int(rs["1"]["compute_output"]["count"]) == 1  # the error computed no output
+    assert int(rs["2"]["empty_response"]["count"]) == 2
+    assert int(rs["2"]["compute_infer"]["count"]) == 2
+    assert int(rs["2"].get("compute_output", {}).get("count", 0)) == 0
+
+
 def test_responses_sent_from_backend_threads_after_execute_returned(layout, start_grpc):  # noqa: F811
     """threaded.c returns from Execute at once and answers each request from
     a thread of its own, which waits until two requests run side by side:

@@ -99,7 +99,10 @@ class ModelStats {
   // A miss: lookup plus insertion time.
   void RecordCacheMiss(uint64_t ns);
   // The index-th response of a request was produced (infer_ns since the
-  // previous one, or since execution started) and prepared (output_ns).
+  // previous one, or since execution started) and prepared (output_ns). As
+  // Triton counts them: compute infer for every outcome but a cancel,
+  // compute output for a success and for a failure that prepared outputs
+  // (output_ns > 0), and the outcome's duration infer_ns + output_ns.
   void RecordResponse(uint32_t index, ResponseOutcome outcome, uint64_t infer_ns,
                       uint64_t output_ns);
 

@@ -58,6 +58,8 @@ class Instance {
   // caller fails them all. *reported: the times the backend reported for
   // the batch, zero where it reported none.
   Status Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported);
+  // Where the backend's per-response reports go (its model's statistics).
+  void SetStats(std::shared_ptr<ModelStats> stats) { instance_.stats = std::move(stats); }
 
  private:
   Instance() = default;

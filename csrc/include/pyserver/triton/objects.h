@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "pyserver/model_stats.h"
 #include "pyserver/triton/response_sink.h"
 #include "triton/core/tritonbackend.h"
 
@@ -134,6 +135,9 @@ struct TRITONBACKEND_ModelInstance {
   // (steady-clock ns, as pyserver's own stamps): the batch's times.
   std::mutex stats_mu;
   pyserver::triton::BatchTimes reported;
+  // The model's statistics, for TRITONBACKEND_ModelInstanceReportResponseStatistics
+  // (null until the server attaches them).
+  std::shared_ptr<pyserver::ModelStats> stats;
 };
 
 // A view of one input: its bytes belong to the batch's arrays, which the
@@ -203,6 +207,11 @@ struct TRITONBACKEND_Response {
 struct TRITONBACKEND_ModelInstanceResponseStatistics {
   TRITONBACKEND_ModelInstance* instance = nullptr;
   TRITONBACKEND_ResponseFactory* factory = nullptr;
+  uint64_t response_start_ns = 0;
+  uint64_t compute_output_start_ns = 0;  // 0: no output was computed
+  uint64_t response_end_ns = 0;
+  bool failed = false;
+  TRITONSERVER_Error_Code error_code = TRITONSERVER_ERROR_INTERNAL;
 };
 
 struct TRITONBACKEND_Output {};  // an OutputTensor, seen through the C API

@@ -100,6 +100,10 @@ class ResponseSink {
   void SetCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
   bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
+  // The index of the request's next reported response (response statistics
+  // count per index, as Triton's response factory does).
+  uint32_t NextResponseIndex() { return next_response_index_.fetch_add(1); }
+
   // Everything queued so far, and all that follows, goes to deliver(owner,
   // ...) on the sending thread; done(owner) once when the last was
   // delivered and the request released. Call without locks the hooks take.
@@ -111,6 +115,7 @@ class ResponseSink {
   void DrainLocked(std::unique_lock<std::mutex>& lock);
 
   std::atomic<bool> cancelled_{false};
+  std::atomic<uint32_t> next_response_index_{0};
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<SentResponse> sent_;
