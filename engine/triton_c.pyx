@@ -111,12 +111,19 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
     cdef cppclass CBackendLibrary "pyserver::triton::BackendLibrary":
         pass
 
+    cdef cppclass MemoryUsageEntry "pyserver::triton::MemoryUsage::Entry":
+        int type
+        int64_t id
+        uint64_t byte_size
+
     cdef cppclass CModel "pyserver::triton::Model":
         const string& config_json()
+        vector[MemoryUsageEntry] memory_usage()
 
     cdef cppclass CInstance "pyserver::triton::Instance":
         Status Execute(vector[TRITONBACKEND_Request*]& requests, BatchTimes* reported)
         void SetStats(shared_ptr[CModelStats] stats)
+        vector[MemoryUsageEntry] memory_usage()
 
     Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
         const string& path, const string& name, const string& config_json,
@@ -164,8 +171,19 @@ cdef class Model:
     def config_json(self):
         return self.model.get().config_json().decode()
 
+    def memory_usage(self):
+        """What the backend last reported the model holds
+        (TRITONBACKEND_ModelReportMemoryUsage): [(memory type, id, bytes)]."""
+        if not self.model:
+            return []
+        return _usage(self.model.get().memory_usage())
+
     def close(self):
         self.model.reset()
+
+
+cdef list _usage(vector[MemoryUsageEntry] entries):
+    return [(entries[i].type, entries[i].id, entries[i].byte_size) for i in range(entries.size())]
 
 
 cdef object _array(OutputTensor* t):
@@ -239,6 +257,13 @@ cdef class Instance:
         self.model_name = model_name.encode()
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
+
+    def memory_usage(self):
+        """What the backend last reported this instance holds
+        (TRITONBACKEND_ModelInstanceReportMemoryUsage): [(memory type, id, bytes)]."""
+        if not self.instance:
+            return []
+        return _usage(self.instance.get().memory_usage())
 
     def set_stats(self, ModelStats stats):
         """Where the backend's per-response reports go

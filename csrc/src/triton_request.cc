@@ -264,18 +264,28 @@ API TRITONBACKEND_ModelInstanceReportResponseStatistics(
   return nullptr;
 }
 
-// ---- instance reports pyserver takes without using -------------------------
+// ---- instance reports --------------------------------------------------------
 
 
 API TRITONBACKEND_ModelInstanceReportMemoryUsage(TRITONBACKEND_ModelInstance* instance,
-                                                 TRITONSERVER_BufferAttributes**, uint32_t) {
+                                                 TRITONSERVER_BufferAttributes** usage,
+                                                 uint32_t usage_size) {
   CHECK_ARG(instance);
+  if (usage_size > 0) {
+    CHECK_ARG(usage);
+  }
+  instance->memory_usage.Replace(usage, usage_size);
   return nullptr;
 }
 
 API TRITONBACKEND_ModelReportMemoryUsage(TRITONBACKEND_Model* model,
-                                         TRITONSERVER_BufferAttributes**, uint32_t) {
+                                         TRITONSERVER_BufferAttributes** usage,
+                                         uint32_t usage_size) {
   CHECK_ARG(model);
+  if (usage_size > 0) {
+    CHECK_ARG(usage);
+  }
+  model->memory_usage.Replace(usage, usage_size);
   return nullptr;
 }
 

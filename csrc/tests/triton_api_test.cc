@@ -179,6 +179,35 @@ TEST(TritonApi, ResponseStatisticsCountPerIndexAsTritonDoes) {
   EXPECT_EQ(late_fail.compute_output.count, 1u);
 }
 
+TEST(TritonApi, MemoryUsageReportsReplaceTheLastAndAreKeptByDevice) {
+  TRITONBACKEND_Model model;
+  TRITONSERVER_BufferAttributes cpu, gpu1, cpu_again;
+  cpu.byte_size = 10;
+  gpu1.memory_type = TRITONSERVER_MEMORY_GPU;
+  gpu1.memory_type_id = 1;
+  gpu1.byte_size = 20;
+  cpu_again.byte_size = 30;  // the same device again: the later entry stands
+  TRITONSERVER_BufferAttributes* first[] = {&gpu1, nullptr, &cpu, &cpu_again};
+  ASSERT_EQ(TRITONBACKEND_ModelReportMemoryUsage(&model, first, 4), nullptr);
+  std::vector<MemoryUsage::Entry> seen = model.memory_usage.Snapshot();
+  ASSERT_EQ(seen.size(), 2u);  // by type: CPU before GPU
+  EXPECT_EQ(seen[0].type, TRITONSERVER_MEMORY_CPU);
+  EXPECT_EQ(seen[0].byte_size, 30u);
+  EXPECT_EQ(seen[1].type, TRITONSERVER_MEMORY_GPU);
+  EXPECT_EQ(seen[1].id, 1);
+  TRITONSERVER_BufferAttributes* second[] = {&cpu};
+  ASSERT_EQ(TRITONBACKEND_ModelReportMemoryUsage(&model, second, 1), nullptr);
+  seen = model.memory_usage.Snapshot();
+  ASSERT_EQ(seen.size(), 1u);  // the GPU entry went with the report that had it
+  EXPECT_EQ(seen[0].byte_size, 10u);
+  ASSERT_EQ(TRITONBACKEND_ModelReportMemoryUsage(&model, nullptr, 0), nullptr);
+  EXPECT_TRUE(model.memory_usage.Snapshot().empty());
+  EXPECT_NE(MessageOf(TRITONBACKEND_ModelReportMemoryUsage(&model, nullptr, 1)), "");
+  TRITONBACKEND_ModelInstance instance;
+  ASSERT_EQ(TRITONBACKEND_ModelInstanceReportMemoryUsage(&instance, second, 1), nullptr);
+  EXPECT_EQ(instance.memory_usage.Snapshot().size(), 1u);
+}
+
 TEST(TritonApi, MessagesAndTheMemoryManager) {
   TRITONSERVER_Message* message;
   const char json[] = "{\"a\":1}";

@@ -156,6 +156,20 @@ class TritonCBackend:
             instance.close()
             self._release_model()
 
+    def memory_usage(self) -> list:
+        """What the backend reported this instance and its model hold, as
+        (who reported, [(memory type, id, bytes)]) parts: the model is shared
+        by its instances, so the caller counts each reporter once."""
+        parts = []
+        instance = getattr(self, "instance", None)
+        if instance is not None:
+            parts.append((id(instance), instance.memory_usage()))
+        with _lock:
+            entry = self._models.get(self._key)
+        if entry is not None:
+            parts.append((id(entry[0]), entry[0].memory_usage()))
+        return parts
+
     def _release_model(self) -> None:
         with _lock:
             entry = self._models.get(self._key)

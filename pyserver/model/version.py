@@ -72,6 +72,10 @@ def _gather_rows(name: str, parts: list) -> np.ndarray:
     return out
 
 
+# TRITONSERVER_MemoryType's names, as TRITONSERVER_MemoryTypeString gives them
+_MEMORY_TYPE_NAMES = {0: "CPU", 1: "CPU_PINNED", 2: "GPU"}
+
+
 def _outputs_of(result) -> dict | None:
     """The outputs in a backend's per-request result (None: it failed)."""
     if type(result) is tuple:
@@ -584,6 +588,27 @@ class ModelVersion:
                     stamps.append({"name": "QUEUE_START", "ns": enqueued})
                     stamps.extend({"name": n, "ns": t} for n, t in zip(names, times[:4]))
                 Tracer.backend_inputs(trace, p.arrays)
+
+    def memory_usage(self) -> list[dict]:
+        """The statistics extension's memory_usage: what the backends
+        reported their model and instances hold (Triton's C backends report
+        it), summed by memory type and id. A backend's ``memory_usage()``
+        gives (who reported, [(memory type, id, bytes)]) parts; a part its
+        instances share (the model's) counts once."""
+        totals: dict = {}
+        seen = set()
+        for instance in self.instances + self.passive_instances:
+            report = getattr(instance.backend, "memory_usage", None)
+            if report is None:
+                continue
+            for owner, entries in report():
+                if owner in seen:
+                    continue
+                seen.add(owner)
+                for kind, device_id, size in entries:
+                    totals[kind, device_id] = totals.get((kind, device_id), 0) + size
+        return [{"type": _MEMORY_TYPE_NAMES.get(kind, str(kind)), "id": device_id,
+                 "byte_size": size} for (kind, device_id), size in sorted(totals.items())]
 
     def failed_batch(self, t_start: int, err: Exception) -> BatchOutcome:
         t_end = now_ns()

@@ -422,7 +422,7 @@ class Server:
                 "inference_stats": s["inference_stats"],
                 "response_stats": s["response_stats"],
                 "batch_stats": s["batch_stats"],
-                "memory_usage": [],
+                "memory_usage": mv.memory_usage(),
             })
         return {"model_stats": out}
 

@@ -1,6 +1,8 @@
 /* A Triton C backend for pyserver's tests: OUTPUT0 = INPUT0, any type and
  * shape, one response per request; counts the instances it made and reports
- * statistics as a Triton backend does. */
+ * statistics as a Triton backend does, and its memory usage: the model 4096
+ * bytes of CPU memory (reported twice, the second report replacing a first
+ * of 1 byte) and 512 of pinned memory, each instance 1024 of CPU memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,37 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   return NULL;
 }
 
+/* usage[i] = {memory type, byte size}, all on device 0. */
+static TRITONSERVER_Error* Usage(TRITONSERVER_BufferAttributes** attrs, const size_t usage[][2],
+                                 uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    RETURN_IF_ERROR(TRITONSERVER_BufferAttributesNew(&attrs[i]));
+    RETURN_IF_ERROR(TRITONSERVER_BufferAttributesSetMemoryType(attrs[i],
+                                                               (TRITONSERVER_MemoryType)usage[i][0]));
+    RETURN_IF_ERROR(TRITONSERVER_BufferAttributesSetMemoryTypeId(attrs[i], 0));
+    RETURN_IF_ERROR(TRITONSERVER_BufferAttributesSetByteSize(attrs[i], usage[i][1]));
+  }
+  return NULL;
+}
+
+static void FreeUsage(TRITONSERVER_BufferAttributes** attrs, uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) TRITONSERVER_BufferAttributesDelete(attrs[i]);
+}
+
+static TRITONSERVER_Error* ReportModelUsage(TRITONBACKEND_Model* model) {
+  const size_t first[1][2] = {{TRITONSERVER_MEMORY_CPU, 1}};
+  const size_t usage[2][2] = {{TRITONSERVER_MEMORY_CPU, 4096}, {TRITONSERVER_MEMORY_CPU_PINNED, 512}};
+  TRITONSERVER_BufferAttributes* attrs[2];
+  RETURN_IF_ERROR(Usage(attrs, first, 1));
+  TRITONSERVER_Error* err = TRITONBACKEND_ModelReportMemoryUsage(model, attrs, 1);
+  FreeUsage(attrs, 1);
+  RETURN_IF_ERROR(err);
+  RETURN_IF_ERROR(Usage(attrs, usage, 2));
+  err = TRITONBACKEND_ModelReportMemoryUsage(model, attrs, 2);
+  FreeUsage(attrs, 2);
+  return err;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   TRITONSERVER_Message* config;
   RETURN_IF_ERROR(TRITONBACKEND_ModelConfig(model, 1, &config));
@@ -40,6 +73,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   int ok = strstr(json, "\"INPUT0\"") != NULL;
   TRITONSERVER_MessageDelete(config);
   if (!ok) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "config has no INPUT0");
+  RETURN_IF_ERROR(ReportModelUsage(model));
   int* instances = calloc(1, sizeof(int));
   return TRITONBACKEND_ModelSetState(model, instances);
 }
@@ -57,7 +91,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(inst, &model));
   RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
   ++*(int*)state;
-  return NULL;
+  const size_t usage[1][2] = {{TRITONSERVER_MEMORY_CPU, 1024}};
+  TRITONSERVER_BufferAttributes* attrs[1];
+  RETURN_IF_ERROR(Usage(attrs, usage, 1));
+  TRITONSERVER_Error* err = TRITONBACKEND_ModelInstanceReportMemoryUsage(inst, attrs, 1);
+  FreeUsage(attrs, 1);
+  return err;
 }
 
 static TRITONSERVER_Error* Respond(TRITONBACKEND_Request* request) {

@@ -247,6 +247,26 @@ def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # 
     assert inference["compute_infer"]["ns"] >= 4 * 1_000_000
 
 
+def test_memory_usage_the_backend_reports(layout, start_grpc):  # noqa: F811
+    """identity.c reports its model's memory (a second report replacing the
+    first) and each instance's: the statistics extension's memory_usage sums
+    them by memory type and id, the model's once for its two instances, over
+    HTTP and gRPC."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    expected = [{"type": "CPU", "id": 0, "byte_size": 4096 + 2 * 1024},
+                {"type": "CPU_PINNED", "id": 0, "byte_size": 512}]
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("identity")
+    assert stats["model_stats"][0]["memory_usage"] == expected
+    gstats = grpcclient.InferenceServerClient(s.grpc_url).get_inference_statistics(
+        "identity", as_json=True)
+    assert [{**u, "id": int(u.get("id", 0)), "byte_size": int(u["byte_size"])}
+            for u in gstats["model_stats"][0]["memory_usage"]] == expected
+    # a model whose backend reports nothing has none
+    assert httpclient.InferenceServerClient(s.url).get_inference_statistics(
+        "repeat")["model_stats"][0]["memory_usage"] == []
+
+
 def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # noqa: F811
     """params.c echoes what TRITONBACKEND_Request* tell it as response
     parameters: the client's own parameters with their types, the

@@ -41,6 +41,7 @@ class Model {
   ~Model();  // TRITONBACKEND_ModelFinalize
   TRITONBACKEND_Model* model() { return &model_; }
   const std::string& config_json() const { return model_.config_json; }
+  std::vector<MemoryUsage::Entry> memory_usage() const { return model_.memory_usage.Snapshot(); }
 
  private:
   Model() = default;
@@ -60,6 +61,9 @@ class Instance {
   Status Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported);
   // Where the backend's per-response reports go (its model's statistics).
   void SetStats(std::shared_ptr<ModelStats> stats) { instance_.stats = std::move(stats); }
+  std::vector<MemoryUsage::Entry> memory_usage() const {
+    return instance_.memory_usage.Snapshot();
+  }
 
  private:
   Instance() = default;

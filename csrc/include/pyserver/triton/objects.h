@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -113,6 +114,45 @@ struct TRITONBACKEND_Backend {
   pyserver::triton::EntryPoints entry;
 };
 
+namespace pyserver::triton {
+
+// What a model or an instance last reported it holds
+// (TRITONBACKEND_ModelReportMemoryUsage / ModelInstanceReportMemoryUsage):
+// each report replaces the one before, as in Triton.
+class MemoryUsage {
+ public:
+  struct Entry {
+    TRITONSERVER_MemoryType type;
+    int64_t id;
+    uint64_t byte_size;
+  };
+  void Replace(TRITONSERVER_BufferAttributes** usage, uint32_t count) {
+    std::map<std::pair<int, int64_t>, uint64_t> fresh;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (usage[i] == nullptr) continue;
+      fresh[{usage[i]->memory_type, usage[i]->memory_type_id}] = usage[i]->byte_size;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    by_device_.swap(fresh);
+  }
+  // By memory type, then id.
+  std::vector<Entry> Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Entry> out;
+    for (const auto& kv : by_device_) {
+      out.push_back({static_cast<TRITONSERVER_MemoryType>(kv.first.first), kv.first.second,
+                     kv.second});
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<int, int64_t>, uint64_t> by_device_;
+};
+
+}  // namespace pyserver::triton
+
 struct TRITONBACKEND_Model {
   TRITONBACKEND_Backend* backend = nullptr;
   std::string name;
@@ -123,6 +163,7 @@ struct TRITONBACKEND_Model {
   void* state = nullptr;
   // What TRITONBACKEND_ModelServer names (inference.h); null: no server.
   TRITONSERVER_Server* server = nullptr;
+  pyserver::triton::MemoryUsage memory_usage;
 };
 
 struct TRITONBACKEND_ModelInstance {
@@ -138,6 +179,7 @@ struct TRITONBACKEND_ModelInstance {
   // The model's statistics, for TRITONBACKEND_ModelInstanceReportResponseStatistics
   // (null until the server attaches them).
   std::shared_ptr<pyserver::ModelStats> stats;
+  pyserver::triton::MemoryUsage memory_usage;
 };
 
 // A view of one input: its bytes belong to the batch's arrays, which the
