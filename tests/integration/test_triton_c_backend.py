@@ -420,6 +420,16 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 '''
 
 
+def check_running_sums(add) -> None:
+    """accumulate.c's sums over two sequences side by side, ``add(corr,
+    value, start=..., end=..., **parameters)`` sending one request."""
+    assert add(7, 1, start=True) == 1
+    assert add(8, 10, start=True) == 10
+    assert add(7, 2) == 3
+    assert add(8, 5) == 15
+    assert add(7, 100, skip_update=True) == 103  # the state stays 3
+
+
 def test_implicit_state_through_the_state_api(tmp_path, start_server):
     """accumulate.c keeps a running sum in an implicit state
     (TRITONBACKEND_StateNew/StateBuffer/StateUpdate): each sequence has its
@@ -437,11 +447,7 @@ def test_implicit_state_through_the_state_api(tmp_path, start_server):
         assert result.as_numpy("OUTPUT_STATE") is None
         return int(result.as_numpy("OUT")[0])
 
-    assert add(7, 1, start=True) == 1
-    assert add(8, 10, start=True) == 10
-    assert add(7, 2) == 3
-    assert add(8, 5) == 15
-    assert add(7, 100, skip_update=True) == 103  # the state stays 3
+    check_running_sums(add)
     assert add(7, 4) == 7
     with pytest.raises(InferenceServerException) as err:
         add(7, 1, bad_state=True)
@@ -474,11 +480,7 @@ def test_implicit_state_of_a_decoupled_model(tmp_path, start_grpc):  # noqa: F81
             assert result.as_numpy("OUTPUT_STATE") is None
             return int(result.as_numpy("OUT")[0])
 
-        assert add(7, 1, start=True) == 1
-        assert add(8, 10, start=True) == 10
-        assert add(7, 2) == 3
-        assert add(8, 5) == 15
-        assert add(7, 100, skip_update=True) == 103  # the state stays 3
+        check_running_sums(add)
         assert add(7, 4, end=True) == 7
         assert add(7, 5, start=True) == 5  # a new sequence starts from zero
     finally:
