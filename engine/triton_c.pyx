@@ -123,6 +123,8 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
     cdef cppclass CInstance "pyserver::triton::Instance":
         Status Execute(vector[TRITONBACKEND_Request*]& requests, BatchTimes* reported)
         void SetStats(shared_ptr[CModelStats] stats)
+        cbool has_ready_check()
+        Status Ready()
         vector[MemoryUsageEntry] memory_usage()
 
     Status CreateLibrary "pyserver::triton::BackendLibrary::Create"(
@@ -174,7 +176,7 @@ cdef class Model:
     def memory_usage(self):
         """What the backend last reported the model holds
         (TRITONBACKEND_ModelReportMemoryUsage): [(memory type, id, bytes)]."""
-        if not self.model:
+        if self.model.get() == NULL:
             return []
         return _usage(self.model.get().memory_usage())
 
@@ -258,10 +260,25 @@ cdef class Instance:
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
 
+    @property
+    def has_ready_check(self):
+        """Whether the backend exports TRITONBACKEND_ModelInstanceReady."""
+        return self.instance.get() != NULL and self.instance.get().has_ready_check()
+
+    def ready(self):
+        """TRITONBACKEND_ModelInstanceReady (GIL released): None when the
+        instance is ready, else the backend's error message."""
+        cdef Status status
+        if self.instance.get() == NULL:
+            return "the instance is closed"
+        with nogil:
+            status = self.instance.get().Ready()
+        return None if status.ok() else status.message().decode("utf-8", "replace")
+
     def memory_usage(self):
         """What the backend last reported this instance holds
         (TRITONBACKEND_ModelInstanceReportMemoryUsage): [(memory type, id, bytes)]."""
-        if not self.instance:
+        if self.instance.get() == NULL:
             return []
         return _usage(self.instance.get().memory_usage())
 

@@ -55,6 +55,7 @@ Status BackendLibrary::Create(const std::string& path, const std::string& name,
   Lookup(lib->handle_, "TRITONBACKEND_ModelInstanceInitialize", &e.instance_initialize);
   Lookup(lib->handle_, "TRITONBACKEND_ModelInstanceFinalize", &e.instance_finalize);
   Lookup(lib->handle_, "TRITONBACKEND_ModelInstanceExecute", &e.execute);
+  Lookup(lib->handle_, "TRITONBACKEND_ModelInstanceReady", &e.instance_ready);
   if (e.execute == nullptr) {
     return Status(StatusCode::kNotFound,
                   "unable to find required entrypoint 'TRITONBACKEND_ModelInstanceExecute' "
@@ -122,6 +123,16 @@ Status Instance::Create(Model* model, const std::string& name, int kind, int32_t
 Instance::~Instance() {
   const EntryPoints& e = instance_.model->backend->entry;
   if (initialized_ && e.instance_finalize != nullptr) FromError(e.instance_finalize(&instance_));
+}
+
+bool Instance::has_ready_check() const {
+  return instance_.model->backend->entry.instance_ready != nullptr;
+}
+
+Status Instance::Ready() {
+  const EntryPoints& e = instance_.model->backend->entry;
+  if (e.instance_ready == nullptr) return Status::Ok();
+  return FromError(e.instance_ready(&instance_));
 }
 
 Status Instance::Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported) {

@@ -10,6 +10,7 @@ TRITONBACKEND_ModelInstance whose ModelInstanceExecute runs a batch of
 requests with the GIL released."""
 
 import json
+import logging
 import threading
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
 from pyserver.kernel.errors import Code, ServerError
+
+log = logging.getLogger("pyserver")
 
 _lock = threading.Lock()
 _classes: dict[str, type] = {}
@@ -84,6 +87,17 @@ class TritonCBackend:
         except BaseException:
             self._release_model()
             raise
+        if self.instance.has_ready_check:  # asked on each model-ready request
+            self.capabilities = type(self).capabilities | Capability.READINESS
+
+    def is_ready(self, timeout: float = 0.0) -> bool:
+        """TRITONBACKEND_ModelInstanceReady, as Triton asks it for each
+        model-ready request: ready unless the backend returns an error."""
+        instance = getattr(self, "instance", None)
+        why = instance.ready() if instance is not None else "the instance is closed"
+        if why is not None:
+            log.debug("model '%s' instance is not ready: %s", self.model_name, why)
+        return why is None
 
     def attach(self, mv) -> None:
         """Called by the ModelVersion this instance serves (decoupled

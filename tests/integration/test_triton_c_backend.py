@@ -267,6 +267,35 @@ def test_memory_usage_the_backend_reports(layout, start_grpc):  # noqa: F811
         "repeat")["model_stats"][0]["memory_usage"] == []
 
 
+def test_a_backend_answers_readiness_itself(tmp_path, start_grpc):  # noqa: F811
+    """ready.c exports TRITONBACKEND_ModelInstanceReady: each model-ready
+    request asks it, over HTTP and gRPC, and the model is not ready while
+    it returns an error; a backend without it (identity.c) is ready once
+    loaded."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    for name in ("ready", "identity"):
+        build_backend(backends, name)
+    marker = tmp_path / "not-ready"
+    write_model(repo, "ready", f"""backend: "ready"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 2 kind: KIND_CPU }} ]
+parameters {{ key: "not_ready_file" value {{ string_value: "{marker}" }} }}
+""")
+    write_model(repo, "identity", IDENTITY)
+    s = start_grpc(repo, backend_directory=str(backends))
+    http = httpclient.InferenceServerClient(s.url)
+    grpc = grpcclient.InferenceServerClient(s.grpc_url)
+    assert http.is_model_ready("ready") and grpc.is_model_ready("ready")
+    marker.write_text("")
+    assert not http.is_model_ready("ready") and not grpc.is_model_ready("ready")
+    assert http.is_model_ready("identity")  # other models are not touched
+    marker.unlink()
+    assert http.is_model_ready("ready") and grpc.is_model_ready("ready")
+    grpc.close()
+
+
 def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # noqa: F811
     """params.c echoes what TRITONBACKEND_Request* tell it as response
     parameters: the client's own parameters with their types, the

@@ -59,6 +59,10 @@ class Instance {
   // caller fails them all. *reported: the times the backend reported for
   // the batch, zero where it reported none.
   Status Execute(std::vector<TRITONBACKEND_Request*>& requests, BatchTimes* reported);
+  // TRITONBACKEND_ModelInstanceReady, which a backend may export: whether
+  // the instance can serve now (OK when the backend has no such check).
+  bool has_ready_check() const;
+  Status Ready();
   // Where the backend's per-response reports go (its model's statistics).
   void SetStats(std::shared_ptr<ModelStats> stats) { instance_.stats = std::move(stats); }
   std::vector<MemoryUsage::Entry> memory_usage() const {

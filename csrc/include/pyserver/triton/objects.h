@@ -101,6 +101,7 @@ struct EntryPoints {
   InstanceFn instance_initialize = nullptr;
   InstanceFn instance_finalize = nullptr;
   ExecuteFn execute = nullptr;
+  InstanceFn instance_ready = nullptr;  // optional: TRITONBACKEND_ModelInstanceReady
 };
 
 }  // namespace pyserver::triton
