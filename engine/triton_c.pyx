@@ -67,6 +67,10 @@ cdef extern from "pyserver/triton/objects.h" nogil:
 
     cdef cppclass TRITONSERVER_InferenceTrace:
         uint64_t id
+        uint64_t parent_id
+        string model_name
+        int64_t model_version
+        string request_id
 
     cdef cppclass TRITONBACKEND_Request:
         TRITONBACKEND_Request()
@@ -327,7 +331,12 @@ cdef class Instance:
                 request = p.request
                 r.id = str(request.id).encode()
                 if p.trace is not None:  # its BLS calls may be traced under it
-                    r.trace.id = p.trace["id"]
+                    trace = p.trace
+                    r.trace.id = trace["id"]
+                    r.trace.parent_id = trace.get("parent_id", 0)
+                    r.trace.model_name = self.model_name
+                    r.trace.model_version = trace["model_version"]
+                    r.trace.request_id = r.id
                 r.state_names = &self.state_names
                 r.model_name = self.model_name
                 corr, flags, user = request_properties(request.parameters)

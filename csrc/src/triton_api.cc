@@ -755,6 +755,55 @@ API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trac
   return nullptr;
 }
 
+API TRITONSERVER_InferenceTraceDelete(TRITONSERVER_InferenceTrace* trace) {
+  CHECK_ARG(trace);
+  // A request's own trace is part of its request: only a spawned child,
+  // not yet given to ServerInferAsync, is the backend's to delete.
+  if (!trace->spawned) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "the trace belongs to its request");
+  }
+  delete trace;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceId(TRITONSERVER_InferenceTrace* trace, uint64_t* id) {
+  CHECK_ARG(trace);
+  CHECK_ARG(id);
+  *id = trace->id;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceParentId(TRITONSERVER_InferenceTrace* trace, uint64_t* parent_id) {
+  CHECK_ARG(trace);
+  CHECK_ARG(parent_id);
+  *parent_id = trace->parent_id;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceModelName(TRITONSERVER_InferenceTrace* trace,
+                                         const char** model_name) {
+  CHECK_ARG(trace);
+  CHECK_ARG(model_name);
+  *model_name = trace->model_name.c_str();
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceModelVersion(TRITONSERVER_InferenceTrace* trace,
+                                            int64_t* model_version) {
+  CHECK_ARG(trace);
+  CHECK_ARG(model_version);
+  *model_version = trace->model_version;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceRequestId(TRITONSERVER_InferenceTrace* trace,
+                                         const char** request_id) {
+  CHECK_ARG(trace);
+  CHECK_ARG(request_id);
+  *request_id = trace->request_id.c_str();
+  return nullptr;
+}
+
 API TRITONSERVER_BufferAttributesCudaIpcHandle(TRITONSERVER_BufferAttributes* buffer_attributes,
                                                void** cuda_ipc_handle) {
   CHECK_ARG(buffer_attributes);

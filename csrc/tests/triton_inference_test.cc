@@ -477,9 +477,35 @@ TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
   ASSERT_EQ(TRITONBACKEND_RequestTrace(&backend_request, &trace), nullptr);
   EXPECT_EQ(trace, nullptr);
   backend_request.trace.id = 7;
+  backend_request.trace.parent_id = 3;
+  backend_request.trace.model_name = "bls";
+  backend_request.trace.model_version = 1;
+  backend_request.trace.request_id = "r";
   ASSERT_EQ(TRITONBACKEND_RequestTrace(&backend_request, &trace), nullptr);
   ASSERT_EQ(trace, &backend_request.trace);
   EXPECT_NE(Message(TRITONBACKEND_RequestTrace(&backend_request, nullptr)), "");
+  uint64_t id = 0, parent_id = 0;
+  int64_t version = 0;
+  const char* name = nullptr;
+  const char* request_id = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceId(trace, &id), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceParentId(trace, &parent_id), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceModelName(trace, &name), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceModelVersion(trace, &version), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceRequestId(trace, &request_id), nullptr);
+  EXPECT_EQ(id, 7u);
+  EXPECT_EQ(parent_id, 3u);
+  EXPECT_STREQ(name, "bls");
+  EXPECT_EQ(version, 1);
+  EXPECT_STREQ(request_id, "r");
+  // The request's own trace is not the backend's to delete; a child it
+  // spawned and never sent is.
+  EXPECT_EQ(Message(TRITONSERVER_InferenceTraceDelete(trace)), "the trace belongs to its request");
+  TRITONSERVER_InferenceTrace* unsent = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &unsent), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceParentId(unsent, &parent_id), nullptr);
+  EXPECT_EQ(parent_id, 7u);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceDelete(unsent), nullptr);
 
   TRITONSERVER_InferenceTrace* child = nullptr;
   ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &child), nullptr);

@@ -35,6 +35,7 @@ typedef struct {
   int own_thread;
   int cancel;
   int trace;
+  char name[128];  /* the model's own name */
 } ModelState;
 
 /* One BLS call in flight: filled by the callbacks, on pyserver's thread. */
@@ -126,6 +127,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     free(state);
     return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "config has no 'target'");
   }
+  const char* name;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelName(model, &name));
+  snprintf(state->name, sizeof(state->name), "%s", name);
   RETURN_IF_ERROR(TRITONBACKEND_ModelServer(model, &state->server));
   RETURN_IF_ERROR(TRITONSERVER_ResponseAllocatorNew(&state->allocator, Alloc, Release, NULL));
   return TRITONBACKEND_ModelSetState(model, state);
@@ -256,6 +260,11 @@ static TRITONSERVER_Error* RunOne(ModelState* state, TRITONBACKEND_Request* requ
   if (err == NULL && state->trace) {
     TRITONSERVER_InferenceTrace* parent = NULL;
     err = TRITONBACKEND_RequestTrace(request, &parent);
+    const char* traced_model = NULL;
+    if (err == NULL && parent != NULL) err = TRITONSERVER_InferenceTraceModelName(parent, &traced_model);
+    if (err == NULL && parent != NULL && strcmp(traced_model, state->name) != 0) {
+      err = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "the trace names another model");
+    }
     if (err == NULL && parent != NULL) err = TRITONSERVER_InferenceTraceSpawnChildTrace(parent, &trace);
   }
   if (err == NULL) err = TRITONSERVER_ServerInferAsync(state->server, bls, trace);

@@ -211,6 +211,11 @@ struct TRITONSERVER_InferenceTrace {
   uint64_t id = 0;
   uint64_t parent_id = 0;
   bool spawned = false;
+  // A request's own trace names its request; a spawned child names nothing
+  // until the server starts its request.
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string request_id;
 };
 
 struct TRITONBACKEND_Request {

@@ -136,6 +136,18 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceContext(
     struct TRITONSERVER_InferenceTrace* trace, const char** trace_context);
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceSpawnChildTrace(
     struct TRITONSERVER_InferenceTrace* trace, struct TRITONSERVER_InferenceTrace** child_trace);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceDelete(
+    struct TRITONSERVER_InferenceTrace* trace);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceId(
+    struct TRITONSERVER_InferenceTrace* trace, uint64_t* id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceParentId(
+    struct TRITONSERVER_InferenceTrace* trace, uint64_t* parent_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceModelName(
+    struct TRITONSERVER_InferenceTrace* trace, const char** model_name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceModelVersion(
+    struct TRITONSERVER_InferenceTrace* trace, int64_t* model_version);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceRequestId(
+    struct TRITONSERVER_InferenceTrace* trace, const char** request_id);
 
 // Custom metrics: in libtritonserver.so's registry, which /metrics reads.
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
