@@ -142,6 +142,10 @@ class Tracer:
                                         numpy_to_wire(value.dtype), value)
                            for name, value in arrays.items())
 
+    def discard(self, record: dict) -> None:
+        """Forgets a trace whose request never ran (refused at the queue)."""
+        self._open.pop(record["id"], None)
+
     def finish(self, record: dict, now_ns: int, response=None) -> None:
         self._open.pop(record["id"], None)
         if "timestamps" in record:

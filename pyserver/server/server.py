@@ -592,9 +592,13 @@ class Server:
         if future is None:
             future = self._loop.create_future()
         if self.tracer.active:
-            pending = mv.submit(request, future,
-                                self.tracer.start(mv.name, mv.version, now_ns(), request),
-                                validated)
+            trace = self.tracer.start(mv.name, mv.version, now_ns(), request)
+            try:
+                pending = mv.submit(request, future, trace, validated)
+            except BaseException:  # refused (invalid, queue full): its trace ends unwritten
+                if trace is not None:
+                    self.tracer.discard(trace)
+                raise
         else:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
