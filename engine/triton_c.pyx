@@ -65,12 +65,16 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         const void* data
         uint64_t byte_size
 
+    ctypedef void (*TraceReportFn)(void*, uint64_t, uint64_t, const char*) noexcept
+
     cdef cppclass TRITONSERVER_InferenceTrace:
         uint64_t id
         uint64_t parent_id
         string model_name
         int64_t model_version
         string request_id
+        TraceReportFn report
+        void* reporter
 
     cdef cppclass TRITONBACKEND_Request:
         TRITONBACKEND_Request()
@@ -248,10 +252,20 @@ cdef void _release_late(void* owner) noexcept with gil:
     Py_DECREF(<object>owner)
 
 
+cdef void _report_activity(void* tracer, uint64_t trace_id, uint64_t ns,
+                           const char* name) noexcept with gil:
+    # TRITONSERVER_InferenceTraceReportActivity, from any backend thread
+    try:
+        (<object>tracer).activity(trace_id, name.decode("utf-8", "replace"), ns)
+    except BaseException:
+        log.exception("recording a backend's trace activity failed")
+
+
 cdef class Instance:
     """A model instance; execute() runs one batch of pending requests."""
     cdef unique_ptr[CInstance] instance
     cdef Model owner
+    cdef object tracer  # the server's (runtime/tracing.py), for backends' own activities
     cdef vector[string] state_names  # implicit state outputs (TRITONBACKEND_StateNew)
     cdef string model_name
 
@@ -285,6 +299,11 @@ cdef class Instance:
         if self.instance.get() == NULL:
             return []
         return _usage(self.instance.get().memory_usage())
+
+    def set_tracer(self, tracer):
+        """The server's tracer, where TRITONSERVER_InferenceTraceReportActivity
+        records a traced request's activities (held while this instance is)."""
+        self.tracer = tracer
 
     def set_stats(self, ModelStats stats):
         """Where the backend's per-response reports go
@@ -337,6 +356,9 @@ cdef class Instance:
                     r.trace.model_name = self.model_name
                     r.trace.model_version = trace["model_version"]
                     r.trace.request_id = r.id
+                    if self.tracer is not None:
+                        r.trace.report = _report_activity
+                        r.trace.reporter = <void*>self.tracer
                 r.state_names = &self.state_names
                 r.model_name = self.model_name
                 corr, flags, user = request_properties(request.parameters)

@@ -731,10 +731,15 @@ extern "C" void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter) 
   delete parameter;
 }
 
-// A backend's own activities are not recorded: the trace's record lives
-// in the server's tracer, which backends do not reach.
-API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace*, uint64_t,
-                                              const char*) {
+// A backend's own activity, into its request's trace record (a spawned
+// child has none until the server starts its request: nothing to record).
+API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace* trace,
+                                              uint64_t timestamp, const char* activity_name) {
+  CHECK_ARG(trace);
+  CHECK_ARG(activity_name);
+  if (trace->report != nullptr && trace->id != 0) {
+    trace->report(trace->reporter, trace->id, timestamp, activity_name);
+  }
   return nullptr;
 }
 

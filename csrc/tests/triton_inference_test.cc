@@ -498,6 +498,25 @@ TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
   EXPECT_STREQ(name, "bls");
   EXPECT_EQ(version, 1);
   EXPECT_STREQ(request_id, "r");
+  // A backend's own activity goes to the trace's reporter (the server's
+  // tracer), by the trace's id; without a reporter it is dropped.
+  struct Reported {
+    uint64_t id = 0, ns = 0;
+    std::string name;
+  } reported;
+  EXPECT_EQ(Message(TRITONSERVER_InferenceTraceReportActivity(trace, 5, "MINE")), "");
+  trace->reporter = &reported;
+  trace->report = [](void* reporter, uint64_t id, uint64_t ns, const char* name) {
+    auto* r = static_cast<Reported*>(reporter);
+    r->id = id;
+    r->ns = ns;
+    r->name = name;
+  };
+  ASSERT_EQ(TRITONSERVER_InferenceTraceReportActivity(trace, 42, "MINE"), nullptr);
+  EXPECT_EQ(reported.id, 7u);
+  EXPECT_EQ(reported.ns, 42u);
+  EXPECT_EQ(reported.name, "MINE");
+  EXPECT_NE(Message(TRITONSERVER_InferenceTraceReportActivity(trace, 1, nullptr)), "");
   // The request's own trace is not the backend's to delete; a child it
   // spawned and never sent is.
   EXPECT_EQ(Message(TRITONSERVER_InferenceTraceDelete(trace)), "the trace belongs to its request");
@@ -505,6 +524,9 @@ TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
   ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &unsent), nullptr);
   ASSERT_EQ(TRITONSERVER_InferenceTraceParentId(unsent, &parent_id), nullptr);
   EXPECT_EQ(parent_id, 7u);
+  reported.name.clear();
+  ASSERT_EQ(TRITONSERVER_InferenceTraceReportActivity(unsent, 43, "CHILD"), nullptr);
+  EXPECT_EQ(reported.name, "");  // a child not yet started has no record
   ASSERT_EQ(TRITONSERVER_InferenceTraceDelete(unsent), nullptr);
 
   TRITONSERVER_InferenceTrace* child = nullptr;

@@ -104,6 +104,7 @@ class TritonCBackend:
         answers, per-response statistics)."""
         self._mv = mv
         self.instance.set_stats(mv.stats)
+        self.instance.set_tracer(getattr(mv.context, "tracer", None))
 
     def execute_requests(self, pending: list) -> list:
         """One result per request: its outputs, an error, or None for a

@@ -142,6 +142,13 @@ class Tracer:
                                         numpy_to_wire(value.dtype), value)
                            for name, value in arrays.items())
 
+    def activity(self, trace_id: int, name: str, ns: int) -> None:
+        """A backend's own activity (TRITONSERVER_InferenceTraceReportActivity)
+        in the open trace ``trace_id``, at the TIMESTAMPS level."""
+        record = self._open.get(trace_id)
+        if record is not None and "timestamps" in record:
+            record["timestamps"].append({"name": name, "ns": ns})
+
     def discard(self, record: dict) -> None:
         """Forgets a trace whose request never ran (refused at the queue)."""
         self._open.pop(record["id"], None)

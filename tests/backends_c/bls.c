@@ -12,11 +12,13 @@
  * answers still comes back, an error for a request cancelled in its queue.
  * With "trace", each call of a traced request is given a child of its trace
  * (TRITONBACKEND_RequestTrace, TRITONSERVER_InferenceTraceSpawnChildTrace),
- * as Triton's Python backend does for its BLS calls. */
+ * as Triton's Python backend does for its BLS calls, after reporting a
+ * custom activity, BLS_SENT, in the request's trace. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "triton/core/tritonbackend.h"
 
@@ -266,6 +268,12 @@ static TRITONSERVER_Error* RunOne(ModelState* state, TRITONBACKEND_Request* requ
       err = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "the trace names another model");
     }
     if (err == NULL && parent != NULL) err = TRITONSERVER_InferenceTraceSpawnChildTrace(parent, &trace);
+    if (err == NULL && parent != NULL) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      err = TRITONSERVER_InferenceTraceReportActivity(
+          parent, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, "BLS_SENT");
+    }
   }
   if (err == NULL) err = TRITONSERVER_ServerInferAsync(state->server, bls, trace);
   if (err == NULL) {

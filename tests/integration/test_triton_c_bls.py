@@ -216,3 +216,6 @@ def test_a_bls_call_given_a_child_trace_is_traced_under_its_request(served, tmp_
     outer = {x["name"]: x["ns"] for x in parent["timestamps"]}
     assert outer["COMPUTE_START"] <= stamps["REQUEST_START"] <= stamps["REQUEST_END"] \
         <= outer["COMPUTE_END"]
+    # the backend's own activity (TRITONSERVER_InferenceTraceReportActivity), in its request's
+    # trace, on the same clock, before the call it names
+    assert outer["COMPUTE_START"] <= outer["BLS_SENT"] <= stamps["REQUEST_START"]

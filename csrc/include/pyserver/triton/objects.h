@@ -216,6 +216,11 @@ struct TRITONSERVER_InferenceTrace {
   std::string model_name;
   int64_t model_version = -1;
   std::string request_id;
+  // Where TRITONSERVER_InferenceTraceReportActivity records a backend's own
+  // activity in a request's trace (the server's tracer); null for a child.
+  using ReportFn = void (*)(void* reporter, uint64_t id, uint64_t timestamp_ns, const char* name);
+  ReportFn report = nullptr;
+  void* reporter = nullptr;
 };
 
 struct TRITONBACKEND_Request {
