@@ -498,6 +498,40 @@ API TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* response,
   return nullptr;
 }
 
+// What a backend asks of a response it is building: its outputs so far.
+API TRITONBACKEND_InferenceResponseOutputByName(TRITONBACKEND_Response* response, const char* name,
+                                                TRITONSERVER_DataType* datatype,
+                                                const int64_t** shape, uint64_t* dim_count) {
+  CHECK_ARG(response);
+  CHECK_ARG(name);
+  for (const auto& out : response->outputs) {
+    if (out->name == name) {
+      *datatype = out->datatype;
+      *shape = out->shape.data();
+      *dim_count = out->shape.size();
+      return nullptr;
+    }
+  }
+  return Err(TRITONSERVER_ERROR_NOT_FOUND, std::string("Output name ") + name + " not found.");
+}
+
+API TRITONBACKEND_InferenceResponseOutput(TRITONBACKEND_Response* response, const uint32_t index,
+                                          const char** name, TRITONSERVER_DataType* datatype,
+                                          const int64_t** shape, uint64_t* dim_count) {
+  CHECK_ARG(response);
+  if (index >= response->outputs.size()) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "out of bounds index " + std::to_string(index) + ": response has " +
+                   std::to_string(response->outputs.size()) + " outputs");
+  }
+  const auto& out = response->outputs[index];
+  *name = out->name.c_str();
+  *datatype = out->datatype;
+  *shape = out->shape.data();
+  *dim_count = out->shape.size();
+  return nullptr;
+}
+
 API TRITONBACKEND_OutputBuffer(TRITONBACKEND_Output* output, void** buffer,
                                const uint64_t buffer_byte_size,
                                TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id) {

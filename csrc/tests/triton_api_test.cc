@@ -81,6 +81,38 @@ TEST(TritonApi, RequestInputsAndAResponse) {
   EXPECT_EQ(std::memcmp(sent[0].outputs[0]->data.data(), data, sizeof(data)), 0);
 }
 
+TEST(TritonApi, AResponsesOutputsCanBeReadBackByNameAndIndex) {
+  TRITONBACKEND_Request request;
+  TRITONBACKEND_Response* response;
+  ASSERT_EQ(TRITONBACKEND_ResponseNew(&response, &request), nullptr);
+  const int64_t shape[2] = {2, 3};
+  TRITONBACKEND_Output* output;
+  ASSERT_EQ(TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_FP32, shape, 2),
+            nullptr);
+  TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
+  const int64_t* got = nullptr;
+  uint64_t dims = 0;
+  ASSERT_EQ(TRITONBACKEND_InferenceResponseOutputByName(response, "OUT", &datatype, &got, &dims),
+            nullptr);
+  EXPECT_EQ(datatype, TRITONSERVER_TYPE_FP32);
+  ASSERT_EQ(dims, 2u);
+  EXPECT_EQ(got[1], 3);
+  TRITONSERVER_Error* err =
+      TRITONBACKEND_InferenceResponseOutputByName(response, "NOPE", &datatype, &got, &dims);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_NOT_FOUND);
+  TRITONSERVER_ErrorDelete(err);
+  const char* name = nullptr;
+  ASSERT_EQ(TRITONBACKEND_InferenceResponseOutput(response, 0, &name, &datatype, &got, &dims),
+            nullptr);
+  EXPECT_STREQ(name, "OUT");
+  err = TRITONBACKEND_InferenceResponseOutput(response, 1, &name, &datatype, &got, &dims);
+  ASSERT_NE(err, nullptr);
+  EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "out of bounds index 1: response has 1 outputs");
+  TRITONSERVER_ErrorDelete(err);
+  ASSERT_EQ(TRITONBACKEND_ResponseDelete(response), nullptr);
+}
+
 TEST(TritonApi, AFactoryOutlivesItsRequestAndSendsTheFinalFlagAlone) {
   TRITONBACKEND_ResponseFactory* factory;
   std::shared_ptr<ResponseSink> sink;
