@@ -23,6 +23,7 @@ cdef class InferRequest:
     cdef public object priority
     cdef public object timeout_us
     cdef public object parent_trace
+    cdef public object trace
 
 
 cdef class InferResponse:

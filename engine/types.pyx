@@ -58,6 +58,8 @@ cdef class InferRequest:
     settings sample it); for one the server makes itself (an ensemble's
     step, a BLS call) the id of the trace it belongs under, or 0 when it is
     not traced, as Triton traces such requests only as children.
+    ``trace``: None, or a frontend's receive stamps, then the request's
+    trace record once it is sampled (runtime/tracing.py).
     """
 
     def __init__(self, model_name, model_version="", id="", inputs=None, outputs=None,

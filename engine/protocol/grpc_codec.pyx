@@ -17,6 +17,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport new_output, new_request, new_tensor
@@ -582,6 +583,13 @@ def encode_stream_response(response, request=None, error=None):
 # ---------------------------------------------------------------- ModelInfer calls
 
 
+cdef inline uint64_t _now_ns() noexcept:
+    # the engine's clock (csrc's steady_clock is CLOCK_MONOTONIC)
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return <uint64_t>now.tv_sec * 1000000000 + <uint64_t>now.tv_nsec
+
+
 cdef class InferHandler:
     """ModelInfer's route handler for ``pyserver.engine.protocol.http2`` (a UNARY
     route): ``handler(stream, message)`` decodes the request, submits it and
@@ -596,7 +604,9 @@ cdef class InferHandler:
     has ``write(response)`` and ``release()``); ``on_error(stream, exc)``
     ends a call with an exception's status; ``on_deadline(stream, future)``
     when grpc-timeout passes first; ``header_forwarder(headers, parameters)``
-    copies the call's forwarded headers into the request's parameters.
+    copies the call's forwarded headers into the request's parameters;
+    ``tracer`` (the server's) takes the call's GRPC_WAITREAD and GRPC_SEND
+    stamps while tracing is on.
     """
 
     cdef object submit
@@ -607,9 +617,11 @@ cdef class InferHandler:
     cdef object on_deadline
     cdef object canceller
     cdef object header_forwarder
+    cdef object tracer
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
-                 on_error, on_deadline, canceller=None, header_forwarder=None):
+                 on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None):
+        self.tracer = tracer
         self.canceller = canceller
         self.header_forwarder = header_forwarder
         self.submit = submit
@@ -645,6 +657,10 @@ cdef class InferHandler:
             prepared = self.prepare(stream, msg)
             request = prepared[0]
             use = prepared[2]
+            tracer = self.tracer
+            if tracer is not None and tracer.active:
+                tracer.frontend_received(request, "GRPC_WAITREAD_START", stream.opened_ns,
+                                         "GRPC_WAITREAD_END", _now_ns())
             # answered as the request's batch completes, not an iteration later
             fut = self.submit(request, ImmediateFuture())
         except Exception as e:
@@ -658,6 +674,7 @@ cdef class InferHandler:
         done.request = request
         done.use = use
         done.on_error = self.on_error
+        done.tracer = self.tracer
         if timeout is not None:
             done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
         # RST_STREAM: with a canceller (Server.cancel) the request also
@@ -675,8 +692,10 @@ cdef class _InferDone:
     cdef object use
     cdef object handle
     cdef object on_error
+    cdef object tracer
 
     def __call__(self, fut):
+        cdef uint64_t sending = 0
         stream = self.stream
         use = self.use
         if self.handle is not None:
@@ -696,8 +715,15 @@ cdef class _InferDone:
             except BaseException as e:
                 self.on_error(stream, e)
                 return
+            request = self.request
+            if request.trace is not None:  # traced: the send is timed
+                sending = _now_ns()
             stream.respond(payload, True)
         finally:
             if use is not None:
                 use.release()
+            request = self.request
+            if request.trace is not None and self.tracer is not None:  # an error's too
+                self.tracer.sent(request, "GRPC_SEND_START", sending or _now_ns(),
+                                 "GRPC_SEND_END", _now_ns())
             self.stream = self.request = self.use = self.handle = None

@@ -236,6 +236,7 @@ cdef class Stream:
     cdef readonly uint32_t reset_code   # the HTTP/2 error code it closed with
     cdef public object cancel_callback  # called with no arguments if closed before finished
     cdef public object data             # free for the frontend's own state
+    cdef readonly uint64_t opened_ns    # when its headers began to arrive (engine clock)
     cdef int64_t timeout_us
     cdef bint method_ok
     cdef bint content_type_ok

@@ -24,6 +24,7 @@ class InferRequest:
     priority: int
     timeout_us: int
     parent_trace: int | None
+    trace: tuple | dict | None
     def __init__(self, model_name: str, model_version: str = ..., id: str = ...,
                  inputs: list[InferTensor] | None = ..., outputs: list[RequestedOutput] | None = ...,
                  parameters: dict | None = ..., priority: int = ..., timeout_us: int = ...,

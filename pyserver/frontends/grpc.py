@@ -328,7 +328,8 @@ class GrpcFrontend:
             shm_resolver=lambda request: _resolve_shared_memory(server.shared_memory, request),
             on_error=_finish_error, on_deadline=self._deadline_expired,
             canceller=server.cancel,
-            header_forwarder=self._forwarder.forward if self._forwarder is not None else None)
+            header_forwarder=self._forwarder.forward if self._forwarder is not None else None,
+            tracer=getattr(server, "tracer", None))
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes

@@ -20,6 +20,14 @@ all: an ensemble's steps when the ensemble request is traced, a BLS call
 when the model passed ``trace=request.trace()``. A child takes its parent's
 level and file, its own id, and "parent_id": the parent's id; it does not
 count against trace_rate or trace_count.
+
+A frontend that times its side of a request (HTTP_RECV_START/END and
+HTTP_SEND_START/END, GRPC_WAITREAD_START/END and GRPC_SEND_START/END, as
+Triton's frontends stamp them, so that Triton's trace_summary.py reads our
+files) sets ``request.trace`` to its receive stamps before it submits
+(``frontend_received``); a sampled request's record then starts with them,
+takes the place of the tuple in ``request.trace``, and waits for the
+frontend's send stamps (``sent``) before it is written.
 With log_frequency N > 0 every N traces go to "<trace_file>.<k>"; with 0
 they are written when tracing settings change and at shutdown.
 
@@ -98,9 +106,36 @@ class Tracer:
         if count > 0:
             self.settings.consume_count(model_name)
         levels = values["trace_level"]
-        return self._record(model_name, model_version, request, values["trace_file"],
-                            int(values["log_frequency"]), "TIMESTAMPS" in levels,
-                            "TENSORS" in levels, now_ns)
+        record = self._record(model_name, model_version, request, values["trace_file"],
+                              int(values["log_frequency"]), "TIMESTAMPS" in levels,
+                              "TENSORS" in levels, now_ns)
+        received = request.trace if request is not None else None
+        if type(received) is tuple and "timestamps" in record:
+            record["timestamps"][:0] = [{"name": received[0], "ns": received[1]},
+                                        {"name": received[2], "ns": received[3]}]
+            record["_held"] = True  # until the frontend's send stamps (sent)
+            request.trace = record
+        return record
+
+    @staticmethod
+    def frontend_received(request, start_name: str, start_ns: int, end_name: str,
+                          end_ns: int) -> None:
+        """A frontend's receive stamps for ``request``, before it is submitted."""
+        request.trace = (start_name, start_ns, end_name, end_ns)
+
+    def sent(self, request, start_name: str, start_ns: int, end_name: str, end_ns: int) -> None:
+        """A frontend's send stamps for a request it gave receive stamps:
+        its trace, if it was sampled, is complete and written."""
+        record = request.trace
+        if type(record) is not dict:
+            return  # not sampled
+        request.trace = None
+        record["timestamps"] += [{"name": start_name, "ns": start_ns},
+                                 {"name": end_name, "ns": end_ns}]
+        finished = record.pop("_finished", None)
+        record.pop("_held", None)
+        if finished is not None:  # else the server never finished it: dropped
+            self._write_finished(record, finished)
 
     def _record(self, model_name, model_version, request, path, every, timestamps, tensors,
                 now_ns, parent_id=0) -> dict:
@@ -157,6 +192,13 @@ class Tracer:
         self._open.pop(record["id"], None)
         if "timestamps" in record:
             record["timestamps"].append({"name": "REQUEST_END", "ns": now_ns})
+        if record.get("_held"):  # written once its frontend adds the send stamps
+            record["_finished"] = (response,)
+            return
+        self._write_finished(record, (response,))
+
+    def _write_finished(self, record: dict, finished: tuple) -> None:
+        response = finished[0]
         path = record.pop("_file")
         every = record.pop("_every")
         entries = record.pop("_tensors", None)

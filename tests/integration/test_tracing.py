@@ -12,6 +12,10 @@ from tests.integration.test_grpc import start_grpc  # noqa: F401 (fixture)
 
 ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
          "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+# what the frontends add around a client's request, as Triton's do
+HTTP_ORDER = ["HTTP_RECV_START", "HTTP_RECV_END", *ORDER, "HTTP_SEND_START", "HTTP_SEND_END"]
+GRPC_ORDER = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", *ORDER, "GRPC_SEND_START",
+              "GRPC_SEND_END"]
 
 
 def infer(client, n, model="add_sub"):
@@ -46,7 +50,7 @@ def test_timestamps_traces_written_as_triton(tmp_path, start_server):
     for t in traces:
         assert t["model_name"] == "add_sub" and t["model_version"] == 1
         names = [x["name"] for x in t["timestamps"]]
-        assert names == ORDER
+        assert names == HTTP_ORDER
         times = [x["ns"] for x in t["timestamps"]]
         assert times == sorted(times) and times[-1] > times[0]
 
@@ -222,7 +226,8 @@ def test_ensemble_steps_are_traced_as_children_of_the_ensemble(tmp_path, start_s
     parent = parents[0]
     assert parent["model_name"] == "pipeline" and parent["request_id"] == "first"
     assert [x["name"] for x in parent["timestamps"]] == \
-        ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+        ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START", "REQUEST_END",
+         "HTTP_SEND_START", "HTTP_SEND_END"]
     children = [t for t in traces if t.get("parent_id") == parent["id"]]
     assert len(children) == 3 and len(traces) == 4
     assert len({t["id"] for t in traces}) == 4
@@ -275,3 +280,36 @@ def test_a_bls_call_is_traced_only_under_the_callers_trace(tmp_path, start_serve
     start, end = _span(parent)
     child_start, child_end = _span(child)
     assert start <= child_start <= child_end <= end
+
+
+def test_grpc_calls_carry_the_frontends_stamps(tmp_path, start_grpc):  # noqa: F811
+    """Over gRPC a sampled call's trace starts with GRPC_WAITREAD_START/END
+    and ends with GRPC_SEND_START/END, in time order, as Triton's gRPC
+    frontend writes them (what Triton's trace_summary.py keys on); a call
+    refused before it reaches a model is not sampled."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    write_add_sub(tmp_path / "models", extra="dynamic_batching { }")
+    s = start_grpc(tmp_path / "models")
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    trace_file = tmp_path / "trace.json"
+    _trace_everything(s, httpclient.InferenceServerClient(s.url), trace_file)
+    a = np.ones((1, 16), np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"),
+              grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    client.infer("add_sub", inputs, request_id="g")
+    bad = [grpcclient.InferInput("INPUT0", [1, 16], "FP32")]
+    bad[0].set_data_from_numpy(a)
+    with pytest.raises(InferenceServerException):  # refused before it is sampled
+        client.infer("add_sub", bad)
+    traces = _written(httpclient.InferenceServerClient(s.url), trace_file)
+    assert len(traces) == 1, traces
+    trace = traces[0]
+    assert trace["request_id"] == "g"
+    assert [x["name"] for x in trace["timestamps"]] == GRPC_ORDER
+    times = [x["ns"] for x in trace["timestamps"]]
+    assert times == sorted(times)
+    client.close()

@@ -17,6 +17,7 @@ import collections
 import functools
 import inspect
 
+from pyserver.engine import now_ns
 from pyserver.engine.protocol.http1 import ParseError, RequestParser, Upgrade
 from pyserver.engine.protocol.http_codec import encode_error, encode_json
 from pyserver.frontends.http.framing import (
@@ -52,7 +53,8 @@ class Reject(Exception):
 class HttpConnection(asyncio.Protocol):
     __slots__ = (
         "frontend", "server", "_transport", "_parser", "http10", "pending", "_closing",
-        "_write_paused", "_read_paused", "_eof", "last_active", "head_started",
+        "_write_paused", "_read_paused", "_eof", "last_active", "head_started", "tracer",
+        "recv_ns",
     )
 
     def __init__(self, frontend):
@@ -72,6 +74,10 @@ class HttpConnection(asyncio.Protocol):
         # when the request head now awaited began (0.0: none awaited)
         self.last_active = 0.0
         self.head_started = 0.0
+        # the server's tracer, and when the request now arriving began to
+        # (HTTP_RECV_START), taken only while tracing is on
+        self.tracer = getattr(self.server, "tracer", None)
+        self.recv_ns = 0
 
     @property
     def raw_headers(self):
@@ -142,6 +148,9 @@ class HttpConnection(asyncio.Protocol):
         now = self.frontend.loop_time()
         self.last_active = now
         parser = self._parser
+        tracer = self.tracer
+        if tracer is not None and tracer.active and not parser.receiving:
+            self.recv_ns = now_ns()  # a request begins in these bytes
         try:
             parser.feed(data)
             if parser.receiving == 1:

@@ -8,6 +8,7 @@ import asyncio
 import functools
 import zlib
 
+from pyserver.engine import now_ns
 from pyserver.engine.protocol.http_codec import (
     answer_infer,
     decode_infer_request,
@@ -105,6 +106,11 @@ def infer(conn, method, headers: dict, body: bytes, keep_alive: bool, model: str
             frontend.max_input_size, frontend.shared_memory, server.model_config)
         if frontend.header_forwarder is not None:
             frontend.header_forwarder.forward(conn.raw_headers, request.parameters)
+        tracer = conn.tracer
+        if tracer is not None and tracer.active:
+            received = now_ns()
+            tracer.frontend_received(request, "HTTP_RECV_START", conn.recv_ns or received,
+                                     "HTTP_RECV_END", received)
         # answered as the request's batch completes, not an iteration later
         fut = server.submit(request, ImmediateFuture())
     except Exception as e:
@@ -147,4 +153,9 @@ def _infer_done(conn, slot: Slot, request, encoding, http10: bool, fut):
         slot.data = conn.error_data(e, keep_alive, http10)
     finally:
         release_shm(request)
+    if request.trace is None:
+        conn.answered()
+        return
+    sending = now_ns()  # a traced request: its send stamps (written when not held back)
     conn.answered()
+    conn.tracer.sent(request, "HTTP_SEND_START", sending, "HTTP_SEND_END", now_ns())
