@@ -30,6 +30,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from pyserver._proto import message_class
+from pyserver.engine import now_ns
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
@@ -253,12 +254,15 @@ class _StreamCall:
     """State of one ModelStreamInfer call: requests in flight, and whether
     the client has half-closed (then the call ends with the last response)."""
 
-    __slots__ = ("pending", "closing", "futures")
+    __slots__ = ("pending", "closing", "futures", "last_read_ns")
 
     def __init__(self):
         self.pending = 0
         self.closing = False
         self.futures = set()
+        # when the last message was read: the next one's GRPC_WAITREAD_START
+        # (the stream's opening for the first), taken while tracing is on
+        self.last_read_ns = 0
 
     def cancel_all(self, server):
         for fut in list(self.futures):
@@ -294,6 +298,7 @@ class GrpcFrontend:
                 "pyserver was built without nghttp2, so gRPC is unavailable: install "
                 f"libnghttp2-dev and reinstall pyserver ({_IMPORT_ERROR})")
         self._server = server
+        self._tracer = getattr(server, "tracer", None)
         self.host = host
         self.port = port
         self.max_message_size = int(max_message_size)
@@ -329,7 +334,7 @@ class GrpcFrontend:
             on_error=_finish_error, on_deadline=self._deadline_expired,
             canceller=server.cancel,
             header_forwarder=self._forwarder.forward if self._forwarder is not None else None,
-            tracer=getattr(server, "tracer", None))
+            tracer=self._tracer)
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes
@@ -529,7 +534,14 @@ class GrpcFrontend:
         try:
             request, flags, use = self._infer.prepare(stream, msg)
             empty_final = bool(flags and flags.get("triton_enable_empty_final_response"))
-            reply = _StreamReply(stream, call, request, empty_final, use)
+            tracer = self._tracer
+            if tracer is not None and tracer.active:
+                read = now_ns()
+                tracer.frontend_received(request, "GRPC_WAITREAD_START",
+                                         call.last_read_ns or stream.opened_ns,
+                                         "GRPC_WAITREAD_END", read)
+                call.last_read_ns = read
+            reply = _StreamReply(stream, call, request, empty_final, use, tracer)
             reply.handle = self._server.submit_stream(request, reply, self._response_window)
         except Exception as e:
             if use is not None:
@@ -781,15 +793,16 @@ class _StreamReply:
     ``triton_enable_empty_final_response``. Errors go in-stream; the stream
     stays open."""
 
-    __slots__ = ("stream", "call", "request", "empty_final", "use", "handle")
+    __slots__ = ("stream", "call", "request", "empty_final", "use", "handle", "tracer")
 
-    def __init__(self, stream, call, request, empty_final, use):
+    def __init__(self, stream, call, request, empty_final, use, tracer=None):
         self.stream = stream
         self.call = call
         self.request = request
         self.empty_final = empty_final
         self.use = use
         self.handle = None
+        self.tracer = tracer  # the send of a traced request's final response is timed
 
     def __call__(self, response, error, final):
         stream = self.stream
@@ -826,10 +839,14 @@ class _StreamReply:
                 empty = InferResponse(request.model_name, request.model_version, request.id, [],
                                       {"triton_final_response": True})
                 payload = encode_stream_response(empty, request)
+            traced = final and request.trace is not None
+            sending = now_ns() if traced else 0
             if payload is not None:
                 stream.send_message(payload, True, None if window is None else window.give)
             elif window is not None:
                 window.give()
+            if traced and self.tracer is not None:
+                self.tracer.sent(request, "GRPC_SEND_START", sending, "GRPC_SEND_END", now_ns())
             if final and call.closing and call.pending == 0:
                 stream.finish(OK)
         finally:

@@ -313,3 +313,40 @@ def test_grpc_calls_carry_the_frontends_stamps(tmp_path, start_grpc):  # noqa: F
     times = [x["ns"] for x in trace["timestamps"]]
     assert times == sorted(times)
     client.close()
+
+
+def test_stream_calls_carry_the_frontends_stamps(tmp_path, start_grpc):  # noqa: F811
+    """ModelStreamInfer: each traced request's wait for its read starts
+    where the stream opened or the previous message was read, and its
+    final response's send is stamped."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    write_add_sub(tmp_path / "models")
+    s = start_grpc(tmp_path / "models")
+    trace_file = tmp_path / "trace.json"
+    _trace_everything(s, httpclient.InferenceServerClient(s.url), trace_file)
+    answers = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    a = np.ones((1, 16), np.float32)
+    for i in range(2):
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        client.async_stream_infer("add_sub", inputs, request_id=str(i))
+        result, error = answers.get(timeout=30)
+        assert error is None
+    client.stop_stream()
+    client.close()
+    traces = sorted(_written(httpclient.InferenceServerClient(s.url), trace_file),
+                    key=lambda t: t["request_id"])
+    assert [t["request_id"] for t in traces] == ["0", "1"]
+    for t in traces:
+        assert [x["name"] for x in t["timestamps"]] == GRPC_ORDER
+        times = [x["ns"] for x in t["timestamps"]]
+        assert times == sorted(times)
+    first, second = ({x["name"]: x["ns"] for x in t["timestamps"]} for t in traces)
+    assert second["GRPC_WAITREAD_START"] == first["GRPC_WAITREAD_END"]
