@@ -794,6 +794,29 @@ API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trac
   return nullptr;
 }
 
+extern "C" const char* TRITONSERVER_InferenceTraceLevelString(
+    TRITONSERVER_InferenceTraceLevel level) {
+  switch (level) {
+    case TRITONSERVER_TRACE_LEVEL_DISABLED: return "DISABLED";
+    case TRITONSERVER_TRACE_LEVEL_MIN: return "MIN";
+    case TRITONSERVER_TRACE_LEVEL_MAX: return "MAX";
+    case TRITONSERVER_TRACE_LEVEL_TIMESTAMPS: return "TIMESTAMPS";
+    case TRITONSERVER_TRACE_LEVEL_TENSORS: return "TENSORS";
+  }
+  return "<unknown>";  // a combination of flags names no one level
+}
+
+extern "C" const char* TRITONSERVER_InferenceTraceActivityString(
+    TRITONSERVER_InferenceTraceActivity activity) {
+  // The activity's name is its enumerator's, without the prefix.
+  static const char* const kNames[] = {
+      "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+      "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END", "TENSOR_QUEUE_INPUT",
+      "TENSOR_BACKEND_INPUT", "TENSOR_BACKEND_OUTPUT", "CUSTOM_ACTIVITY"};
+  const auto index = static_cast<unsigned>(activity);
+  return index < sizeof(kNames) / sizeof(kNames[0]) ? kNames[index] : "<unknown>";
+}
+
 API TRITONSERVER_InferenceTraceDelete(TRITONSERVER_InferenceTrace* trace) {
   CHECK_ARG(trace);
   // A request's own trace is part of its request: only a spawned child,

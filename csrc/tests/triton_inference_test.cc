@@ -470,6 +470,25 @@ TEST_F(TritonInference, CancelReachesTheServerOnlyWhileTheRequestIsInFlight) {
   TRITONSERVER_ResponseAllocatorDelete(allocator);
 }
 
+TEST(TritonTrace, LevelAndActivityNames) {
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceLevelString(TRITONSERVER_TRACE_LEVEL_TIMESTAMPS),
+               "TIMESTAMPS");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceLevelString(TRITONSERVER_TRACE_LEVEL_DISABLED),
+               "DISABLED");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceLevelString(
+                   static_cast<TRITONSERVER_InferenceTraceLevel>(0xC)),
+               "<unknown>");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceActivityString(TRITONSERVER_TRACE_REQUEST_START),
+               "REQUEST_START");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceActivityString(TRITONSERVER_TRACE_COMPUTE_OUTPUT_START),
+               "COMPUTE_OUTPUT_START");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceActivityString(TRITONSERVER_TRACE_CUSTOM_ACTIVITY),
+               "CUSTOM_ACTIVITY");
+  EXPECT_STREQ(TRITONSERVER_InferenceTraceActivityString(
+                   static_cast<TRITONSERVER_InferenceTraceActivity>(11)),
+               "<unknown>");
+}
+
 TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
   // A backend's request has a trace only while the server traces it.
   TRITONBACKEND_Request backend_request;
