@@ -55,6 +55,10 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
 
 
 cdef extern from "pyserver/triton/objects.h" nogil:
+    ctypedef enum TRITONSERVER_MemoryType:
+        pass
+    const char* TRITONSERVER_MemoryTypeString(TRITONSERVER_MemoryType memtype)
+
     ctypedef enum TRITONSERVER_DataType:
         TRITONSERVER_TYPE_INVALID
 
@@ -120,7 +124,7 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
         pass
 
     cdef cppclass MemoryUsageEntry "pyserver::triton::MemoryUsage::Entry":
-        int type
+        TRITONSERVER_MemoryType type
         int64_t id
         uint64_t byte_size
 
@@ -183,7 +187,7 @@ cdef class Model:
 
     def memory_usage(self):
         """What the backend last reported the model holds
-        (TRITONBACKEND_ModelReportMemoryUsage): [(memory type, id, bytes)]."""
+        (TRITONBACKEND_ModelReportMemoryUsage): [(memory type name, id, bytes)]."""
         if self.model.get() == NULL:
             return []
         return _usage(self.model.get().memory_usage())
@@ -193,7 +197,9 @@ cdef class Model:
 
 
 cdef list _usage(vector[MemoryUsageEntry] entries):
-    return [(entries[i].type, entries[i].id, entries[i].byte_size) for i in range(entries.size())]
+    # the memory type by Triton's name for it (TRITONSERVER_MemoryTypeString)
+    return [(TRITONSERVER_MemoryTypeString(entries[i].type).decode(), entries[i].id,
+             entries[i].byte_size) for i in range(entries.size())]
 
 
 cdef object _array(OutputTensor* t):
@@ -295,7 +301,7 @@ cdef class Instance:
 
     def memory_usage(self):
         """What the backend last reported this instance holds
-        (TRITONBACKEND_ModelInstanceReportMemoryUsage): [(memory type, id, bytes)]."""
+        (TRITONBACKEND_ModelInstanceReportMemoryUsage): [(memory type name, id, bytes)]."""
         if self.instance.get() == NULL:
             return []
         return _usage(self.instance.get().memory_usage())

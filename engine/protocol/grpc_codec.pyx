@@ -17,7 +17,6 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport new_output, new_request, new_tensor
@@ -583,11 +582,8 @@ def encode_stream_response(response, request=None, error=None):
 # ---------------------------------------------------------------- ModelInfer calls
 
 
-cdef inline uint64_t _now_ns() noexcept:
-    # the engine's clock (csrc's steady_clock is CLOCK_MONOTONIC)
-    cdef timespec now
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return <uint64_t>now.tv_sec * 1000000000 + <uint64_t>now.tv_nsec
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()  # the engine's clock, for a traced call's stamps
 
 
 cdef class InferHandler:
@@ -660,7 +656,7 @@ cdef class InferHandler:
             tracer = self.tracer
             if tracer is not None and tracer.active:
                 tracer.frontend_received(request, "GRPC_WAITREAD_START", stream.opened_ns,
-                                         "GRPC_WAITREAD_END", _now_ns())
+                                         "GRPC_WAITREAD_END", NowNs())
             # answered as the request's batch completes, not an iteration later
             fut = self.submit(request, ImmediateFuture())
         except Exception as e:
@@ -717,13 +713,13 @@ cdef class _InferDone:
                 return
             request = self.request
             if request.trace is not None:  # traced: the send is timed
-                sending = _now_ns()
+                sending = NowNs()
             stream.respond(payload, True)
         finally:
             if use is not None:
                 use.release()
             request = self.request
             if request.trace is not None and self.tracer is not None:  # an error's too
-                self.tracer.sent(request, "GRPC_SEND_START", sending or _now_ns(),
-                                 "GRPC_SEND_END", _now_ns())
+                self.tracer.sent(request, "GRPC_SEND_START", sending or NowNs(),
+                                 "GRPC_SEND_END", NowNs())
             self.stream = self.request = self.use = self.handle = None

@@ -37,7 +37,10 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcmp, memcpy
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()  # the engine's clock
 
 
 cdef extern from "Python.h":
@@ -133,15 +136,11 @@ cdef class Stream:
     """One HTTP/2 request stream carrying a gRPC call."""
 
     def __cinit__(self):
-        cdef timespec now
         self.headers = None
         self.outq = []
         self.timeout_us = -1
         self.status = -1
-        # the engine's clock (steady_clock is CLOCK_MONOTONIC): a traced
-        # call's GRPC_WAITREAD_START
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        self.opened_ns = <uint64_t>now.tv_sec * 1000000000 + <uint64_t>now.tv_nsec
+        self.opened_ns = NowNs()  # a traced call's GRPC_WAITREAD_START
 
     @property
     def timeout(self):

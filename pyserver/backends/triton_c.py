@@ -173,7 +173,7 @@ class TritonCBackend:
 
     def memory_usage(self) -> list:
         """What the backend reported this instance and its model hold, as
-        (who reported, [(memory type, id, bytes)]) parts: the model is shared
+        (who reported, [(memory type name, id, bytes)]) parts: the model is shared
         by its instances, so the caller counts each reporter once."""
         parts = []
         instance = getattr(self, "instance", None)

@@ -72,10 +72,6 @@ def _gather_rows(name: str, parts: list) -> np.ndarray:
     return out
 
 
-# TRITONSERVER_MemoryType's names, as TRITONSERVER_MemoryTypeString gives them
-_MEMORY_TYPE_NAMES = {0: "CPU", 1: "CPU_PINNED", 2: "GPU"}
-
-
 def _outputs_of(result) -> dict | None:
     """The outputs in a backend's per-request result (None: it failed)."""
     if type(result) is tuple:
@@ -593,7 +589,7 @@ class ModelVersion:
         """The statistics extension's memory_usage: what the backends
         reported their model and instances hold (Triton's C backends report
         it), summed by memory type and id. A backend's ``memory_usage()``
-        gives (who reported, [(memory type, id, bytes)]) parts; a part its
+        gives (who reported, [(memory type name, id, bytes)]) parts; a part its
         instances share (the model's) counts once."""
         totals: dict = {}
         seen = set()
@@ -607,8 +603,8 @@ class ModelVersion:
                 seen.add(owner)
                 for kind, device_id, size in entries:
                     totals[kind, device_id] = totals.get((kind, device_id), 0) + size
-        return [{"type": _MEMORY_TYPE_NAMES.get(kind, str(kind)), "id": device_id,
-                 "byte_size": size} for (kind, device_id), size in sorted(totals.items())]
+        return [{"type": kind, "id": device_id, "byte_size": size}
+                for (kind, device_id), size in sorted(totals.items())]
 
     def failed_batch(self, t_start: int, err: Exception) -> BatchOutcome:
         t_end = now_ns()
