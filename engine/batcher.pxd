@@ -21,6 +21,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         uint64_t correlation_id
         uint32_t sequence_flags
         string correlation_label
+        const void* view
 
     cdef cppclass QueuedRequest:
         Token token
@@ -75,6 +76,11 @@ cdef extern from "pyserver/priority_queue.h" namespace "pyserver" nogil:
         uint32_t max_queue_size
 
 
+cdef extern from "pyserver/batch_strategy.h" namespace "pyserver" nogil:
+    cdef cppclass CBatchStrategy "pyserver::BatchStrategy":
+        pass
+
+
 cdef extern from "pyserver/dynamic_batch_scheduler.h" namespace "pyserver" nogil:
     cdef cppclass DynamicBatcherConfig:
         uint32_t max_batch_size
@@ -90,6 +96,7 @@ cdef extern from "pyserver/dynamic_batch_scheduler.h" namespace "pyserver" nogil
         uint32_t delay_scheduler_count
         uint64_t idle_spin_us
         uint64_t wait_spin_us
+        shared_ptr[CBatchStrategy] strategy
 
     cdef cppclass DynamicBatchScheduler:
         @staticmethod
@@ -133,6 +140,11 @@ cdef class Batch:
     # request, and the ModelVersion that cuts them (its cut_outputs).
     cdef public object outputs
     cdef public object model
+
+
+cdef class BatchStrategy:
+    # custom batching, for Scheduler.dynamic (made by engine/triton_c.pyx)
+    cdef shared_ptr[CBatchStrategy] c
 
 
 cdef class Scheduler:

@@ -54,6 +54,11 @@ cdef inline BatchTimes _batch_times(uint64_t start, uint64_t input_end, uint64_t
     return times
 
 
+cdef class BatchStrategy:
+    """A custom batching rule for ``Scheduler.dynamic`` (csrc's
+    BatchStrategy); requests queued under it carry a view it reads."""
+
+
 cdef class Scheduler:
     """A model's request queue. Create with ``Scheduler.dynamic`` or
     ``Scheduler.pass_through``."""
@@ -62,13 +67,15 @@ cdef class Scheduler:
         raise TypeError("use Scheduler.dynamic() or Scheduler.pass_through()")
 
     @staticmethod
-    def dynamic(dict config, ModelStats stats, CompletionQueue completions):
+    def dynamic(dict config, ModelStats stats, CompletionQueue completions,
+                BatchStrategy strategy=None):
         """``config`` keys follow config.pbtxt's dynamic_batching fields:
         max_batch_size, preferred_batch_size, max_queue_delay_microseconds,
         priority_levels, default_priority_level, default_queue_policy,
         priority_queue_policy {level: policy}, preserve_ordering; plus ours:
         enforce_equal_shapes, eager, delay_scheduler_count,
-        idle_spin_microseconds, wait_spin_microseconds."""
+        idle_spin_microseconds, wait_spin_microseconds. ``strategy``:
+        custom batching; each request is then enqueued with its view."""
         cdef DynamicBatcherConfig c
         cdef Scheduler self = Scheduler.__new__(Scheduler)
         c.max_batch_size = config.get("max_batch_size", 1)
@@ -86,6 +93,8 @@ cdef class Scheduler:
         c.delay_scheduler_count = config.get("delay_scheduler_count", 0)
         c.idle_spin_us = config.get("idle_spin_microseconds", 50)
         c.wait_spin_us = config.get("wait_spin_microseconds", 200)
+        if strategy is not None:
+            c.strategy = strategy.c
         check_status(DynamicBatchScheduler.Create(c, stats.c, completions.c, &self.c))
         self.stats = stats
         self.completions = completions
@@ -135,9 +144,11 @@ cdef class Scheduler:
 
     def enqueue(self, object request, uint32_t batch_size=0, uint64_t priority=0,
                 uint64_t timeout_us=0, uint64_t shape_key=0, uint64_t correlation_id=0,
-                uint32_t sequence_flags=0, str correlation_label=None):
+                uint32_t sequence_flags=0, str correlation_label=None, uintptr_t view=0):
         """Queues ``request``; returns its id (for ``cancel``). Raises
-        ServerError when the queue refuses it (full, stopping)."""
+        ServerError when the queue refuses it (full, stopping). ``view``:
+        the address of what the model's BatchStrategy reads of the request,
+        kept alive by ``request`` while it is queued."""
         cdef RequestInfo info
         cdef uint64_t rid = 0
         cdef Status st
@@ -149,6 +160,7 @@ cdef class Scheduler:
         info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
         info.timeout_us = timeout_us
         info.shape_key = shape_key
+        info.view = <const void*>view
         if correlation_id:  # sequence models only
             info.correlation_id = correlation_id
             info.sequence_flags = sequence_flags

@@ -3,7 +3,7 @@
 # TRITONBACKEND_Request objects, runs ModelInstanceExecute with the GIL
 # released, and turns what the backend sent back into numpy arrays.
 # cython: language_level=3
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
@@ -15,6 +15,7 @@ import logging
 
 import numpy as np
 
+from pyserver.engine.batcher cimport BatchStrategy, CBatchStrategy
 from pyserver.engine.stats cimport CModelStats, ModelStats
 from pyserver.engine.status cimport Status, check_status
 from pyserver.engine.types cimport request_properties
@@ -146,6 +147,16 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
         CModel* model, const string& name, int kind, int device_id, unique_ptr[CInstance]* out)
 
 
+cdef extern from "pyserver/triton/batch_strategy.h" namespace "pyserver::triton" nogil:
+    cdef cppclass CLibraryBatchStrategy "pyserver::triton::LibraryBatchStrategy"(CBatchStrategy):
+        pass
+
+    Status CreateBatchStrategy "pyserver::triton::LibraryBatchStrategy::Create"(
+        const string& path, const string& model_name, uint64_t model_version,
+        const string& repository, const string& config_json,
+        shared_ptr[CLibraryBatchStrategy]* out)
+
+
 cdef extern from "pyserver/triton/inference.h" namespace "pyserver::triton" nogil:
     # Model::Create, the model naming `server` (TRITONBACKEND_ModelServer, BLS)
     Status CreateServedModel "pyserver::triton::CreateServedModel"(
@@ -267,6 +278,83 @@ cdef void _report_activity(void* tracer, uint64_t trace_id, uint64_t ns,
         log.exception("recording a backend's trace activity failed")
 
 
+cdef int _describe(TRITONBACKEND_Request* r, p, all_outputs, list keep) except -1:
+    """What a backend reads of pending request ``p``: its id, sequence
+    properties, timeout, parameters, inputs (their bytes appended to
+    ``keep``, which must outlive ``r``) and requested outputs (``all_outputs``,
+    the model's names as bytes, when it names none)."""
+    cdef TRITONBACKEND_Input tin
+    cdef const unsigned char[::1] view
+    request = p.request
+    r.id = str(request.id).encode()
+    corr, flags, user = request_properties(request.parameters)
+    if isinstance(corr, str):
+        r.correlation_id_string = corr.encode()
+        r.correlation_is_string = True
+    else:
+        r.correlation_id = corr
+    r.flags = flags
+    r.timeout_us = request.timeout_us or 0
+    for key, value in user.items():
+        r.parameters.push_back(parameter_of(key, value))
+    for name, arr in p.arrays.items():
+        tin.name = name.encode()
+        tin.shape = list(arr.shape)
+        if arr.dtype == object:
+            tin.datatype = <TRITONSERVER_DataType>BYTES_CODE
+            data = serialize_bytes_tensor(arr)
+        else:
+            tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[_wire(arr.dtype)]
+            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+        keep.append(data)
+        view = data
+        tin.data = &view[0] if len(view) else NULL
+        tin.byte_size = len(view)
+        r.inputs.push_back(tin)
+    if request.outputs:
+        for out in request.outputs:
+            r.requested_outputs.push_back(out.name.encode())
+    else:
+        for name in all_outputs:
+            r.requested_outputs.push_back(name)
+    return 0
+
+
+cdef class RequestView:
+    """A queued request as a custom batching library sees it (a
+    TRITONBACKEND_Request over its arrays); ``address`` goes to
+    Scheduler.enqueue, and the view must live while the request is queued."""
+    cdef unique_ptr[TRITONBACKEND_Request] r
+    cdef list keep
+
+    @property
+    def address(self):
+        return <uintptr_t>self.r.get()
+
+
+cdef class LibraryBatchStrategy(BatchStrategy):
+    """A custom batching library built for Triton (csrc's
+    LibraryBatchStrategy): opened, and its batcher initialized for the
+    model, when made; finalized when the last scheduler using it goes."""
+    cdef list all_outputs
+
+    def __init__(self, str path, str model_name, uint64_t version, str repository,
+                 str config_json, list all_outputs):
+        cdef shared_ptr[CLibraryBatchStrategy] made
+        check_status(CreateBatchStrategy(path.encode(), model_name.encode(), version,
+                                         repository.encode(), config_json.encode(), &made))
+        self.c = <shared_ptr[CBatchStrategy]>made
+        self.all_outputs = all_outputs
+
+    def view(self, p):
+        """The view of pending request ``p`` (engine/types.pyx PendingRequest)."""
+        cdef RequestView v = RequestView.__new__(RequestView)
+        v.keep = []
+        v.r.reset(new TRITONBACKEND_Request())
+        _describe(v.r.get(), p, self.all_outputs, v.keep)
+        return v
+
+
 cdef class Instance:
     """A model instance; execute() runs one batch of pending requests."""
     cdef unique_ptr[CInstance] instance
@@ -335,8 +423,6 @@ cdef class Instance:
         Triton fills them in)."""
         cdef vector[TRITONBACKEND_Request*] requests
         cdef TRITONBACKEND_Request* r
-        cdef TRITONBACKEND_Input tin
-        cdef const unsigned char[::1] view
         cdef Status status
         cdef vector[SentResponse] sent
         cdef BatchTimes times
@@ -353,8 +439,7 @@ cdef class Instance:
                 requests.push_back(r)
                 keep = []
                 keeps.append(keep)
-                request = p.request
-                r.id = str(request.id).encode()
+                _describe(r, p, all_outputs, keep)
                 if p.trace is not None:  # its BLS calls may be traced under it
                     trace = p.trace
                     r.trace.id = trace["id"]
@@ -367,38 +452,8 @@ cdef class Instance:
                         r.trace.reporter = <void*>self.tracer
                 r.state_names = &self.state_names
                 r.model_name = self.model_name
-                corr, flags, user = request_properties(request.parameters)
-                if isinstance(corr, str):
-                    r.correlation_id_string = corr.encode()
-                    r.correlation_is_string = True
-                else:
-                    r.correlation_id = corr
-                r.flags = flags
-                r.timeout_us = request.timeout_us or 0
-                for key, value in user.items():
-                    r.parameters.push_back(parameter_of(key, value))
                 if _cancelled(p):
                     r.sink.get().SetCancelled()
-                for name, arr in p.arrays.items():
-                    tin.name = name.encode()
-                    tin.shape = list(arr.shape)
-                    if arr.dtype == object:
-                        tin.datatype = <TRITONSERVER_DataType>BYTES_CODE
-                        data = serialize_bytes_tensor(arr)
-                    else:
-                        tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[_wire(arr.dtype)]
-                        data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
-                    keep.append(data)
-                    view = data
-                    tin.data = &view[0] if len(view) else NULL
-                    tin.byte_size = len(view)
-                    r.inputs.push_back(tin)
-                if request.outputs:
-                    for out in request.outputs:
-                        r.requested_outputs.push_back(out.name.encode())
-                else:
-                    for name in all_outputs:
-                        r.requested_outputs.push_back(name)
             # Safe without the GIL: the requests and the bytes they point at
             # are held by this frame (or, handed off, by their sinks).
             with nogil:

@@ -42,6 +42,7 @@ cdef class PendingRequest:
     cdef public object response
     cdef public object id
     cdef public object trace
+    cdef public object batch_view  # what a custom batching library reads of it, or None
 
 
 cdef InferTensor new_tensor(object name, object datatype, list shape, object data,

@@ -88,6 +88,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
   r.batch_size = info.batch_size;
   r.priority_level = queue_.LevelFor(info.priority);
   r.shape_key = info.shape_key;
+  r.view = info.view;
   r.enqueue_ns = NowNs();
   r.deadline_ns = queue_.DeadlineFor(r.priority_level, r.enqueue_ns, info.timeout_us);
   const uint64_t deadline = r.deadline_ns;
@@ -130,6 +131,8 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
   bool send_now = false;
   uint64_t oldest_ns = UINT64_MAX;
   uint64_t required_shape = 0;
+  BatchStrategy* strategy = config_.strategy.get();
+  if (strategy != nullptr) strategy->BeginBatch();
   queue_.ForEach([&](const QueuedRequest& r) {
     const uint32_t size = std::max<uint32_t>(1, r.batch_size);
     if (pending_count == 0) {
@@ -146,6 +149,10 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
       send_now = true;
       return false;
     }
+    if (strategy != nullptr && !strategy->Include(r) && pending_count > 0) {
+      send_now = true;
+      return false;
+    }
     pending_size += size;
     ++pending_count;
     oldest_ns = std::min(oldest_ns, r.enqueue_ns);
@@ -157,6 +164,7 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
     // refused it) still runs, alone.
     return pending_size < config_.max_batch_size;
   });
+  if (strategy != nullptr) strategy->EndBatch();
 
   const bool delay_exceeded = max_delay_ns_ > 0 && now_ns - oldest_ns >= max_delay_ns_;
   const bool full = send_now || pending_size >= config_.max_batch_size;
@@ -348,7 +356,11 @@ bool DynamicBatchScheduler::TryNextBatch(Batch* batch, uint64_t* due_ns) {
 
 size_t DynamicBatchScheduler::TopUp(Batch* batch) {
   // Under preserve_ordering a later batch may already hold earlier requests.
-  if (config_.preserve_ordering || batch->saturated || batch->requests.empty()) return 0;
+  // A custom strategy's batch is what it chose.
+  if (config_.preserve_ordering || config_.strategy || batch->saturated ||
+      batch->requests.empty()) {
+    return 0;
+  }
   size_t added = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -18,9 +18,11 @@ void Lookup(void* handle, const char* symbol, Fn* fn) {
   *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
 }
 
+}  // namespace
+
 // Makes this library's symbols global, once: a backend links
 // libtritonserver.so by soname and finds what it calls here.
-Status ExportOurSymbols() {
+Status ExportServerSymbols() {
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&FromError), &info) == 0 || info.dli_fname == nullptr) {
     return Status(StatusCode::kInternal, "cannot locate libtritonserver.so");
@@ -32,12 +34,10 @@ Status ExportOurSymbols() {
   return Status::Ok();
 }
 
-}  // namespace
-
 Status BackendLibrary::Create(const std::string& path, const std::string& name,
                               const std::string& config_json,
                               std::unique_ptr<BackendLibrary>* out) {
-  PYSERVER_RETURN_IF_ERROR(ExportOurSymbols());
+  PYSERVER_RETURN_IF_ERROR(ExportServerSymbols());
   std::unique_ptr<BackendLibrary> lib(new BackendLibrary());
   lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->handle_ == nullptr) {

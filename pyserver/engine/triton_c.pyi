@@ -1,10 +1,20 @@
 from typing import Any, Callable
 
+from pyserver.engine.batcher import BatchStrategy
 from pyserver.engine.triton_bls import ServerHandle
 
 class BackendLibrary:
     def __init__(self, path: str, name: str, config_json: str) -> None: ...
     def close(self) -> None: ...
+
+class RequestView:
+    @property
+    def address(self) -> int: ...
+
+class LibraryBatchStrategy(BatchStrategy):
+    def __init__(self, path: str, model_name: str, version: int, repository: str,
+                 config_json: str, all_outputs: list[bytes]) -> None: ...
+    def view(self, p: Any) -> RequestView: ...
 
 class Model:
     config_json: str

@@ -47,6 +47,7 @@ class PendingRequest:
     response: Any
     id: int
     trace: dict | None
+    batch_view: Any  # a custom batching library's view (triton_c.RequestView) or None
     def __init__(self, request: InferRequest, future: Any, arrays: dict, batch_size: int) -> None: ...
 
 class ImmediateFuture:

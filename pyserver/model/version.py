@@ -44,6 +44,7 @@ from pyserver.kernel.types import (
     RequestedOutput,
 )
 from pyserver.model.classification import classify, load_labels
+from pyserver.model.custom_batching import load_strategy
 from pyserver.model.inline import InlineInstance, can_inline, inline_setting
 from pyserver.model.instance import ModelInstance, ThreadDriver
 from pyserver.model.ragged import BatchShaping
@@ -120,7 +121,9 @@ class ModelVersion:
     batch_timer = None  # a DueTimer: the loop's drivers ask again as a batching delay ends
 
     def __init__(self, name: str, version: int, config: ModelConfig, version_dir: str,
-                 context: ServerContext):
+                 context: ServerContext, batch_strategy: str | None = None):
+        """``batch_strategy``: the custom batching library to load
+        (model/custom_batching.py finds it)."""
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -160,6 +163,11 @@ class ModelVersion:
         # Iterative sequences: requests its model reschedules run again.
         self.iterative = self.sequence is not None and self.sequence.iterative
         self._reschedule = Reschedule(self) if self.iterative else None
+        self._strategy = None if batch_strategy is None else load_strategy(
+            batch_strategy, name, version, str(Path(version_dir).parent),
+            config_to_json(config), self.output_order)
+        # Only the dynamic batcher consults it (Triton loads it all the same).
+        self._batch_viewer = self._strategy if config.HasField("dynamic_batching") else None
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
         # it is the only request in flight: the batching delay plus a short
@@ -216,7 +224,7 @@ class ModelVersion:
             "enforce_equal_shapes": self.enforce_shapes,
             "eager": eager,
             "delay_scheduler_count": delay_hook,
-        }, self.stats, completions)
+        }, self.stats, completions, self._batch_viewer)
 
     def healthy(self) -> bool:
         """False while any instance's backend reports itself down (e.g. a
@@ -403,7 +411,11 @@ class ModelVersion:
         arrays, batch_size, shape_key = validated or self._path.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
-        if self.sequence is None:
+        if self._batch_viewer is not None:  # what the custom batching library reads
+            pending.batch_view = view = self._batch_viewer.view(pending)
+            pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
+                                                request.timeout_us, shape_key, view=view.address)
+        elif self.sequence is None:
             pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
                                                 request.timeout_us, shape_key)
         else:

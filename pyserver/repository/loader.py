@@ -26,6 +26,7 @@ from pyserver.config import (
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.model import warmup
+from pyserver.model.custom_batching import find_strategy
 from pyserver.model.ensemble import EnsemblePlan
 from pyserver.model.version import ModelVersion
 
@@ -188,7 +189,9 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
             if file_required and not model_path.exists():
                 raise ServerError(Code.UNAVAILABLE,
                                   f"model '{model.name}' version {number}: {model_path} not found")
-            mv = ModelVersion(model.name, number, config, str(version_dir), context)
+            strategy = find_strategy(config, version_dir, model.path,
+                                     Path(options.backend_directory) / backend)
+            mv = ModelVersion(model.name, number, config, str(version_dir), context, strategy)
             _enable_latency_metrics(mv, config, options)
             loaded.append(mv)
             for group in config.instance_group:

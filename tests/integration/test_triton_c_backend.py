@@ -31,15 +31,19 @@ CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test backends")
 
 
-def build_backend(backends: Path, name: str) -> Path:
-    """backends/NAME/libtriton_NAME.so from tests/backends_c/NAME.c."""
-    out = backends / name / f"libtriton_{name}.so"
+def build_library(source: str, out: Path) -> Path:
+    """``out`` compiled from tests/backends_c/SOURCE.c against our headers."""
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([CC, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Werror", "-shared",
                     "-fPIC", "-pthread", f"-I{HEADERS}",
-                    str(SOURCES / f"{name}.c"), "-o", str(out), f"-L{ENGINE}", "-ltritonserver"],
+                    str(SOURCES / f"{source}.c"), "-o", str(out), f"-L{ENGINE}", "-ltritonserver"],
                    check=True)
     return out
+
+
+def build_backend(backends: Path, name: str) -> Path:
+    """backends/NAME/libtriton_NAME.so from tests/backends_c/NAME.c."""
+    return build_library(name, backends / name / f"libtriton_{name}.so")
 
 
 def infer_in(url: str, model: str, values, **kwargs):

@@ -16,6 +16,10 @@
 //    kept by a thread of its own (started with the first deadline), so it
 //    expires on time while every instance is busy, as Triton's batcher thread
 //    does.
+// A BatchStrategy (custom batching) may end a batch before any of these
+// rules would; its batch is not topped up later. The first request of a
+// batch always goes, even one the strategy refuses: a batch must hold one,
+// and a refused lone request would otherwise never run.
 // Opt-in eager policy (ours): the idle instance takes what is queued at once,
 // so batching adds no latency at low load and still batches under load.
 #pragma once
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "pyserver/adaptive_spin.h"
+#include "pyserver/batch_strategy.h"
 #include "pyserver/priority_queue.h"
 #include "pyserver/scheduler.h"
 
@@ -55,6 +60,8 @@ struct DynamicBatcherConfig {
   // oversleep; the rest of the wait sleeps).
   uint64_t idle_spin_us = 50;
   uint64_t wait_spin_us = 200;
+  // Custom batching (null: none); shared with whoever loaded it.
+  std::shared_ptr<BatchStrategy> strategy;
 };
 
 class DynamicBatchScheduler : public Scheduler {

@@ -36,6 +36,9 @@ struct RequestInfo {
   uint64_t correlation_id = 0;
   uint32_t sequence_flags = 0;
   std::string correlation_label;
+  // What a BatchStrategy reads of the request (batch_strategy.h); null
+  // when the model has none.
+  const void* view = nullptr;
 };
 
 struct QueuedRequest {
@@ -48,6 +51,7 @@ struct QueuedRequest {
   uint64_t deadline_ns = 0;  // absolute; 0 = none
   uint64_t correlation_id = 0;
   uint32_t sequence_flags = 0;
+  const void* view = nullptr;  // RequestInfo::view
 };
 
 // A batch taken by an instance. `sequence` orders batches for preserve_ordering.

@@ -16,6 +16,11 @@ namespace pyserver::triton {
 // A status from a backend's error object (deleting it), Ok for nullptr.
 Status FromError(TRITONSERVER_Error* error);
 
+// Makes libtritonserver.so's symbols global, once: a library built for
+// Triton links it by soname and finds what it calls here. Call before
+// opening such a library.
+Status ExportServerSymbols();
+
 class BackendLibrary {
  public:
   // Opens libtritonserver.so (this library) RTLD_GLOBAL first, so the

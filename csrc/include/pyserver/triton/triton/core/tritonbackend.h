@@ -46,6 +46,7 @@ typedef struct TRITONBACKEND_Response TRITONBACKEND_Response;
 typedef struct TRITONBACKEND_Backend TRITONBACKEND_Backend;
 typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
 typedef struct TRITONBACKEND_ModelInstance TRITONBACKEND_ModelInstance;
+typedef struct TRITONBACKEND_Batcher TRITONBACKEND_Batcher;
 typedef struct TRITONBACKEND_ModelInstanceResponseStatistics
     TRITONBACKEND_ModelInstanceResponseStatistics;
 
@@ -187,6 +188,20 @@ TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
 // Optional: whether an instance can serve now (asked on model-ready requests).
 TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReady(
     TRITONBACKEND_ModelInstance* instance);
+
+// Custom batching (a batching strategy library exports all five or none):
+// the batcher is made when the model loads; a batch's record is made when
+// the dynamic batcher starts forming a batch, asked about each request it
+// would add, and finalized when the batch is formed.
+TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatcherInitialize(
+    TRITONBACKEND_Batcher** batcher, TRITONBACKEND_Model* model);
+TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatcherFinalize(
+    TRITONBACKEND_Batcher* batcher);
+TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchInitialize(
+    const TRITONBACKEND_Batcher* batcher, void** userp);
+TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchIncludeRequest(
+    TRITONBACKEND_Request* request, void* userp, bool* should_include);
+TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchFinalize(void* userp);
 
 #ifdef __cplusplus
 }
