@@ -1,7 +1,9 @@
 #!/bin/sh
 # By-hand check: builds Triton's example backends (minimal, recommended, bls) from
 # the backend repository's sources against pyserver's tritonbackend.h, into
-# OUT/NAME/libtriton_NAME.so (a --backend-directory).
+# OUT/NAME/libtriton_NAME.so (a --backend-directory), and its two custom
+# batching strategies into OUT/strategies/{volume,single}_batching.so (a
+# model's TRITON_BATCH_STRATEGY_PATH, or its batchstrategy.so).
 # and, given IDENTITY_SRC (triton-inference-server/identity_backend), its
 # identity backend (with its custom metrics).
 # Usage: build_triton_examples.sh BACKEND_SRC COMMON_SRC OUT [IDENTITY_SRC]
@@ -31,3 +33,9 @@ build bls "$bls/backend.cc" "$bls/bls.cc" "$bls/bls_utils.cc"
 if [ -n "$identity" ]; then
   build identity "$identity/src/identity.cc" -DTRITON_ENABLE_METRICS=1
 fi
+mkdir -p "$out/strategies"
+for name in volume_batching single_batching; do
+  g++ -std=c++17 -O1 -shared -fPIC -I"$root/csrc/include/pyserver/triton" -I"$common/include" \
+    "$backend/examples/batching_strategies/$name/src/$name.cc" \
+    -o "$out/strategies/$name.so" -L"$root/pyserver/engine" -ltritonserver
+done
