@@ -568,38 +568,7 @@ API TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* response, const uint32_t 
 
 // ---- memory manager, host policy, buffer attributes, state ---------------
 
-struct TRITONBACKEND_MemoryManager {};
-
-namespace {
-TRITONBACKEND_MemoryManager g_memory_manager;  // CPU memory (malloc)
-}  // namespace
-
-API TRITONBACKEND_BackendMemoryManager(TRITONBACKEND_Backend* backend,
-                                       TRITONBACKEND_MemoryManager** manager) {
-  CHECK_ARG(backend);
-  *manager = &g_memory_manager;
-  return nullptr;
-}
-
-API TRITONBACKEND_MemoryManagerAllocate(TRITONBACKEND_MemoryManager* manager, void** buffer,
-                                        const TRITONSERVER_MemoryType memory_type,
-                                        const int64_t, const uint64_t byte_size) {
-  CHECK_ARG(manager);
-  if (memory_type == TRITONSERVER_MEMORY_GPU) {
-    return Err(TRITONSERVER_ERROR_UNSUPPORTED, "GPU memory is not supported by pyserver's "
-                                               "backend memory manager");
-  }
-  *buffer = std::malloc(byte_size == 0 ? 1 : byte_size);
-  if (*buffer == nullptr) return Err(TRITONSERVER_ERROR_UNAVAILABLE, "out of memory");
-  return nullptr;
-}
-
-API TRITONBACKEND_MemoryManagerFree(TRITONBACKEND_MemoryManager* manager, void* buffer,
-                                    const TRITONSERVER_MemoryType, const int64_t) {
-  CHECK_ARG(manager);
-  std::free(buffer);
-  return nullptr;
-}
+// The memory manager: triton_memory_manager.cc.
 
 API TRITONBACKEND_InputPropertiesForHostPolicy(TRITONBACKEND_Input* input, const char*,
                                                const char** name,

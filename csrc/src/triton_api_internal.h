@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "pyserver/status.h"
 #include "pyserver/triton/objects.h"
 
 #define API extern "C" TRITONSERVER_Error*
@@ -13,6 +14,13 @@ namespace pyserver::triton {
 
 inline TRITONSERVER_Error* Err(TRITONSERVER_Error_Code code, std::string message) {
   return new TRITONSERVER_Error{code, std::move(message)};
+}
+
+// A status as Triton's error object (the inverse of FromError), nullptr for Ok.
+inline TRITONSERVER_Error* ToError(const Status& status) {
+  if (status.ok()) return nullptr;
+  return Err(static_cast<TRITONSERVER_Error_Code>(static_cast<int>(status.code()) - 1),
+             status.message());
 }
 
 // Triton's prefix for a request's errors.

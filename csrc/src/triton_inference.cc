@@ -20,6 +20,7 @@ using pyserver::triton::RequestInput;
 using pyserver::triton::Submission;
 
 using pyserver::triton::Err;
+using pyserver::triton::ToError;
 
 namespace {
 
@@ -98,11 +99,7 @@ TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVE
                               nullptr);
   }
   if (status.ok()) status = cuda.StreamSynchronize(nullptr);
-  if (!status.ok()) {
-    return Err(static_cast<TRITONSERVER_Error_Code>(static_cast<int>(status.code()) - 1),
-                status.message());
-  }
-  return nullptr;
+  return ToError(status);
 }
 
 // The response object for one completion: its outputs in buffers the

@@ -1,0 +1,96 @@
+// The backend memory manager over a stand-in libcudart (fake_cudart.cc):
+// pinned and device memory come from CUDA on the device asked for, the
+// caller's current device is left as it was, and a free must name what was
+// allocated. Without CUDA, Triton's UNSUPPORTED errors.
+#include "pyserver/triton/memory_manager.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <string>
+
+#include "pyserver/cuda_runtime.h"
+
+namespace pyserver {
+namespace {
+
+long FakeCounter(const char* name) {
+  void* handle = dlopen(FAKE_CUDART_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return -1000;
+  auto fn = reinterpret_cast<long (*)()>(dlsym(handle, name));
+  long value = fn != nullptr ? fn() : -1000;
+  dlclose(handle);
+  return value;
+}
+
+// The error's code and message, deleting it; {-1, ""} for success.
+std::pair<int, std::string> Take(TRITONSERVER_Error* error) {
+  if (error == nullptr) return {-1, ""};
+  std::pair<int, std::string> out{TRITONSERVER_ErrorCode(error), TRITONSERVER_ErrorMessage(error)};
+  TRITONSERVER_ErrorDelete(error);
+  return out;
+}
+
+TEST(BackendMemoryManager, PinnedAndDeviceMemoryFromCuda) {
+  setenv("FAKE_CUDART_DEVICES", "2", 1);
+  {
+    CudaRuntime cuda({FAKE_CUDART_PATH});
+    ASSERT_TRUE(cuda.available()) << cuda.reason();
+    TRITONBACKEND_MemoryManager manager(&cuda);
+    const long host_before = FakeCounter("fake_cudart_host_blocks");
+    const long device_before = FakeCounter("fake_cudart_device_blocks");
+
+    void* pinned = nullptr;
+    ASSERT_EQ(Take(manager.Allocate(&pinned, TRITONSERVER_MEMORY_CPU_PINNED, 0, 256)).first, -1);
+    std::memset(pinned, 7, 256);
+    EXPECT_EQ(FakeCounter("fake_cudart_host_blocks"), host_before + 1);
+
+    void* gpu = nullptr;
+    ASSERT_EQ(Take(manager.Allocate(&gpu, TRITONSERVER_MEMORY_GPU, 1, 1024)).first, -1);
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), device_before + 1);
+    EXPECT_EQ(FakeCounter("fake_cudart_last_malloc_device"), 1);  // on the device asked for
+    EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);      // and the caller's kept
+    EXPECT_EQ(manager.outstanding(), 2u);
+
+    // A GPU that is not there, and a free that names the wrong device or type.
+    void* none = nullptr;
+    auto missing = Take(manager.Allocate(&none, TRITONSERVER_MEMORY_GPU, 2, 64));
+    EXPECT_EQ(missing.first, TRITONSERVER_ERROR_INVALID_ARG);
+    EXPECT_EQ(missing.second, "unable to allocate GPU memory on device 2: 2 GPU(s) visible");
+    auto wrong = Take(manager.Free(gpu, TRITONSERVER_MEMORY_GPU, 0));
+    EXPECT_EQ(wrong.first, TRITONSERVER_ERROR_INVALID_ARG);
+    EXPECT_EQ(wrong.second, "memory to free was not allocated by the memory manager as GPU "
+                            "memory on device 0");
+    EXPECT_EQ(Take(manager.Free(pinned, TRITONSERVER_MEMORY_GPU, 0)).first,
+              TRITONSERVER_ERROR_INVALID_ARG);
+
+    EXPECT_EQ(Take(manager.Free(gpu, TRITONSERVER_MEMORY_GPU, 1)).first, -1);
+    EXPECT_EQ(Take(manager.Free(pinned, TRITONSERVER_MEMORY_CPU_PINNED, 0)).first, -1);
+    EXPECT_EQ(manager.outstanding(), 0u);
+    EXPECT_EQ(FakeCounter("fake_cudart_host_blocks"), host_before);
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), device_before);
+    EXPECT_EQ(Take(manager.Free(gpu, TRITONSERVER_MEMORY_GPU, 1)).first,  // twice: refused
+              TRITONSERVER_ERROR_INVALID_ARG);
+  }
+  unsetenv("FAKE_CUDART_DEVICES");
+}
+
+TEST(BackendMemoryManager, WithoutCudaOnlyCpuMemory) {
+  CudaRuntime none({"/nonexistent/libcudart.so"});
+  TRITONBACKEND_MemoryManager manager(&none);
+  void* buffer = nullptr;
+  ASSERT_EQ(Take(manager.Allocate(&buffer, TRITONSERVER_MEMORY_CPU, 0, 64)).first, -1);
+  std::memset(buffer, 1, 64);
+  EXPECT_EQ(Take(manager.Free(buffer, TRITONSERVER_MEMORY_CPU, 0)).first, -1);
+  auto gpu = Take(manager.Allocate(&buffer, TRITONSERVER_MEMORY_GPU, 0, 64));
+  EXPECT_EQ(gpu, std::make_pair(static_cast<int>(TRITONSERVER_ERROR_UNSUPPORTED),
+                                std::string("GPU memory allocation not supported")));
+  auto pinned = Take(manager.Allocate(&buffer, TRITONSERVER_MEMORY_CPU_PINNED, 0, 64));
+  EXPECT_EQ(pinned, std::make_pair(static_cast<int>(TRITONSERVER_ERROR_UNSUPPORTED),
+                                   std::string("Pinned memory allocation not supported")));
+}
+
+}  // namespace
+}  // namespace pyserver
