@@ -2,7 +2,7 @@
 # memory_pool.h (pinned_memory_pool.h, cuda_memory_pool.h), cuda_stream_pool.h.
 from libc.stdint cimport uint64_t
 from libcpp cimport bool as cbool
-from libcpp.memory cimport unique_ptr
+from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -88,7 +88,7 @@ cdef class _Pool:
 
 
 cdef class PinnedMemoryPool(_Pool):
-    cdef unique_ptr[CPinnedMemoryPool] c
+    cdef shared_ptr[CPinnedMemoryPool] c  # shared: the backend memory manager may use it
     cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
 
 
@@ -99,7 +99,7 @@ cdef class HostBuffer:
 
 
 cdef class CudaMemoryPool(_Pool):
-    cdef unique_ptr[CCudaMemoryPool] c
+    cdef shared_ptr[CCudaMemoryPool] c  # shared: the backend memory manager may use it
     cdef unique_ptr[CudaRuntime] own_runtime  # when loaded from an explicit path
 
 

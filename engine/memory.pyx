@@ -317,13 +317,15 @@ cdef class CudaMemoryPool(_Pool):
     def __cinit__(self, int device, size_t capacity, cuda_library=None):
         cdef const CudaRuntime* rt
         cdef vector[string] names
+        cdef unique_ptr[CCudaMemoryPool] made
         if cuda_library is None:
             rt = &CudaRuntime.Get()
         else:
             names.push_back(str(cuda_library).encode())
             self.own_runtime.reset(new CudaRuntime(names))
             rt = self.own_runtime.get()
-        check_status(CCudaMemoryPool.Create(rt[0], device, capacity, &self.c))
+        check_status(CCudaMemoryPool.Create(rt[0], device, capacity, &made))
+        self.c.reset(made.release())
         self.pool = self.c.get()
 
     @property

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 
 from pyserver.engine.batcher cimport BatchStrategy, CBatchStrategy
+from pyserver.engine.memory cimport CMemoryPool, CudaMemoryPool, PinnedMemoryPool
 from pyserver.engine.stats cimport CModelStats, ModelStats
 from pyserver.engine.status cimport Status, check_status
 from pyserver.engine.types cimport request_properties
@@ -145,6 +146,16 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
         unique_ptr[CBackendLibrary]* out)
     Status CreateInstance "pyserver::triton::Instance::Create"(
         CModel* model, const string& name, int kind, int device_id, unique_ptr[CInstance]* out)
+
+
+cdef extern from "pyserver/triton/memory_manager.h" nogil:
+    cdef cppclass TRITONBACKEND_MemoryManager:
+        void UsePinnedPool(shared_ptr[CMemoryPool] pool)
+        void UseDevicePool(int64_t device, shared_ptr[CMemoryPool] pool)
+
+
+cdef extern from "pyserver/triton/memory_manager.h" namespace "pyserver::triton" nogil:
+    TRITONBACKEND_MemoryManager& ServerMemoryManager()
 
 
 cdef extern from "pyserver/triton/batch_strategy.h" namespace "pyserver::triton" nogil:
@@ -497,6 +508,21 @@ cdef class Instance:
 
 
 _METRIC_KINDS = {0: "counter", 1: "gauge", 2: "histogram"}  # TRITONSERVER_MetricKind
+
+
+def use_pinned_pool(PinnedMemoryPool pool):
+    """The backend memory manager's CPU_PINNED memory comes from ``pool``
+    (the server's; one over the process's CUDA runtime)."""
+    if pool.own_runtime.get() != NULL:
+        raise ValueError("the backend memory manager takes pools over the process's CUDA runtime")
+    ServerMemoryManager().UsePinnedPool(<shared_ptr[CMemoryPool]>pool.c)
+
+
+def use_device_pool(int device, CudaMemoryPool pool):
+    """Its GPU memory on ``device`` comes from ``pool`` (the server's)."""
+    if pool.own_runtime.get() != NULL:
+        raise ValueError("the backend memory manager takes pools over the process's CUDA runtime")
+    ServerMemoryManager().UseDevicePool(device, <shared_ptr[CMemoryPool]>pool.c)
 
 
 def metrics_snapshot():

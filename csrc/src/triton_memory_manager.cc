@@ -28,6 +28,35 @@ const pyserver::CudaRuntime& TRITONBACKEND_MemoryManager::Runtime() const {
   return runtime_ != nullptr ? *runtime_ : pyserver::CudaRuntime::Get();
 }
 
+void TRITONBACKEND_MemoryManager::UsePinnedPool(std::shared_ptr<pyserver::MemoryPool> pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pinned_pool_ = std::move(pool);
+}
+
+void TRITONBACKEND_MemoryManager::UseDevicePool(int64_t device,
+                                                std::shared_ptr<pyserver::MemoryPool> pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool == nullptr) {
+    device_pools_.erase(device);
+  } else {
+    device_pools_[device] = std::move(pool);
+  }
+}
+
+TRITONSERVER_Error* TRITONBACKEND_MemoryManager::FromPool(
+    const std::shared_ptr<pyserver::MemoryPool>& pool, TRITONSERVER_MemoryType type, size_t bytes,
+    Block* out) {
+  if (TRITONSERVER_Error* err = ToError(pool->Allocate(bytes, &out->block))) return err;
+  if (type == TRITONSERVER_MEMORY_CPU_PINNED && !out->block.pinned) {
+    // past the pool's capacity its overflow is plain memory: not what was asked
+    pool->Release(out->block);
+    return Err(TRITONSERVER_ERROR_UNAVAILABLE,
+               "failed to allocate pinned system memory: the pinned memory pool is exhausted");
+  }
+  out->pool = pool;
+  return nullptr;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_MemoryManager::Allocate(void** buffer,
                                                           TRITONSERVER_MemoryType type,
                                                           int64_t device, uint64_t byte_size) {
@@ -40,11 +69,22 @@ TRITONSERVER_Error* TRITONBACKEND_MemoryManager::Allocate(void** buffer,
     return nullptr;
   }
   const pyserver::CudaRuntime& cuda = Runtime();
+  Block block{type, type == TRITONSERVER_MEMORY_GPU ? device : 0, nullptr, {}};
+  std::shared_ptr<pyserver::MemoryPool> pool;
   if (type == TRITONSERVER_MEMORY_CPU_PINNED) {
     if (!cuda.available()) {
       return Err(TRITONSERVER_ERROR_UNSUPPORTED, "Pinned memory allocation not supported");
     }
-    if (TRITONSERVER_Error* err = ToError(cuda.HostAlloc(buffer, bytes))) return err;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pool = pinned_pool_;
+    }
+    if (pool != nullptr) {
+      if (TRITONSERVER_Error* err = FromPool(pool, type, bytes, &block)) return err;
+      *buffer = block.block.data;
+    } else if (TRITONSERVER_Error* err = ToError(cuda.HostAlloc(buffer, bytes))) {
+      return err;
+    }
   } else if (type == TRITONSERVER_MEMORY_GPU) {
     if (!cuda.available()) {
       return Err(TRITONSERVER_ERROR_UNSUPPORTED, "GPU memory allocation not supported");
@@ -54,14 +94,25 @@ TRITONSERVER_Error* TRITONBACKEND_MemoryManager::Allocate(void** buffer,
                  "unable to allocate GPU memory on device " + std::to_string(device) + ": " +
                      std::to_string(cuda.device_count()) + " GPU(s) visible");
     }
-    pyserver::Status status = OnDevice(cuda, device, [&] { return cuda.Malloc(buffer, bytes); });
-    if (TRITONSERVER_Error* err = ToError(status)) return err;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = device_pools_.find(device);
+      if (it != device_pools_.end()) pool = it->second;
+    }
+    if (pool != nullptr) {
+      if (TRITONSERVER_Error* err = FromPool(pool, type, bytes, &block)) return err;
+      *buffer = block.block.data;
+    } else {
+      pyserver::Status status =
+          OnDevice(cuda, device, [&] { return cuda.Malloc(buffer, bytes); });
+      if (TRITONSERVER_Error* err = ToError(status)) return err;
+    }
   } else {
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
                "unknown memory type " + std::to_string(static_cast<int>(type)));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  cuda_blocks_[*buffer] = {type, type == TRITONSERVER_MEMORY_GPU ? device : 0};
+  cuda_blocks_[*buffer] = std::move(block);
   return nullptr;
 }
 
@@ -72,18 +123,24 @@ TRITONSERVER_Error* TRITONBACKEND_MemoryManager::Free(void* buffer, TRITONSERVER
     return nullptr;
   }
   if (buffer == nullptr) return nullptr;
+  Block block;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cuda_blocks_.find(buffer);
     const int64_t expected_device = type == TRITONSERVER_MEMORY_GPU ? device : 0;
-    if (it == cuda_blocks_.end() || it->second.first != type ||
-        it->second.second != expected_device) {
+    if (it == cuda_blocks_.end() || it->second.type != type ||
+        it->second.device != expected_device) {
       return Err(TRITONSERVER_ERROR_INVALID_ARG,
                  std::string("memory to free was not allocated by the memory manager as ") +
                      TRITONSERVER_MemoryTypeString(type) + " memory on device " +
                      std::to_string(device));
     }
+    block = std::move(it->second);
     cuda_blocks_.erase(it);
+  }
+  if (block.pool != nullptr) {
+    block.pool->Release(block.block);
+    return nullptr;
   }
   const pyserver::CudaRuntime& cuda = Runtime();
   if (type == TRITONSERVER_MEMORY_CPU_PINNED) return ToError(cuda.FreeHost(buffer));
@@ -95,15 +152,22 @@ size_t TRITONBACKEND_MemoryManager::outstanding() const {
   return cuda_blocks_.size();
 }
 
-namespace {
-TRITONBACKEND_MemoryManager g_memory_manager;  // the server's: one per process, as Triton's
-}  // namespace
+namespace pyserver::triton {
+
+TRITONBACKEND_MemoryManager& ServerMemoryManager() {
+  // One per process, as Triton's; never destroyed, so no pool it holds is
+  // freed during exit, after CUDA may have gone.
+  static auto* manager = new TRITONBACKEND_MemoryManager();
+  return *manager;
+}
+
+}  // namespace pyserver::triton
 
 API TRITONBACKEND_BackendMemoryManager(TRITONBACKEND_Backend* backend,
                                        TRITONBACKEND_MemoryManager** manager) {
   CHECK_ARG(backend);
   CHECK_ARG(manager);
-  *manager = &g_memory_manager;
+  *manager = &pyserver::triton::ServerMemoryManager();
   return nullptr;
 }
 

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <string>
 
+#include "pyserver/cuda_memory_pool.h"
 #include "pyserver/cuda_runtime.h"
+#include "pyserver/pinned_memory_pool.h"
 
 namespace pyserver {
 namespace {
@@ -90,6 +92,54 @@ TEST(BackendMemoryManager, WithoutCudaOnlyCpuMemory) {
   auto pinned = Take(manager.Allocate(&buffer, TRITONSERVER_MEMORY_CPU_PINNED, 0, 64));
   EXPECT_EQ(pinned, std::make_pair(static_cast<int>(TRITONSERVER_ERROR_UNSUPPORTED),
                                    std::string("Pinned memory allocation not supported")));
+}
+
+TEST(BackendMemoryManager, FromTheServersPools) {
+  setenv("FAKE_CUDART_DEVICES", "2", 1);
+  {
+    CudaRuntime cuda({FAKE_CUDART_PATH});
+    ASSERT_TRUE(cuda.available()) << cuda.reason();
+    TRITONBACKEND_MemoryManager manager(&cuda);
+    auto pinned_pool = std::make_shared<PinnedMemoryPool>(8192, &cuda);
+    std::unique_ptr<CudaMemoryPool> made;
+    ASSERT_TRUE(CudaMemoryPool::Create(cuda, 1, 1 << 20, &made).ok());
+    std::shared_ptr<CudaMemoryPool> device_pool(std::move(made));
+    manager.UsePinnedPool(pinned_pool);
+    manager.UseDevicePool(1, device_pool);
+
+    void* a = nullptr;
+    void* b = nullptr;
+    ASSERT_EQ(Take(manager.Allocate(&a, TRITONSERVER_MEMORY_CPU_PINNED, 0, 4096)).first, -1);
+    EXPECT_EQ(pinned_pool->stats().in_use_bytes, 4096u);
+    ASSERT_EQ(Take(manager.Free(a, TRITONSERVER_MEMORY_CPU_PINNED, 0)).first, -1);
+    EXPECT_EQ(pinned_pool->stats().in_use_bytes, 0u);
+    ASSERT_EQ(Take(manager.Allocate(&b, TRITONSERVER_MEMORY_CPU_PINNED, 0, 4096)).first, -1);
+    EXPECT_EQ(b, a);  // the pool's cached block again
+    EXPECT_EQ(pinned_pool->stats().reuses, 1u);
+    // Past the pool's capacity its blocks would not be page-locked: refused,
+    // as Triton refuses, so the backend falls back to CPU memory.
+    void* big = nullptr;
+    auto exhausted = Take(manager.Allocate(&big, TRITONSERVER_MEMORY_CPU_PINNED, 0, 1 << 16));
+    EXPECT_EQ(exhausted.first, TRITONSERVER_ERROR_UNAVAILABLE);
+    EXPECT_EQ(pinned_pool->stats().in_use_bytes, 4096u);
+    ASSERT_EQ(Take(manager.Free(b, TRITONSERVER_MEMORY_CPU_PINNED, 0)).first, -1);
+
+    const long device_before = FakeCounter("fake_cudart_device_blocks");
+    void* pooled = nullptr;
+    void* direct = nullptr;
+    ASSERT_EQ(Take(manager.Allocate(&pooled, TRITONSERVER_MEMORY_GPU, 1, 1000)).first, -1);
+    EXPECT_EQ(device_pool->stats().in_use_bytes, MemoryPool::ClassSize(1000));
+    ASSERT_EQ(Take(manager.Allocate(&direct, TRITONSERVER_MEMORY_GPU, 0, 1000)).first, -1);
+    EXPECT_EQ(FakeCounter("fake_cudart_last_malloc_device"), 0);  // GPU 0 has no pool
+    EXPECT_EQ(Take(manager.Free(pooled, TRITONSERVER_MEMORY_GPU, 1)).first, -1);
+    EXPECT_EQ(device_pool->stats().in_use_bytes, 0u);
+    EXPECT_EQ(device_pool->stats().cached_bytes, MemoryPool::ClassSize(1000));  // kept for reuse
+    EXPECT_EQ(Take(manager.Free(direct, TRITONSERVER_MEMORY_GPU, 0)).first, -1);
+    EXPECT_EQ(manager.outstanding(), 0u);
+    device_pool->Trim();
+    EXPECT_EQ(FakeCounter("fake_cudart_device_blocks"), device_before);
+  }
+  unsetenv("FAKE_CUDART_DEVICES");
 }
 
 }  // namespace

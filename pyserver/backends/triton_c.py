@@ -41,6 +41,20 @@ def library_backend(library_path: str, backend_name: str,
         return cls
 
 
+def _share_memory_pools(context, gpu: int | None) -> None:
+    """The backend memory manager draws on the server's pools, as Triton's
+    does: its pinned pool, and the pool of the GPU an instance runs on."""
+    host = getattr(context, "host_memory", None)
+    if host is not None and host.pinned:
+        triton_c.use_pinned_pool(host.pool)
+    devices = getattr(context, "device_memory", None)
+    if gpu is not None and devices is not None:
+        try:
+            triton_c.use_device_pool(gpu, devices.pool(gpu))
+        except ServerError as err:  # no CUDA, no such GPU: the instance's own load says so
+            log.debug("no CUDA memory pool for GPU %d: %s", gpu, err)
+
+
 def _version_of(version_dir: Path) -> int:
     try:
         return int(version_dir.name)
@@ -80,6 +94,7 @@ class TritonCBackend:
             metrics.add_source(triton_c.metrics_snapshot)
         gpu = device.startswith("cuda") or device.startswith("gpu")
         device_id = int(device.rsplit(":", 1)[1]) if ":" in device else 0
+        _share_memory_pools(context, device_id if gpu else None)
         try:
             self.instance = triton_c.Instance(entry[0], instance_name, 2 if gpu else 1,
                                               device_id, [out for _, out in self._states],

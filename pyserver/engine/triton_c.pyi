@@ -1,6 +1,7 @@
 from typing import Any, Callable
 
 from pyserver.engine.batcher import BatchStrategy
+from pyserver.engine.memory import CudaMemoryPool, PinnedMemoryPool
 from pyserver.engine.triton_bls import ServerHandle
 
 class BackendLibrary:
@@ -39,3 +40,6 @@ class Instance:
     def close(self) -> None: ...
 
 def metrics_snapshot() -> list: ...
+
+def use_pinned_pool(pool: PinnedMemoryPool) -> None: ...
+def use_device_pool(device: int, pool: CudaMemoryPool) -> None: ...

@@ -53,6 +53,11 @@ class HostMemory:
         self.pool_bytes = pool_bytes
 
     @property
+    def pool(self) -> PinnedMemoryPool:
+        """The engine's pool (what a Triton C backend's memory manager draws on)."""
+        return self._pool
+
+    @property
     def pinned(self) -> bool:
         """True when blocks are page-locked (a CUDA device is usable)."""
         return self._pool.pinned

@@ -219,3 +219,18 @@ def test_cuda_memory_pool_sizes_from_the_command_line():
         assert exc.value.code == Code.UNAVAILABLE
     assert DeviceMemory().unusable_sizes() == []  # nothing asked, nothing to say
 
+
+
+def test_the_backend_memory_manager_takes_only_pools_over_the_process_runtime(fake_cudart):
+    """Triton C backends' memory manager draws on the server's pools; a pool
+    over a runtime of its own (which dies with the Python object) is refused."""
+    from pyserver.engine import triton_c
+
+    with pytest.raises(ValueError, match="process's CUDA runtime"):
+        triton_c.use_pinned_pool(memory.PinnedMemoryPool(4096, True, fake_cudart))
+    with pytest.raises(ValueError, match="process's CUDA runtime"):
+        triton_c.use_device_pool(0, memory.CudaMemoryPool(0, 4096, fake_cudart))
+    pool = memory.PinnedMemoryPool(4096)
+    triton_c.use_pinned_pool(pool)
+    del pool  # the manager keeps its share: nothing dangles
+    triton_c.use_pinned_pool(HostMemory(4096).pool)
