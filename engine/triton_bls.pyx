@@ -4,8 +4,8 @@
 # the server's router (pyserver/backends/triton_bls.py), a response of the
 # server into a Completion the library's callback thread hands the backend.
 # cython: language_level=3
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
@@ -64,7 +64,9 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         string name
         TRITONSERVER_DataType datatype
         vector[int64_t] shape
-        vector[char] data
+        const char* data
+        size_t byte_size
+        shared_ptr[const void] keep
 
     cdef cppclass Completion "pyserver::triton::Completion":
         cbool has_response
@@ -96,6 +98,8 @@ cdef extern from "pyserver/triton/inference.h" nogil:
     void Deliver "pyserver::triton::Deliver"(shared_ptr[Submission] submission,
                                              Completion completion)
     void DrainDeliveries "pyserver::triton::DrainDeliveries"()
+    shared_ptr[const void] Lend "pyserver::triton::Lend"(void* owner)
+    vector[void*] TakeReturned "pyserver::triton::TakeReturned"()
 
 
 cdef class ServerHandle:
@@ -259,9 +263,11 @@ cdef class BlsCall:
 
 
 cdef _fill_outputs(Completion& completion, list outputs):
+    """The response's tensors, lent to the callback thread without a copy:
+    each array is held (Lend) until its bytes are in the backend's buffer."""
     cdef const unsigned char[::1] view
     cdef ResponseTensor* tensor
-    cdef size_t n
+    _drop_returned()
     completion.outputs.resize(len(outputs))
     for i, t in enumerate(outputs):
         tensor = &completion.outputs[i]
@@ -274,11 +280,17 @@ cdef _fill_outputs(Completion& completion, list outputs):
         else:
             data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
         view = data
-        n = view.shape[0]
-        tensor.data.resize(n)
-        if n:
-            with nogil:  # the array is held by this frame
-                memcpy(tensor.data.data(), &view[0], n)
+        tensor.byte_size = view.shape[0]
+        tensor.data = <const char*>&view[0] if tensor.byte_size else NULL
+        Py_INCREF(data)  # the lender's, until _drop_returned
+        tensor.keep = Lend(<void*>data)
+
+
+cdef _drop_returned():
+    """Drops the references to arrays the callback thread is done with."""
+    cdef vector[void*] returned = TakeReturned()
+    for i in range(returned.size()):
+        Py_DECREF(<object>returned[i])
 
 
 cdef _fill_parameters(Completion& completion, dict parameters):
@@ -287,9 +299,12 @@ cdef _fill_parameters(Completion& completion, dict parameters):
 
 
 def drain():
-    """Waits until every response delivered so far reached its backend."""
+    """Waits until every response delivered so far reached its backend (and
+    lets go of the arrays they lent)."""
     with nogil:
         DrainDeliveries()
+    _drop_returned()
+
 
 
 cdef ServerHooks _hooks

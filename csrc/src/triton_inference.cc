@@ -79,12 +79,12 @@ TRITONSERVER_Error* PutParameter(TRITONSERVER_InferenceRequest* request, const c
 
 // ---- the callback thread -------------------------------------------------
 
-// Copies host bytes into a buffer of the allocator's memory type.
-TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVER_MemoryType type,
-                            int64_t type_id) {
-  if (src.empty()) return nullptr;
+// Copies a tensor's host bytes into a buffer of the allocator's memory type.
+TRITONSERVER_Error* CopyOut(void* dst, const pyserver::triton::ResponseTensor& src,
+                            TRITONSERVER_MemoryType type, int64_t type_id) {
+  if (src.byte_size == 0) return nullptr;
   if (type != TRITONSERVER_MEMORY_GPU) {
-    std::memcpy(dst, src.data(), src.size());
+    std::memcpy(dst, src.data, src.byte_size);
     return nullptr;
   }
   const pyserver::CudaRuntime& cuda = pyserver::CudaRuntime::Get();
@@ -95,7 +95,7 @@ TRITONSERVER_Error* CopyOut(void* dst, const std::vector<char>& src, TRITONSERVE
   }
   pyserver::Status status = cuda.SetDevice(static_cast<int>(type_id));
   if (status.ok()) {
-    status = cuda.MemcpyAsync(dst, src.data(), src.size(), pyserver::CudaRuntime::kHostToDevice,
+    status = cuda.MemcpyAsync(dst, src.data, src.byte_size, pyserver::CudaRuntime::kHostToDevice,
                               nullptr);
   }
   if (status.ok()) status = cuda.StreamSynchronize(nullptr);
@@ -128,7 +128,7 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
     out.name = tensor.name;
     out.datatype = tensor.datatype;
     out.shape = std::move(tensor.shape);
-    out.byte_size = tensor.data.size();
+    out.byte_size = tensor.byte_size;
     err = allocator->alloc_fn(allocator, out.name.c_str(), out.byte_size, TRITONSERVER_MEMORY_CPU,
                               0, s.callbacks.allocator_userp, &out.base, &out.userp,
                               &out.memory_type, &out.memory_type_id);
@@ -138,8 +138,9 @@ TRITONSERVER_InferenceResponse* BuildResponse(const Submission& s, Completion& c
       err = Err(TRITONSERVER_ERROR_INTERNAL,
                  "the response allocator gave no buffer for output '" + out.name + "'");
     } else {
-      err = CopyOut(out.base, tensor.data, out.memory_type, out.memory_type_id);
+      err = CopyOut(out.base, tensor, out.memory_type, out.memory_type_id);
     }
+    tensor.keep.reset();  // the server's bytes are no longer needed
     response->outputs.push_back(std::move(out));
   }
   if (err != nullptr) response->error = err;
@@ -226,6 +227,32 @@ void Deliver(std::shared_ptr<Submission> submission, Completion completion) {
 }
 
 void DrainDeliveries() { CallbackThread::Get().Drain(); }
+
+void ResponseTensor::Own(std::vector<char> bytes) {
+  auto owned = std::make_shared<std::vector<char>>(std::move(bytes));
+  data = owned->data();
+  byte_size = owned->size();
+  keep = std::move(owned);
+}
+
+namespace {
+std::mutex g_returned_mu;
+std::vector<void*>* g_returned = new std::vector<void*>();  // lives to the process's end
+}  // namespace
+
+std::shared_ptr<const void> Lend(void* owner) {
+  return std::shared_ptr<const void>(owner, [](const void* p) {
+    std::lock_guard<std::mutex> lock(g_returned_mu);
+    g_returned->push_back(const_cast<void*>(p));
+  });
+}
+
+std::vector<void*> TakeReturned() {
+  std::vector<void*> out;
+  std::lock_guard<std::mutex> lock(g_returned_mu);
+  out.swap(*g_returned);
+  return out;
+}
 
 Status CreateServedModel(BackendLibrary* library, const std::string& name, uint64_t version,
                          const std::string& repository, const std::string& config_json,

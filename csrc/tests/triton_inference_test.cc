@@ -265,8 +265,9 @@ Completion Answer(const std::vector<float>& values, bool final) {
   t.name = "OUT";
   t.datatype = TRITONSERVER_TYPE_FP32;
   t.shape = {static_cast<int64_t>(values.size())};
-  t.data.resize(values.size() * sizeof(float));
-  std::memcpy(t.data.data(), values.data(), t.data.size());
+  std::vector<char> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  t.Own(std::move(bytes));
   c.outputs.push_back(std::move(t));
   Parameter p;
   p.name = "n";

@@ -74,13 +74,27 @@ struct Submission {
   uint64_t token = 0;
 };
 
-// One tensor of a response, its bytes copied out of the server's arrays.
+// One tensor of a response: a view of its bytes, which `keep` holds until
+// the callback thread has copied them into the backend's buffer (the
+// server's own array, lent without a copy: see Lend).
 struct ResponseTensor {
   std::string name;
   TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
   std::vector<int64_t> shape;
-  std::vector<char> data;
+  const char* data = nullptr;
+  size_t byte_size = 0;
+  std::shared_ptr<const void> keep;
+  // The tensor holds its own copy of `bytes`.
+  void Own(std::vector<char> bytes);
 };
+
+// The server's objects whose bytes a response lends: Lend(owner) holds
+// `owner` (an opaque pointer; the engine's reference to a Python object)
+// until the last copy of what it returns goes, on whichever thread, and
+// then queues it for TakeReturned(), which the engine calls with the GIL
+// held to drop those references. No Python runs on the callback thread.
+std::shared_ptr<const void> Lend(void* owner);
+std::vector<void*> TakeReturned();
 
 // One response (or error, or the final flag alone) for a Submission.
 struct Completion {
