@@ -39,11 +39,13 @@ def find_strategy(config: ModelConfig, version_dir: Path, model_dir: Path,
         return None
     if PATH_PARAMETER in params:
         path = params[PATH_PARAMETER].string_value
-        if not path or not Path(path).resolve().is_relative_to(model_dir.resolve()):
+        if not path:
+            raise ServerError(Code.INVALID_ARG, "Parent path and child path must be non-empty")
+        if not Path(path).resolve().is_relative_to(model_dir.resolve()):
             raise ServerError(Code.INVALID_ARG, "Batching library path escapes model repository.")
         if not Path(path).exists():
             raise ServerError(Code.NOT_FOUND, f"Batching library path not found: {path}")
-        return path
+        return str(Path(path).resolve())  # dlopen would search the library path for a bare name
     for folder in (version_dir, model_dir, backend_folder):
         if folder is not None and (folder / LIBRARY_NAME).is_file():
             return str(folder / LIBRARY_NAME)
