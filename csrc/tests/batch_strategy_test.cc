@@ -117,12 +117,7 @@ const char kVolumeConfig[] =
     R"({"name":"m","parameters":{"MAX_BATCH_VOLUME_BYTES":{"string_value":"16"}}})";
 
 int Counter(const char* symbol) {
-  void* handle = dlopen(VOLUME_BATCHING_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (handle == nullptr) return -1;
-  auto fn = reinterpret_cast<int (*)()>(dlsym(handle, symbol));
-  int value = fn ? fn() : -1;
-  dlclose(handle);
-  return value;
+  return testing::LibraryCounter<int>(VOLUME_BATCHING_PATH, symbol, -1);
 }
 
 // A request whose one input holds `bytes` bytes.

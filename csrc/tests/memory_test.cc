@@ -14,17 +14,13 @@
 #include "pyserver/cuda_runtime.h"
 #include "pyserver/cuda_stream_pool.h"
 #include "pyserver/pinned_memory_pool.h"
+#include "test_util.h"
 
 namespace pyserver {
 namespace {
 
 long FakeCounter(const char* name) {
-  void* handle = dlopen(FAKE_CUDART_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (handle == nullptr) return -1000;
-  auto fn = reinterpret_cast<long (*)()>(dlsym(handle, name));
-  long value = fn != nullptr ? fn() : -1000;
-  dlclose(handle);
-  return value;
+  return testing::LibraryCounter<long>(FAKE_CUDART_PATH, name, -1000);
 }
 
 class ScopedEnv {

@@ -1,6 +1,7 @@
 // Shared helpers for the csrc tests.
 #pragma once
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -48,6 +49,18 @@ inline std::vector<Token> Tokens(const Batch& batch) {
 }
 
 inline void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// What `symbol`, a counter a test library exports (long or int name()),
+// says now; `missing` when the library is not loaded or lacks it.
+template <typename T>
+T LibraryCounter(const char* library, const char* symbol, T missing) {
+  void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return missing;
+  auto fn = reinterpret_cast<T (*)()>(dlsym(handle, symbol));
+  T value = fn != nullptr ? fn() : missing;
+  dlclose(handle);
+  return value;
+}
 
 }  // namespace testing
 }  // namespace pyserver
