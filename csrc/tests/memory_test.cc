@@ -2,7 +2,6 @@
 // against a stand-in libcudart (fake_cudart.cc) and without CUDA at all.
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <cstring>

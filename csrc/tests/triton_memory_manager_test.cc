@@ -4,7 +4,6 @@
 // allocated. Without CUDA, Triton's UNSUPPORTED errors.
 #include "pyserver/triton/memory_manager.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
