@@ -57,20 +57,24 @@ Status DynamicBatchScheduler::Create(const DynamicBatcherConfig& config,
     normalized.preferred_batch_sizes.push_back(normalized.max_batch_size);
   }
   std::sort(normalized.preferred_batch_sizes.begin(), normalized.preferred_batch_sizes.end());
-  scheduler->reset(
-      new DynamicBatchScheduler(normalized, std::move(stats), std::move(completions)));
+  std::shared_ptr<BatchStrategy> strategy = std::move(normalized.strategy);
+  scheduler->reset(new DynamicBatchScheduler(normalized, std::move(strategy), std::move(stats),
+                                             std::move(completions)));
   return Status::Ok();
 }
 
 DynamicBatchScheduler::DynamicBatchScheduler(const DynamicBatcherConfig& config,
+                                             std::shared_ptr<BatchStrategy> strategy,
                                              std::shared_ptr<ModelStats> stats,
                                              std::shared_ptr<CompletionQueue> completions)
     : Scheduler(std::move(stats), std::move(completions), config.preserve_ordering),
       config_(config),
+      has_strategy_(strategy != nullptr),
       max_preferred_(config.preferred_batch_sizes.back()),
       max_delay_ns_(config.max_queue_delay_us * 1000),
       queue_(config.priority_levels, config.default_priority_level, config.default_policy,
              config.priority_policies),
+      strategy_(std::move(strategy)),
       delay_count_(config.delay_scheduler_count),
       idle_spin_(config.idle_spin_us * 1000) {}
 
@@ -131,7 +135,7 @@ DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
   bool send_now = false;
   uint64_t oldest_ns = UINT64_MAX;
   uint64_t required_shape = 0;
-  BatchStrategy* strategy = config_.strategy.get();
+  BatchStrategy* strategy = strategy_.get();
   if (strategy != nullptr) strategy->BeginBatch();
   queue_.ForEach([&](const QueuedRequest& r) {
     const uint32_t size = std::max<uint32_t>(1, r.batch_size);
@@ -357,7 +361,7 @@ bool DynamicBatchScheduler::TryNextBatch(Batch* batch, uint64_t* due_ns) {
 size_t DynamicBatchScheduler::TopUp(Batch* batch) {
   // Under preserve_ordering a later batch may already hold earlier requests.
   // A custom strategy's batch is what it chose.
-  if (config_.preserve_ordering || config_.strategy || batch->saturated ||
+  if (config_.preserve_ordering || has_strategy_ || batch->saturated ||
       batch->requests.empty()) {
     return 0;
   }
@@ -453,12 +457,14 @@ bool DynamicBatchScheduler::Cancel(uint64_t id) {
 
 void DynamicBatchScheduler::Stop() {
   std::vector<QueuedRequest> remaining;
+  std::shared_ptr<BatchStrategy> strategy;  // let go below, outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
     queue_.DrainAll(&remaining);
     queued_batch_size_ = 0;
+    strategy.swap(strategy_);  // no batch forms once stopped
   }
   leader_cv_.notify_all();
   follower_cv_.notify_all();

@@ -99,6 +99,17 @@ TEST(CustomBatching, RefusalSendsAtOnceDespiteTheDelay) {
   s->Stop();
 }
 
+TEST(CustomBatching, StopLetsTheStrategyGo) {
+  Harness h;
+  auto strategy = std::make_shared<CountingStrategy>(2);
+  auto s = Make(h, strategy);
+  EXPECT_EQ(strategy.use_count(), 2);
+  s->Stop();  // the library is finalized once its model lets go too
+  EXPECT_EQ(strategy.use_count(), 1);
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));
+}
+
 TEST(CustomBatching, ARefusedFirstRequestRunsAlone) {
   Harness h;
   auto s = Make(h, std::make_shared<CountingStrategy>(0));

@@ -343,6 +343,8 @@ class ModelVersion:
         if running_loop() is None and deadline is None:
             self._drain_queue(QUEUE_STALL_S)
         self.scheduler.stop()
+        # the custom batching library is finalized now that no batch forms
+        self._strategy = self._batch_viewer = None
         if deadline is not None:
             # the requests were answered already: no batch is waited for
             for instance in self.instances + self.passive_instances:
@@ -411,8 +413,9 @@ class ModelVersion:
         arrays, batch_size, shape_key = validated or self._path.validate(request)
         pending = PendingRequest(request, future, arrays, batch_size)
         pending.trace = trace  # before it is queued: an instance may take it at once
-        if self._batch_viewer is not None:  # what the custom batching library reads
-            pending.batch_view = view = self._batch_viewer.view(pending)
+        viewer = self._batch_viewer  # (stop() may let it go from another thread)
+        if viewer is not None:  # what the custom batching library reads
+            pending.batch_view = view = viewer.view(pending)
             pending.id = self.scheduler.enqueue(pending, batch_size, request.priority,
                                                 request.timeout_us, shape_key, view=view.address)
         elif self.sequence is None:

@@ -7,7 +7,9 @@ the model's load with Triton's text, and the server keeps serving."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -147,3 +149,40 @@ def test_bad_libraries_fail_the_load(tmp_path, start_server):
     for name in ("escapes", "missing", "incomplete", "failing", "sequence"):
         assert not client.is_model_ready(name)
     infer_many(s.url, "identity", 2)  # the server keeps serving
+
+
+def test_unloading_under_load_answers_every_request_and_finalizes_the_library(
+        tmp_path, start_server):
+    """Requests queued under the library when its model unloads are each
+    answered (or refused), none hangs, and once the model is gone the
+    library's batcher and every batch record it made are finalized."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "identity")
+    library = build_library("volume_batching", backends / "identity" / "batchstrategy.so")
+    write_model(repo, "identity", IDENTITY % "16")
+    s = start_server(repo, backend_directory=str(backends), model_control_mode="explicit",
+                     load_models=["identity"])
+    counters = ctypes.CDLL(str(library))  # the server's copy: same path, same handle
+    assert counters.volume_batching_live() == 1  # the batcher
+    client = httpclient.InferenceServerClient(s.url)
+
+    def call(i):
+        x = np.full((1, 2), float(i), dtype=np.float32)
+        inp = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+        inp.set_data_from_numpy(x)
+        try:
+            out = httpclient.InferenceServerClient(s.url, network_timeout=30).infer(
+                "identity", [inp]).as_numpy("OUTPUT0")
+        except InferenceServerException as err:
+            return err.status()
+        np.testing.assert_array_equal(out, x)
+        return "ok"
+
+    with ThreadPoolExecutor(12) as pool:
+        outcomes = [pool.submit(call, i) for i in range(12)]
+        time.sleep(0.1)  # queued, most behind the 300 ms delay
+        client.unload_model("identity")
+        results = [f.result(timeout=60) for f in outcomes]
+    assert set(results) <= {"ok", "400", "503"}, results
+    assert not client.is_model_ready("identity")
+    assert counters.volume_batching_live() == 0  # finalized by the unload itself

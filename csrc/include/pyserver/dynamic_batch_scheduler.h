@@ -60,7 +60,8 @@ struct DynamicBatcherConfig {
   // oversleep; the rest of the wait sleeps).
   uint64_t idle_spin_us = 50;
   uint64_t wait_spin_us = 200;
-  // Custom batching (null: none); shared with whoever loaded it.
+  // Custom batching (null: none); shared with whoever loaded it, held by
+  // the scheduler until Stop().
   std::shared_ptr<BatchStrategy> strategy;
 };
 
@@ -85,7 +86,8 @@ class DynamicBatchScheduler : public Scheduler {
  private:
   enum class Decision { kSend, kWait, kEmpty };
 
-  DynamicBatchScheduler(const DynamicBatcherConfig& config, std::shared_ptr<ModelStats> stats,
+  DynamicBatchScheduler(const DynamicBatcherConfig& config,
+                        std::shared_ptr<BatchStrategy> strategy, std::shared_ptr<ModelStats> stats,
                         std::shared_ptr<CompletionQueue> completions);
 
   // Under mu_. Decides what the leader does now: send the first *count
@@ -111,7 +113,8 @@ class DynamicBatchScheduler : public Scheduler {
   // due, until Stop().
   void KeepDeadlines();
 
-  const DynamicBatcherConfig config_;
+  const DynamicBatcherConfig config_;  // its strategy moved out, into strategy_
+  const bool has_strategy_;
   const uint32_t max_preferred_;
   const uint64_t max_delay_ns_;
 
@@ -119,6 +122,9 @@ class DynamicBatchScheduler : public Scheduler {
   std::condition_variable leader_cv_;
   std::condition_variable follower_cv_;
   PriorityQueue queue_;
+  // Custom batching, until Stop() lets it go (the library is finalized
+  // once the model has let go of it too).
+  std::shared_ptr<BatchStrategy> strategy_;
   bool stopped_ = false;
   bool parked_ = false;  // see Scheduler::ParkInstances
   bool leader_present_ = false;
