@@ -448,6 +448,10 @@ def parse_trace_config(items: list[str]) -> dict:
             raise ValueError(f"--trace-config {item}: expected [triton,]KEY=VALUE with KEY one "
                              f"of {', '.join(sorted(set(_TRACE_KEYS) - {'log_frequency'}))}")
         name = _TRACE_KEYS[key]
+        if name == "trace_mode" and value != "triton":
+            # no OpenTelemetry exporter here: refused, not accepted and ignored
+            raise ValueError(f"--trace-config {item}: trace mode '{value}' is not supported "
+                             "(only triton)")
         if name == "trace_level":  # repeatable, as in Triton: each adds a level
             levels = [] if update.get(name) in (None, ["OFF"]) else update[name]
             update[name] = ["OFF"] if value.upper() == "OFF" else [*levels, value.upper()]

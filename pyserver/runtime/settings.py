@@ -207,7 +207,9 @@ class TraceSettings:
                     raise invalid_arg(f"invalid value for '{key}': {value}")
                 target[key] = str(number)
             elif key == "trace_mode":
-                if value not in ("triton", "opentelemetry"):
+                # Triton's other mode, opentelemetry, exports spans to a
+                # collector, which this server does not: refused, not ignored
+                if value != "triton":
                     raise invalid_arg(f"unsupported trace mode '{value}'")
                 target[key] = value
             else:

@@ -265,6 +265,7 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
     ("--rate-limit-resource=R", "--rate-limit-resource option format is "
      "'<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R"),
     ("--trace-config=opentelemetry,url=localhost:4318", "trace mode 'opentelemetry' is not supported"),
+    ("--trace-config=mode=opentelemetry", "trace mode 'opentelemetry' is not supported"),
     ("--trace-config=speed=3", "expected [triton,]KEY=VALUE"),
     ("--trace-config=rate=-5", "invalid value for 'trace_rate'"),
     ("--cuda-memory-pool-byte-size=64MB",

@@ -1,7 +1,8 @@
 """Custom batching, as Triton has it: a library built for Triton's
 TRITONBACKEND_ModelBatch* API (tests/backends_c/volume_batching.c, compiled
 at test time) found in the backend's folder, or named by a model's
-TRITON_BATCH_STRATEGY_PATH, ends the dynamic batcher's batches; a library
+TRITON_BATCH_STRATEGY_PATH, ends the dynamic batcher's batches (over HTTP and
+gRPC); a library
 that is missing, outside the model's folder, incomplete or failing fails
 the model's load with Triton's text, and the server keeps serving."""
 
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from .test_grpc import start_grpc  # noqa: F401  (fixture)
 from .test_triton_c_backend import CC, build_backend, build_library, write_model
 
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test libraries")
@@ -52,12 +55,12 @@ class TritonPythonModel:
 '''
 
 
-def infer_many(url: str, model: str, n: int = 8) -> None:
+def infer_many(url: str, model: str, n: int = 8, client=httpclient) -> None:
     def call(i):
         x = np.full((1, 2), float(i), dtype=np.float32)  # 8 bytes
-        inp = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+        inp = client.InferInput("INPUT0", [1, 2], "FP32")
         inp.set_data_from_numpy(x)
-        out = httpclient.InferenceServerClient(url).infer(model, [inp]).as_numpy("OUTPUT0")
+        out = client.InferenceServerClient(url).infer(model, [inp]).as_numpy("OUTPUT0")
         np.testing.assert_array_equal(out, x)
 
     with ThreadPoolExecutor(n) as pool:
@@ -70,7 +73,7 @@ def batch_sizes(url: str, model: str) -> dict[int, int]:
             for b in stats["model_stats"][0]["batch_stats"]}
 
 
-def test_strategy_from_backend_folder_and_from_parameter(tmp_path, start_server):
+def test_strategy_from_backend_folder_and_from_parameter(tmp_path, start_grpc):  # noqa: F811
     backends, repo = tmp_path / "backends", tmp_path / "models"
     build_backend(backends, "identity")
     # shared by every identity model: the backend's folder
@@ -80,11 +83,12 @@ def test_strategy_from_backend_folder_and_from_parameter(tmp_path, start_server)
     library = build_library("volume_batching", repo / "echo" / "lib" / "volume.so")
     (repo / "echo" / "config.pbtxt").write_text('name: "echo"\n' + PYTHON % library)
     (repo / "echo" / "1" / "model.py").write_text(ECHO)
-    s = start_server(repo, backend_directory=str(backends))
+    s = start_grpc(repo, backend_directory=str(backends))
 
     infer_many(s.url, "identity")
+    infer_many(s.grpc_url, "identity", client=grpcclient)
     sizes = batch_sizes(s.url, "identity")
-    assert sum(size * count for size, count in sizes.items()) == 8
+    assert sum(size * count for size, count in sizes.items()) == 16
     assert max(sizes) == 2, sizes  # the library's volume, not the 300 ms delay
 
     infer_many(s.url, "echo", 4)  # 8 bytes per batch: one request each

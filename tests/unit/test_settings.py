@@ -46,6 +46,11 @@ def test_trace_settings_global_and_model_override():
         t.update(None, {"trace_rate": "often"})
     with pytest.raises(ServerError):
         t.update(None, {"trace_rate": None})
+    # no OpenTelemetry exporter: that mode is refused rather than accepted and ignored
+    t.update(None, {"trace_mode": "triton"})
+    with pytest.raises(ServerError, match="unsupported trace mode 'opentelemetry'"):
+        t.update(None, {"trace_mode": "opentelemetry"})
+    assert t.as_dict()["trace_mode"] == "triton"
 
 
 def test_log_lines_are_tritons(monkeypatch):
