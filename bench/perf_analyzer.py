@@ -39,7 +39,8 @@ add_sub's p50; the JSON document last on stdout. --quick: one round of
 1 s windows at c1 and c16 (about 2 minutes). An A/B of a switch in one
 run: --systems pyserver pyserver-old triton --env pyserver-old:KEY=VALUE
 (every pyserver-NAME is this checkout with its own environment), or
---flag pyserver-io1:--http-thread-count=1 (its own command-line flags). Not a
+--flag pyserver-io1:--http-thread-count=1 (its own command-line flags); of
+two commits: --checkout pyserver-old:PATH (another source tree). Not a
 test: timings vary with the machine.
 """
 
@@ -88,10 +89,11 @@ def write_repo(repo: Path, models: list[str]) -> None:
 
 
 def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
-          flags: list | None = None, prefix: list | None = None) -> systems.Server:
+          flags: list | None = None, prefix: list | None = None,
+          checkout: str | None = None) -> systems.Server:
     if system.startswith("pyserver"):
         return systems.start_pyserver(repo, log, models, extra_env=env, name=system,
-                                      extra_args=flags, prefix=prefix)
+                                      extra_args=flags, prefix=prefix, checkout=checkout)
     return systems.start_triton(repo, log, models)
 
 
@@ -200,7 +202,8 @@ def cell_loads(args) -> list[tuple[int, int]]:
 
 def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
               prefixes: dict | None = None) -> tuple[list[dict], dict]:
-    """Starts every system (``envs``, ``flags`` and ``prefixes`` by name) on
+    """Starts every system (``envs``, ``flags``, ``prefixes`` and
+    ``args.checkouts`` by name) on
     its own copy of the models (Triton without the ONNX ones: pytriton's has
     no ONNX Runtime backend), then measures each cell (model, protocol,
     concurrency) on each system serving it in turn, the first of each cell
@@ -216,12 +219,14 @@ def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
         for system in system_names:
             repo = tmp / f"models-{system}"
             write_repo(repo, served[system])
+            checkout = getattr(args, "checkouts", {}).get(system)
             server = start(system, repo, tmp / f"{system}.log", served[system],
-                           envs.get(system, {}), flags.get(system), prefixes.get(system))
+                           envs.get(system, {}), flags.get(system), prefixes.get(system),
+                           checkout)
             servers[system] = server
             info[system] = {"seconds_to_ready": round(server.wait_ready(180), 2),
                             "env": envs.get(system, {}), "flags": flags.get(system, []),
-                            "prefix": prefixes.get(system, [])}
+                            "prefix": prefixes.get(system, []), "checkout": checkout}
         order = list(system_names)
         for rnd in range(args.rounds):
             for model in args.models:
@@ -278,7 +283,11 @@ def main() -> None:
     p.add_argument("--flag", nargs="*", default=[], metavar="SYSTEM:--FLAG=VALUE",
                    help="an extra command-line flag of one pyserver system "
                         "(e.g. pyserver-io1:--http-thread-count=1)")
+    p.add_argument("--checkout", nargs="*", default=[], metavar="SYSTEM:PATH",
+                   help="run one pyserver system from another source tree, its extensions "
+                        "built in place (an A/B of two commits: see systems.start_pyserver)")
     args = p.parse_args()
+    args.checkouts = dict(item.split(":", 1) for item in args.checkout)
     envs = {}
     for item in args.env:
         system, pair = item.split(":", 1)

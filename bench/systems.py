@@ -233,14 +233,18 @@ def _ports_env(extra: dict | None = None) -> dict:
 
 def start_pyserver(repo: Path, log: Path, models: list, extra_env: dict | None = None,
                    name: str = "pyserver", extra_args: list | None = None,
-                   prefix: list | None = None) -> Server:
-    """``prefix``: words before the command (``taskset -c 0-2`` to pin it)."""
+                   prefix: list | None = None, checkout: Path | None = None) -> Server:
+    """``prefix``: words before the command (``taskset -c 0-2`` to pin it).
+    ``checkout``: another source tree of pyserver to run instead of this one
+    (an older commit's ``git worktree``, its extensions built in place:
+    ``python setup.py build_ext --inplace`` and the engine's lib*.so copied
+    beside them); ``python -m`` imports the package from its working folder."""
     env = _ports_env(extra_env)
     cmd = [*(prefix or []), str(MAIN_PY), "-m", "pyserver", "--model-repository", str(repo),
            "--http-address", "127.0.0.1", "--http-port", str(env["BENCH_HTTP_PORT"]),
            "--grpc-address", "127.0.0.1", "--grpc-port", str(env["BENCH_GRPC_PORT"]),
            "--allow-metrics", "false", *(extra_args or [])]
-    return Server(name, cmd, env, ROOT, log, models)
+    return Server(name, cmd, env, Path(checkout) if checkout else ROOT, log, models)
 
 
 def triton_home() -> Path:

@@ -155,6 +155,11 @@ cdef class Scheduler:
     # clock, ns) if nothing arrives before; 0: only an arrival makes a batch
     cdef readonly uint64_t next_due_ns
 
+    cpdef object try_next_batch(self)
+    cpdef record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
+                 uint64_t compute_output_start_ns, uint64_t compute_end_ns,
+                 int code=*, str message=*)
+    cpdef release_held_signal(self)
     cdef bint _wait_batch(self, Batch batch) noexcept nogil
     cdef void _meet_spinning_loop(self, Batch batch) noexcept nogil
     cdef object _hand_over(self, Batch batch, bint got)

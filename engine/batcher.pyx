@@ -184,7 +184,7 @@ cdef class Scheduler:
             got = self._wait_batch(batch)
         return self._hand_over(batch, got)
 
-    def try_next_batch(self):
+    cpdef object try_next_batch(self):
         """A batch if one is ready now, else None; never waits (for an
         instance the event loop drives). The pass-through and dynamic
         schedulers hand batches out this way; the sequence batcher does not.
@@ -248,7 +248,7 @@ cdef class Scheduler:
                 self._meet_spinning_loop(nxt)
         return self._hand_over(nxt, got)
 
-    def release_held_signal(self):
+    cpdef release_held_signal(self):
         """Wakes the event loop for a completion complete_and_next held back
         (nothing when none is held: one atomic load). The GIL stays held:
         an eventfd write does not block."""
@@ -265,9 +265,9 @@ cdef class Scheduler:
         Py_INCREF(batch)
         self.c.get().CompleteBatch(batch.c, times, <Token><uintptr_t><PyObject*>batch, st)
 
-    def record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
-               uint64_t compute_output_start_ns, uint64_t compute_end_ns,
-               int code=0, str message=""):
+    cpdef record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
+                 uint64_t compute_output_start_ns, uint64_t compute_end_ns,
+                 int code=0, str message=""):
         """``complete``'s statistics only: the caller answers the batch's
         requests itself (not under preserve_ordering)."""
         cdef BatchTimes times = _batch_times(compute_start_ns, compute_input_end_ns,

@@ -45,6 +45,17 @@ cdef class PendingRequest:
     cdef public object batch_view  # what a custom batching library reads of it, or None
 
 
+cdef class ImmediateFuture:
+    cdef object _result
+    cdef object _exception
+    cdef object _callback
+    cdef int _state  # 0 pending, 1 done, 2 cancelled
+
+    cdef _settle(self, result, exception)
+    cdef _fire(self)
+    cdef _call(self, fn)
+
+
 cdef InferTensor new_tensor(object name, object datatype, list shape, object data,
                             dict parameters)
 cdef InferResponse new_response(object model_name, object model_version, object id,

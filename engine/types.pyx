@@ -120,11 +120,6 @@ cdef class ImmediateFuture:
     result, exception. A callback's exception is logged, as the event loop
     would, and never reaches the code that set the outcome."""
 
-    cdef object _result
-    cdef object _exception
-    cdef object _callback
-    cdef int _state  # 0 pending, 1 done, 2 cancelled
-
     def done(self):
         return self._state != 0
 

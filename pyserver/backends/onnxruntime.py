@@ -35,6 +35,7 @@ from pyserver.backends._common import (
     string_param,
 )
 from pyserver.backends.base import Capability
+from pyserver.engine.batch_execution import NamedRun
 from pyserver.kernel.errors import Code, ServerError
 
 # ONNX Runtime type strings -> config data types.
@@ -340,6 +341,10 @@ class OnnxRuntimeBackend:
         # numeric tensors in and out, none reshaped: the inputs are the feed
         self._plain = not (self.string_inputs or self.bf16_inputs or self.bf16_outputs
                            or self.string_outputs or self.output_reshape)
+        if self._plain and self._native_run is not None:
+            # execute() below, compiled: no Python frame per batch
+            self.execute = NamedRun(self._native_run, self.output_names, self.run_options,
+                                    self.session.run)
 
     @staticmethod
     def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:

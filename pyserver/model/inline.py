@@ -28,6 +28,7 @@ import logging
 import threading
 
 from pyserver.backends.base import Capability, ExecutionDriver, running_loop
+from pyserver.engine.batch_execution import InlineBatches
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -92,7 +93,11 @@ class InlineInstance(ExecutionDriver):
         self._samples = collections.deque(maxlen=SAMPLES)
         self._observed = 0  # thread batches since the model last left the loop
         self._wait = SAMPLES  # thread batches to see before it moves to the loop
-        self._average_ns = 0.0  # inline batches' wall time, moving average
+        # runs the batches of a plain model (engine/batch_execution.pyx) and
+        # keeps every model's inline batches' average wall time
+        self._batches = InlineBatches(mv.scheduler, self.instance.backend.execute, mv,
+                                      mv.context.answer, mv.max_batch_size > 0,
+                                      COSTLY_NS, OUTLIER_NS)
         self._scheduled = False
         self._stopped = False
         self.moves = 0  # between the loop and the threads, either way
@@ -130,25 +135,34 @@ class InlineInstance(ExecutionDriver):
         if not self.inline or self._stopped:
             return
         mv = self.mv
-        scheduler = mv.scheduler
-        instance = self.instance
         running = self._running
         running.acquire()
         try:
-            while True:
-                batch = scheduler.try_next_batch()
-                if batch is None:
-                    mv.wake_when_due()
-                    return
-                outcome = mv.execute_batch(instance, batch)
-                mv.finish_on_loop(batch, outcome)
-                wall_ns = min(outcome.end_ns - outcome.start_ns, OUTLIER_NS)
-                self._average_ns += (wall_ns - self._average_ns) * 0.125
-                if self._average_ns > COSTLY_NS:
-                    self._move(inline=False)  # the threads take what is left
-                    return
+            # compiled for a plain model; traced batches take the general path
+            costly = self._batches.run() if mv.plain_batches and not mv.tracing \
+                else self._drain_each()
+            if costly:
+                self._move(inline=False)  # the threads take what is left
+            else:
+                mv.wake_when_due()
         finally:
             running.release()
+
+    def _drain_each(self) -> bool:
+        """The batches ready now, through the model's general path; True when
+        they became costly."""
+        mv = self.mv
+        scheduler = mv.scheduler
+        instance = self.instance
+        note = self._batches.note
+        while True:
+            batch = scheduler.try_next_batch()
+            if batch is None:
+                return False
+            outcome = mv.execute_batch(instance, batch)
+            mv.finish_on_loop(batch, outcome)
+            if note(outcome.end_ns - outcome.start_ns):
+                return True
 
     def _move(self, inline: bool) -> None:
         mv = self.mv
@@ -156,10 +170,11 @@ class InlineInstance(ExecutionDriver):
         self.moves += 1
         log.debug("model '%s' version %s: %s", mv.name, mv.version,
                   "batches run on the event loop" if inline else
-                  f"batches back on the instance threads (average {self._average_ns / 1e3:.0f} µs "
+                  f"batches back on the instance threads (average "
+                  f"{self._batches.average_ns / 1e3:.0f} µs "
                   "on the loop)")
         if inline:
-            self._average_ns = 0.0
+            self._batches.reset()
             mv.low_load_spin_s = 0.0  # completions come from this thread, not the queue
         else:
             self.cheap = False

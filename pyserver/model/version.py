@@ -27,9 +27,9 @@ from pyserver.engine import (
     ModelStats,
     Scheduler,
     gather,
-    gather_batch,
     now_ns,
 )
+from pyserver.engine.batch_execution import gather_inputs, run_plain
 from pyserver.engine.request_path import RequestPath
 from pyserver.engine.timer import DueTimer
 from pyserver.kernel import dtypes
@@ -189,6 +189,12 @@ class ModelVersion:
         self.load_duration_s = 0.0
         self.tracing = False  # set by the server while tracing may be on
         self._config_json = None
+        # A plain model's batches run compiled (engine/batch_execution.pyx):
+        # nothing to do per request beyond gather, execute and the cut, which
+        # the server makes as it answers.
+        # (implicit state is fed and kept around the run: not plain)
+        self.plain_batches = not self.has_implicit_state and not self.iterative \
+            and self._shaping is None and context.answer is not None
 
     # -- setup ---------------------------------------------------------------
 
@@ -438,6 +444,9 @@ class ModelVersion:
     def execute_batch(self, instance: ModelInstance, batch: Batch) -> BatchOutcome:
         """Runs one batch; returns its timestamps (and code, message on
         failure) for Scheduler.complete."""
+        if self.plain_batches:  # the common case, compiled (engine/batch_execution.pyx)
+            return BatchOutcome._make(run_plain(batch, instance.backend.execute, self,
+                                                self.scheduler, self.max_batch_size > 0))
         t_start = now_ns()
         requests = batch.requests
         try:
@@ -635,11 +644,11 @@ class ModelVersion:
     def _gather_inputs(self, requests: list[PendingRequest]) -> dict:
         if self._shaping is not None:  # ragged inputs, batch inputs
             return self._shaping.gather(requests, _gather_rows)
-        if len(requests) == 1:
-            return requests[0].arrays  # a batch of one is zero-copy
-        batched = gather_batch(requests)  # the common case, in C
-        if batched is not None:
-            return batched
+        return gather_inputs(requests, self._gather_each)  # in C when it can
+
+    @staticmethod
+    def _gather_each(requests: list[PendingRequest]) -> dict:
+        """Each input's rows gathered in Python (BYTES, not row-major)."""
         return {name: _gather_rows(name, [p.arrays[name] for p in requests])
                 for name in requests[0].arrays}
 

@@ -19,6 +19,7 @@ from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
 from pyserver.backends.base import Capability
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.rate_limiter import RateLimiter
+from pyserver.engine.settle import settle
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
 from pyserver.kernel.types import InferRequest, InferResponse
@@ -264,22 +265,13 @@ class Server:
                 code, message = obj.model.batch_error(err)
         if code == 0:
             self._inflight -= len(obj.requests)
-            for p in obj.requests:
-                future = p.future
-                if type(p.response) is Reschedule:  # it runs again
+            # each future gets its response (a backend that answers per
+            # request may fail one request of a batch: its response is the
+            # error); a rescheduled request runs again
+            again = settle(obj.requests, handles, Reschedule, self.tracer, now_ns)
+            if again is not None:
+                for p in again:
                     self._requeue(p, p.response.model)
-                    continue
-                del handles[future]
-                if p.trace is not None:
-                    self.tracer.finish(p.trace, now_ns(), p.response)
-                if not future.done():
-                    response = p.response
-                    # A backend that answers per request may fail one
-                    # request of a batch: its response is the error.
-                    if isinstance(response, BaseException):
-                        future.set_exception(response)
-                    else:
-                        future.set_result(response)
             return
         error = ServerError(code, message)
         requests = obj.requests if type(obj) is Batch else (obj,)

@@ -1,0 +1,183 @@
+# cython: language_level=3
+"""A plain model's batches, run with no Python frame of ours on the way.
+
+"Plain" is ModelVersion's call (model/version.py ``plain_batches``): no
+implicit state, no batch inputs or outputs, not iterative, and a server that
+answers the batch (the event loop cuts its outputs per request). For such a
+model one batch is: its inputs gathered, its backend's ``execute`` called,
+its outputs' batch dimension checked, four timestamps taken (``run_plain``,
+which instance threads call too). On the event loop, ``InlineBatches`` runs
+every batch its scheduler has ready that way, records it and answers it; in
+Python that walk cost ~3 µs per batch around a ~4 µs ONNX Runtime run
+(bench/loop_profile.py, ONNX add_sub).
+
+The model keeps every rule whose outcome is an error text (its
+``_check_outputs`` and ``batch_error`` are called only when something is
+wrong) and the general gather (``_gather_each``).
+"""
+
+from libc.stdint cimport uint64_t
+
+from pyserver.engine.batcher cimport Batch, Scheduler
+from pyserver.engine.types cimport PendingRequest
+
+from pyserver.engine.memory import gather_batch
+
+
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()
+
+
+cdef struct Outcome:
+    uint64_t start_ns
+    uint64_t input_end_ns
+    uint64_t output_start_ns
+    uint64_t end_ns
+    int code
+
+
+cpdef object gather_inputs(list requests, object gather_each):
+    """A batch's inputs by name: a lone request's own arrays (no copy), the
+    batch's rows gathered in C, or ``gather_each(requests)`` where the C
+    gather declines (BYTES, not row-major)."""
+    if len(requests) == 1:
+        return (<PendingRequest>requests[0]).arrays
+    batched = gather_batch(requests)
+    if batched is None:
+        return gather_each(requests)
+    return batched
+
+
+cdef str _run(Batch batch, object execute, object model, Scheduler scheduler, bint batching,
+              Outcome* out):
+    """Runs ``batch``; fills ``out``. Returns the failure's message, or None."""
+    cdef list requests = batch.requests
+    cdef uint64_t total
+    cdef object outputs
+    out.start_ns = NowNs()
+    out.code = 0
+    try:
+        inputs = gather_inputs(requests, model._gather_each)
+        out.input_end_ns = NowNs()
+        # ready to run (the backend releases the GIL now): wake the loop for
+        # the previous batch's answers (an instance thread's held signal)
+        scheduler.release_held_signal()
+        outputs = execute(inputs)
+        out.output_start_ns = NowNs()
+        if batching:
+            total = batch.c.batch_size
+            for value in (<dict?>outputs).values():
+                if value.ndim == 0 or value.shape[0] != total:
+                    model._check_outputs(outputs, total)  # raises Triton's text
+        batch.outputs = outputs
+        batch.model = model
+        out.end_ns = NowNs()
+        return None
+    except Exception as err:  # the model failed: this batch only
+        out.end_ns = NowNs()
+        out.input_end_ns = out.output_start_ns = out.end_ns
+        code, message = model.batch_error(err)
+        out.code = code
+        return message
+
+
+def run_plain(Batch batch, execute, model, Scheduler scheduler, bint batching):
+    """One batch of a plain model on the calling thread: ``(start, input
+    end, output start, end, code, message)``, what BatchOutcome holds. On
+    success ``batch.outputs`` and ``batch.model`` are set for the cut."""
+    cdef Outcome out
+    message = _run(batch, execute, model, scheduler, batching, &out)
+    return (out.start_ns, out.input_end_ns, out.output_start_ns, out.end_ns, out.code,
+            message or "")
+
+
+cdef class InlineBatches:
+    """A plain model's ready batches run on the event loop's thread, each
+    recorded in its statistics and answered (``answer(batch, code,
+    message)``: Server.resolve_now) as it ends; model/inline.py decides when.
+
+    It keeps the inline batches' average wall time too (every inline batch
+    counts, through ``run`` or ``note``): past ``costly_ns`` the model goes
+    back to its threads. A batch counts for at most ``outlier_ns``."""
+
+    cdef Scheduler scheduler
+    cdef object execute
+    cdef object model
+    cdef object answer
+    cdef bint batching
+    cdef double _average_ns
+    cdef uint64_t costly_ns
+    cdef uint64_t outlier_ns
+
+    def __init__(self, Scheduler scheduler, execute, model, answer, bint batching,
+                 uint64_t costly_ns, uint64_t outlier_ns):
+        self.scheduler = scheduler
+        self.execute = execute
+        self.model = model
+        self.answer = answer
+        self.batching = batching
+        self.costly_ns = costly_ns
+        self.outlier_ns = outlier_ns
+        self._average_ns = 0.0
+
+    @property
+    def average_ns(self):
+        return self._average_ns
+
+    def reset(self):
+        self._average_ns = 0.0
+
+    cpdef bint note(self, uint64_t wall_ns):
+        """Counts one inline batch; True once the average is costly."""
+        if wall_ns > self.outlier_ns:
+            wall_ns = self.outlier_ns
+        self._average_ns += (wall_ns - self._average_ns) * 0.125
+        return self._average_ns > self.costly_ns
+
+    def run(self):
+        """Runs, records and answers every batch ready now. True when they
+        became costly (the model then goes back to its threads, which take
+        what is left), False once none is ready."""
+        cdef Scheduler scheduler = self.scheduler
+        cdef Batch batch
+        cdef Outcome out
+        cdef str message
+        while True:
+            found = scheduler.try_next_batch()
+            if found is None:
+                return False
+            batch = <Batch>found
+            message = _run(batch, self.execute, self.model, scheduler, self.batching, &out)
+            scheduler.record(batch, out.start_ns, out.input_end_ns, out.output_start_ns,
+                             out.end_ns, out.code, message or "")
+            self.answer(batch, out.code, message)
+            if self.note(out.end_ns - out.start_ns):
+                return True
+
+
+cdef class NamedRun:
+    """A backend's ``execute`` over a runtime call that returns its outputs
+    as a list: ``run(names, feed, options)`` → ``{name: output}``, the
+    Python frames of a wrapper method saved per batch. Where ``run`` raises,
+    ``fallback(names, feed, options)`` runs the batch again (ONNX Runtime:
+    the pybind session's run, then the Python session's, whose errors read
+    as users know them)."""
+
+    cdef object run
+    cdef list names
+    cdef object options
+    cdef object fallback
+
+    def __init__(self, run, list names, options, fallback):
+        self.run = run
+        self.names = names
+        self.options = options
+        self.fallback = fallback
+
+    def __call__(self, dict feed):
+        cdef list names = self.names
+        try:
+            results = self.run(names, feed, self.options)
+        except Exception:
+            results = self.fallback(names, feed, self.options)
+        return dict(zip(names, results))
