@@ -1,0 +1,185 @@
+"""The compiled batch path of a plain model (engine/batch_execution.pyx) and
+the settling of a finished batch's futures (engine/settle.pyx), each against
+what ModelVersion and Server did in Python."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pyserver.engine import CompletionQueue, ModelStats, Scheduler, now_ns
+from pyserver.engine.batch_execution import InlineBatches, NamedRun, gather_inputs, run_plain
+from pyserver.engine.settle import settle
+from pyserver.engine.types import ImmediateFuture, PendingRequest
+from pyserver.kernel.errors import Code, ServerError
+
+
+class Model:
+    """What the compiled path asks of a ModelVersion."""
+
+    def __init__(self):
+        self.checked = []
+        self.gathered_each = 0
+
+    def _gather_each(self, requests):
+        self.gathered_each += 1
+        return {name: np.concatenate([p.arrays[name] for p in requests])
+                for name in requests[0].arrays}
+
+    def _check_outputs(self, outputs, total):
+        self.checked.append(total)
+        raise ServerError(Code.INTERNAL, f"output has batch dimension, expected {total}")
+
+    @staticmethod
+    def batch_error(err):
+        if isinstance(err, ServerError):
+            return int(err.code), err.message
+        return int(Code.INTERNAL), f"{type(err).__name__}: {err}"
+
+
+def pending(value, future=None):
+    return PendingRequest(None, future if future is not None else ImmediateFuture(),
+                          {"X": np.array([[value]], dtype=np.float32)}, 1)
+
+
+def dynamic(max_batch_size=8):
+    stats = ModelStats()
+    return Scheduler.dynamic({"max_batch_size": max_batch_size}, stats, CompletionQueue()), stats
+
+
+def test_gather_inputs_lone_request_is_not_copied_and_objects_go_to_the_model():
+    model = Model()
+    one = pending(1.0)
+    assert gather_inputs([one], model._gather_each) is one.arrays
+    both = gather_inputs([pending(1.0), pending(2.0)], model._gather_each)
+    assert both["X"].ravel().tolist() == [1.0, 2.0] and model.gathered_each == 0
+    words = [PendingRequest(None, None, {"S": np.array([b"a"], dtype=object)}, 1),
+             PendingRequest(None, None, {"S": np.array([b"b"], dtype=object)}, 1)]
+    assert gather_inputs(words, model._gather_each)["S"].tolist() == [b"a", b"b"]
+    assert model.gathered_each == 1  # BYTES: the model's own gather
+
+
+def test_run_plain_times_outputs_and_the_models_errors():
+    sched, _ = dynamic()
+    model = Model()
+    for v in (1.0, 2.0):
+        sched.enqueue(pending(v), 1)
+    batch = sched.try_next_batch()
+    before = now_ns()
+    start, input_end, output_start, end, code, message = run_plain(
+        batch, lambda inputs: {"Y": inputs["X"] * 2}, model, sched, True)
+    assert before <= start <= input_end <= output_start <= end and code == 0 and message == ""
+    assert batch.outputs["Y"].ravel().tolist() == [2.0, 4.0] and batch.model is model
+    # a batch dimension that is not the batch's: the model's own text
+    sched.enqueue(pending(3.0), 1)
+    batch = sched.try_next_batch()
+    *_, code, message = run_plain(batch, lambda inputs: {"Y": np.zeros((3, 1))}, model, sched,
+                                  True)
+    assert (code, message) == (int(Code.INTERNAL), "output has batch dimension, expected 1")
+    assert batch.outputs is None
+    # the backend fails: the batch fails with what batch_error says
+    sched.enqueue(pending(4.0), 1)
+    batch = sched.try_next_batch()
+    start, input_end, output_start, end, code, message = run_plain(
+        batch, lambda inputs: 1 / 0, model, sched, True)
+    assert code == int(Code.INTERNAL) and message.startswith("ZeroDivisionError")
+    assert input_end == output_start == end >= start
+
+
+def test_inline_batches_run_record_and_answer_every_ready_batch():
+    sched, stats = dynamic(max_batch_size=2)
+    model = Model()
+    answered = []
+    runner = InlineBatches(sched, lambda inputs: {"Y": inputs["X"] + 1}, model,
+                           lambda batch, code, message: answered.append(
+                               (len(batch), code, batch.outputs["Y"].ravel().tolist())),
+                           True, 10**9, 2 * 10**9)
+    for v in range(5):
+        sched.enqueue(pending(float(v)), 1)
+    assert runner.run() is False  # queue empty, not costly
+    assert answered == [(2, 0, [1.0, 2.0]), (2, 0, [3.0, 4.0]), (1, 0, [5.0])]
+    snap = stats.snapshot()
+    assert snap["execution_count"] == 3 and snap["inference_count"] == 5
+    assert runner.average_ns > 0
+
+
+def test_inline_batches_report_failures_and_costly_batches():
+    sched, stats = dynamic()
+    answered = []
+    runner = InlineBatches(sched, lambda inputs: (_ for _ in ()).throw(ValueError("boom")),
+                           Model(), lambda batch, code, message: answered.append((code, message)),
+                           True, 10**9, 2 * 10**9)
+    sched.enqueue(pending(1.0), 1)
+    assert runner.run() is False
+    assert answered == [(int(Code.INTERNAL), "ValueError: boom")]
+    assert stats.snapshot()["inference_stats"]["fail"]["count"] == 1
+    # batches over costly_ns (1 ns here): the first one says so and the rest
+    # stays queued (for the instance threads)
+    ones, _ = dynamic(max_batch_size=1)
+    slow = InlineBatches(ones, lambda inputs: {"Y": inputs["X"]}, Model(),
+                         lambda batch, code, message: None, True, 1, 2 * 10**9)
+    ones.enqueue(pending(1.0), 1)
+    ones.enqueue(pending(2.0), 1)
+    assert slow.run() is True and ones.queued_count == 1
+    # an outlier counts for at most outlier_ns
+    capped = InlineBatches(sched, None, Model(), None, True, 10**9, 1000)
+    assert capped.note(10**9) is False and capped.average_ns == pytest.approx(125.0)
+
+
+def test_named_run_names_outputs_and_falls_back_on_error():
+    calls = []
+
+    def native(names, feed, options):
+        calls.append("native")
+        if feed.get("fail"):
+            raise RuntimeError("native refused")
+        return [feed["a"] + 1, feed["a"] - 1]
+
+    def wrapper(names, feed, options):
+        calls.append(("wrapper", options))
+        raise ValueError("the wrapper's own text")
+
+    run = NamedRun(native, ["p", "m"], "opts", wrapper)
+    assert run({"a": 1}) == {"p": 2, "m": 0} and calls == ["native"]
+    with pytest.raises(ValueError, match="the wrapper's own text"):
+        run({"a": 1, "fail": True})
+    assert calls[-1] == ("wrapper", "opts")
+
+
+class Again:
+    def __init__(self, model):
+        self.model = model
+
+
+class Tracer:
+    def __init__(self):
+        self.finished = []
+
+    def finish(self, trace, ns, response):
+        self.finished.append((trace, response))
+
+
+def test_settle_answers_each_future_as_server_resolve_did():
+    loop = asyncio.new_event_loop()
+    try:
+        immediate, plain, cancelled, failed, again = (
+            ImmediateFuture(), loop.create_future(), ImmediateFuture(), loop.create_future(),
+            ImmediateFuture())
+        seen = []
+        immediate.add_done_callback(lambda f: seen.append(f.result()))
+        requests = [pending(0.0, f) for f in (immediate, plain, cancelled, failed, again)]
+        error = ServerError(Code.INVALID_ARG, "this request only")
+        for p, response in zip(requests, ("r0", "r1", "r2", error, Again("m"))):
+            p.response = response
+        requests[1].trace = "t1"
+        cancelled.cancel()
+        handles = {p.future: ("scheduler", i) for i, p in enumerate(requests)}
+        tracer = Tracer()
+        rerun = settle(requests, handles, Again, tracer, now_ns)
+        assert rerun == [requests[4]] and list(handles) == [again]  # it keeps its handle
+        assert seen == ["r0"] and plain.result() == "r1"
+        assert cancelled.cancelled() and failed.exception() is error
+        assert tracer.finished == [("t1", "r1")]
+        assert settle([requests[0]], {immediate: 1}, Again, tracer, now_ns) is None  # done: left
+    finally:
+        loop.close()
