@@ -188,7 +188,18 @@ class Tracer:
         """Forgets a trace whose request never ran (refused at the queue)."""
         self._open.pop(record["id"], None)
 
+    def end_in_two_parts(self, record: dict) -> None:
+        """A decoupled model's request: its trace stays open (its model's BLS
+        calls are children of it) until finish() has been called twice, as
+        its batch completes and as its final response is delivered, in
+        either order; as Triton's, which lives until the request is released."""
+        record["_parts"] = 2
+
     def finish(self, record: dict, now_ns: int, response=None) -> None:
+        parts = record.get("_parts")
+        if parts is not None and parts > 1:
+            record["_parts"] = parts - 1
+            return
         self._open.pop(record["id"], None)
         if "timestamps" in record:
             record["timestamps"].append({"name": "REQUEST_END", "ns": now_ns})

@@ -62,7 +62,7 @@ class ResponseStream:
     """
 
     __slots__ = ("_loop", "_on_response", "_final", "_cancelled", "_dropping", "_final_pushed",
-                 "first_response", "window", "held")
+                 "first_response", "window", "held", "on_final")
 
     def __init__(self, loop, on_response, window: ResponseWindow | None = None):
         self._loop = loop
@@ -78,6 +78,9 @@ class ResponseStream:
         # handed holds a place there: the consumer gives it back once written.
         self.window = window
         self.held = False
+        # called once, on the loop, as the final response (or error) is
+        # delivered or dropped: a decoupled request's trace ends then
+        self.on_final = None
 
     def _observe_first_response(self) -> None:
         first, self.first_response = self.first_response, None
@@ -127,6 +130,9 @@ class ResponseStream:
         self._loop.call_soon_threadsafe(self._deliver, response, error, final, held)
 
     def _deliver(self, response, error, final, held=False) -> None:
+        if final and self.on_final is not None:
+            on_final, self.on_final = self.on_final, None
+            on_final()
         if self._final or self._dropping:
             if held:
                 self.window.give()

@@ -591,6 +591,10 @@ class Server:
                 if trace is not None:
                     self.tracer.discard(trace)
                 raise
+            if trace is not None and mv.decoupled:  # (its future is a ResponseStream)
+                tracer = self.tracer
+                tracer.end_in_two_parts(trace)
+                future.on_final = lambda: tracer.finish(trace, now_ns())
         else:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)

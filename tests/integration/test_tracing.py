@@ -350,3 +350,55 @@ def test_stream_calls_carry_the_frontends_stamps(tmp_path, start_grpc):  # noqa:
         assert times == sorted(times)
     first, second = ({x["name"]: x["ns"] for x in t["timestamps"]} for t in traces)
     assert second["GRPC_WAITREAD_START"] == first["GRPC_WAITREAD_END"]
+
+
+def test_a_decoupled_models_bls_after_execute_is_traced_under_its_request(
+        tmp_path, start_grpc):  # noqa: F811
+    """A decoupled request's trace stays open until its final response, as
+    Triton's lives until the request is released: a BLS call its model
+    makes after execute() returned (from its own thread) is a child trace,
+    inside the request's span, and the request's REQUEST_END comes after
+    the child's. (Worker processes, as Triton runs them: in the thread mode
+    a thread the model starts belongs to no instance once several models
+    share the process.)"""
+    import queue
+    import shutil
+
+    import tritonclient.grpc as grpcclient
+
+    from tests.integration.test_python_bls import MODELS
+
+    repo = tmp_path / "models"
+    repo.mkdir()
+    for name in ("bls_after_execute", "add_sub"):
+        shutil.copytree(MODELS / name, repo / name)
+    s = start_grpc(repo)
+    http = httpclient.InferenceServerClient(s.url)
+    trace_file = tmp_path / "trace.json"
+    _trace_everything(s, http, trace_file)
+    answers = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    a = np.array([1, 2, 3, 4], np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"),
+              grpcclient.InferInput("INPUT1", [4], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    client.async_stream_infer("bls_after_execute", inputs, request_id="r",
+                              enable_empty_final_response=True)
+    result, error = answers.get(timeout=30)
+    assert error is None
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    result, error = answers.get(timeout=30)  # the final flag alone
+    assert error is None and result.get_response().parameters["triton_final_response"].bool_param
+    client.stop_stream()
+    client.close()
+    traces = _written(http, trace_file)
+    by_model = sorted((t["model_name"], "parent_id" in t) for t in traces)
+    assert by_model == [("add_sub", True), ("bls_after_execute", False)], traces
+    child = next(t for t in traces if t["model_name"] == "add_sub")
+    parent = next(t for t in traces if t["id"] == child["parent_id"])
+    assert parent["model_name"] == "bls_after_execute" and parent["request_id"] == "r"
+    start, end = _span(parent)
+    child_start, child_end = _span(child)
+    assert start <= child_start <= child_end <= end

@@ -50,3 +50,21 @@ def test_traces_never_finished_are_bounded(tmp_path, monkeypatch):
     assert len(t._open) == 3  # the oldest went
     assert t.start("s", 1, 9, InferRequest("s", parent_trace=records[0]["id"])) is None
     assert t.start("s", 1, 9, InferRequest("s", parent_trace=records[4]["id"])) is not None
+
+
+def test_a_trace_ending_in_two_parts_stays_open_until_the_second(tmp_path):
+    """A decoupled request's trace: open for children after its batch
+    completes, ended (REQUEST_END, written) by the second finish."""
+    t = tracer(tmp_path)
+    parent = t.start("decoupled", 1, 10, InferRequest("decoupled", id="r"))
+    t.end_in_two_parts(parent)
+    t.finish(parent, 20)  # its batch completed; the model still works
+    child = t.start("step", 1, 21, InferRequest("step", parent_trace=parent["id"]))
+    assert child is not None and child["parent_id"] == parent["id"]
+    t.finish(child, 25)
+    t.finish(parent, 30)  # its final response
+    assert t.start("step", 1, 40, InferRequest("step", parent_trace=parent["id"])) is None
+    t.flush()
+    written = {w["id"]: w for w in json.loads((tmp_path / "t.json").read_text())}
+    ends = [s["ns"] for s in written[parent["id"]]["timestamps"] if s["name"] == "REQUEST_END"]
+    assert ends == [30] and child["id"] in written
