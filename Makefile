@@ -92,8 +92,9 @@ test-ray: install $(VENV)/.deps-ray
 
 # GPU tests (TensorRT plans, ONNX Runtime CUDA/TensorRT EPs, torch on CUDA);
 # each module skips with its reason where its runtime or a GPU is missing.
-# On a GPU machine: .venv/bin/pip install tensorrt, and onnxruntime-gpu in
-# place of onnxruntime, and a CUDA build of torch, for every test to run.
+# On a GPU machine: .venv/bin/pip install tensorrt cupy-cuda12x, and
+# onnxruntime-gpu in place of onnxruntime, and a CUDA build of torch, for
+# every test to run (CuPy: CUDA shared memory).
 test-gpu: install
 	$(VPY) -m pytest -q -rs tests/gpu
 
