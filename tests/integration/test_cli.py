@@ -89,14 +89,17 @@ def test_config_error_exits_with_file_and_line(tmp_path):
     assert "max_batch_sise" in proc.stderr and "max_batch_size" in proc.stderr
 
 
-def start_cli(args):
+def start_cli(args, env: dict | None = None):
+    """``python -m pyserver ARGS`` on free ports (``env``: added to this
+    process's environment), once it is live: (process, HTTP client, ports)."""
     ports = [free_port() for _ in range(3)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyserver", *args,
          "--http-port", str(ports[0]), "--http-address", "127.0.0.1",
          "--grpc-port", str(ports[1]), "--grpc-address", "127.0.0.1",
          "--metrics-port", str(ports[2]), "--metrics-address", "127.0.0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=None if env is None else {**os.environ, **env})
     client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
     deadline = time.monotonic() + 60
     while True:
