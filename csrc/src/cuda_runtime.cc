@@ -43,50 +43,67 @@ CudaRuntime& CudaRuntime::Get() {
 }
 
 CudaRuntime::CudaRuntime(const std::vector<std::string>& candidates) {
-  std::string last_error = "no library names given";
+  std::string load_error = "no library names given";
   for (const std::string& name : candidates) {
-    handle_ = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ != nullptr) {
-      library_ = name;
-      break;
+    void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* err = dlerror();
+      load_error = err != nullptr ? err : name + ": cannot be opened";
+      continue;
     }
-    const char* err = dlerror();
-    last_error = err != nullptr ? err : name + ": cannot be opened";
+    // A runtime that loads but cannot be used (a CUDA 13 runtime on the
+    // library path with an older driver, next to the CUDA 12 runtime of a
+    // wheel) gives way to the next candidate. It stays loaded, as the one
+    // in use does (see ~CudaRuntime); the first one's reason is kept.
+    std::string why;
+    if (Bind(handle, name, &why)) {
+      handle_ = handle;
+      library_ = name;
+      reason_.clear();
+      available_ = true;
+      return;
+    }
+    if (library_.empty()) {
+      library_ = name;
+      reason_ = why;
+    }
   }
-  if (handle_ == nullptr) {
-    reason_ = "the CUDA runtime library could not be loaded (" + last_error + ")";
-    return;
+  if (library_.empty()) {
+    reason_ = "the CUDA runtime library could not be loaded (" + load_error + ")";
   }
+}
+
+bool CudaRuntime::Bind(void* handle, const std::string& name, std::string* why) {
   std::string missing;
-  bool ok = Resolve(handle_, "cudaGetDeviceCount", &get_device_count_, &missing);
-  ok &= Resolve(handle_, "cudaSetDevice", &set_device_, &missing);
-  ok &= Resolve(handle_, "cudaGetDevice", &get_device_, &missing);
-  ok &= Resolve(handle_, "cudaDeviceGetPCIBusId", &pci_bus_id_, &missing);
-  ok &= Resolve(handle_, "cudaHostAlloc", &host_alloc_, &missing);
-  ok &= Resolve(handle_, "cudaFreeHost", &free_host_, &missing);
-  ok &= Resolve(handle_, "cudaStreamCreateWithFlags", &stream_create_, &missing);
-  ok &= Resolve(handle_, "cudaStreamDestroy", &stream_destroy_, &missing);
-  ok &= Resolve(handle_, "cudaStreamSynchronize", &stream_synchronize_, &missing);
-  ok &= Resolve(handle_, "cudaMalloc", &malloc_, &missing);
-  ok &= Resolve(handle_, "cudaFree", &free_, &missing);
-  ok &= Resolve(handle_, "cudaMemcpyAsync", &memcpy_async_, &missing);
-  ok &= Resolve(handle_, "cudaGetErrorString", &error_string_, &missing);
+  bool ok = Resolve(handle, "cudaGetDeviceCount", &get_device_count_, &missing);
+  ok &= Resolve(handle, "cudaSetDevice", &set_device_, &missing);
+  ok &= Resolve(handle, "cudaGetDevice", &get_device_, &missing);
+  ok &= Resolve(handle, "cudaDeviceGetPCIBusId", &pci_bus_id_, &missing);
+  ok &= Resolve(handle, "cudaHostAlloc", &host_alloc_, &missing);
+  ok &= Resolve(handle, "cudaFreeHost", &free_host_, &missing);
+  ok &= Resolve(handle, "cudaStreamCreateWithFlags", &stream_create_, &missing);
+  ok &= Resolve(handle, "cudaStreamDestroy", &stream_destroy_, &missing);
+  ok &= Resolve(handle, "cudaStreamSynchronize", &stream_synchronize_, &missing);
+  ok &= Resolve(handle, "cudaMalloc", &malloc_, &missing);
+  ok &= Resolve(handle, "cudaFree", &free_, &missing);
+  ok &= Resolve(handle, "cudaMemcpyAsync", &memcpy_async_, &missing);
+  ok &= Resolve(handle, "cudaGetErrorString", &error_string_, &missing);
   if (!ok) {
-    reason_ = library_ + " lacks " + missing;
-    return;
+    *why = name + " lacks " + missing;
+    return false;
   }
   int count = 0;
   int err = get_device_count_(&count);
   if (err != 0) {
-    reason_ = std::string("no usable CUDA device: ") + error_string_(err);
-    return;
+    *why = std::string("no usable CUDA device: ") + error_string_(err);
+    return false;
   }
   if (count <= 0) {
-    reason_ = "no CUDA device is visible";
-    return;
+    *why = "no CUDA device is visible";
+    return false;
   }
   device_count_ = count;
-  available_ = true;
+  return true;
 }
 
 CudaRuntime::~CudaRuntime() {

@@ -3,7 +3,9 @@
 // streams, a current device per thread, and counters the tests read to check
 // that every block and stream is freed.
 // FAKE_CUDART_DEVICES=<n> sets the device count (default 1); -1 makes
-// cudaGetDeviceCount fail as it does on a machine without a driver.
+// cudaGetDeviceCount fail as it does on a machine without a driver. Built
+// with FAKE_CUDART_OLD_DRIVER it always fails as a runtime newer than the
+// driver does.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -18,11 +20,17 @@ std::atomic<long> g_next_stream{1};
 thread_local int g_device = 0;
 constexpr int kErrorInvalidValue = 1;
 constexpr int kErrorNoDevice = 100;
+constexpr int kErrorInsufficientDriver = 35;
 }  // namespace
 
 extern "C" {
 
 int cudaGetDeviceCount(int* count) {
+#ifdef FAKE_CUDART_OLD_DRIVER
+  // built as a runtime newer than the machine's driver (cudaErrorInsufficientDriver)
+  (void)count;
+  return kErrorInsufficientDriver;
+#endif
   const char* env = std::getenv("FAKE_CUDART_DEVICES");
   int n = env != nullptr ? std::atoi(env) : 1;
   if (n < 0) return kErrorNoDevice;
@@ -108,6 +116,8 @@ int cudaMemcpy(void* dst, const void* src, size_t bytes, int kind) {
 const char* cudaGetErrorString(int err) {
   switch (err) {
     case kErrorNoDevice: return "no CUDA-capable device is detected";
+    case kErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
     case kErrorInvalidValue: return "invalid argument";
     default: return "unknown error";
   }

@@ -60,6 +60,24 @@ TEST(CudaRuntime, NoDeviceIsUnavailableWithCudasText) {
   EXPECT_EQ(zero.reason(), "no CUDA device is visible");
 }
 
+TEST(CudaRuntime, ARuntimeTheDriverRefusesGivesWayToTheNext) {
+  // e.g. the system's CUDA 13 runtime found first on an older driver, a
+  // wheel's CUDA 12 runtime after it
+  CudaRuntime runtime({FAKE_CUDART_OLD_DRIVER_PATH, FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available()) << runtime.reason();
+  EXPECT_EQ(runtime.library(), FAKE_CUDART_PATH);
+  EXPECT_EQ(runtime.reason(), "");
+  void* p = nullptr;
+  ASSERT_TRUE(runtime.HostAlloc(&p, 64).ok());
+  EXPECT_TRUE(runtime.FreeHost(p).ok());
+  // none usable: the first one's reason, and its name
+  CudaRuntime none({"/nonexistent.so", FAKE_CUDART_OLD_DRIVER_PATH, "libm.so.6"});
+  EXPECT_FALSE(none.available());
+  EXPECT_EQ(none.library(), FAKE_CUDART_OLD_DRIVER_PATH);
+  EXPECT_EQ(none.reason(),
+            "no usable CUDA device: CUDA driver version is insufficient for CUDA runtime version");
+}
+
 TEST(CudaRuntime, LoadsAndChecksDevices) {
   CudaRuntime runtime({FAKE_CUDART_PATH});
   ASSERT_TRUE(runtime.available()) << runtime.reason();

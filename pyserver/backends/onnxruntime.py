@@ -202,6 +202,22 @@ def execution_providers(config, kind: str, device_id: int, available) -> list:
     return providers
 
 
+def check_providers(config, requested: list, created: list) -> None:
+    """ONNX Runtime drops an execution provider it cannot create (CUDA or
+    cuDNN libraries not found, a TensorRT runtime missing) with a warning
+    and runs on the ones left: a model asked to run on GPU would then run
+    on the CPU unnoticed. That is a load error here, as the provider's
+    failure is in Triton's onnxruntime backend. ``requested``: what
+    execution_providers() gave; ``created``: the session's get_providers()."""
+    dropped = [name for name, _ in requested if name not in created]
+    if dropped:
+        raise ServerError(
+            Code.UNAVAILABLE,
+            f"unable to load model '{config.name}': onnxruntime could not create "
+            f"{', '.join(dropped)} (the session has {', '.join(created)}); check that the CUDA, "
+            "cuDNN and TensorRT libraries onnxruntime-gpu needs can be found")
+
+
 def session_options(config, threads: int):
     """SessionOptions and RunOptions from the config; `threads` is this
     instance's share of the cores (the default intra-op count, so that N
@@ -284,6 +300,7 @@ class OnnxRuntimeBackend:
             raise ServerError(Code.INVALID_ARG,
                               f"onnxruntime could not load '{model_path}': {err}") from None
         self.providers = self.session.get_providers()
+        check_providers(config, providers, self.providers)
         # A cheap CPU model may run on the event loop (model/inline.py).
         cpu_only = self.providers == ["CPUExecutionProvider"]
         self.capabilities = Capability.RUNS_INLINE if cpu_only else Capability.NONE

@@ -52,8 +52,8 @@ CLIENT = textwrap.dedent('''
     client.register_cuda_shared_memory("in", handle(inp), 0, 2 * nbytes)
     client.register_cuda_shared_memory("out", handle(out), 0, 2 * nbytes)
     status = client.get_cuda_shared_memory_status()
-    names = sorted(r.name for r in status.regions) if protocol == "grpc" else \\
-        sorted(r["name"] for r in status)
+    # gRPC: a map by region name; HTTP: a list of region objects
+    names = sorted(status.regions) if protocol == "grpc" else sorted(r["name"] for r in status)
     assert names == ["in", "out"], status
     for step in range(2):
         a = np.arange(16, dtype=np.float32).reshape(1, 16) + step
@@ -69,7 +69,15 @@ CLIENT = textwrap.dedent('''
         outputs[0].set_shared_memory("out", nbytes)
         outputs[1].set_shared_memory("out", nbytes, offset=nbytes)
         result = client.infer("add_sub", inputs, outputs=outputs)
-        assert result.as_numpy("OUTPUT0") is None  # in the region, not the answer
+        # named in the answer (shape, no data): the values are in the region
+        answered = result.get_output("OUTPUT0")
+        assert answered is not None, result.get_response()
+        if protocol == "grpc":
+            assert list(answered.shape) == [1, 16]
+            # an empty raw_output_contents entry per output, as Triton adds
+            assert not any(result.get_response().raw_output_contents)
+        else:
+            assert answered["shape"] == [1, 16] and "data" not in answered, answered
         got = np.empty((2, 16), np.float32)
         rt.memcpy(got.ctypes.data, out.ptr, 2 * nbytes, rt.memcpyDeviceToHost)
         assert (got[0] == (a + b)[0]).all() and (got[1] == (a - b)[0]).all(), got

@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 from pyserver.backends._common import instance_placement, parse_bool, parse_int
-from pyserver.backends.onnxruntime import execution_providers, session_options
+from pyserver.backends.onnxruntime import check_providers, execution_providers, session_options
 from pyserver.config import normalize, parse_config_text
 from pyserver.kernel.errors import Code, ServerError
 
@@ -214,3 +214,17 @@ def test_cpu_session_runs_natively_with_the_wrappers_errors(tmp_path):
     with pytest.raises(ValueError) as wrapper_error:
         backend.session.run(backend.output_names, {"INPUT0": a})
     assert str(native_error.value) == str(wrapper_error.value)
+
+
+def test_a_gpu_provider_onnxruntime_dropped_fails_the_load():
+    """onnxruntime-gpu whose CUDA libraries are not found creates the
+    session on the CPU with a warning: the load fails instead."""
+    c = config("instance_group [ { kind: KIND_GPU } ]")
+    requested = execution_providers(c, "KIND_GPU", 0, GPU_BUILD)
+    check_providers(c, requested, ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    err = error_of(lambda: check_providers(c, requested, ["CPUExecutionProvider"]))
+    assert err.code == Code.UNAVAILABLE
+    assert err.message.startswith("unable to load model 'm': onnxruntime could not create "
+                                  "CUDAExecutionProvider (the session has CPUExecutionProvider)")
+    check_providers(config(), execution_providers(config(), "KIND_CPU", 0, CPU_BUILD),
+                    ["CPUExecutionProvider"])

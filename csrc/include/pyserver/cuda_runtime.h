@@ -30,8 +30,9 @@ class CudaRuntime {
   // NVIDIA wheel installs). Only has an effect before the first Get().
   static void AddSearchPaths(const std::vector<std::string>& paths);
 
-  // A runtime loaded from the first of `candidates` that dlopen accepts
-  // (for tests, and for a libcudart found inside a Python wheel).
+  // A runtime loaded from the first of `candidates` that dlopen accepts and
+  // that sees a device (for tests, and for a libcudart found inside a Python
+  // wheel); when none does, reason() is the first loaded one's.
   explicit CudaRuntime(const std::vector<std::string>& candidates);
   ~CudaRuntime();
   CudaRuntime(const CudaRuntime&) = delete;
@@ -62,6 +63,9 @@ class CudaRuntime {
 
  private:
   Status Check(int err, const char* what) const;
+  // Resolves the entry points from `handle` (the library `name`) and counts
+  // its devices: true when it is usable, else `why` says why not.
+  bool Bind(void* handle, const std::string& name, std::string* why);
 
   void* handle_ = nullptr;
   bool available_ = false;
