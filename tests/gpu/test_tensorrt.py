@@ -77,10 +77,11 @@ def test_tensorrt_mlp_two_instances(tmp_path, serve, plans, batching):
     assert pool["pinned"] and pool["allocations"] > 0
     assert s.server.host_memory.gauges()[0] > 0
     # Their device bindings are blocks of GPU 0's CUDA memory pool, held by
-    # the instances (2 instances x 2 tensors).
+    # the instances that have run (2 tensors each, taken at an instance's
+    # first batch: with batching, one instance may have run them all).
     device_pool = s.server.device_memory.stats()[0]
     assert device_pool["device"] == 0 and not device_pool["pinned"]
-    assert device_pool["allocations"] >= 4 and device_pool["in_use_bytes"] >= 4 * 4096
+    assert device_pool["allocations"] >= 2 and device_pool["in_use_bytes"] >= 2 * 4096
 
 
 def test_tensorrt_profiles(tmp_path, serve, plans):
