@@ -16,7 +16,7 @@ import pytest
 
 from pyserver.testing import write_add_sub
 
-cupy = pytest.importorskip("cupy", reason="CUDA shared memory needs CuPy (cupy-cuda12x)")
+cupy = pytest.importorskip("cupy", reason="CUDA shared memory needs CuPy (cupy-cuda12x or cupy-cuda13x)")
 
 
 def _gpus() -> int:
