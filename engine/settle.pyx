@@ -7,14 +7,20 @@ per request on the loop (ONNX add_sub over gRPC at c64). The futures the
 gRPC frontend hands in (ImmediateFuture) are settled without a call.
 """
 
+from libc.stdint cimport uint64_t
+
 from pyserver.engine.types cimport ImmediateFuture, PendingRequest
 
 
-cpdef list settle(list requests, dict handles, object reschedule, object tracer, object now_ns):
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()
+
+
+cpdef list settle(list requests, dict handles, object reschedule, object tracer):
     """Answers ``requests`` (PendingRequest) whose batch ran: each leaves
     ``handles``; its future gets its response, or the exception a backend
     that answers per request gave as that response; a traced one's record
-    ends (``tracer.finish(trace, now_ns(), response)``). A future already
+    ends (``tracer.finish(trace, now, response)``, the engine's clock). A future already
     done (cancelled) is left as it is. Returns the requests whose response
     is a ``reschedule`` instance (iterative sequences: they run again, the
     caller queues them; they keep their handle) or None."""
@@ -32,7 +38,7 @@ cpdef list settle(list requests, dict handles, object reschedule, object tracer,
         future = p.future
         del handles[future]
         if p.trace is not None:
-            tracer.finish(p.trace, now_ns(), response)
+            tracer.finish(p.trace, NowNs(), response)
         if type(future) is ImmediateFuture:
             immediate = <ImmediateFuture>future
             if immediate._state:

@@ -1,4 +1,3 @@
-from typing import Any, Callable
+from typing import Any
 
-def settle(requests: list, handles: dict, reschedule: type, tracer: Any,
-           now_ns: Callable[[], int]) -> list | None: ...
+def settle(requests: list, handles: dict, reschedule: type, tracer: Any) -> list | None: ...

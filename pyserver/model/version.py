@@ -190,9 +190,8 @@ class ModelVersion:
         self.tracing = False  # set by the server while tracing may be on
         self._config_json = None
         # A plain model's batches run compiled (engine/batch_execution.pyx):
-        # nothing to do per request beyond gather, execute and the cut, which
-        # the server makes as it answers.
-        # (implicit state is fed and kept around the run: not plain)
+        # nothing to do beyond gather, execute and the cut the server makes
+        # as it answers (implicit state is fed and kept around the run).
         self.plain_batches = not self.has_implicit_state and not self.iterative \
             and self._shaping is None and context.answer is not None
 

@@ -268,7 +268,7 @@ class Server:
             # each future gets its response (a backend that answers per
             # request may fail one request of a batch: its response is the
             # error); a rescheduled request runs again
-            again = settle(obj.requests, handles, Reschedule, self.tracer, now_ns)
+            again = settle(obj.requests, handles, Reschedule, self.tracer)
             if again is not None:
                 for p in again:
                     self._requeue(p, p.response.model)

@@ -175,11 +175,11 @@ def test_settle_answers_each_future_as_server_resolve_did():
         cancelled.cancel()
         handles = {p.future: ("scheduler", i) for i, p in enumerate(requests)}
         tracer = Tracer()
-        rerun = settle(requests, handles, Again, tracer, now_ns)
+        rerun = settle(requests, handles, Again, tracer)
         assert rerun == [requests[4]] and list(handles) == [again]  # it keeps its handle
         assert seen == ["r0"] and plain.result() == "r1"
         assert cancelled.cancelled() and failed.exception() is error
         assert tracer.finished == [("t1", "r1")]
-        assert settle([requests[0]], {immediate: 1}, Again, tracer, now_ns) is None  # done: left
+        assert settle([requests[0]], {immediate: 1}, Again, tracer) is None  # done: left
     finally:
         loop.close()
