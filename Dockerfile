@@ -83,6 +83,7 @@ RUN PYSERVER_BUILD_TYPE=Release PYSERVER_BUILD_JOBS="${BUILD_JOBS}" \
  && site=$(/opt/pyserver/bin/python -c "import sysconfig; print(sysconfig.get_paths()['platlib'])") \
  && /src/docker/runtime-packages.sh --require "$site/pyserver/engine" /opt/pyserver \
       > /opt/runtime-packages.txt \
+ && echo libjemalloc2 >> /opt/runtime-packages.txt \
  && cat /opt/runtime-packages.txt
 
 # -------------------------------------------------------------- runtime ----
@@ -90,7 +91,8 @@ FROM ${BASE_IMAGE} AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The shared libraries the installed code links, as the build stage found
-# them (ldd + dpkg -S): the same list gives the same cached layer.
+# them (ldd + dpkg -S), and jemalloc, the server command's malloc
+# (pyserver/runtime/allocator.py): the same list gives the same cached layer.
 COPY --from=build /opt/runtime-packages.txt /opt/runtime-packages.txt
 # Those the base already has are left as they are (no upgrade).
 # hadolint ignore=DL3008

@@ -15,6 +15,8 @@ LLHTTP_DIR := build/llhttp
 LLHTTP_SOURCE := $(LLHTTP_DIR)/usr/share/llhttp/llhttp.c
 # perf_analyzer (shipped in tritonclient's wheel) links libb64 from Debian.
 LIBB64 := /usr/lib/$(shell uname -m)-linux-gnu/libb64.so.0d
+# jemalloc, the server's malloc where the machine has it (pyserver/runtime/allocator.py).
+JEMALLOC := /usr/lib/$(shell uname -m)-linux-gnu/libjemalloc.so.2
 
 .PHONY: install serve test test-csrc test-embed test-python test-ray test-gpu lint sanitize sanitize-python bench clean system-deps
 
@@ -30,7 +32,8 @@ endef
 # Debian packages: GoogleTest for the csrc tests, nghttp2 for the gRPC
 # frontend's HTTP/2, llhttp for the HTTP frontend's HTTP/1.1, xxHash for the
 # response cache, {fmt} and simdjson for the HTTP infer JSON, libb64 for
-# perf_analyzer (each installed when missing).
+# perf_analyzer, jemalloc for the server's malloc (pyserver/runtime/allocator.py;
+# each installed when missing).
 system-deps:
 	$(call apt_need,$(GTEST_HEADER),libgtest-dev)
 	$(call apt_need,$(NGHTTP2_HEADER),libnghttp2-dev)
@@ -45,6 +48,7 @@ system-deps:
 	$(call apt_need,$(XXHASH_HEADER),libxxhash-dev)
 	$(call apt_need,$(FMT_HEADER),libfmt-dev)
 	$(call apt_need,$(SIMDJSON_HEADER),libsimdjson-dev)
+	$(call apt_need,$(JEMALLOC),libjemalloc2)
 
 $(VENV)/.deps: pyproject.toml requirements-test.txt requirements-storage.txt requirements-deploy.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)

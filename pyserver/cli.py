@@ -255,6 +255,9 @@ async def serve(args) -> int:
         return 1
     await server.start()
     log.info("\n%s", model_table(server.repository_index()))
+    from pyserver.runtime import allocator
+    log.info("memory allocator: %s (%s=%s)", allocator.active(), allocator.ENV,
+             os.environ.get(allocator.ENV, "auto"))
     server.opening_frontends = True  # not ready until every endpoint listens
     frontends = []
     if args.allow_http:

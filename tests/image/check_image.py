@@ -287,6 +287,11 @@ def run(args: argparse.Namespace) -> float:
         if uid != "1000":
             raise Failure(f"the server runs as uid {uid}, not 1000")
         print("  runs as uid 1000, PID 1 of its namespace")
+        # the image installs jemalloc, and the command re-executes onto it
+        # (pyserver/runtime/allocator.py) without changing the PID
+        if "libjemalloc" not in Path(f"/proc/{container.pid}/maps").read_text():
+            raise Failure("the server does not run on jemalloc (libjemalloc2 missing from the image?)")
+        print("  malloc: jemalloc")
         _check_infer(http_port, grpc_port)
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
             if b"nv_inference_request_success" not in r.read():
