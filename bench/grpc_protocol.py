@@ -87,7 +87,11 @@ async def _serve(repo: str, port: int, io_threads: int = 0):
 
 
 def serve_main(repo: str, port: int, io_threads: int = 0):
-    """``io_threads``: the gRPC socket pump's threads (--grpc-infer-thread-count)."""
+    """``io_threads``: the gRPC socket pump's threads (--grpc-infer-thread-count).
+    The process runs on the malloc the server command would pick (it may
+    re-execute itself here: pyserver/runtime/allocator.py)."""
+    from pyserver.runtime.allocator import reexec_with_preferred
+    reexec_with_preferred()
     import uvloop
 
     uvloop.run(_serve(repo, port, io_threads))

@@ -66,6 +66,12 @@ def preload_environment(environ, jemalloc: str | None) -> dict | None:
     env = dict(environ)
     # after the user's libraries: a malloc they preload stays the one in use
     env["LD_PRELOAD"] = f"{preload}:{jemalloc}" if preload else jemalloc
+    # oneTBB (OpenVINO's) opens libtbbbind with RTLD_DEEPBIND, so its hwloc
+    # frees with the C library's free what the C library allocated with the
+    # preloaded malloc, and the process aborts ("free(): invalid pointer";
+    # oneTBB issues 1636, 1645). This variable is oneTBB's switch for
+    # dlopening it without RTLD_DEEPBIND.
+    env.setdefault("TBB_ENABLE_SANITIZERS", "1")
     return env
 
 

@@ -112,3 +112,53 @@ def test_a_setting_that_cannot_be_honoured_stops_the_command(value, message):
                           text=True, timeout=60)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+@needs_jemalloc
+def test_every_backend_serves_through_the_command_on_jemalloc(tmp_path):
+    """A preloaded malloc meets every runtime's own libraries in one process
+    (OpenVINO's TBB aborted on it before TBB_ENABLE_SANITIZERS was set)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("torch")
+    from pyserver.testing import write_add_sub
+    from tests.integration import test_backends, test_openvino, test_triton_c_backend as c_api
+    repo, backends = tmp_path / "models", tmp_path / "backends"
+    write_add_sub(repo, name="onnx")
+    test_openvino.write_model(repo, "openvino", "max_batch_size: 8\n" + test_openvino.ADD_SUB_IO)
+    test_backends.write_torch(repo, "torch", test_backends.TorchAddSub(),
+                              test_backends.ADD_SUB_TORCH_IO)
+    shutil.copytree(PYTHON_ADD_SUB, repo / "python")
+    (repo / "python" / "config.pbtxt").write_text(
+        (PYTHON_ADD_SUB / "config.pbtxt").read_text().replace('"add_sub"', '"python"'))
+    c_api.build_backend(backends, "identity")
+    c_api.write_model(repo, "identity", c_api.IDENTITY)
+    proc, client, _ = start_cli(["--model-repository", str(repo),
+                                 "--backend-directory", str(backends)],
+                                env={"PYSERVER_MALLOC": "jemalloc"})
+    try:
+        assert mapped(proc.pid)
+        rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal((1, 16)).astype(np.float32) for _ in range(2))
+        for model, names in (("onnx", ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")),
+                             ("openvino", ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")),
+                             ("torch", ("INPUT__0", "INPUT__1", "OUTPUT__0", "OUTPUT__1"))):
+            inputs = [httpclient.InferInput(names[0], [1, 16], "FP32"),
+                      httpclient.InferInput(names[1], [1, 16], "FP32")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            result = client.infer(model, inputs)
+            np.testing.assert_allclose(result.as_numpy(names[2]), a + b, rtol=1e-6)
+            np.testing.assert_allclose(result.as_numpy(names[3]), a - b, rtol=1e-6)
+        x = np.arange(4, dtype=np.float32)
+        inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
+                  httpclient.InferInput("INPUT1", [4], "FP32")]
+        inputs[0].set_data_from_numpy(x)
+        inputs[1].set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("python", inputs).as_numpy("OUTPUT0"), x + x)
+        one = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+        one.set_data_from_numpy(np.ones((1, 3), np.float32))
+        np.testing.assert_array_equal(client.infer("identity", [one]).as_numpy("OUTPUT0"),
+                                      np.ones((1, 3), np.float32))
+    finally:
+        out = stop(proc)
+    assert "memory allocator: jemalloc" in out

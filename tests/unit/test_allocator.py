@@ -11,7 +11,8 @@ JE = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 def test_auto_preloads_jemalloc_where_the_machine_has_it():
     env = preload_environment({"PATH": "/bin"}, JE)
-    assert env == {"PATH": "/bin", "LD_PRELOAD": JE}
+    # oneTBB's hwloc must not be RTLD_DEEPBIND-loaded under a preloaded malloc
+    assert env == {"PATH": "/bin", "LD_PRELOAD": JE, "TBB_ENABLE_SANITIZERS": "1"}
     assert preload_environment({"PYSERVER_MALLOC": " Auto "}, JE)["LD_PRELOAD"] == JE
 
 
