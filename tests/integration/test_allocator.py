@@ -121,7 +121,8 @@ def test_every_backend_serves_through_the_command_on_jemalloc(tmp_path):
     pytest.importorskip("openvino")
     pytest.importorskip("torch")
     from pyserver.testing import write_add_sub
-    from tests.integration import test_backends, test_openvino, test_triton_c_backend as c_api
+    from tests.integration import test_backends, test_openvino
+    from tests.integration import test_triton_c_backend as c_api
     repo, backends = tmp_path / "models", tmp_path / "backends"
     write_add_sub(repo, name="onnx")
     test_openvino.write_model(repo, "openvino", "max_batch_size: 8\n" + test_openvino.ADD_SUB_IO)
