@@ -329,7 +329,7 @@ class GrpcFrontend:
         self._loop = asyncio.get_running_loop()
         server = self._server
         infer = self._infer = InferHandler(
-            server.submit, self._loop, contents_decoder=decode_contents,
+            server.submitter, self._loop, contents_decoder=decode_contents,
             shm_resolver=lambda request: _resolve_shared_memory(server.shared_memory, request),
             on_error=_finish_error, on_deadline=self._deadline_expired,
             canceller=server.cancel,

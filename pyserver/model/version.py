@@ -29,6 +29,7 @@ from pyserver.engine import (
     gather,
     now_ns,
 )
+from pyserver.engine.admission import Route
 from pyserver.engine.batch_execution import gather_inputs, run_plain
 from pyserver.engine.request_path import RequestPath
 from pyserver.engine.timer import DueTimer
@@ -114,6 +115,7 @@ class ModelVersion:
     """One version of a model, loaded and serving."""
 
     ensemble = None  # an EnsemblePlan for platform "ensemble": no instances of its own
+    route = None  # the compiled common case of a new request (start(); engine/admission.pyx)
     first_response_by_stream = False  # a decoupled model's first-response histogram
     loop_drivers: list = []  # the drivers the event loop dispatches to (set by start)
     drivers: list = []  # every instance's driver (set by start)
@@ -291,6 +293,15 @@ class ModelVersion:
             drivers.append(driver)
         self.loop_drivers = loop_drivers
         self.drivers = drivers
+        # What Server.submit does for a plain request, in one compiled call:
+        # open unless requests need more than validation and the queue.
+        if len(loop_drivers) == 1:
+            dispatch = loop_drivers[0].dispatch
+        else:
+            dispatch = self.dispatch if loop_drivers else None
+        self.route = Route(self, self._path.validate, self.scheduler, dispatch,
+                           not self.decoupled and self.ensemble is None and self.sequence is None
+                           and self._batch_viewer is None)
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)
         for driver in drivers:

@@ -18,6 +18,7 @@ from pyserver._version import __version__
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
 from pyserver.backends.base import Capability
 from pyserver.engine import Batch, CompletionQueue, now_ns
+from pyserver.engine.admission import Admission, Ledger
 from pyserver.engine.rate_limiter import RateLimiter
 from pyserver.engine.settle import settle
 from pyserver.kernel.context import ServerContext
@@ -117,14 +118,36 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._live = False
-        self._stopping = False
-        self._inflight = 0
+        # requests in flight (count, cancel handles) and whether new ones are
+        # taken: kept where the compiled admission updates them too
+        self._ledger = Ledger()
+        self._handles: dict = self._ledger.handles  # future -> (scheduler, request id)
         # True while the process still opens its endpoints: a client that
         # saw one of them ready may use any of them (set by the CLI).
         self.opening_frontends = False
         self._spin_scheduled = False
-        self._handles: dict = {}  # future -> (scheduler, request id), for cancel()
         self._drained: asyncio.Event | None = None
+        # submit()'s common case compiled (engine/admission.pyx); the
+        # frontends call ``submitter`` per request, with no Python frame
+        self._admission = Admission(self._ledger, self._submit_general, self._submit_resolved,
+                                    self._served_from_cache, self._maybe_spin, self.tracer)
+        self.submitter = self._admission.submit
+
+    @property
+    def _inflight(self) -> int:
+        return self._ledger.inflight
+
+    @_inflight.setter
+    def _inflight(self, value: int) -> None:
+        self._ledger.inflight = value
+
+    @property
+    def _stopping(self) -> bool:
+        return self._ledger.stopping
+
+    @_stopping.setter
+    def _stopping(self, value: bool) -> None:
+        self._ledger.stopping = value
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -142,6 +165,7 @@ class Server:
         self.models = ModelManager(self.repositories, self.context,
                                    self.model_load_thread_count, self.model_control_mode,
                                    self.load_options, self.model_load_retry_count)
+        self._admission.bind(self.models, self._loop)
         self._live = True
         errors = await self.models.start(self.load_models)
         if errors and self.exit_on_error:
@@ -264,7 +288,7 @@ class Server:
             except Exception as err:  # e.g. classification of a BYTES output
                 code, message = obj.model.batch_error(err)
         if code == 0:
-            self._inflight -= len(obj.requests)
+            self._ledger.inflight -= len(obj.requests)
             # each future gets its response (a backend that answers per
             # request may fail one request of a batch: its response is the
             # error); a rescheduled request runs again
@@ -524,8 +548,15 @@ class Server:
         ``future``: the one to resolve (an ImmediateFuture, whose callback
         runs as the batch completes) when the request goes to a model's queue;
         an ensemble or a cached model gives its own, which is returned. A
-        decoupled model's 0..N responses need submit_stream: DecoupledModelError."""
-        mv = self._admit(request)
+        decoupled model's 0..N responses need submit_stream: DecoupledModelError.
+        The common case runs compiled (engine/admission.pyx), the rest here."""
+        return self._admission.submit(request, future)
+
+    def _submit_general(self, request: InferRequest, future):
+        return self._submit_resolved(self._admit(request), request, future)
+
+    def _submit_resolved(self, mv: ModelVersion, request: InferRequest, future):
+        """submit() once the request is admitted to ``mv``."""
         if mv.decoupled or self._decoupled(mv):  # (an ensemble's config may say so too)
             raise DecoupledModelError()
         return self._dispatch(mv, request, future)
@@ -534,7 +565,7 @@ class Server:
         """Runs an admitted request to a model that answers it once: through
         the response cache, an ensemble's steps or the model's queue."""
         if mv.ensemble is not None:
-            if self.response_cache is not None and self._uses_cache(mv):
+            if self._served_from_cache(mv):
                 # a hit skips the composing models; a miss runs them
                 return submit_cached(self, mv, request, self.response_cache, lambda validated:
                                      self._loop.create_task(run_ensemble(
@@ -542,7 +573,7 @@ class Server:
             mv.validate(request)
             return self._loop.create_task(run_ensemble(self, mv, request,
                                                        self._trace_ensemble(mv, request)))
-        if self.response_cache is not None and self._uses_cache(mv):
+        if self._served_from_cache(mv):
             return submit_cached(self, mv, request, self.response_cache)
         return self._enqueue(mv, request, None, future)
 
@@ -565,6 +596,10 @@ class Server:
                 raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for "
                                   f"Triton usage and should not be specified: '{key}'")
         return self._resolve(request.model_name, request.model_version)
+
+    def _served_from_cache(self, mv) -> bool:
+        """Whether requests to ``mv`` go through the response cache."""
+        return self.response_cache is not None and self._uses_cache(mv)
 
     def _uses_cache(self, mv) -> bool:
         uses = mv.__dict__.get("_uses_response_cache")
@@ -598,13 +633,20 @@ class Server:
         else:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
-        self._inflight += 1
+        self._ledger.inflight += 1
         if mv.loop_drivers:
             mv.dispatch()
-        if self._inflight == 1 and not self._spin_scheduled and mv.low_load_spin_s:
+        if self._ledger.inflight == 1:
+            self._maybe_spin(mv)
+        return future
+
+    def _maybe_spin(self, mv: ModelVersion) -> None:
+        """A request to ``mv`` is the only one in flight: spin for its
+        completion at the end of this loop iteration (_spin_for_completion)
+        where ``mv`` allows it."""
+        if not self._spin_scheduled and mv.low_load_spin_s:
             self._spin_scheduled = True
             self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
-        return future
 
     def submit_stream(self, request: InferRequest, on_response,
                       response_window: int = 0) -> ResponseStream:

@@ -118,6 +118,10 @@ class FakeServer:
             request.model_name, "1", request.id,
             [InferTensor(n, "FP32", list(outs[n].shape), outs[n]) for n in wanted])
 
+    @property
+    def submitter(self):  # what the frontends call per request (Server.submitter)
+        return self.submit
+
     def submit(self, request, future=None):
         self.requests.append(request)
         name = request.model_name

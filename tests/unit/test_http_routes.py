@@ -66,6 +66,10 @@ class RecordingServer:
         self.calls.append(("log", update))
         return {"log_info": True}
 
+    @property
+    def submitter(self):  # what the frontends call per request (Server.submitter)
+        return self.submit
+
     def submit(self, request, future=None):
         self.calls.append(("infer", request.model_name, request.model_version))
         raise ServerError(Code.UNAVAILABLE, "recorded")

@@ -112,7 +112,7 @@ def infer(conn, method, headers: dict, body: bytes, keep_alive: bool, model: str
             tracer.frontend_received(request, "HTTP_RECV_START", conn.recv_ns or received,
                                      "HTTP_RECV_END", received)
         # answered as the request's batch completes, not an iteration later
-        fut = server.submit(request, ImmediateFuture())
+        fut = server.submitter(request, ImmediateFuture())
     except Exception as e:
         if request is not None:
             release_shm(request)
