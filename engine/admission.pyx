@@ -25,16 +25,14 @@ from pyserver.engine.types cimport InferRequest, PendingRequest
 cdef class Ledger:
     """The server's requests in flight: ``inflight`` accepted and not yet
     answered, ``handles`` {future: (scheduler, request id)} for cancel(),
-    ``stopping`` once it takes no new ones."""
-
-    cdef public Py_ssize_t inflight
-    cdef public dict handles
-    cdef public bint stopping
+    ``stopping`` once it takes no new ones, ``drained`` the event set when
+    the last one is answered while the server waits for that (or None)."""
 
     def __init__(self):
         self.inflight = 0
         self.handles = {}
         self.stopping = False
+        self.drained = None
 
 
 cdef class Route:

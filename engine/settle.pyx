@@ -1,6 +1,7 @@
 # cython: language_level=3
-"""A batch that ran, answered: each request's future settled with its
-response, on the event loop's thread (Server.resolve decides the rest).
+"""A batch that ran, answered: cut into responses and each request's
+future settled, on the event loop's thread (Server.resolve; failures go
+back to the server).
 
 Compiled because it runs once per request: in Python its walk cost ~1 µs
 per request on the loop (ONNX add_sub over gRPC at c64). The futures the
@@ -9,6 +10,8 @@ gRPC frontend hands in (ImmediateFuture) are settled without a call.
 
 from libc.stdint cimport uint64_t
 
+from pyserver.engine.admission cimport Ledger
+from pyserver.engine.batcher cimport Batch
 from pyserver.engine.types cimport ImmediateFuture, PendingRequest
 
 
@@ -53,3 +56,63 @@ cpdef list settle(list requests, dict handles, object reschedule, object tracer)
             else:
                 future.set_result(response)
     return again
+
+
+cdef class Answers:
+    """``answer(obj, code, message)``: what the completion queue carries,
+    answered (Server.resolve). A batch that ran is cut into responses
+    (its model's ``cut_outputs``), leaves the ledger and is settled, in one
+    call; a failure goes to ``fail(obj, code, message)``: a failed batch, a
+    request the engine failed alone, or a cut that failed (with the model's
+    batch error). ``answer_now`` is the same for a batch the loop ran
+    itself, and sets the ledger's drained event when it answered the last
+    request. Handed: the server's ledger, the type of a rescheduled
+    request's response and ``requeue(p, model)`` (iterative sequences), the
+    tracer, and ``fail``."""
+
+    cdef Ledger ledger
+    cdef object reschedule
+    cdef object requeue
+    cdef object tracer
+    cdef object fail
+
+    def __init__(self, Ledger ledger, reschedule, requeue, tracer, fail):
+        self.ledger = ledger
+        self.reschedule = reschedule
+        self.requeue = requeue
+        self.tracer = tracer
+        self.fail = fail
+
+    cpdef answer(self, obj, int code, message):
+        cdef Batch batch
+        cdef list requests
+        cdef list again
+        if code != 0 or type(obj) is not Batch:
+            self.fail(obj, code, message)
+            return
+        batch = <Batch>obj
+        requests = batch.requests
+        outputs = batch.outputs
+        if outputs is not None:  # cut per request here (ModelVersion.execute_batch)
+            batch.outputs = None
+            model = batch.model
+            try:
+                model.cut_outputs(requests, outputs, batch.c.batch_size)
+            except Exception as err:  # e.g. classification of a BYTES output
+                code, message = model.batch_error(err)
+                self.fail(obj, code, message)
+                return
+        self.ledger.inflight -= len(requests)
+        # each future gets its response (a backend that answers per request
+        # may fail one request of a batch: its response is the error); a
+        # rescheduled request runs again
+        again = settle(requests, self.ledger.handles, self.reschedule, self.tracer)
+        if again is not None:
+            for p in again:
+                self.requeue(p, (<PendingRequest>p).response.model)
+
+    def answer_now(self, obj, int code, message):
+        self.answer(obj, code, message)
+        drained = self.ledger.drained
+        if drained is not None and self.ledger.inflight == 0:
+            drained.set()

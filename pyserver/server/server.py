@@ -20,7 +20,7 @@ from pyserver.backends.base import Capability
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.admission import Admission, Ledger
 from pyserver.engine.rate_limiter import RateLimiter
-from pyserver.engine.settle import settle
+from pyserver.engine.settle import Answers
 from pyserver.kernel.context import ServerContext
 from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
 from pyserver.kernel.types import InferRequest, InferResponse
@@ -126,28 +126,16 @@ class Server:
         # saw one of them ready may use any of them (set by the CLI).
         self.opening_frontends = False
         self._spin_scheduled = False
-        self._drained: asyncio.Event | None = None
         # submit()'s common case compiled (engine/admission.pyx); the
         # frontends call ``submitter`` per request, with no Python frame
         self._admission = Admission(self._ledger, self._submit_general, self._submit_resolved,
                                     self._served_from_cache, self._maybe_spin, self.tracer)
         self.submitter = self._admission.submit
-
-    @property
-    def _inflight(self) -> int:
-        return self._ledger.inflight
-
-    @_inflight.setter
-    def _inflight(self, value: int) -> None:
-        self._ledger.inflight = value
-
-    @property
-    def _stopping(self) -> bool:
-        return self._ledger.stopping
-
-    @_stopping.setter
-    def _stopping(self, value: bool) -> None:
-        self._ledger.stopping = value
+        # resolve()'s common case compiled (engine/settle.pyx)
+        self._answers = Answers(self._ledger, Reschedule, self._requeue, self.tracer, self._fail)
+        # resolve(), for a batch the loop ran itself (the context's answer),
+        # then the drained event if that was the last request
+        self.resolve_now = self._answers.answer_now
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -178,15 +166,15 @@ class Server:
     def begin_shutdown(self):
         """Stops accepting requests (readiness goes false at once); requests
         already accepted still complete."""
-        self._stopping = True
+        self._ledger.stopping = True
 
     async def drain(self, timeout_s: float) -> bool:
         """Waits up to timeout_s for in-flight requests; True if none is left."""
-        if self._inflight == 0:
+        if self._ledger.inflight == 0:
             return True
-        self._drained = asyncio.Event()
+        drained = self._ledger.drained = asyncio.Event()
         try:
-            await asyncio.wait_for(self._drained.wait(), timeout_s)
+            await asyncio.wait_for(drained.wait(), timeout_s)
             return True
         except asyncio.TimeoutError:
             return False
@@ -220,7 +208,7 @@ class Server:
         ``deadline`` (time.monotonic()), models stop at once (ModelVersion.stop)."""
         if self._live is False and self.models is None:
             return
-        self._stopping = True
+        self._ledger.stopping = True
         self._live = False
         if self.models is not None:
             models, self.models = self.models, None
@@ -241,17 +229,12 @@ class Server:
     # -- completion path (event loop) -----------------------------------------
 
     def _on_completions(self):
-        resolve = self.resolve
+        answer = self._answers.answer
         for obj, code, message in self._completions.drain():
-            resolve(obj, code, message)
-        if self._drained is not None and self._inflight == 0:
-            self._drained.set()
-
-    def resolve_now(self, obj, code: int, message) -> None:
-        """resolve(), for a batch that did not come through the queue."""
-        self.resolve(obj, code, message)
-        if self._drained is not None and self._inflight == 0:
-            self._drained.set()
+            answer(obj, code, message)
+        drained = self._ledger.drained
+        if drained is not None and self._ledger.inflight == 0:
+            drained.set()
 
     def _requeue(self, p, mv) -> None:
         """Queues a request its model rescheduled (an iterative sequence)
@@ -264,7 +247,7 @@ class Server:
             except ServerError as err:  # the model is stopping
                 error = err
             else:
-                self._inflight += 1
+                self._ledger.inflight += 1
                 self._handles[future] = (mv.scheduler, request_id)
                 if mv.loop_drivers:
                     mv.dispatch()
@@ -278,28 +261,18 @@ class Server:
 
     def resolve(self, obj, code: int, message) -> None:
         """Answers the requests of a finished batch (or of one request the
-        engine failed): what the completion queue carries; an instance the
-        event loop drives calls it directly."""
-        handles = self._handles
-        if code == 0 and obj.outputs is not None:  # cut per request here (execute_batch)
-            outputs, obj.outputs = obj.outputs, None
-            try:
-                obj.model.cut_outputs(obj.requests, outputs, obj.batch_size)
-            except Exception as err:  # e.g. classification of a BYTES output
-                code, message = obj.model.batch_error(err)
-        if code == 0:
-            self._ledger.inflight -= len(obj.requests)
-            # each future gets its response (a backend that answers per
-            # request may fail one request of a batch: its response is the
-            # error); a rescheduled request runs again
-            again = settle(obj.requests, handles, Reschedule, self.tracer)
-            if again is not None:
-                for p in again:
-                    self._requeue(p, p.response.model)
-            return
+        engine failed): what the completion queue carries. A batch that ran
+        is cut into responses and settled compiled (engine/settle.pyx
+        Answers); a failure comes back to _fail."""
+        self._answers.answer(obj, code, message)
+
+    def _fail(self, obj, code: int, message) -> None:
+        """Fails every request of a batch that failed (or the one request
+        the engine failed) with ``code`` and ``message``."""
         error = ServerError(code, message)
         requests = obj.requests if type(obj) is Batch else (obj,)
-        self._inflight -= len(requests)
+        self._ledger.inflight -= len(requests)
+        handles = self._handles
         for p in requests:
             future = p.future
             handles.pop(future, None)
@@ -311,7 +284,7 @@ class Server:
     @property
     def inflight(self) -> int:
         """Requests accepted and not yet answered, over every model."""
-        return self._inflight
+        return self._ledger.inflight
 
     def _spin_for_completion(self, budget_s: float):
         # Runs after the callbacks already ready in this loop iteration, so it
@@ -320,7 +293,7 @@ class Server:
         # a thread wake-up (~40 µs) for the completion it spins for it, GIL
         # released. Under load in-flight > 1 and this returns at once.
         self._spin_scheduled = False
-        if self._inflight == 1 and self._completions is not None \
+        if self._ledger.inflight == 1 and self._completions is not None \
                 and self._completions.spin_wait(budget_s):
             self._on_completions()
 
@@ -330,7 +303,7 @@ class Server:
         return self._live
 
     def is_ready(self) -> bool:
-        if not self._live or self._stopping or self.models is None or self.opening_frontends:
+        if not self._live or self._ledger.stopping or self.models is None or self.opening_frontends:
             return False
         if not self.strict_readiness:
             return True
@@ -353,7 +326,7 @@ class Server:
             mv = self._resolve(name, version)
         except ServerError:
             return False
-        return not self._stopping and self._serviceable(mv)
+        return not self._ledger.stopping and self._serviceable(mv)
 
     def _serviceable(self, mv: ModelVersion) -> bool:
         """Healthy, and for an ensemble every step's model loaded: one whose
@@ -372,7 +345,7 @@ class Server:
             mv = self._resolve(name, version)
         except ServerError:
             return False
-        if self._stopping or not self._serviceable(mv):
+        if self._ledger.stopping or not self._serviceable(mv):
             return False
         checks = [i.backend.is_ready for i in mv.instances
                   if Capability.READINESS in i.capabilities]
@@ -589,7 +562,7 @@ class Server:
     def _admit(self, request: InferRequest) -> ModelVersion:
         """The model version a new request goes to, once the server takes
         requests and its parameters leave Triton's keys alone."""
-        if self._stopping:
+        if self._ledger.stopping:
             raise ServerError(Code.UNAVAILABLE, "Server is stopping and does not accept new requests")
         for key in request.parameters:
             if key.startswith("triton_"):

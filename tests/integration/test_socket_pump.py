@@ -328,7 +328,7 @@ def test_a_failed_pump_thread_is_restarted_and_only_its_connections_close(
         assert on[0] and on[1], thread_of
         # a request in flight on thread 0 when it fails
         on[0][0].sendall(_SLOW_REQUEST)
-        _wait_for("the slow request to be in flight", lambda: s.server._inflight == 1)
+        _wait_for("the slow request to be in flight", lambda: s.server.inflight == 1)
 
         with caplog.at_level("ERROR", logger="pyserver"):
             pump._break_thread_for_testing(0)
@@ -345,7 +345,7 @@ def test_a_failed_pump_thread_is_restarted_and_only_its_connections_close(
             sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
             assert _http_answer(sock).startswith(b"HTTP/1.1 200")
         # the request whose connection went still ends: nothing stays in flight
-        _wait_for("the abandoned request to end", lambda: s.server._inflight == 0)
+        _wait_for("the abandoned request to end", lambda: s.server.inflight == 0)
     finally:
         for sock in socks:
             sock.close()

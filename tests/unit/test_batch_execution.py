@@ -1,6 +1,7 @@
 """The compiled batch path of a plain model (engine/batch_execution.pyx) and
-the settling of a finished batch's futures (engine/settle.pyx), each against
-what ModelVersion and Server did in Python."""
+the answering of a finished batch (engine/settle.pyx: the cut, the ledger,
+each future settled), each against what ModelVersion and Server did in
+Python."""
 
 import asyncio
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 from pyserver.engine import CompletionQueue, ModelStats, Scheduler, now_ns
+from pyserver.engine.admission import Ledger
 from pyserver.engine.batch_execution import InlineBatches, NamedRun, gather_inputs, run_plain
-from pyserver.engine.settle import settle
+from pyserver.engine.settle import Answers, settle
 from pyserver.engine.types import ImmediateFuture, PendingRequest
 from pyserver.kernel.errors import Code, ServerError
 
@@ -181,5 +183,74 @@ def test_settle_answers_each_future_as_server_resolve_did():
         assert cancelled.cancelled() and failed.exception() is error
         assert tracer.finished == [("t1", "r1")]
         assert settle([requests[0]], {immediate: 1}, Again, tracer) is None  # done: left
+    finally:
+        loop.close()
+
+
+class Cutter(Model):
+    """A model whose cut gives each request its rows (or fails)."""
+
+    def __init__(self, fail=False):
+        super().__init__()
+        self.fail = fail
+
+    def cut_outputs(self, requests, outputs, total):
+        if self.fail:
+            raise ValueError("cannot classify BYTES")
+        for i, p in enumerate(requests):
+            p.response = float(outputs["Y"][i, 0])
+
+
+def ready_batch(model, *values):
+    sched, _ = dynamic()
+    requests = [pending(v) for v in values]
+    for p in requests:
+        sched.enqueue(p, 1)
+    batch = sched.try_next_batch()
+    batch.outputs = {"Y": np.array([[v * 10] for v in values], dtype=np.float32)}
+    batch.model = model
+    return batch, requests
+
+
+def test_answers_cut_settle_and_book_a_batch_that_ran_and_hand_failures_back():
+    failed = []
+    ledger = Ledger()
+    answers = Answers(ledger, Again, lambda p, model: None, Tracer(),
+                      lambda obj, code, message: failed.append((obj, code, message)))
+    batch, requests = ready_batch(Cutter(), 1.0, 2.0)
+    ledger.inflight = 3
+    for p in requests:
+        ledger.handles[p.future] = ("scheduler", p.id)
+    answers.answer(batch, 0, "")
+    assert [p.future.result() for p in requests] == [10.0, 20.0]
+    assert ledger.inflight == 1 and ledger.handles == {} and failed == []
+    assert batch.outputs is None  # cut once
+    # a failed batch, and a cut that fails, go back to the server as they are
+    batch, requests = ready_batch(Cutter(), 3.0)
+    answers.answer(batch, int(Code.UNAVAILABLE), "instance gone")
+    assert failed == [(batch, int(Code.UNAVAILABLE), "instance gone")]
+    failed.clear()
+    batch, requests = ready_batch(Cutter(fail=True), 4.0)
+    answers.answer(batch, 0, "")
+    assert failed == [(batch, int(Code.INTERNAL), "ValueError: cannot classify BYTES")]
+    assert not requests[0].future.done() and ledger.inflight == 1
+
+
+def test_answers_now_sets_the_drained_event_after_the_last_request():
+    loop = asyncio.new_event_loop()
+    try:
+        ledger = Ledger()
+        answers = Answers(ledger, Again, lambda p, model: None, Tracer(),
+                          lambda *args: None)
+        ledger.drained = asyncio.Event()
+        first, one = ready_batch(Cutter(), 1.0)
+        second, two = ready_batch(Cutter(), 2.0)
+        ledger.inflight = 2
+        for p in one + two:
+            ledger.handles[p.future] = ("scheduler", p.id)
+        answers.answer_now(first, 0, "")
+        assert not ledger.drained.is_set()
+        answers.answer_now(second, 0, "")
+        assert ledger.drained.is_set() and ledger.inflight == 0
     finally:
         loop.close()

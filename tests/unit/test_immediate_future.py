@@ -76,17 +76,26 @@ def test_server_answers_in_the_batch_completion_not_an_iteration_later(tmp_path)
     write_add_sub(tmp_path / "repo", extra="dynamic_batching { }")
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
 
-    async def main():
-        server = Server(str(tmp_path / "repo"))
-        await server.start()
-        order = []
-        resolve = server.resolve
+    order = []
 
-        def recording_resolve(*args):
-            resolve(*args)
+    class Recording:  # around the server's compiled answers (engine/settle.pyx)
+        def __init__(self, answers):
+            self.answers = answers
+
+        def answer(self, *args):
+            self.answers.answer(*args)
             order.append("resolved")
 
-        server.resolve = recording_resolve
+        def answer_now(self, *args):
+            self.answers.answer_now(*args)
+            order.append("resolved")
+
+    async def main():
+        server = Server(str(tmp_path / "repo"))
+        # before start(): the models are handed resolve_now as they load
+        server._answers = Recording(server._answers)
+        server.resolve_now = server._answers.answer_now
+        await server.start()
         try:
             for immediate in (True, False, True):
                 order.clear()
