@@ -105,8 +105,8 @@ cdef class Admission:
             return self.general(request, future)
         for model in versions.values():
             break
-        found = getattr(model, "route", None)
-        if found is None:
+        found = model.route
+        if found is None:  # not started (an ensemble, a model still loading)
             return self.general_resolved(model, request, future)
         route = <Route>found
         if route.open and not route.cache_checked:

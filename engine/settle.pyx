@@ -64,9 +64,9 @@ cdef class Answers:
     (its model's ``cut_outputs``), leaves the ledger and is settled, in one
     call; a failure goes to ``fail(obj, code, message)``: a failed batch, a
     request the engine failed alone, or a cut that failed (with the model's
-    batch error). ``answer_now`` is the same for a batch the loop ran
-    itself, and sets the ledger's drained event when it answered the last
-    request. Handed: the server's ledger, the type of a rescheduled
+    batch error). ``answer_now`` is ``answer`` that then sets the ledger's
+    drained event when it answered the last request: what the server calls
+    for every batch (the completion queue's, and those the loop ran itself). Handed: the server's ledger, the type of a rescheduled
     request's response and ``requeue(p, model)`` (iterative sequences), the
     tracer, and ``fail``."""
 

@@ -229,12 +229,9 @@ class Server:
     # -- completion path (event loop) -----------------------------------------
 
     def _on_completions(self):
-        answer = self._answers.answer
+        answer = self._answers.answer_now  # (and the drained event after the last)
         for obj, code, message in self._completions.drain():
             answer(obj, code, message)
-        drained = self._ledger.drained
-        if drained is not None and self._ledger.inflight == 0:
-            drained.set()
 
     def _requeue(self, p, mv) -> None:
         """Queues a request its model rescheduled (an iterative sequence)
