@@ -47,13 +47,15 @@ cdef extern from "pyserver/spin.h" namespace "pyserver" nogil:
 
 cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
     cdef cppclass AdaptiveSpin:
-        AdaptiveSpin(uint64_t max_ns)
+        AdaptiveSpin(uint64_t max_ns, uint64_t pay_ns)
         uint64_t Budget()
-        void Record(bint caught)
+        void Record(bint caught, uint64_t spun_ns)
         uint64_t max_ns()
+        uint64_t pay_ns()
         bint spinning()
         @staticmethod
         bint Enabled()
+    const uint64_t kWakeUpPaysNs "pyserver::AdaptiveSpin::kWakeUpPaysNs"
 
 
 cdef bint _spin_readable(int fd, uint64_t spin_ns) noexcept nogil:
@@ -92,13 +94,15 @@ def spin_readable(int fd, uint64_t spin_ns):
 
 cdef class SpinPolicy:
     """A waiter's spin before it blocks on a descriptor, on only while its
-    recent spins caught their message (csrc adaptive_spin.h): a worker whose
-    next batch is a client's round trip away stops spinning for it."""
+    recent spins caught their message soon enough to pay (csrc
+    adaptive_spin.h): within ``pay_ns``, by default what a wake-up costs. A
+    worker whose next batch is a client's round trip away stops spinning for
+    it, though a 300 µs spin would catch it."""
 
     cdef AdaptiveSpin* c
 
-    def __cinit__(self, uint64_t max_ns):
-        self.c = new AdaptiveSpin(max_ns)
+    def __cinit__(self, uint64_t max_ns, uint64_t pay_ns=kWakeUpPaysNs):
+        self.c = new AdaptiveSpin(max_ns, pay_ns)
 
     def __dealloc__(self):
         del self.c
@@ -107,17 +111,24 @@ cdef class SpinPolicy:
         """Spins (GIL released) up to max_ns for ``fd`` to become readable,
         when the policy says a spin pays now. True if it became readable."""
         cdef uint64_t spin_ns = self.c.Budget()
+        cdef uint64_t start
         cdef bint ready
         if spin_ns == 0:
             return False
         with nogil:  # only the descriptor and the clock are touched
+            start = NowNs()
             ready = _spin_readable(fd, spin_ns)
-        self.c.Record(ready)
+            spin_ns = NowNs() - start
+        self.c.Record(ready, spin_ns)
         return ready
 
     @property
     def max_ns(self):
         return self.c.max_ns()
+
+    @property
+    def pay_ns(self):
+        return self.c.pay_ns()
 
     @property
     def spinning(self):

@@ -58,6 +58,27 @@ TEST(AdaptiveSpin, CaughtSpinsTurnItBackOn) {
   EXPECT_GT(spin.score(), AdaptiveSpin::kOne - 16);
 }
 
+TEST(AdaptiveSpin, CatchesLaterThanItPaysStopIt) {
+  AdaptiveSpin spin(300, 50);
+  EXPECT_EQ(spin.pay_ns(), 50u);
+  EXPECT_EQ(spin.Budget(), 300u);  // on: the whole spin
+  for (int i = 0; i < 20; ++i) spin.Record(true, 40);  // in time: stays on
+  EXPECT_TRUE(spin.spinning());
+  int late = 0;
+  while (spin.spinning()) {
+    spin.Record(true, 150);  // caught, but after a wake-up's worth of spinning
+    ASSERT_LT(++late, 20);
+  }
+  EXPECT_GE(late, 3);
+  // Off: a probe spins only as long as a catch would still pay.
+  for (uint32_t i = 0; i < 2 * AdaptiveSpin::kProbeEvery; ++i) {
+    const uint64_t budget = spin.Budget();
+    EXPECT_TRUE(budget == 0 || budget == 50u) << budget;
+  }
+  EXPECT_EQ(AdaptiveSpin(30, 50).pay_ns(), 30u);  // never more than the spin
+  EXPECT_EQ(AdaptiveSpin(300).pay_ns(), 300u);    // by default any catch pays
+}
+
 TEST(AdaptiveSpin, NoMaximumNeverSpins) {
   AdaptiveSpin spin(0);
   for (uint32_t i = 0; i < 2 * AdaptiveSpin::kProbeEvery; ++i) EXPECT_EQ(spin.Budget(), 0u);

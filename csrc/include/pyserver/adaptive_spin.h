@@ -11,6 +11,13 @@
 // is noticed. At c1 (the next request a client's round trip away) the
 // spins stop after a handful of misses; under load they stay on.
 //
+// A waiter may also say how long a spin may last and still pay (pay_ns):
+// a spin that catches its event only after that long burnt more CPU than
+// the sleep and wake-up it saved, so it scores as a miss, and a probe spins
+// no longer than that. A Python worker spinning for its next batch at c1
+// caught it after ~150 µs (HTTP, perf_analyzer: the client's round trip),
+// against a wake-up of ~20 µs to the waker plus the sleeper's own.
+//
 // Thread-safe (relaxed atomics: a lost update only nudges the average).
 // PYSERVER_ADAPTIVE_SPIN=0 in the environment turns the learning off
 // (every wait spins its maximum, the behaviour before this class) for A/B
@@ -30,22 +37,36 @@ class AdaptiveSpin {
   static constexpr uint32_t kThreshold = kOne / 2;
   static constexpr uint32_t kProbeEvery = 16;
 
-  explicit AdaptiveSpin(uint64_t max_ns) : max_ns_(max_ns) {}
+  // Past this, a caught spin no longer pays in CPU on the machines we run
+  // on (bench/README.md, "What a wake-up costs on this machine": 18-20 µs
+  // to the waker for a sleeper on another core, 48 µs p50 inside the server).
+  static constexpr uint64_t kWakeUpPaysNs = 50 * 1000;
+
+  // pay_ns: see above; by default any catch within max_ns pays.
+  explicit AdaptiveSpin(uint64_t max_ns) : max_ns_(max_ns), pay_ns_(max_ns) {}
+  AdaptiveSpin(uint64_t max_ns, uint64_t pay_ns)
+      : max_ns_(max_ns), pay_ns_(pay_ns < max_ns ? pay_ns : max_ns) {}
 
   // Whether the next wait spins: yes while recent spins mostly caught their
   // event; otherwise one wait in kProbeEvery (a probe).
-  bool ShouldSpin() {
-    if (!Enabled() || score_.load(std::memory_order_relaxed) >= kThreshold) return true;
-    uint32_t n = probes_.fetch_add(1, std::memory_order_relaxed) + 1;
-    return n % kProbeEvery == 0;
+  bool ShouldSpin() { return NextTurn() != Turn::kRest; }
+
+  // How long the next wait may spin: max_ns() while spinning, pay_ns() for
+  // a probe (a later catch would score as a miss anyway), else 0.
+  uint64_t Budget() {
+    if (max_ns_ == 0) return 0;
+    switch (NextTurn()) {
+      case Turn::kSpin: return max_ns_;
+      case Turn::kProbe: return pay_ns_;
+      default: return 0;
+    }
   }
 
-  // How long the next wait may spin: max_ns() when ShouldSpin(), else 0.
-  uint64_t Budget() { return max_ns_ > 0 && ShouldSpin() ? max_ns_ : 0; }
-
-  // How a wait that spun (ShouldSpin(), Budget() > 0) ended: caught = the awaited event
-  // came within the spin.
-  void Record(bool caught) {
+  // How a wait that spun (Budget() > 0) ended: caught = the awaited event
+  // came within the spin, spun_ns = how long it spun (a catch after more
+  // than pay_ns() scores as a miss).
+  void Record(bool caught, uint64_t spun_ns = 0) {
+    if (spun_ns > pay_ns_) caught = false;
     uint32_t s = score_.load(std::memory_order_relaxed);
     // s += (target - s) / 8, in integers (kOne keeps it in range).
     s = caught ? s + (kOne - s + 7) / 8 : s - (s + 7) / 8;
@@ -53,6 +74,7 @@ class AdaptiveSpin {
   }
 
   uint64_t max_ns() const { return max_ns_; }
+  uint64_t pay_ns() const { return pay_ns_; }
   uint32_t score() const { return score_.load(std::memory_order_relaxed); }
   bool spinning() const { return score() >= kThreshold || !Enabled(); }
 
@@ -66,7 +88,15 @@ class AdaptiveSpin {
   }
 
  private:
+  enum class Turn { kSpin, kProbe, kRest };
+  Turn NextTurn() {
+    if (!Enabled() || score_.load(std::memory_order_relaxed) >= kThreshold) return Turn::kSpin;
+    uint32_t n = probes_.fetch_add(1, std::memory_order_relaxed) + 1;
+    return n % kProbeEvery == 0 ? Turn::kProbe : Turn::kRest;
+  }
+
   const uint64_t max_ns_;
+  const uint64_t pay_ns_;
   std::atomic<uint32_t> score_{kOne};  // start spinning, as before any evidence
   std::atomic<uint32_t> probes_{0};
 };
