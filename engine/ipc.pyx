@@ -55,7 +55,7 @@ cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
         bint spinning()
         @staticmethod
         bint Enabled()
-    const uint64_t kWakeUpPaysNs "pyserver::AdaptiveSpin::kWakeUpPaysNs"
+    const uint64_t kSpinPaysNs "pyserver::AdaptiveSpin::kSpinPaysNs"
 
 
 cdef bint _spin_readable(int fd, uint64_t spin_ns) noexcept nogil:
@@ -94,15 +94,15 @@ def spin_readable(int fd, uint64_t spin_ns):
 
 cdef class SpinPolicy:
     """A waiter's spin before it blocks on a descriptor, on only while its
-    recent spins caught their message soon enough to pay (csrc
-    adaptive_spin.h): within ``pay_ns``, by default what a wake-up costs. A
-    worker whose next batch is a client's round trip away stops spinning for
-    it, though a 300 µs spin would catch it."""
+    recent spins caught their message (csrc adaptive_spin.h): a worker whose
+    next batch is a client's round trip away stops spinning for it.
+    ``pay_ns``: a catch after longer scores as a miss (by default any catch
+    within ``max_ns`` pays; SPIN_PAYS_NS: about twice a wake-up's cost)."""
 
     cdef AdaptiveSpin* c
 
-    def __cinit__(self, uint64_t max_ns, uint64_t pay_ns=kWakeUpPaysNs):
-        self.c = new AdaptiveSpin(max_ns, pay_ns)
+    def __cinit__(self, uint64_t max_ns, pay_ns=None):
+        self.c = new AdaptiveSpin(max_ns, max_ns if pay_ns is None else <uint64_t>pay_ns)
 
     def __dealloc__(self):
         del self.c
@@ -134,6 +134,9 @@ cdef class SpinPolicy:
     def spinning(self):
         """Whether waits spin now (not counting probes)."""
         return self.c.spinning()
+
+
+SPIN_PAYS_NS = kSpinPaysNs
 
 
 def send_held(int fd, const unsigned char[::1] data):

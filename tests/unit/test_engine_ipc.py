@@ -99,12 +99,12 @@ def test_spin_policy_stops_spinning_when_its_catches_come_too_late_to_pay():
         go.release()
 
 
-def test_spin_policy_pays_within_a_wake_up_by_default():
-    from pyserver.engine.ipc import SpinPolicy
+def test_spin_policy_pay_defaults_to_the_whole_spin():
+    from pyserver.engine.ipc import SPIN_PAYS_NS, SpinPolicy
 
-    policy = SpinPolicy(300_000)
-    assert 0 < policy.pay_ns < policy.max_ns
-    assert SpinPolicy(10_000).pay_ns == 10_000  # never more than the spin itself
+    assert SpinPolicy(300_000).pay_ns == 300_000  # any catch within the spin pays
+    assert SpinPolicy(300_000, SPIN_PAYS_NS).pay_ns == SPIN_PAYS_NS < 300_000
+    assert SpinPolicy(10_000, SPIN_PAYS_NS).pay_ns == 10_000  # never more than the spin
 
 
 def test_spin_policy_keeps_spinning_while_messages_come_within_it():
@@ -121,3 +121,12 @@ def test_spin_policy_keeps_spinning_while_messages_come_within_it():
     finally:
         a.close()
         b.close()
+
+
+def test_a_worker_alone_in_the_server_spins_only_while_it_pays():
+    from pyserver.backends.python import channel
+    from pyserver.engine.ipc import SPIN_PAYS_NS
+
+    assert channel.spin_after(channel.LOAD_BUSY, 300_000, 300_000) == (None, None)
+    assert channel.spin_after(channel.LOAD_LOW, 0, 300_000) == (300_000, None)
+    assert channel.spin_after(channel.LOAD_ALONE, 0, 300_000) == (300_000, SPIN_PAYS_NS)

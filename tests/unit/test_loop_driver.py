@@ -8,6 +8,7 @@ import pytest
 
 from pyserver.backends.base import BatchOutcome
 from pyserver.backends.python import loop_driver
+from pyserver.backends.python.channel import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
 from pyserver.backends.python.loop_driver import MAX_GROUP, WorkerLoopDriver
 from pyserver.kernel.errors import Code, ServerError
 
@@ -108,9 +109,9 @@ class FakeBackend:
     def main_fd(self, worker):
         return self.mine.fileno()
 
-    def send_batches(self, worker, batches, low_load=False):
+    def send_batches(self, worker, batches, load=LOAD_BUSY):
         self.events.append(("sent", [r[0] for r in batches]))
-        self.low_load = low_load
+        self.load = load
 
     def drain_main(self, worker):
         out, self.replies = self.replies, []
@@ -207,15 +208,18 @@ def test_max_group_is_a_sane_bound():
     assert 1 < loop_driver.MAX_GROUP <= 64
 
 
-@pytest.mark.parametrize("drivers, queued, low_load", [(1, 1, True), (2, 1, True), (1, 3, False),
-                                                      (2, 2, False)])
-def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, low_load, driver):
+@pytest.mark.parametrize("drivers, queued, inflight, load", [
+    (1, 1, 1, LOAD_ALONE), (1, 1, 5, LOAD_LOW), (2, 1, 1, LOAD_ALONE), (2, 1, 3, LOAD_LOW),
+    (1, 3, 3, LOAD_BUSY), (2, 2, 2, LOAD_BUSY)])
+def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, inflight, load, driver):
     """A group of one with nothing left queued: the worker then spins for
-    its next message (a client's round trip away) rather than sleeping."""
+    its next message (a client's round trip away) rather than sleeping; with
+    no other request in the server either, only while such spins pay."""
     d, mv, backend, events = driver(drivers)
+    mv.context.requests.inflight = inflight
     mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
     d.dispatch()
-    assert backend.low_load is low_load
+    assert backend.load == load
 
 
 def test_the_backend_can_hold_groups_to_one_batch(driver):
@@ -244,7 +248,7 @@ def test_no_low_load_spin_for_a_worker_behind_a_batching_delay(driver):
     mv.batch_timer = object()
     mv.scheduler.queue = [FakeBatch(0)]
     d.dispatch()
-    assert events == [("sent", ["r0"])] and backend.low_load is False
+    assert events == [("sent", ["r0"])] and backend.load == LOAD_BUSY
 
 
 def _end_of_iteration(d):

@@ -713,12 +713,13 @@ class ProcessPythonBackend(ServedInstance):
         sends it the batch (a short message; OSError when it is gone)."""
         self.send_batches(worker, [pending])
 
-    def send_batches(self, worker: _Worker, batches: list, low_load: bool = False) -> None:
+    def send_batches(self, worker: _Worker, batches: list,
+                     load: int = channel.LOAD_BUSY) -> None:
         """send_batch for several batches in one message: the worker runs
         them one after the other, each as its own execute() call, and
         answers each as it ends (in order, on the same socket).
-        ``low_load``: nothing else is queued (the worker then spins for its
-        next message, see stub.py)."""
+        ``load``: channel.LOAD_*, how busy the server is (it decides the
+        worker's spin for its next message, see stub.py)."""
         region = worker.inp
         all_outputs = self.output_names
         requests = [p for pending in batches for p in pending]
@@ -731,7 +732,7 @@ class ProcessPythonBackend(ServedInstance):
             self._open_requests(requests, now_ns())
         worker.outstanding += len(groups)
         worker.progress = time.monotonic()
-        worker.main.send(("exec", region.size, groups, self.model_name, self.version, low_load))
+        worker.main.send(("exec", region.size, groups, self.model_name, self.version, load))
 
     @staticmethod
     def batch_start(reply, default: int) -> int:

@@ -71,6 +71,33 @@ def _engine(name: str):
 _ipc = _engine("ipc")
 _send_held = _ipc.send_held
 _SpinPolicy = _ipc.SpinPolicy
+SPIN_PAYS_NS = _ipc.SPIN_PAYS_NS
+
+# How busy the server was when it sent a worker a group (the "exec"
+# message's last field): LOAD_LOW, nothing else queued; LOAD_ALONE, no other
+# request in the server at all. It decides the worker's spin for its next
+# group (spin_after).
+LOAD_BUSY, LOAD_LOW, LOAD_ALONE = 0, 1, 2
+
+
+def spin_after(load: int, spin_ns: int, low_load_spin_ns: int) -> tuple:
+    """The worker's spin for its next message after a group sent at
+    ``load``, as recv's (spin_ns, pay_ns) (None: the channel's own spin,
+    ``spin_ns``; any catch within it paying).
+
+    At low load the next request is a client's round trip away and a core
+    is free, so the worker spins for it (``low_load_spin_ns``) even where
+    its instances fill the cores and it would not spin under load. Alone in
+    the server (c1), the spin wins no throughput: it pays only where its
+    catch comes within about twice a wake-up's cost (SPIN_PAYS_NS; csrc
+    adaptive_spin.h). Otherwise any catch pays: a worker kept awake spares
+    the event loop, then the busy thread, a wake-up per group
+    (bench/python_backend.py --batching, HTTP c16: 29k against 38-39k
+    infer/s with that bound there too, at 50 µs)."""
+    if not load:
+        return None, None
+    return (max(low_load_spin_ns, spin_ns),
+            SPIN_PAYS_NS if load == LOAD_ALONE else None)
 
 _HEADER = struct.Struct("<I")
 _PICKLE = 5
@@ -107,10 +134,10 @@ class Channel:
         self.send_sock = sock if send_sock is None else send_sock
         # recv spins up to this long (GIL released) for a message before it
         # blocks: an answer due within microseconds then costs no wake-up.
-        # Each spin length keeps its own policy (engine/ipc.pyx SpinPolicy):
+        # Each kind of spin keeps its own policy (engine/ipc.pyx SpinPolicy):
         # it spins only while such spins have caught their message lately.
         self.spin_ns = spin_ns
-        self._spins: dict[int, object] = {}
+        self._spins: dict[tuple, object] = {}
         self._buf = bytearray(1 << 16)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -138,9 +165,10 @@ class Channel:
                 self.send_sock.sendall(_HEADER.pack(len(data)))
                 self.send_sock.sendall(data)
 
-    def recv(self, spin_ns: int | None = None):
+    def recv(self, spin_ns: int | None = None, pay_ns: int | None = None):
         """The next message (blocking); ``spin_ns``: this call's spin, in
-        place of the channel's."""
+        place of the channel's; ``pay_ns``: how soon its catch must come to
+        count (engine/ipc.pyx SpinPolicy; by default anywhere in the spin)."""
         if spin_ns is None:
             spin_ns = self.spin_ns
         while True:
@@ -148,9 +176,9 @@ class Channel:
             if obj is not _INCOMPLETE:
                 return obj
             if spin_ns:
-                policy = self._spins.get(spin_ns)
+                policy = self._spins.get((spin_ns, pay_ns))
                 if policy is None:
-                    policy = self._spins[spin_ns] = _SpinPolicy(spin_ns)
+                    policy = self._spins[(spin_ns, pay_ns)] = _SpinPolicy(spin_ns, pay_ns)
                 policy.wait_readable(self._read_fd)  # then the read rarely sleeps
             self._fill(0)
 

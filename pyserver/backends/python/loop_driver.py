@@ -33,6 +33,7 @@ import os
 import threading
 
 from pyserver.backends.base import BatchOutcome, ExecutionDriver, running_loop
+from pyserver.backends.python.channel import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
@@ -134,12 +135,7 @@ class WorkerLoopDriver(ExecutionDriver):
             self.loop.run_in_executor(None, self._run_blocking, group)
             return
         try:
-            # Low load (the worker spins for its next message after this
-            # one): nothing else queued, and no batching delay that keeps
-            # the next batch back longer than such a spin would last.
-            backend.send_batches(worker, [b.requests for b in group],
-                                 len(group) == 1 and not self.mv.scheduler.queued_count
-                                 and self.mv.batch_timer is None)
+            backend.send_batches(worker, [b.requests for b in group], self._load(group))
         except OSError:  # it died just now
             self._unwatch()
             self.loop.run_in_executor(None, self._fail_exited, group, worker)
@@ -150,6 +146,20 @@ class WorkerLoopDriver(ExecutionDriver):
             return
         if worker is not self._worker:
             self._watch(worker)
+
+    def _load(self, group: list) -> int:
+        """How busy the server is as ``group`` leaves (channel.LOAD_*): low,
+        with nothing else queued and no batching delay that keeps the next
+        batch back longer than the worker's spin for it would last; alone,
+        with no other request in the server either (a client's round trip
+        away from the next one)."""
+        mv = self.mv
+        if len(group) != 1 or mv.scheduler.queued_count or mv.batch_timer is not None:
+            return LOAD_BUSY
+        requests = self._requests
+        if requests is not None and requests.inflight <= len(group[0].requests):
+            return LOAD_ALONE
+        return LOAD_LOW
 
     def _on_readable(self) -> None:
         worker = self._worker

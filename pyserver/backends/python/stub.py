@@ -323,20 +323,16 @@ class Worker:
 
     def serve(self):
         main = self.main
-        spin_ns = None  # the channel's own
+        spin_ns = pay_ns = None  # the channel's own spin, any catch paying
         while True:
             try:
-                msg = main.recv(spin_ns)
+                msg = main.recv(spin_ns, pay_ns)
             except EOFError:
                 return  # the server is gone
             kind = msg[0]
             if kind == "exec":
                 self.execute_group(msg)
-                # Sent at low load (nothing else queued): the next request
-                # is a client's round trip away and a core is free, so the
-                # worker spins for it even where its instances fill the
-                # cores and it would not spin under load.
-                spin_ns = max(_LOW_LOAD_SPIN_NS, main.spin_ns) if msg[5] else None
+                spin_ns, pay_ns = channel.spin_after(msg[5], main.spin_ns, _LOW_LOAD_SPIN_NS)
             elif kind == "finalize":
                 main.send(("finalized", self.finalize()))
                 return
@@ -398,7 +394,7 @@ class Worker:
         execute() call, and answers each as it ends. Their outputs lie one
         after the other in the output region, which the server reads before
         it sends the next message."""
-        _, in_size, groups, model_name, model_version, _low_load = msg
+        _, in_size, groups, model_name, model_version, _load = msg
         self.inp.follow(in_size)
         self._out_end = 0
         main = self.main
