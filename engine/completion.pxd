@@ -28,5 +28,17 @@ cdef extern from "pyserver/completion_queue.h" namespace "pyserver" nogil:
         uint64_t signal_count()
 
 
+cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
+    cdef cppclass AdaptiveSpin:
+        AdaptiveSpin(uint64_t max_ns)
+        bint ShouldSpin()
+        void Record(bint caught)
+        bint spinning()
+
+
 cdef class CompletionQueue:
     cdef shared_ptr[CCompletionQueue] c
+
+
+cdef class CompletionSpin:
+    cdef AdaptiveSpin* c

@@ -67,3 +67,34 @@ cdef class CompletionQueue:
         with nogil:
             ready = self.c.get().SpinWaitNonEmpty(ns)
         return ready
+
+
+cdef class CompletionSpin:
+    """One model's spin_wait, on only while such spins catch its completion
+    (csrc adaptive_spin.h): the event loop spins for the answer of a request
+    alone in the server, and a model slower than the spin (one that runs
+    for milliseconds on its instance thread) would make every such spin
+    CPU burnt before the sleep it was meant to save."""
+
+    def __cinit__(self):
+        self.c = new AdaptiveSpin(0)  # on or off only: each wait says how long
+
+    def __dealloc__(self):
+        del self.c
+
+    def wait(self, CompletionQueue queue, double timeout_s):
+        """queue.spin_wait(timeout_s) when the policy says a spin pays now;
+        True if a completion waits."""
+        cdef uint64_t ns = <uint64_t>(timeout_s * 1e9)
+        cdef bint ready
+        if not self.c.ShouldSpin():
+            return False
+        with nogil:
+            ready = queue.c.get().SpinWaitNonEmpty(ns)
+        self.c.Record(ready)
+        return ready
+
+    @property
+    def spinning(self):
+        """Whether waits spin now (not counting probes)."""
+        return self.c.spinning()

@@ -31,6 +31,7 @@ from pyserver.engine import (
 )
 from pyserver.engine.admission import Route
 from pyserver.engine.batch_execution import gather_inputs, run_plain
+from pyserver.engine.completion import CompletionSpin
 from pyserver.engine.request_path import RequestPath
 from pyserver.engine.timer import DueTimer
 from pyserver.kernel import dtypes
@@ -173,10 +174,12 @@ class ModelVersion:
         self.scheduler = self._make_scheduler(completions)
         # How long the event loop may spin for this model's completion when
         # it is the only request in flight: the batching delay plus a short
-        # execution; a slower model simply completes through the fd.
+        # execution; a slower model simply completes through the fd,
         delay_us = self.config.dynamic_batching.max_queue_delay_microseconds \
             if self.config.HasField("dynamic_batching") else 0
         self.low_load_spin_s = min(delay_us, 1000) / 1e6 + 100e-6
+        # and is not spun for once such spins keep missing it
+        self.completion_spin = CompletionSpin()
         self.instances: list[ModelInstance] = []
         # instance_group { passive: true }: loaded (and warmed up) but given
         # no work, as Triton keeps them

@@ -283,15 +283,17 @@ class Server:
         """Requests accepted and not yet answered, over every model."""
         return self._ledger.inflight
 
-    def _spin_for_completion(self, budget_s: float):
+    def _spin_for_completion(self, mv: ModelVersion):
         # Runs after the callbacks already ready in this loop iteration, so it
         # only spins when this is still the one request in flight: then the
         # loop has nothing else to do, and rather than sleep in epoll and pay
         # a thread wake-up (~40 µs) for the completion it spins for it, GIL
         # released. Under load in-flight > 1 and this returns at once.
+        # A model whose completions do not come within the spin stops
+        # being spun for (mv.completion_spin).
         self._spin_scheduled = False
-        if self._ledger.inflight == 1 and self._completions is not None \
-                and self._completions.spin_wait(budget_s):
+        if self._ledger.inflight == 1 and self._completions is not None and mv.low_load_spin_s \
+                and mv.completion_spin.wait(self._completions, mv.low_load_spin_s):
             self._on_completions()
 
     # -- health and metadata ---------------------------------------------------
@@ -616,7 +618,7 @@ class Server:
         where ``mv`` allows it."""
         if not self._spin_scheduled and mv.low_load_spin_s:
             self._spin_scheduled = True
-            self._loop.call_soon(self._spin_for_completion, mv.low_load_spin_s)
+            self._loop.call_soon(self._spin_for_completion, mv)
 
     def submit_stream(self, request: InferRequest, on_response,
                       response_window: int = 0) -> ResponseStream:

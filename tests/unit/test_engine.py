@@ -268,3 +268,38 @@ def test_gather_copies_back_to_back():
         gather([np.asfortranarray(parts[0])], out)
     with pytest.raises(BufferError):
         gather([np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]], out)
+
+
+def test_a_completion_spin_stops_for_completions_that_do_not_come_within_it():
+    """The event loop's spin for a lone request's completion, per model
+    (CompletionSpin): a model slower than the spin stops being spun for, one
+    wait in 16 still probes, and a caught completion brings the spin back."""
+    from pyserver.engine.completion import CompletionSpin
+
+    stats, cq = ModelStats(), CompletionQueue()
+    spin = CompletionSpin()
+    assert spin.spinning  # no evidence yet
+    misses = 0
+    while spin.spinning:
+        assert spin.wait(cq, 0.0005) is False
+        misses += 1
+        assert misses < 20
+    assert misses >= 3
+    # Off: the next 15 waits return at once (each would spin 0.2 s).
+    t0 = time.monotonic()
+    assert not any(spin.wait(cq, 0.2) for _ in range(15))
+    assert time.monotonic() - t0 < 0.15
+    # A completion waiting: the next probe catches it, and catches turn it on.
+    sched = Scheduler.pass_through(stats, cq)
+    sched.enqueue(Item(1), 1)
+    sched.complete(sched.next_batch(), 1, 2, 3, 4)
+    waits = 1
+    while not spin.wait(cq, 0.2):
+        waits += 1
+        assert waits <= 16
+    for _ in range(64):
+        if spin.spinning:
+            break
+        spin.wait(cq, 0.2)  # a probe among them catches it again
+    assert spin.spinning
+    assert len(cq.drain()) == 1
