@@ -12,7 +12,8 @@ Models (both systems load the same files): ``add_sub`` (FP32[16], no
 batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
 ``dynamic_batching { max_queue_delay_microseconds: 100 }``, as
 bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py;
-``add_sub_onnx`` (the same sums in ONNX, no batching) for pyserver systems
+``add_sub_onnx`` (the same sums in ONNX, no batching) and ``mlp_onnx`` (an
+ONNX MLP slow enough to run on its instance thread) for pyserver systems
 only.
 Both servers run at once; one is under load at a time, the first of each
 cell rotating, so a drift of the machine's background load hits both alike.
@@ -60,7 +61,7 @@ MODEL_PY = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
 sys.path.insert(0, str(ROOT))
 
 from bench import perf_analyzer_client, systems  # noqa: E402
-from pyserver.testing import ADD_SUB_CONFIG, write_add_sub  # noqa: E402
+from pyserver.testing import ADD_SUB_CONFIG, mlp_weights, write_add_sub, write_mlp  # noqa: E402
 
 DELAY_US = 100
 MODELS = {
@@ -70,6 +71,9 @@ MODELS = {
     # the same sums as an ONNX model (pyserver's onnxruntime backend; the
     # pytriton build of Triton has no onnxruntime backend: pyserver systems only)
     "add_sub_onnx": {"max_batch_size": 0, "extra": "", "onnx": True},
+    # an ONNX MLP (FP32 1024 -> 4096 -> 16, ~0.7 ms a run here) that runs on
+    # its instance thread, not inline on the loop (pyserver systems only)
+    "mlp_onnx": {"max_batch_size": 8, "extra": "", "onnx": True, "mlp": (1024, 4096, 16)},
 }
 METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_per_infer",
            "batch_size")
@@ -77,6 +81,10 @@ METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_pe
 
 def write_repo(repo: Path, models: list[str]) -> None:
     for name in models:
+        if MODELS[name].get("mlp"):
+            write_mlp(repo, name, max_batch_size=MODELS[name]["max_batch_size"],
+                      weights=mlp_weights(*MODELS[name]["mlp"]))
+            continue
         if MODELS[name].get("onnx"):
             write_add_sub(repo, name, max_batch_size=MODELS[name]["max_batch_size"])
             continue
