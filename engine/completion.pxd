@@ -4,6 +4,7 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from pyserver.engine.adaptive_spin cimport AdaptiveSpin
 from pyserver.engine.status cimport Status, StatusCode
 
 
@@ -26,14 +27,6 @@ cdef extern from "pyserver/completion_queue.h" namespace "pyserver" nogil:
         bint SpinWaitNonEmpty(uint64_t spin_ns)
         bint SpinUntilWaiter(uint64_t spin_ns)
         uint64_t signal_count()
-
-
-cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
-    cdef cppclass AdaptiveSpin:
-        AdaptiveSpin(uint64_t max_ns)
-        bint ShouldSpin()
-        void Record(bint caught)
-        bint spinning()
 
 
 cdef class CompletionQueue:

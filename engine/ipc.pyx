@@ -15,6 +15,8 @@ interval (5 ms), while a non-blocking send of a short message never waits.
 """
 from libc.stdint cimport uint64_t
 
+from pyserver.engine.adaptive_spin cimport AdaptiveSpin, kSpinPaysNs
+
 
 cdef extern from "<poll.h>" nogil:
     ctypedef unsigned long nfds_t
@@ -43,19 +45,6 @@ cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
 cdef extern from "pyserver/spin.h" namespace "pyserver" nogil:
     void CpuRelax()
     const uint64_t kSpinPreemptedNs
-
-
-cdef extern from "pyserver/adaptive_spin.h" namespace "pyserver" nogil:
-    cdef cppclass AdaptiveSpin:
-        AdaptiveSpin(uint64_t max_ns, uint64_t pay_ns)
-        uint64_t Budget()
-        void Record(bint caught, uint64_t spun_ns)
-        uint64_t max_ns()
-        uint64_t pay_ns()
-        bint spinning()
-        @staticmethod
-        bint Enabled()
-    const uint64_t kSpinPaysNs "pyserver::AdaptiveSpin::kSpinPaysNs"
 
 
 cdef bint _spin_readable(int fd, uint64_t spin_ns) noexcept nogil:
