@@ -480,7 +480,7 @@ class ModelVersion:
                 self._scatter_outputs(requests, outputs, batch.batch_size)
             else:
                 # The event loop cuts them per request as it answers
-                # (Server.resolve): the requests' objects live in its core's
+                # (engine/settle.pyx Answers): the requests' objects live in its core's
                 # caches (on this thread the cut took 4x its time there), and
                 # this instance starts its next batch sooner. An iterative
                 # model decides on its responses here (end_iterations); batch

@@ -131,10 +131,12 @@ class Server:
         self._admission = Admission(self._ledger, self._submit_general, self._submit_resolved,
                                     self._served_from_cache, self._maybe_spin, self.tracer)
         self.submitter = self._admission.submit
-        # resolve()'s common case compiled (engine/settle.pyx)
+        # answering what the completion queue carries (a batch that ran, or a
+        # request the engine failed), compiled (engine/settle.pyx); failures
+        # come back to _fail. resolve_now also answers a batch the loop ran
+        # itself (the context's answer), then sets the drained event if that
+        # was the last request.
         self._answers = Answers(self._ledger, Reschedule, self._requeue, self.tracer, self._fail)
-        # resolve(), for a batch the loop ran itself (the context's answer),
-        # then the drained event if that was the last request
         self.resolve_now = self._answers.answer_now
 
     # -- lifecycle -----------------------------------------------------------
@@ -255,13 +257,6 @@ class Server:
             self.tracer.finish(p.trace, now_ns())
         if error is not None:
             future.set_exception(error)
-
-    def resolve(self, obj, code: int, message) -> None:
-        """Answers the requests of a finished batch (or of one request the
-        engine failed): what the completion queue carries. A batch that ran
-        is cut into responses and settled compiled (engine/settle.pyx
-        Answers); a failure comes back to _fail."""
-        self._answers.answer(obj, code, message)
 
     def _fail(self, obj, code: int, message) -> None:
         """Fails every request of a batch that failed (or the one request
