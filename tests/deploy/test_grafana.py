@@ -11,9 +11,10 @@ import tritonclient.http as httpclient
 
 from pyserver.frontends.metrics.gpu import GPU_FAMILIES
 from pyserver.testing import write_add_sub
+from tests.ports import free_ports
 
 from .manifests import DEPLOY, parse_promql
-from .test_runtime_commands import COMMAND, Process, _infer, free_port
+from .test_runtime_commands import COMMAND, Process, _infer
 
 DASHBOARD = DEPLOY / "grafana" / "pyserver-dashboard.json"
 METRIC = re.compile(r"\b(nv_[a-z0-9_]+)")
@@ -76,7 +77,7 @@ def test_dashboard_structure():
 
 def test_dashboard_metrics_are_exported(tmp_path):
     write_add_sub(tmp_path / "models", extra="response_cache { enable: true }")
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     server = Process([*COMMAND, f"--model-repository={tmp_path / 'models'}", f"--http-port={http}",
                       f"--grpc-port={grpc}", f"--metrics-port={metrics}", "--http-address=127.0.0.1",
                       "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",

@@ -20,9 +20,10 @@ import tritonclient.http as httpclient
 import yaml
 
 from pyserver.testing import write_add_sub
+from tests.ports import free_ports
 
 from .manifests import DEPLOY, PROMQL_STANDINS, ROOT, load_one
-from .test_runtime_commands import COMMAND, Process, _infer, free_port
+from .test_runtime_commands import COMMAND, Process, _infer
 
 
 def _tool(name: str) -> str:
@@ -101,11 +102,10 @@ def test_live_prometheus_scrapes_pyserver(tmp_path):
     # a model whose requests wait for a batch: 20 ms in the queue each
     write_add_sub(tmp_path / "models", extra="dynamic_batching { max_queue_delay_microseconds: 20000 "
                                              "preferred_batch_size: [ 8 ] }")
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics, web = free_ports(4)
     server = Process([*COMMAND, f"--model-repository={tmp_path / 'models'}", f"--http-port={http}",
                       f"--grpc-port={grpc}", f"--metrics-port={metrics}", "--http-address=127.0.0.1",
                       "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"], tmp_path / "server.log")
-    web = free_port()
     # the labels a ServiceMonitor's scrape gives the series
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "scrape_configs": [{"job_name": "pyserver", "metrics_path": "/metrics",

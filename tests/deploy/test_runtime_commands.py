@@ -30,6 +30,7 @@ import tritonclient.http as httpclient
 
 from pyserver.cli import build_parser
 from pyserver.testing import write_add_sub
+from tests.ports import free_port, free_ports
 
 from .manifests import DEPLOY, ROOT, by_kind, load_one, pod_argv, render_chart
 from .test_manifests import CHART_VALUES
@@ -41,13 +42,6 @@ REPOSITORY_FLAGS = ("--model-repository", "--model-store")
 # Appended after the file's flags (the last one wins): the test's servers
 # listen on loopback only, where a pod's listen on every interface.
 LOOPBACK = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_default(flag: str):
@@ -162,7 +156,7 @@ def test_kserve_runtime_command(tmp_path, storage_uri):
         flags.append("--model-control-mode=explicit")
     metrics_port = int(runtime["spec"]["annotations"]["prometheus.kserve.io/port"])
     metrics_path = runtime["spec"]["annotations"]["prometheus.kserve.io/path"]
-    ports = {8080: free_port(), 9000: free_port(), metrics_port: free_port()}
+    ports = dict(zip((8080, 9000, metrics_port), free_ports(3)))
     if storage_uri:
         write_add_sub(tmp_path / "models")  # what the storage initializer put in /mnt/models
     else:
@@ -238,7 +232,7 @@ def test_modelmesh_runtime_command(tmp_path):
     grpc_file = spec["builtInAdapter"]["runtimeManagementPort"]
     assert spec["grpcDataEndpoint"] == f"port:{grpc_file}"
     probe = container["livenessProbe"]["httpGet"]
-    ports = {probe["port"]: free_port(), grpc_file: free_port(), 8002: free_port()}
+    ports = dict(zip((probe["port"], grpc_file, 8002), free_ports(3)))
     steps = [s.strip() for s in script.split(";") if s.strip()]
     assert steps[-1].startswith("exec tritonserver ")
     exec_flags = shlex.split(steps[-1])[2:]
@@ -295,7 +289,7 @@ def test_chart_deployment_command(tmp_path, case):
     assert container["command"] == ["tritonserver"]
     flags = container["args"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
-    ports = {number: free_port() for number in named.values()}
+    ports = dict(zip(named.values(), free_ports(len(named))))
     write_add_sub(tmp_path / "models")
     argv = rewrite(flags, tmp_path / "models", ports)
     assert defaulted_ports(argv, ports) == []  # the chart names every port
@@ -366,7 +360,7 @@ def test_chart_object_storage_command(tmp_path):
         assert source["secretRef"]["name"] == secret["metadata"]["name"]
         env.update(secret["stringData"])
         named = {p["name"]: p["containerPort"] for p in container["ports"]}
-        ports = {number: free_port() for number in named.values()}
+        ports = dict(zip(named.values(), free_ports(len(named))))
         argv = rewrite(container["args"], None, ports)
         assert f"--model-repository=s3://127.0.0.1:{s3_port}/models/repository" in argv
         server = Process([*COMMAND, *argv, *LOOPBACK], tmp_path / "server.log", env=env)

@@ -3,7 +3,6 @@ and a broken repository that must explain itself and exit non-zero."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tests.ports import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_ready(client, proc, timeout=60):
@@ -37,7 +32,7 @@ def wait_until_ready(client, proc, timeout=60):
 
 
 def test_serves_the_example_repository():
-    port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    port, grpc_port, metrics_port = free_ports(3)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyserver", "--model-repository", str(ROOT / "examples/model_repository"),
          "--http-port", str(port), "--http-address", "127.0.0.1",
@@ -79,10 +74,11 @@ def test_config_error_exits_with_file_and_line(tmp_path):
     model = tmp_path / "bad"
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text('name: "bad"\nplatform: "onnxruntime_onnx"\nmax_batch_sise: 4\n')
+    http_port, grpc_port, metrics_port = free_ports(3)
     proc = subprocess.run(
         [sys.executable, "-m", "pyserver", "--model-repository", str(tmp_path),
-         "--http-port", str(free_port()), "--grpc-port", str(free_port()),
-         "--metrics-port", str(free_port())],
+         "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+         "--metrics-port", str(metrics_port)],
         capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert proc.returncode != 0
     assert f"{model / 'config.pbtxt'}:3:" in proc.stderr
@@ -92,7 +88,7 @@ def test_config_error_exits_with_file_and_line(tmp_path):
 def start_cli(args, env: dict | None = None):
     """``python -m pyserver ARGS`` on free ports (``env``: added to this
     process's environment), once it is live: (process, HTTP client, ports)."""
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyserver", *args,
          "--http-port", str(ports[0]), "--http-address", "127.0.0.1",
@@ -304,7 +300,7 @@ def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
     from pyserver.testing import write_add_sub
     write_add_sub(tmp_path / "models")
     trace_file = tmp_path / "trace.json"
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = free_ports(2)
 
     def launch(*extra):
         return subprocess.Popen(

@@ -26,14 +26,9 @@ from pyserver.frontends.grpc import GrpcFrontend
 from pyserver.kernel.errors import ServerError
 from pyserver.testing import write_add_sub
 from tests.integration.conftest import RunningServer
+from tests.ports import free_port
 
 boto3 = pytest.importorskip("boto3")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc=None, timeout: float = 30) -> None:

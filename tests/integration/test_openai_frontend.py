@@ -25,6 +25,7 @@ import pytest
 
 from pyserver.frontends.openai import OpenAIFrontend
 from tests.integration.conftest import RunningServer, use_execution_mode
+from tests.ports import free_port, free_ports
 
 openai = pytest.importorskip("openai")
 
@@ -541,14 +542,8 @@ def test_openai_client_raises_the_error_we_send(client):
 
 # ------------------------------------------------------------------ the command line
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_cli(repo, *extra):
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyserver", "--model-repository", str(repo),
          "--http-port", str(ports[0]), "--http-address", "127.0.0.1",

@@ -20,8 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pyserver.testing import add_sub_onnx, write_add_sub
-
-from .test_cli import free_port
+from tests.ports import free_ports
 
 # The console script pyproject.toml declares, installed beside the interpreter.
 TRITONSERVER = str(Path(sys.executable).parent / "tritonserver")
@@ -50,7 +49,7 @@ class TritonServerProcess:
     """`tritonserver ARGS` on free ports of 127.0.0.1, until close()."""
 
     def __init__(self, args: list[str], repo: Path):
-        self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
+        self.http, self.grpc, self.metrics = free_ports(3)
         values = {"repo": str(repo), "http": self.http, "grpc": self.grpc}
         argv = [a.format(**values) for a in args]
         # Last flag wins: these pin what the command line leaves at Triton's

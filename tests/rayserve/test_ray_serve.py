@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 import urllib.error
@@ -39,6 +38,7 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 import pyserver.rayserve  # noqa: E402
 from pyserver.rayserve.deployment import NODE_HEADER, REPLICA_HEADER  # noqa: E402
 from pyserver.testing import write_add_sub  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 SIZE = 16
 PINNED = "pinned"   # the application of two replicas, one per node
@@ -46,12 +46,6 @@ AUTO = "auto"       # the autoscaling one
 WAIT_S = 180        # the most any wait for Ray below lasts before the test fails
 REQUEST_TIMEOUT_S = 15  # a load request not answered by then is abandoned and sent again
 GRACE_S = 60        # once a load stops, how long a request not yet answered is still retried
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(what: str, predicate, timeout: float = WAIT_S, interval: float = 0.5):
@@ -95,7 +89,7 @@ def cluster(tmp_path_factory):
     try:
         local.add_node(**node)
         ray.init(address=local.address, log_to_driver=False)
-        port = _free_port()
+        port = free_port()
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         yield local, port, repo
     finally:
