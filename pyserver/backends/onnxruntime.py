@@ -161,10 +161,12 @@ def execution_providers(config, kind: str, device_id: int, available) -> list:
     ONNX Runtime's priority order, from the config as Triton's onnxruntime
     backend reads it. ``available`` is what this onnxruntime build offers
     (ort.get_available_providers()); a provider the config needs and the
-    build lacks is a load error that says what to install."""
-    gpu_accelerators = _accelerators(config, "gpu_execution_accelerator")
+    build lacks is a load error that says what to install. As in Triton, only
+    a GPU instance reads ``gpu_execution_accelerator``: a KIND_CPU instance
+    of a config that lists one runs on the CPU."""
     providers = []
-    if kind == "KIND_GPU" or gpu_accelerators:
+    if kind == "KIND_GPU":
+        gpu_accelerators = _accelerators(config, "gpu_execution_accelerator")
         trt_options = None
         cuda_params: dict = {}
         for accelerator in gpu_accelerators:
@@ -184,8 +186,7 @@ def execution_providers(config, kind: str, device_id: int, available) -> list:
         if missing:
             raise ServerError(
                 Code.UNAVAILABLE,
-                f"unable to load model '{config.name}': it runs on GPU "
-                f"({'KIND_GPU instance' if kind == 'KIND_GPU' else 'gpu_execution_accelerator'}) "
+                f"unable to load model '{config.name}': it runs on GPU (KIND_GPU instance) "
                 f"and needs {', '.join(missing)}, which this onnxruntime does not offer "
                 f"(available: {', '.join(available)}); install onnxruntime-gpu in place of "
                 "onnxruntime")

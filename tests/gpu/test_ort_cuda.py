@@ -14,13 +14,12 @@ if "CUDAExecutionProvider" not in ort.get_available_providers():
 if visible_gpus() == 0:
     pytest.skip("no NVIDIA GPU is visible", allow_module_level=True)
 
-GPU2 = "instance_group [ { count: 2 kind: KIND_GPU } ]"
-
-
-def gpu_config(repo, name):
+def gpu_config(repo, name, count=2):
+    """The model's KIND_CPU instances made KIND_GPU (write_mlp writes CPU ones)."""
     path = repo / name / "config.pbtxt"
-    path.write_text(path.read_text().replace(
-        "instance_group [ { count: 2 kind: KIND_CPU } ]", GPU2))
+    cpu = f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]"
+    assert cpu in path.read_text()
+    path.write_text(path.read_text().replace(cpu, cpu.replace("KIND_CPU", "KIND_GPU")))
 
 
 @pytest.mark.parametrize("batching", [True, False], ids=["dynamic", "no_batching"])
@@ -45,6 +44,7 @@ optimization { execution_accelerators { gpu_execution_accelerator : [ {
     parameters { key: "trt_profile_min_shapes" value: "INPUT0:1x64" }
     parameters { key: "trt_profile_opt_shapes" value: "INPUT0:8x64" }
     parameters { key: "trt_profile_max_shapes" value: "INPUT0:64x64" } } ] } }""")
+    gpu_config(tmp_path, "mlp_ort_trt", count=1)  # Triton reads the accelerators on GPU only
     s = serve(tmp_path)
     backend = s.server.models.resolve("mlp_ort_trt", "").instances[0].backend
     assert backend.providers[:2] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]

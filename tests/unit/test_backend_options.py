@@ -54,11 +54,15 @@ def test_tensorrt_accelerator_parameters_map_to_trt_ep_options():
         assert options == ({flag: "1"} if flag else {}) | {"device_id": "2"}
 
 
-def test_accelerator_asks_for_gpu_even_on_a_cpu_instance():
+def test_a_cpu_instance_runs_on_the_cpu_whatever_gpu_accelerators_the_config_lists():
+    # Triton's onnxruntime backend reads gpu_execution_accelerator for GPU
+    # instances only: one config can serve CPU and GPU deployments
     c = config('optimization { execution_accelerators { gpu_execution_accelerator : [ '
                '{ name : "cuda" parameters { key: "cudnn_conv_use_max_workspace" value: "0" } '
                'parameters { key: "use_ep_level_unified_stream" value: "1" } } ] } }')
-    assert execution_providers(c, "KIND_CPU", 0, GPU_BUILD) == [
+    assert execution_providers(c, "KIND_CPU", 0, GPU_BUILD) == [("CPUExecutionProvider", {})]
+    assert execution_providers(c, "KIND_CPU", 0, CPU_BUILD) == [("CPUExecutionProvider", {})]
+    assert execution_providers(c, "KIND_GPU", 0, GPU_BUILD) == [
         ("CUDAExecutionProvider", {"cudnn_conv_use_max_workspace": "0",
                                    "use_ep_level_unified_stream": "1", "device_id": "0"}),
         ("CPUExecutionProvider", {})]
@@ -105,7 +109,7 @@ def test_gpu_without_onnxruntime_gpu_is_a_clear_load_error():
     assert "install onnxruntime-gpu" in err.message
     c = config('optimization { execution_accelerators { gpu_execution_accelerator : [ '
                '{ name : "tensorrt" } ] } }')
-    err = error_of(lambda: execution_providers(c, "KIND_CPU", 0, CPU_BUILD))
+    err = error_of(lambda: execution_providers(c, "KIND_GPU", 0, CPU_BUILD))
     assert "needs TensorrtExecutionProvider, CUDAExecutionProvider" in err.message
 
 
