@@ -22,6 +22,8 @@ model config:
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 
 import numpy as np
 import onnxruntime as ort
@@ -37,6 +39,8 @@ from pyserver.backends._common import (
 from pyserver.backends.base import Capability
 from pyserver.engine.batch_execution import NamedRun
 from pyserver.kernel.errors import Code, ServerError
+
+log = logging.getLogger("pyserver")
 
 # ONNX Runtime type strings -> config data types.
 _ORT_TO_CONFIG = {
@@ -278,6 +282,22 @@ def _gpus_visible() -> bool:
         return False
 
 
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """onnxruntime-gpu's CUDA provider does not by itself find the CUDA and
+    cuDNN libraries that NVIDIA's pip packages install (its docs:
+    "Compatibility with PyTorch and Preload DLLs"); ``preload_dlls`` (1.21
+    and later) loads them, from torch's where torch has them. A build
+    without it, or libraries it cannot find, leave the provider to the
+    system's search path, and check_providers then says what failed."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        try:
+            preload()
+        except Exception as err:  # never fatal: the session load reports what is missing
+            log.warning("onnxruntime.preload_dlls() failed: %s", err)
+
+
 def _ortvalue_to_uint16(value) -> np.ndarray:
     """A bfloat16 OrtValue (host memory) as a uint16 array, copied."""
     shape = tuple(value.shape())
@@ -295,6 +315,8 @@ class OnnxRuntimeBackend:
         kind, device_id = instance_placement(config, instance_name)
         options, self.run_options = session_options(config, threads)
         providers = execution_providers(config, kind, device_id, ort.get_available_providers())
+        if any(name == _CUDA_EP for name, _ in providers):
+            _preload_cuda_libraries()
         try:
             self.session = ort.InferenceSession(model_path, options, providers=providers)
         except Exception as err:

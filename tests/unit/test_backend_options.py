@@ -232,3 +232,33 @@ def test_a_gpu_provider_onnxruntime_dropped_fails_the_load():
                                   "CUDAExecutionProvider (the session has CPUExecutionProvider)")
     check_providers(config(), execution_providers(config(), "KIND_CPU", 0, CPU_BUILD),
                     ["CPUExecutionProvider"])
+
+
+def test_a_gpu_session_preloads_the_cuda_libraries_once(tmp_path, monkeypatch):
+    """onnxruntime-gpu finds pip's CUDA and cuDNN libraries only through
+    preload_dlls(): called once, before the first GPU session, never for a
+    CPU one."""
+    from pyserver.backends import onnxruntime as backend_module
+    from pyserver.testing import write_add_sub
+
+    write_add_sub(tmp_path, max_batch_size=0)
+    model = str(tmp_path / "add_sub" / "1" / "model.onnx")
+    calls = []
+    monkeypatch.setattr(ort, "preload_dlls", lambda: calls.append(1), raising=False)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: GPU_BUILD)
+    backend_module._preload_cuda_libraries.cache_clear()
+
+    def session(path, options, providers):
+        raise RuntimeError("no GPU here")
+
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    cpu = config("instance_group [ { kind: KIND_CPU } ]")
+    gpu = config("instance_group [ { kind: KIND_GPU } ]")
+    with pytest.raises(ServerError):
+        backend_module.OnnxRuntimeBackend(model, cpu, "m_0_0", "cpu", 1)
+    assert calls == []
+    for _ in range(2):
+        with pytest.raises(ServerError):
+            backend_module.OnnxRuntimeBackend(model, gpu, "m_0_0", "cpu", 1)
+    assert calls == [1]
+    backend_module._preload_cuda_libraries.cache_clear()
