@@ -181,6 +181,15 @@ class TensorRTBackend:
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        for name in names:
+            # Shape tensors (an input whose values, not only its shape, size
+            # the others) live in host memory; this backend binds device
+            # memory only. Refused here rather than failing every request.
+            if engine.get_tensor_location(name) == trt.TensorLocation.HOST:
+                raise ServerError(Code.UNSUPPORTED,
+                                  f"unable to load model '{self.name}': tensor '{name}' is a "
+                                  "shape tensor in host memory, which the TensorRT backend "
+                                  "does not support")
         self.types = {}
         for kind, tensors, available in (("input", config.input, self.inputs),
                                          ("output", config.output, self.outputs)):
@@ -204,6 +213,21 @@ class TensorRTBackend:
             raise ServerError(Code.INVALID_ARG, f"unable to load model '{self.name}', the engine "
                                                 f"needs input(s) {missing} that the "
                                                 "configuration does not declare")
+        # bytes per element of each output's buffer (an output the config
+        # leaves out is still bound, in TensorRT's own type)
+        self.itemsize = {}
+        for name in self.outputs:
+            dtype = _numpy_of(self.types.get(name))
+            if dtype is None:
+                try:
+                    dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+                except TypeError:  # a type numpy lacks (BF16, FP8, INT4, ...)
+                    raise ServerError(
+                        Code.UNSUPPORTED,
+                        f"unable to load model '{self.name}': output '{name}' has type "
+                        f"{engine.get_tensor_dtype(name)}; declare it in the configuration "
+                        "to have it served") from None
+            self.itemsize[name] = np.dtype(dtype).itemsize
         self.requested_outputs = [t.name for t in config.output]
         self.stream = _stream_for(self.device)
         self.host_memory = _server_memory(context, "host_memory", HostMemory)
@@ -259,13 +283,12 @@ class TensorRTBackend:
                 raise ServerError(Code.UNSUPPORTED,
                                   f"output '{name}' of model '{self.name}' has a data-dependent "
                                   f"shape {list(shape)}, which this backend does not support")
-            dtype = _numpy_of(self.types.get(name)) or \
-                np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            nbytes = int(np.prod(shape, dtype=np.int64)) * self.itemsize[name]
             ptr = self.device_buffers[name].reserve(nbytes)
             context.set_tensor_address(name, ptr)
             if name in self.types:
-                staged_outputs[name] = (self.host_memory.empty(shape, dtype), ptr)
+                staged_outputs[name] = (self.host_memory.empty(shape, _numpy_of(self.types[name])),
+                                        ptr)
         if not context.execute_async_v3(stream):
             raise ServerError(Code.INTERNAL,
                               f"unable to enqueue for inference of model '{self.name}'")

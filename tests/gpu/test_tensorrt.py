@@ -110,3 +110,37 @@ def test_tensorrt_kind_cpu_is_refused(tmp_path, serve, plans):
     rows = httpclient.InferenceServerClient(s.url).get_model_repository_index()
     reason = next(r["reason"] for r in rows if r["name"] == "on_cpu")
     assert "unable to load model 'on_cpu', TensorRT backend supports only GPU device" in reason
+
+
+def test_tensorrt_shape_tensor_input_is_refused_at_load(tmp_path, serve):
+    """An engine whose input is a shape tensor (its values give another
+    tensor's shape; TensorRT keeps it in host memory) fails its load with
+    the reason, instead of failing each request on a device pointer."""
+    builder = trt.Builder(trt.Logger(trt.Logger.WARNING))
+    network = builder.create_network(0)
+    data = network.add_input("INPUT0", trt.float32, (-1, 64))
+    shape = network.add_input("SHAPE", trt.int32, (2,))
+    reshape = network.add_shuffle(data)
+    reshape.set_input(1, shape)
+    reshape.get_output(0).name = "OUTPUT0"
+    network.mark_output(reshape.get_output(0))
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    profile.set_shape("INPUT0", (1, 64), (8, 64), (64, 64))
+    profile.set_shape_input("SHAPE", (1, 64), (8, 64), (64, 64))
+    config.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, config)
+    assert plan is not None, "TensorRT could not build the engine"
+    d = tmp_path / "shaped"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.plan").write_bytes(bytes(plan))
+    (d / "config.pbtxt").write_text(
+        'name: "shaped"\nplatform: "tensorrt_plan"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1, 64 ] },\n'
+        '        { name: "SHAPE" data_type: TYPE_INT32 dims: [ 2 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]\n'
+        "instance_group [ { kind: KIND_GPU } ]\n")
+    s = serve(tmp_path, exit_on_error=False)
+    rows = httpclient.InferenceServerClient(s.url).get_model_repository_index()
+    reason = next(r["reason"] for r in rows if r["name"] == "shaped")
+    assert "tensor 'SHAPE' is a shape tensor in host memory" in reason
