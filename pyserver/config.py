@@ -95,7 +95,10 @@ def decoupled_cache_error(model_name: str) -> str:
 
 def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> ModelConfig:
     """Fills the defaults Triton fills, and checks what Triton checks, so that
-    /config shows what Triton would show."""
+    /config shows what Triton would show. ``gpu_count``: the GPUs visible; a
+    KIND_GPU group that lists none is placed on all of them, as Triton
+    places it. A group still KIND_AUTO here runs on the CPU (a backend that
+    can use a GPU made it KIND_GPU as it completed the config)."""
     where = f"model '{model_name}'"
     if config.name and config.name != model_name:
         raise ConfigError(
@@ -166,11 +169,23 @@ def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> Model
         kind = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type
         kinds = kind.enum_types_by_name["Kind"].values_by_name
         if group.kind == kinds["KIND_AUTO"].number:
-            group.kind = kinds["KIND_GPU"].number if gpu_count else kinds["KIND_CPU"].number
+            group.kind = kinds["KIND_CPU"].number
         if group.kind == kinds["KIND_GPU"].number and not group.gpus:
             group.gpus.extend(range(gpu_count))
 
     return config
+
+
+_KIND_GPU = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
+    .enum_types_by_name["Kind"].values_by_name["KIND_GPU"].number
+
+
+def instance_count(group) -> int:
+    """The instances a normalized instance group makes: ``count`` on each of
+    its GPUs for KIND_GPU (Triton's rule), ``count`` otherwise."""
+    if group.kind == _KIND_GPU and len(group.gpus) > 1:
+        return group.count * len(group.gpus)
+    return group.count
 
 
 def config_to_json(config: ModelConfig) -> dict:

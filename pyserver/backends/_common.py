@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from pyserver._proto import ModelConfig
+from pyserver.config import instance_count
 from pyserver.kernel.dtypes import config_type_name
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.flags import PARAMETER_WORDS, bool_word
@@ -58,19 +59,21 @@ def int_param(config, key: str, default: int) -> int:
 
 def instance_placement(config, instance_name: str) -> tuple[str, int]:
     """(kind, device id) of the instance named ``<group name>_<index>``:
-    kind is 'KIND_GPU', 'KIND_CPU' or 'KIND_MODEL'; a GPU instance runs on
-    its group's GPUs in turn (GPU 0 when the group lists none)."""
+    kind is 'KIND_GPU', 'KIND_CPU' or 'KIND_MODEL'; a KIND_GPU group's
+    first ``count`` instances run on its first GPU, the next ``count`` on
+    its second, and so on (config.instance_count; GPU 0 when the group
+    lists none)."""
     for group in config.instance_group:
         prefix = group.name + "_"
         if not instance_name.startswith(prefix):
             continue
         suffix = instance_name[len(prefix):]
-        if not suffix.isdigit() or int(suffix) >= max(1, group.count):
+        if not suffix.isdigit() or int(suffix) >= max(1, instance_count(group)):
             continue
         kind = _KINDS.values_by_number[group.kind].name
         index = int(suffix)
         gpus = list(group.gpus)
-        device = gpus[index % len(gpus)] if gpus else 0
+        device = gpus[(index // max(1, group.count)) % len(gpus)] if gpus else 0
         return kind, (device if kind == "KIND_GPU" else 0)
     return "KIND_CPU", 0
 

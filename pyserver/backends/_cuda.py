@@ -38,6 +38,14 @@ def device_count() -> int:
     return int(info["device_count"])
 
 
+def visible_gpus() -> int:
+    """GPUs visible to this process, 0 where none is usable."""
+    try:
+        return device_count()
+    except CudaError:
+        return 0
+
+
 def set_device(device: int) -> None:
     """Makes ``device`` current for the calling thread."""
     _call(memory.cuda_set_device, device)

@@ -28,6 +28,7 @@ import logging
 import numpy as np
 import onnxruntime as ort
 
+from pyserver.backends import _cuda
 from pyserver.backends._common import (
     data_type_name,
     instance_placement,
@@ -274,14 +275,6 @@ def session_options(config, threads: int):
     return options, run_options
 
 
-def _gpus_visible() -> bool:
-    try:
-        from pyserver.backends import _cuda
-        return _cuda.device_count() > 0
-    except Exception:  # no CUDA runtime: no GPU to use
-        return False
-
-
 @functools.cache
 def _preload_cuda_libraries() -> None:
     """onnxruntime-gpu's CUDA provider does not by itself find the CUDA and
@@ -431,7 +424,7 @@ class OnnxRuntimeBackend:
             fill(config.output, outs, "output")
         if not config.platform and not config.backend:
             config.backend = "onnxruntime"
-        prefer_gpu(config, _CUDA_EP in ort.get_available_providers() and _gpus_visible())
+        prefer_gpu(config, _CUDA_EP in ort.get_available_providers() and _cuda.visible_gpus() > 0)
 
     def execute(self, inputs: dict) -> dict:
         if self._plain:

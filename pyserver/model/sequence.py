@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyserver.config import instance_count
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError, request_prefix
 
@@ -211,7 +212,7 @@ class SequenceControls:
         settings = {
             "model_name": config.name,
             "max_batch_size": int(config.max_batch_size),
-            "instance_count": max(1, sum(g.count for g in config.instance_group
+            "instance_count": max(1, sum(instance_count(g) for g in config.instance_group
                                          if not g.passive)),
             "max_sequence_idle_microseconds": self.max_sequence_idle_us,
             "strategy": self.strategy,

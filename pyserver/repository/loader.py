@@ -12,6 +12,7 @@ from pathlib import Path
 from pyserver._proto import ModelConfig
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY, BackendSearch, find_backend, instance_class
 from pyserver.backends._common import compute_cores
+from pyserver.backends._cuda import visible_gpus
 from pyserver.backends.base import Capability, capabilities_of
 from pyserver.config import (
     CONFIG_FILENAME,
@@ -20,6 +21,7 @@ from pyserver.config import (
     FIRST_RESPONSE_FAMILY,
     ConfigError,
     backend_name,
+    instance_count,
     load_config_file,
     normalize,
 )
@@ -172,7 +174,7 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
                           "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
-    instance_total = sum(g.count for g in config.instance_group if not g.passive)
+    instance_total = sum(instance_count(g) for g in config.instance_group if not g.passive)
     # Built-in backends take the server's context; a backend registered by
     # an application may not know of it.
     extra = {"context": context} if Capability.SERVER_CONTEXT in capabilities_of(cls) else {}
@@ -195,7 +197,7 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
             _enable_latency_metrics(mv, config, options)
             loaded.append(mv)
             for group in config.instance_group:
-                for i in range(group.count):
+                for i in range(instance_count(group)):
                     name = f"{group.name}_{i}"
                     mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads,
                                               **extra), group)
@@ -303,5 +305,5 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
         latest = available[max(available)] / filename
         if latest.exists() or not getattr(found, "model_file_required", True):
             complete(config, str(latest), options.default_max_batch_size)
-    config = normalize(config, model.name)
+    config = normalize(config, model.name, visible_gpus())
     return config, backend, available, filename, found

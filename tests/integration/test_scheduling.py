@@ -197,3 +197,19 @@ def test_preserve_ordering_with_two_instances(tmp_path, start_server):
 
     asyncio.run(main())
     assert done_order == [999, 5]
+
+
+def test_a_gpu_group_gets_its_count_on_each_listed_gpu(tmp_path, start_server):
+    """Triton's rule for KIND_GPU: `count` instances on every GPU of the
+    group; each instance is told its device (here a backend that records
+    it: no GPU is needed to place instances)."""
+    from pyserver.backends._common import instance_placement
+
+    write_model(tmp_path, "g", "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] },\n"
+                               "                 { count: 1 kind: KIND_CPU } ]")
+    s = start_server(tmp_path)
+    mv = s.server.models.resolve("g", "")
+    placed = [(i.name, instance_placement(mv.config, i.name)) for i in mv.instances]
+    assert placed == [("g_0_0", ("KIND_GPU", 0)), ("g_0_1", ("KIND_GPU", 0)),
+                      ("g_0_2", ("KIND_GPU", 1)), ("g_0_3", ("KIND_GPU", 1)),
+                      ("g_1_0", ("KIND_CPU", 0))]

@@ -7,7 +7,7 @@ import pytest
 
 from pyserver.backends._common import instance_placement, parse_bool, parse_int
 from pyserver.backends.onnxruntime import check_providers, execution_providers, session_options
-from pyserver.config import normalize, parse_config_text
+from pyserver.config import instance_count, normalize, parse_config_text
 from pyserver.kernel.errors import Code, ServerError
 
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -145,14 +145,34 @@ parameters { key: "enable_mem_pattern" value: { string_value: "false" } }"""), 1
                            "execution_mode are 0 or 1 but got 3 .")
 
 
-def test_instance_placement_follows_groups_and_gpus():
+def test_instance_placement_puts_count_instances_on_each_gpu_of_the_group():
+    # Triton: a KIND_GPU group makes `count` instances on every GPU it lists
     c = config("""instance_group [ { count: 3 kind: KIND_GPU gpus: [ 1, 3 ] },
                                    { name: "cpu" count: 2 kind: KIND_CPU } ]""")
-    assert [instance_placement(c, f"m_0_{i}") for i in range(3)] == [
-        ("KIND_GPU", 1), ("KIND_GPU", 3), ("KIND_GPU", 1)]
+    assert [instance_count(g) for g in c.instance_group] == [6, 2]
+    assert [instance_placement(c, f"m_0_{i}") for i in range(6)] == [
+        ("KIND_GPU", 1), ("KIND_GPU", 1), ("KIND_GPU", 1),
+        ("KIND_GPU", 3), ("KIND_GPU", 3), ("KIND_GPU", 3)]
+    assert instance_placement(c, "m_0_6") == ("KIND_CPU", 0)  # no such instance
     assert instance_placement(c, "cpu_1") == ("KIND_CPU", 0)
     c = config("instance_group [ { count: 1 kind: KIND_GPU } ]")
     assert instance_placement(c, "m_0_0") == ("KIND_GPU", 0)
+
+
+def test_a_gpu_group_that_lists_no_gpus_runs_on_every_visible_gpu():
+    text = 'name: "m"\nplatform: "onnxruntime_onnx"\n'
+    c = normalize(parse_config_text(text + "instance_group [ { count: 2 kind: KIND_GPU } ]"),
+                  "m", gpu_count=2)
+    assert list(c.instance_group[0].gpus) == [0, 1]
+    assert instance_count(c.instance_group[0]) == 4
+    assert [instance_placement(c, f"m_0_{i}")[1] for i in range(4)] == [0, 0, 1, 1]
+    listed = normalize(parse_config_text(
+        text + "instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]"), "m", gpu_count=2)
+    assert list(listed.instance_group[0].gpus) == [1]
+    # left to KIND_AUTO by a backend that cannot use a GPU: the CPU
+    auto = normalize(parse_config_text(text + "instance_group [ { kind: KIND_AUTO } ]"),
+                     "m", gpu_count=2)
+    assert [(g.kind, list(g.gpus)) for g in auto.instance_group] == [(2, [])]
 
 
 def test_triton_value_parsing():

@@ -50,6 +50,7 @@ from pyserver.backends.python.instance import (
     worker_error,
 )
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
+from pyserver.config import instance_count
 from pyserver.engine import now_ns
 from pyserver.engine.region_io import pack_inputs, read_results
 from pyserver.kernel.dtypes import (
@@ -347,7 +348,7 @@ class ProcessPythonBackend(ServedInstance):
         super().__init__(model_path, config, instance_name, context)
         self.threads = max(1, int(threads))
         self.shm_kind = channel.shm_kind()
-        self._env = _worker_env(self.threads, sum(g.count for g in config.instance_group))
+        self._env = _worker_env(self.threads, sum(instance_count(g) for g in config.instance_group))
         # EXECUTION_ENV_PATH: the model's own Python environment.
         exec_env = execution_env(config, str(Path(self.model_path).parent.parent))
         self._python = sys.executable if exec_env is None else exec_env.python
@@ -873,7 +874,7 @@ class ProcessPythonBackend(ServedInstance):
 
 def _instance_names(config) -> list[str]:
     """The instance names the repository gives a config's instance groups."""
-    return [f"{g.name}_{i}" for g in config.instance_group for i in range(g.count)]
+    return [f"{g.name}_{i}" for g in config.instance_group for i in range(instance_count(g))]
 
 
 class _Prestarted:
