@@ -95,10 +95,13 @@ test-ray: install $(VENV)/.deps-ray
 	$(VPY) -m pytest -q tests/rayserve
 
 # GPU tests (TensorRT plans, ONNX Runtime CUDA/TensorRT EPs, torch on CUDA);
-# each module skips with its reason where its runtime or a GPU is missing.
-# On a GPU machine: .venv/bin/pip install tensorrt cupy-cuda12x, and
-# onnxruntime-gpu in place of onnxruntime, and a CUDA build of torch, for
-# every test to run (CuPy: CUDA shared memory).
+# each module skips with its reason where its runtime is missing, and fails
+# where the machine has a GPU the CUDA runtime cannot use. On a GPU machine:
+# .venv/bin/pip install tensorrt cupy-cuda12x, `.venv/bin/pip uninstall -y
+# onnxruntime` then `.venv/bin/pip install onnxruntime-gpu` (the two share one
+# package folder: installed over each other the CUDA provider can go
+# missing), and a CUDA build of torch, for every test to run (CuPy: CUDA
+# shared memory).
 test-gpu: install
 	$(VPY) -m pytest -q -rs tests/gpu
 

@@ -1,7 +1,10 @@
 """GPU tests: run with `make test-gpu` on a machine with an NVIDIA GPU.
 Each module skips, saying why, where its runtime (TensorRT, onnxruntime-gpu,
-CUDA-enabled torch) or a GPU is missing, so the suite passes on a CPU box."""
+CUDA-enabled torch) or a GPU is missing, so the suite passes on a CPU box;
+on a machine with a GPU (or PYSERVER_REQUIRE_GPU=1) a GPU the CUDA runtime
+cannot use fails the run instead (visible_gpus)."""
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,20 +16,38 @@ from pyserver.frontends.grpc import GrpcFrontend
 from tests.integration.conftest import RunningServer
 
 
+def gpu_expected() -> bool:
+    """Whether this machine has an NVIDIA GPU (its device node) or the run
+    says it must (PYSERVER_REQUIRE_GPU=1): then finding none is a failure,
+    not a skip, so that a GPU run cannot pass with nothing run on the GPU
+    (pyserver's own CUDA runtime loader, which the tests also test, would
+    otherwise decide whether they run)."""
+    return os.path.exists("/dev/nvidia0") or os.environ.get("PYSERVER_REQUIRE_GPU") == "1"
+
+
 def pytest_sessionfinish(session, exitstatus):
     # On a CPU box every module skips as it is imported, so pytest collects
     # no test and ends with exit status 5 ("no tests collected"), which made
     # `make test-gpu` fail there. Those skips are the suite passing.
-    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and session.testscollected == 0:
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and session.testscollected == 0 \
+            and not gpu_expected():
         session.exitstatus = pytest.ExitCode.OK
 
 
 def visible_gpus() -> int:
+    """GPUs the CUDA runtime sees; 0 on a machine without one. Where a GPU
+    is expected (gpu_expected) and none is usable, the module asking fails
+    with the runtime's reason."""
+    from pyserver.backends import _cuda
+
     try:
-        from pyserver.backends import _cuda
-        return _cuda.device_count()
-    except Exception:
-        return 0
+        count, reason = _cuda.device_count(), "it counts 0 devices"
+    except Exception as err:
+        count, reason = 0, str(err)
+    if count == 0 and gpu_expected():
+        pytest.fail(f"this machine has an NVIDIA GPU but the CUDA runtime finds none usable: "
+                    f"{reason}", pytrace=False)
+    return count
 
 
 @pytest.fixture

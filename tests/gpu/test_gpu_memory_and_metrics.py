@@ -9,6 +9,17 @@ if visible_gpus() == 0:
     pytest.skip("no CUDA runtime or GPU visible", allow_module_level=True)
 
 
+def test_backend_cuda_facade_on_the_real_runtime():
+    """What the stand-in runtime checks in tests/unit/test_host_memory.py,
+    on the GPU: the stream pool, device buffers, pinned staging, the copy
+    round trip and synchronize, and the errors for a GPU that is not there."""
+    import os
+
+    from tests.unit.test_host_memory import run_cuda_facade
+
+    run_cuda_facade(visible_gpus(), dict(os.environ))
+
+
 def test_cuda_memory_pool_on_the_device():
     from pyserver.runtime.device_memory import DeviceMemory
 

@@ -93,28 +93,27 @@ def test_pinned_with_a_cuda_runtime(fake_cudart):
 def test_stream_pool_needs_a_device():
     info = memory.cuda_runtime_info()
     if info["available"]:
-        pytest.skip("a CUDA device is present: tests/gpu covers the stream pool")
+        pytest.skip("a CUDA device is present: tests/gpu/test_gpu_memory_and_metrics.py "
+                    "runs the stream pool on it")
     with pytest.raises(ServerError) as exc:
         memory.CudaStreamPool(0, 2)
     assert exc.value.code == Code.UNAVAILABLE
     assert str(exc.value) == info["reason"] or info["reason"] in str(exc.value)
 
 
-def test_backend_cuda_facade_on_a_stand_in_runtime(fake_cudart, tmp_path):
-    """In a fresh process whose libcudart is the stand-in: the TensorRT
-    backend's CUDA facade (device memory, copies on a pool stream, sync),
-    the pinned pool and Triton's pinned gauges all run through csrc."""
-    libdir = tmp_path / "lib"
-    libdir.mkdir()
-    (libdir / "libcudart.so").symlink_to(fake_cudart)
-    code = r'''
+# The TensorRT backend's CUDA facade end to end, run in a fresh process (the
+# runtime is loaded once per process): on the stand-in libcudart here, on the
+# real one in tests/gpu. EXPECTED_GPUS: the devices it must see.
+CUDA_FACADE_SCRIPT = r'''
+import os
 import numpy as np
 from pyserver.backends import _cuda
 from pyserver.runtime.host_memory import HostMemory
 from pyserver.engine.memory import CudaStreamPool, cuda_runtime_info
 
+n = int(os.environ["EXPECTED_GPUS"])
 assert cuda_runtime_info()["available"], cuda_runtime_info()
-assert _cuda.device_count() == 1
+assert _cuda.device_count() == n, (_cuda.device_count(), n)
 _cuda.set_device(0)
 streams = CudaStreamPool(0, 2)
 stream = streams.next()
@@ -139,20 +138,34 @@ assert device_memory.stats()[0]["in_use_bytes"] == 0
 del src, back
 assert host.gauges() == (1 << 20, 0)
 assert device_memory.unusable_sizes() == []
-assert DeviceMemory({0: 1, 2: 5}).unusable_sizes() == [
-    "--cuda-memory-pool-byte-size 2:5: there is no GPU 2 (1 visible)"]
+assert DeviceMemory({0: 1, n + 1: 5}).unusable_sizes() == [
+    f"--cuda-memory-pool-byte-size {n + 1}:5: there is no GPU {n + 1} ({n} visible)"]
 try:
-    _cuda.set_device(3)
+    _cuda.set_device(n + 2)
 except _cuda.CudaError as err:
-    assert "CUDA device 3 does not exist (1 visible)" in str(err)
+    assert f"CUDA device {n + 2} does not exist ({n} visible)" in str(err)
 else:
-    raise AssertionError("set_device(3) should fail")
+    raise AssertionError("set_device should fail")
 print("ok")
 '''
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
+
+
+def run_cuda_facade(expected_gpus: int, env: dict) -> None:
+    env = dict(env, EXPECTED_GPUS=str(expected_gpus))
+    out = subprocess.run([sys.executable, "-c", CUDA_FACADE_SCRIPT], capture_output=True,
+                         text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_backend_cuda_facade_on_a_stand_in_runtime(fake_cudart, tmp_path):
+    """In a fresh process whose libcudart is the stand-in: the TensorRT
+    backend's CUDA facade (device memory, copies on a pool stream, sync),
+    the pinned pool and Triton's pinned gauges all run through csrc."""
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libcudart.so").symlink_to(fake_cudart)
+    run_cuda_facade(1, dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:"
+                                                        f"{os.environ.get('LD_LIBRARY_PATH', '')}"))
 
 
 def test_cuda_memory_pool_reuses_device_blocks(fake_cudart):
