@@ -825,3 +825,17 @@ def test_load_error_in_initialize(tmp_path, start_server, python_mode):
     assert index["add_sub"]["state"] == "UNAVAILABLE"
     assert "TritonModelException: cannot load weights" in index["add_sub"]["reason"]
     assert "initialize" in index["add_sub"]["reason"]
+
+
+def test_initialize_args_name_each_instances_gpu(tmp_path, start_server):
+    """A KIND_GPU group over two GPUs: one instance on each, told its own
+    device (as Triton's Python backend tells it); placing needs no GPU."""
+    repo = repo_with(tmp_path, "init_args")
+    config = repo / "init_args" / "config.pbtxt"
+    config.write_text(config.read_text().replace("{ count: 1 kind: KIND_CPU }",
+                                                 "{ count: 1 kind: KIND_GPU gpus: [ 0, 1 ] }"))
+    server = start_server(repo)
+    instances = server.server.models.resolve("init_args", "").instances
+    args = [i.backend._init_args(i.name) for i in instances]
+    assert [(a["model_instance_name"], a["model_instance_kind"], a["model_instance_device_id"])
+            for a in args] == [("init_args_0_0", "GPU", "0"), ("init_args_0_1", "GPU", "1")]

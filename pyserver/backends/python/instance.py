@@ -10,6 +10,7 @@ import logging
 import threading
 from pathlib import Path
 
+from pyserver.backends._common import instance_placement
 from pyserver.backends.python.services import Services
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import WIRE_TO_CODE, config_type_name, numpy_to_wire
@@ -22,9 +23,6 @@ log = logging.getLogger("pyserver")
 # (or after its previous answer) is hung: it is stopped, with its stacks, and
 # restarted. Off unless the config sets it: a long execute() may be legitimate.
 EXECUTE_TIMEOUT_PARAMETER = "pyserver_execute_timeout_seconds"
-KIND_NAMES = {0: "AUTO", 1: "GPU", 2: "CPU", 3: "MODEL"}  # instance_group kind -> Triton string
-
-
 class ServedInstance:
     """What an instance of a Python model is to the server, wherever the
     model runs (a worker process: PythonBackend; this process:
@@ -67,19 +65,12 @@ class ServedInstance:
         from pyserver.config import config_to_json
 
         config = self.config
-        kind, device_id = "CPU", "0"
-        group_name = instance_name.rsplit("_", 1)[0]
-        for group in config.instance_group:
-            if group.name == group_name:
-                kind = KIND_NAMES.get(group.kind, "CPU")
-                if group.gpus:
-                    device_id = str(group.gpus[0])
-                break
+        kind, device_id = instance_placement(config, instance_name)
         return {
             "model_config": json.dumps(config_to_json(config)),
-            "model_instance_kind": kind,
+            "model_instance_kind": kind.removeprefix("KIND_"),
             "model_instance_name": instance_name,
-            "model_instance_device_id": device_id,
+            "model_instance_device_id": str(device_id),
             "model_repository": str(Path(self.model_path).parent.parent),
             "model_version": self.version,
             "model_name": self.model_name,
