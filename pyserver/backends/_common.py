@@ -78,6 +78,13 @@ def instance_placement(config, instance_name: str) -> tuple[str, int]:
     return "KIND_CPU", 0
 
 
+def instance_device(config, instance_name: str) -> str:
+    """The ``device`` a backend is built with: ``"cuda:N"`` for an instance
+    on GPU N, ``"cpu"`` for any other (instance_placement)."""
+    kind, device = instance_placement(config, instance_name)
+    return f"cuda:{device}" if kind == "KIND_GPU" else "cpu"
+
+
 def prefer_gpu(config, usable: bool) -> None:
     """Where a GPU is present and the runtime can use it, instance groups
     left to KIND_AUTO run on it (Triton's core decides the same before the

@@ -4,7 +4,9 @@ driver (the thing that feeds an instance its batches) implements.
 
 A backend object is one model instance, built with ``(model_path, config,
 instance_name, device, threads)`` (and ``context=``, the server's
-ServerContext, when it declares ``Capability.SERVER_CONTEXT``). It offers
+ServerContext, when it declares ``Capability.SERVER_CONTEXT``); ``device``
+is ``"cuda:N"`` for an instance on GPU N and ``"cpu"`` otherwise
+(_common.instance_device). It offers
 ``execute(inputs: dict[name, ndarray]) -> dict[name, ndarray]``, or with
 ``Capability.TAKES_REQUESTS`` ``execute_requests(pending requests) -> one
 result per request``; and, optionally, ``close()``, ``healthy()`` (False

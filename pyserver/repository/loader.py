@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY, BackendSearch, find_backend, instance_class
-from pyserver.backends._common import compute_cores
+from pyserver.backends._common import compute_cores, instance_device
 from pyserver.backends._cuda import visible_gpus
 from pyserver.backends.base import Capability, capabilities_of
 from pyserver.config import (
@@ -199,7 +199,8 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
             for group in config.instance_group:
                 for i in range(instance_count(group)):
                     name = f"{group.name}_{i}"
-                    mv.add_instance(name, cls(str(model_path), config, name, "cpu", threads,
+                    device = instance_device(config, name)
+                    mv.add_instance(name, cls(str(model_path), config, name, device, threads,
                                               **extra), group)
             warmup.run(mv, samples)  # READY only once every instance ran its samples
     except BaseException:

@@ -77,6 +77,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (err == NULL) err = TRITONBACKEND_ModelBackend(model, &backend);
   if (err == NULL) err = TRITONBACKEND_BackendMemoryManager(backend, &state->manager);
   if (err == NULL) err = TRITONBACKEND_ModelInstanceDeviceId(inst, &state->device);
+  /* a KIND_GPU instance must be told it is one (Triton's backends set up
+     their CUDA streams on that answer) */
+  TRITONSERVER_InstanceGroupKind kind = TRITONSERVER_INSTANCEGROUPKIND_AUTO;
+  if (err == NULL) err = TRITONBACKEND_ModelInstanceKind(inst, &kind);
+  if (err == NULL && kind != TRITONSERVER_INSTANCEGROUPKIND_GPU)
+    err = Failed("gpu_roundtrip: the instance is not a GPU instance");
   if (err == NULL) err = TRITONBACKEND_ModelInstanceSetState(inst, state);
   if (err != NULL) free(state);
   return err;
