@@ -10,7 +10,8 @@ config:
   SKIP_OV_DYNAMIC_BATCHSIZE, RESHAPE_IO_LAYERS, TARGET_DEVICE (CPU by
   default); and, ours, COMPILED_MODEL_CACHE (a folder where OpenVINO keeps
   compiled blobs, its CACHE_DIR, so a restart skips compilation) and
-  ENABLE_CPU_PINNING (YES/NO; OpenVINO's default when absent). Bad
+  ENABLE_CPU_PINNING (YES/NO; when absent, OpenVINO's default, pinned,
+  for the process's first OpenVINO instance only: see _Pinning). Bad
   values are load errors worded as Triton's;
 - with max_batch_size > 0 the first dimension of every input becomes
   dynamic (unless SKIP_OV_DYNAMIC_BATCHSIZE), so any batch up to the
@@ -22,6 +23,8 @@ config:
 """
 
 from __future__ import annotations
+
+import threading
 
 try:
     import openvino as ov
@@ -112,6 +115,40 @@ def device_properties(config, threads: int) -> dict:
     return properties
 
 
+class _Pinning:
+    """Which instances let OpenVINO pin their inference threads.
+
+    OpenVINO pins a compiled model's inference threads to the first cores
+    for the length of each infer() (its CPU pinning, on by default), and it
+    does so for every compiled model alike: two instances of one thread
+    each both ran on core 0, as fast together as one alone (2,013 against
+    2,108 infer/s for the MLP of bench/backend_overhead.py, 2 cores; 3,991
+    unpinned). So only the first instance in the process whose config
+    leaves ENABLE_CPU_PINNING unset is pinned (pinned, one instance served
+    5-6 % more here); the others run unpinned, where the scheduler spreads
+    them over the cores."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._holder = None
+
+    def claim(self, owner) -> bool:
+        """True if ``owner`` may keep OpenVINO's pinning (none holds it)."""
+        with self._lock:
+            if self._holder is None:
+                self._holder = owner
+                return True
+            return False
+
+    def release(self, owner) -> None:
+        with self._lock:
+            if self._holder is owner:
+                self._holder = None
+
+
+_PINNING = _Pinning()
+
+
 def _core(config) -> ov.Core:
     core = ov.Core()
     extension = string_param(config, "CPU_EXTENSION_PATH")
@@ -173,9 +210,13 @@ class OpenVINOBackend:
                 raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': "
                                                     f"openvino could not reshape it: {err}") \
                     from None
+        if "ENABLE_CPU_PINNING" not in properties and target == "CPU" \
+                and not _PINNING.claim(self):
+            properties["ENABLE_CPU_PINNING"] = False
         try:
             self.compiled = core.compile_model(model, target, properties)
         except Exception as err:
+            _PINNING.release(self)
             raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': openvino "
                                                 f"could not compile it for {target}: {err}") \
                 from None
@@ -280,5 +321,6 @@ class OpenVINOBackend:
         return {name: request.get_tensor(name).data.copy() for name in self.output_names}
 
     def close(self) -> None:
+        _PINNING.release(self)
         self.request = None
         self.compiled = None

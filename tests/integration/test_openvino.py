@@ -197,6 +197,35 @@ def test_dynamic_dims(tmp_path, serve):
         np.testing.assert_array_equal(got["OUTPUT1"], a - b)
 
 
+def test_only_one_instance_is_pinned_unless_the_config_says(tmp_path, serve):
+    """OpenVINO pins every compiled model's threads to the same first cores:
+    left to its default, only the process's first instance is pinned and
+    the others float (two pinned instances ran as fast as one); a config
+    that sets ENABLE_CPU_PINNING gets what it says."""
+    from pyserver.backends import openvino as backend_module
+
+    pin = '\nparameters { key: "ENABLE_CPU_PINNING" value { string_value: "YES" } }'
+    two = "\ninstance_group [ { count: 2 kind: KIND_CPU } ]"
+    write_model(tmp_path, "floating", "max_batch_size: 8\n" + ADD_SUB_IO + two)
+    write_model(tmp_path, "pinned", "max_batch_size: 8\n" + ADD_SUB_IO + two + pin)
+    s = serve(tmp_path)
+
+    def pins(name):
+        return [i.backend.compiled.get_property("ENABLE_CPU_PINNING")
+                for i in s.server.models.resolve(name, "").instances]
+
+    assert pins("pinned") == [True, True]
+    assert pins("floating").count(False) >= 1  # at most one holds OpenVINO's pinning
+    check_add_sub(s, "floating", "http", rows=2)
+    # the hold passes on once its instance closes (the model unloads)
+    pinning, first, second = backend_module._Pinning(), object(), object()
+    assert pinning.claim(first) and not pinning.claim(second)
+    pinning.release(second)  # not the holder: nothing changes
+    assert not pinning.claim(second)
+    pinning.release(first)
+    assert pinning.claim(second)
+
+
 def test_parameters_and_compiled_model_cache(tmp_path, serve):
     cache = tmp_path / "ov_cache"
     params = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in (
