@@ -173,35 +173,73 @@ def _partial_dims(port) -> list:
     return [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
 
 
+def _shape_text(dims) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _dim_fits(dim, wanted: int) -> bool:
+    """Whether a config dimension fits the model's: a static one exactly,
+    a dynamic one within its bounds (-1 fits any)."""
+    if dim.is_static:
+        return dim.get_length() == wanted
+    if wanted == -1:
+        return True
+    return dim.get_min_length() <= wanted and (dim.get_max_length() < 0
+                                               or wanted <= dim.get_max_length())
+
+
+def _check_dims(config, name: str, port, dims: list) -> None:
+    """Triton's rule (its openvino backend's CompareDimsSupported): the
+    config's dims, after a batch dimension when max_batch_size > 0, match
+    the model's tensor in rank and in every dimension the config fixes."""
+    shape = port.get_partial_shape()
+    model_dims = [d.get_length() if d.is_static else -1 for d in shape]
+    where = f"model '{config.name}', tensor '{name}'"
+    if config.max_batch_size > 0:
+        if shape.rank.get_length() == 0:
+            raise ServerError(Code.INVALID_ARG, f"{where}: for the model to support batching "
+                                                "the shape should have at least 1 dimension")
+        full = [config.max_batch_size] + dims
+        fits = len(shape) == len(full) and all(
+            _dim_fits(shape[i], full[i]) for i in range(1, len(full)))
+        if not fits:
+            raise ServerError(
+                Code.INVALID_ARG,
+                f"{where}: the model expects {len(shape)} dimensions (shape "
+                f"{_shape_text(model_dims)}) but the model configuration specifies {len(full)} "
+                "dimensions (an initial batch dimension because max_batch_size > 0 followed by "
+                f"the explicit tensor shape, making complete shape {_shape_text(full)})")
+    elif len(shape) != len(dims) or not all(_dim_fits(shape[i], dims[i])
+                                            for i in range(len(dims))):
+        raise ServerError(
+            Code.INVALID_ARG,
+            f"{where}: the model expects {len(shape)} dimensions (shape "
+            f"{_shape_text(model_dims)}) but the model configuration specifies {len(dims)} "
+            f"dimensions (shape {_shape_text(dims)})")
+
+
+def _config_dims(t) -> list:
+    return list(t.reshape.shape) if t.HasField("reshape") else list(t.dims)
+
+
+_CONFIG_TO_OV = {config: name for name, config in _OV_TO_CONFIG.items()}
+
+
 class OpenVINOBackend:
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int):
         self.name = config.name
         self.instance_name = instance_name
+        if device != "cpu":
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}', Triton "
+                                                "OpenVINO backend supports only Kind CPU and AUTO")
         target = (string_param(config, "TARGET_DEVICE") or "CPU").strip().upper()
         properties = device_properties(config, threads)
         core = _core(config)
         model = _read(core, model_path)
         self.batching = config.max_batch_size > 0
+        model = self._check_io(config, model)
         inputs = {p.get_any_name(): p for p in model.inputs}
         outputs = [p.get_any_name() for p in model.outputs]
-        for kind, declared, names in (("input", config.input, set(inputs)),
-                                      ("output", config.output, set(outputs))):
-            unknown = {t.name for t in declared} - names
-            if unknown:
-                raise ServerError(
-                    Code.INVALID_ARG,
-                    f"model '{config.name}' config declares {kind}(s) {sorted(unknown)} that "
-                    f"{model_path} does not have (it has {sorted(names)})")
-        ports = {p.get_any_name(): p for p in list(model.inputs) + list(model.outputs)}
-        for kind, declared in (("input", config.input), ("output", config.output)):
-            for t in declared:
-                provided = _OV_TO_CONFIG.get(_type_name(ports[t.name]))
-                if provided != data_type_name(t.data_type):
-                    raise ServerError(
-                        Code.INVALID_ARG,
-                        f"unable to load model '{config.name}', configuration expects datatype "
-                        f"{data_type_name(t.data_type)} for {kind} '{t.name}', model provides "
-                        f"{provided or _type_name(ports[t.name])}")
         shapes = self._shapes(config, model, inputs)
         if shapes:
             try:
@@ -223,6 +261,16 @@ class OpenVINOBackend:
         self.request = self.compiled.create_infer_request()
         self.output_names = outputs
         self.input_names = set(inputs)
+        # Outputs whose shape depends on more than the batch size: emptied
+        # before each run. With inputs whose dynamic dims disagree,
+        # OpenVINO's CPU plugin runs nothing and raises nothing, and the
+        # request's output tensors would still hold the last batch's answers
+        # (another client's); emptied, they answer empty. (A legitimately
+        # empty output looks the same, so that is not raised as an error.)
+        skip = 1 if self.batching else 0
+        self._emptied = [(i, port.get_element_type(), len(port.get_partial_shape()))
+                         for i, port in enumerate(self.compiled.outputs)
+                         if any(d.is_dynamic for d in list(port.get_partial_shape())[skip:])]
         self.properties = properties
         # Not RUNS_INLINE: on bench/backend_overhead.py --backend openvino
         # (2 busy cores, runs back to back) the inline-capable backend served
@@ -230,6 +278,49 @@ class OpenVINOBackend:
         # is not established; instance threads it is until a run says
         # otherwise.
         self.capabilities = Capability.NONE
+
+    @staticmethod
+    def _check_io(config, model):
+        """Triton's load-time checks of the config against the model, with
+        its texts: as many inputs, known names, dims that fit (inputs
+        unless RESHAPE_IO_LAYERS, which sets them); a config type unlike
+        the model's converts at the model's edge, as Triton's backend does
+        (OpenVINO's PrePostProcessor). Returns the model to compile."""
+        ins = {p.get_any_name(): p for p in model.inputs}
+        outs = {p.get_any_name(): p for p in model.outputs}
+        if len(config.input) != len(ins):
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}', "
+                                                f"configuration expects {len(config.input)} "
+                                                f"inputs, model provides {len(ins)}")
+        reshape = _yes(config, "RESHAPE_IO_LAYERS")
+        converts = []
+        for kind, declared, ports in (("input", config.input, ins),
+                                      ("output", config.output, outs)):
+            for t in declared:
+                port = ports.get(t.name)
+                if port is None:
+                    raise ServerError(Code.INVALID_ARG,
+                                      f"unexpected inference {kind} '{t.name}', allowed "
+                                      f"{kind}s are: {', '.join(sorted(ports))}")
+                wanted = data_type_name(t.data_type)
+                if wanted not in _CONFIG_TO_OV:
+                    raise ServerError(Code.INTERNAL, f"unsupported datatype {wanted} for {kind} "
+                                                     f"'{t.name}' for model '{config.name}'")
+                if not (kind == "input" and reshape):
+                    _check_dims(config, t.name, port, _config_dims(t))
+                if _OV_TO_CONFIG.get(_type_name(port)) != wanted:
+                    converts.append((kind, t.name, getattr(ov.Type, _CONFIG_TO_OV[wanted])))
+        if not converts:
+            return model
+        ppp = ov.preprocess.PrePostProcessor(model)
+        try:
+            for kind, name, element in converts:
+                (ppp.input(name) if kind == "input" else ppp.output(name)) \
+                    .tensor().set_element_type(element)
+            return ppp.build()
+        except Exception as err:
+            raise ServerError(Code.INTERNAL, f"openvino error in setting precision for "
+                                             f"{converts[0][1]} : {err}") from None
 
     @staticmethod
     def _shapes(config, model, inputs: dict) -> dict:
@@ -314,10 +405,25 @@ class OpenVINOBackend:
         # GIL while the graph runs; the outputs are copied out of the
         # request's tensors, which the next batch reuses.
         request = self.request
-        for name, value in inputs.items():
-            shared = value.flags.writeable and value.flags.c_contiguous
-            request.set_tensor(name, ov.Tensor(value, shared_memory=shared))
-        request.infer()
+        if len(inputs) != len(self.input_names):  # an optional input left out
+            missing = sorted(self.input_names - inputs.keys())
+            raise ServerError(Code.INVALID_ARG, f"model '{self.name}' needs input(s) "
+                                                f"{', '.join(missing)}: OpenVINO runs a model "
+                                                "with every input it declares")
+        try:
+            for name, value in inputs.items():
+                shared = value.flags.writeable and value.flags.c_contiguous
+                request.set_tensor(name, ov.Tensor(value, shared_memory=shared))
+            for index, element, rank in self._emptied:
+                request.set_output_tensor(index, ov.Tensor(element, ov.Shape([0] * rank)))
+        except Exception as err:
+            raise ServerError(Code.INTERNAL, f"openvino error in setting tensor data : {err}") \
+                from None
+        try:
+            request.infer()
+        except Exception as err:
+            raise ServerError(Code.INTERNAL, f"openvino error in running inference : {err}") \
+                from None
         return {name: request.get_tensor(name).data.copy() for name in self.output_names}
 
     def close(self) -> None:

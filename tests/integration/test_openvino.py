@@ -250,9 +250,9 @@ def test_bad_parameter_values_fail_the_load_with_tritons_text(tmp_path, serve):
                              ("hint", "PERFORMANCE_HINT", "fast"),
                              ("threads", "INFERENCE_NUM_THREADS", "-2")):
         write_model(tmp_path, name, "max_batch_size: 8\n" + ADD_SUB_IO + "\n" + param(key, value))
-    write_model(tmp_path, "wrong_type", "max_batch_size: 8\n"
+    write_model(tmp_path, "wrong_dims", "max_batch_size: 8\n"
                 + ADD_SUB_IO.replace("TYPE_FP32 dims: [ 16 ] },\n        {",
-                                     "TYPE_INT32 dims: [ 16 ] },\n        {", 1))
+                                     "TYPE_FP32 dims: [ 8 ] },\n        {", 1))
     write_model(tmp_path, "fine", "max_batch_size: 8\n" + ADD_SUB_IO)
     s = serve(tmp_path, exit_on_error=False)
     reasons = index_reasons(s)
@@ -262,8 +262,8 @@ def test_bad_parameter_values_fail_the_load_with_tritons_text(tmp_path, serve):
            "LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got fast" in reasons["hint"][1]
     assert "expected the parameter 'INFERENCE_NUM_THREADS' to be a non-negative number, got -2" \
         in reasons["threads"][1]
-    assert "configuration expects datatype TYPE_INT32 for input 'INPUT0', model provides " \
-           "TYPE_FP32" in reasons["wrong_type"][1]
+    assert "model 'wrong_dims', tensor 'INPUT0': the model expects 2 dimensions (shape " \
+           "[-1,16]) but the model configuration specifies 2 dimensions" in reasons["wrong_dims"][1]
     assert reasons["fine"][0] == "READY"
     check_add_sub(s, "fine", "grpc")
 
