@@ -319,8 +319,15 @@ API TRITONBACKEND_RequestId(TRITONBACKEND_Request* request, const char** id) {
   return nullptr;
 }
 
+// As Triton: a request with a string correlation ID has no number to give
+// (the Python backend then asks CorrelationIdString); one without any has 0.
 API TRITONBACKEND_RequestCorrelationId(TRITONBACKEND_Request* request, uint64_t* id) {
   CHECK_ARG(request);
+  if (request->correlation_is_string) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               pyserver::triton::RequestTag(request->id) +
+                   "correlation ID in request is not an unsigned int");
+  }
   *id = request->correlation_id;
   return nullptr;
 }
@@ -746,16 +753,21 @@ API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace* trace
   return nullptr;
 }
 
+// An empty context, as Triton's for a trace without OpenTelemetry context
+// (callers build a std::string from it).
 API TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace*, const char** trace_context) {
   CHECK_ARG(trace_context);
-  *trace_context = nullptr;
+  *trace_context = "";
   return nullptr;
 }
 
 API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trace,
                                                TRITONSERVER_InferenceTrace** child_trace) {
-  CHECK_ARG(trace);
   CHECK_ARG(child_trace);
+  if (trace == nullptr) {  // an untraced request's child: none, as in Triton
+    *child_trace = nullptr;
+    return nullptr;
+  }
   auto child = new TRITONSERVER_InferenceTrace();
   child->parent_id = trace->id;
   child->spawned = true;

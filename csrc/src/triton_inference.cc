@@ -810,9 +810,12 @@ API TRITONSERVER_InferenceResponseDelete(TRITONSERVER_InferenceResponse* respons
   return first;
 }
 
+// As Triton's: a new error object the caller deletes (TRITONSERVER_ErrorDelete),
+// the response keeping its own, so deleting both is no double free.
 API TRITONSERVER_InferenceResponseError(TRITONSERVER_InferenceResponse* response) {
   CHECK_ARG(response);
-  return response->error;
+  if (response->error == nullptr) return nullptr;
+  return Err(response->error->code, response->error->message);
 }
 
 API TRITONSERVER_InferenceResponseModel(TRITONSERVER_InferenceResponse* response,

@@ -29,7 +29,7 @@ TRITONSERVER_Error* AddParameter(TRITONBACKEND_Response* response, const char* n
 
 API TRITONBACKEND_RequestCorrelationIdString(TRITONBACKEND_Request* request, const char** id) {
   CHECK_ARG(request);
-  if (!request->correlation_is_string && request->correlation_id != 0) {
+  if (!request->correlation_is_string) {  // a number, or none (Triton's 0)
     return Err(TRITONSERVER_ERROR_INVALID_ARG, pyserver::triton::RequestTag(request->id) +
                                                    "correlation ID in request is not a string");
   }

@@ -407,9 +407,11 @@ TEST_F(TritonInference, AnErrorIsTheResponsesAndAnAllocatorErrorToo) {
   ASSERT_NE(err, nullptr);
   EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_INVALID_ARG);
   EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "bad input");
+  TRITONSERVER_ErrorDelete(err);  // the caller's copy, as in Triton
   err = TRITONSERVER_InferenceResponseError(seen.responses[1]);
   ASSERT_NE(err, nullptr);
   EXPECT_STREQ(TRITONSERVER_ErrorMessage(err), "no room");
+  TRITONSERVER_ErrorDelete(err);
   for (auto* response : seen.responses) TRITONSERVER_InferenceResponseDelete(response);
   EXPECT_EQ(seen.freed, 0);  // nothing was allocated
   TRITONSERVER_ResponseAllocatorDelete(allocator);
@@ -463,6 +465,7 @@ TEST_F(TritonInference, CancelReachesTheServerOnlyWhileTheRequestIsInFlight) {
   TRITONSERVER_Error* err = TRITONSERVER_InferenceResponseError(seen.responses[0]);
   ASSERT_NE(err, nullptr);
   EXPECT_EQ(TRITONSERVER_ErrorCode(err), TRITONSERVER_ERROR_CANCELLED);
+  TRITONSERVER_ErrorDelete(err);
   ASSERT_EQ(TRITONSERVER_InferenceRequestCancel(r), nullptr);
   EXPECT_EQ(fake_.cancelled.size(), 1u);  // not asked again
 
@@ -553,7 +556,14 @@ TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {
   ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &child), nullptr);
   ASSERT_NE(child, nullptr);
   EXPECT_EQ(child->parent_id, 7u);
-  EXPECT_NE(Message(TRITONSERVER_InferenceTraceSpawnChildTrace(nullptr, &child)), "");
+  // an untraced request's child is none, with success (Triton's), and its
+  // context is empty, not null
+  TRITONSERVER_InferenceTrace* none = child;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceSpawnChildTrace(nullptr, &none), nullptr);
+  EXPECT_EQ(none, nullptr);
+  const char* context = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceContext(trace, &context), nullptr);
+  EXPECT_STREQ(context, "");
 
   Seen seen;
   TRITONSERVER_ResponseAllocator* allocator = nullptr;

@@ -14,6 +14,7 @@ import logging
 import threading
 from pathlib import Path
 
+from pyserver.backends._common import instance_placement
 from pyserver.backends.base import Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
@@ -23,6 +24,8 @@ from pyserver.kernel.errors import Code, ServerError
 log = logging.getLogger("pyserver")
 
 _lock = threading.Lock()
+# TRITONSERVER_InstanceGroupKind of each placement (instance_placement's kinds)
+_KIND_CODES = {"KIND_CPU": 1, "KIND_GPU": 2, "KIND_MODEL": 3}
 _classes: dict[str, type] = {}
 
 
@@ -92,11 +95,11 @@ class TritonCBackend:
         metrics = getattr(context, "custom_metrics", None)
         if metrics is not None:  # the families backends make, on /metrics
             metrics.add_source(triton_c.metrics_snapshot)
-        gpu = device.startswith("cuda") or device.startswith("gpu")
-        device_id = int(device.rsplit(":", 1)[1]) if ":" in device else 0
+        kind, device_id = instance_placement(config, instance_name)
+        gpu = kind == "KIND_GPU"
         _share_memory_pools(context, device_id if gpu else None)
         try:
-            self.instance = triton_c.Instance(entry[0], instance_name, 2 if gpu else 1,
+            self.instance = triton_c.Instance(entry[0], instance_name, _KIND_CODES[kind],
                                               device_id, [out for _, out in self._states],
                                               config.name)
         except BaseException:

@@ -191,11 +191,6 @@ static TRITONSERVER_Error* BuildRequest(ModelState* state, TRITONBACKEND_Request
                                                           OnResponse, call);
 }
 
-/* A copy of an error the target's response owns. */
-static TRITONSERVER_Error* Copy(TRITONSERVER_Error* error) {
-  return TRITONSERVER_ErrorNew(TRITONSERVER_ErrorCode(error), TRITONSERVER_ErrorMessage(error));
-}
-
 /* This request's response from the call's: each output of the first
  * response, joined with the same output of the others along dimension 0. */
 static TRITONSERVER_Error* Answer(TRITONBACKEND_Response* response, Call* call) {
@@ -204,7 +199,7 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Response* response, Call* call) 
   }
   for (uint32_t r = 0; r < call->count; ++r) {
     TRITONSERVER_Error* err = TRITONSERVER_InferenceResponseError(call->responses[r]);
-    if (err != NULL) return Copy(err);
+    if (err != NULL) return err;  /* ours to pass on (Triton hands out a new one) */
   }
   uint32_t outputs;
   RETURN_IF_ERROR(TRITONSERVER_InferenceResponseOutputCount(call->responses[0], &outputs));

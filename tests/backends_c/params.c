@@ -37,15 +37,21 @@ static TRITONSERVER_Error* EchoParameters(TRITONBACKEND_Request* request,
         RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, key, value));
     }
   }
-  const char* corr_string;
-  TRITONSERVER_Error* not_string = TRITONBACKEND_RequestCorrelationIdString(request, &corr_string);
-  if (not_string == NULL) {
-    RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "correlation_id", corr_string));
-  } else {
-    TRITONSERVER_ErrorDelete(not_string);
-    uint64_t corr;
-    RETURN_IF_ERROR(TRITONBACKEND_RequestCorrelationId(request, &corr));
+  /* as Triton's Python backend asks: the number, else (an error) the string */
+  uint64_t corr;
+  TRITONSERVER_Error* not_number = TRITONBACKEND_RequestCorrelationId(request, &corr);
+  if (not_number == NULL) {
     RETURN_IF_ERROR(TRITONBACKEND_ResponseSetIntParameter(response, "correlation_id", (int64_t)corr));
+    const char* none;  /* a number (or none) is not a string */
+    TRITONSERVER_Error* not_string = TRITONBACKEND_RequestCorrelationIdString(request, &none);
+    if (not_string == NULL) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL,
+                                                         "a numeric correlation ID read as a string");
+    TRITONSERVER_ErrorDelete(not_string);
+  } else {
+    TRITONSERVER_ErrorDelete(not_number);
+    const char* corr_string;
+    RETURN_IF_ERROR(TRITONBACKEND_RequestCorrelationIdString(request, &corr_string));
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "correlation_id", corr_string));
   }
   uint32_t flags;
   RETURN_IF_ERROR(TRITONBACKEND_RequestFlags(request, &flags));
@@ -58,7 +64,7 @@ static TRITONSERVER_Error* EchoParameters(TRITONBACKEND_Request* request,
   return TRITONBACKEND_ResponseSetBoolParameter(response, "cancelled", cancelled);
 }
 
-static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request) {
+static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request, const char* kind) {
   TRITONBACKEND_Input* input;
   RETURN_IF_ERROR(TRITONBACKEND_RequestInput(request, "IN", &input));
   const int64_t* shape;
@@ -72,6 +78,7 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request) {
   TRITONBACKEND_Response* response;
   RETURN_IF_ERROR(TRITONBACKEND_ResponseNew(&response, request));
   RETURN_IF_ERROR(EchoParameters(request, response));
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "instance_kind", kind));
   TRITONBACKEND_Output* output;
   RETURN_IF_ERROR(
       TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_INT32, shape, dims));
@@ -86,9 +93,10 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request) {
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
                                                        TRITONBACKEND_Request** requests,
                                                        const uint32_t count) {
-  (void)instance;
+  TRITONSERVER_InstanceGroupKind kind;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceKind(instance, &kind));
   for (uint32_t r = 0; r < count; ++r) {
-    RETURN_IF_ERROR(Answer(requests[r]));
+    RETURN_IF_ERROR(Answer(requests[r], TRITONSERVER_InstanceGroupKindString(kind)));
     RETURN_IF_ERROR(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL));
   }
   return NULL;

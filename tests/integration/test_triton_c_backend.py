@@ -309,6 +309,7 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     build_backend(backends, "params")
     write_model(repo, "params", PARAMS)
     write_model(repo, "params_seq", PARAMS + "sequence_batching { }\n")
+    write_model(repo, "params_on_model", PARAMS + "instance_group [ { kind: KIND_MODEL } ]\n")
     s = start_grpc(repo, backend_directory=str(backends))
     x = np.arange(3, dtype=np.int32)
     inp = grpcclient.InferInput("IN", [3], "INT32")
@@ -325,6 +326,9 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     assert got["flags"].int64_param == 0
     assert got["timeout_us"].int64_param == 250000
     assert got["cancelled"].bool_param is False
+    assert got["instance_kind"].string_param == "CPU"
+    on_model = client.infer("params_on_model", [inp]).get_response().parameters
+    assert on_model["instance_kind"].string_param == "MODEL"  # TRITONBACKEND_ModelInstanceKind
     for corr, start, end, flags in (("seq-a", True, False, 1), ("seq-a", False, True, 2)):
         got = client.infer("params_seq", [inp], sequence_id=corr, sequence_start=start,
                            sequence_end=end).get_response().parameters
