@@ -47,7 +47,18 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
     ctypedef cbool (*DeliverHook)(void* owner, SentResponse* sent, cbool last) noexcept
     ctypedef void (*DoneHook)(void* owner) noexcept
 
+    cdef cppclass OutputReshape "pyserver::triton::OutputRules::Reshape":
+        vector[int64_t] to "to"
+        vector[int64_t] from_ "from"
+
+    cdef cppclass OutputRules:
+        string model_name
+        cbool batching
+        vector[string] names
+        vector[pair[string, OutputReshape]] reshapes
+
     cdef cppclass ResponseSink:
+        void SetOutputRules(shared_ptr[OutputRules] rules)
         void WaitDone()
         vector[SentResponse] Take()
         cbool HandOff()
@@ -373,6 +384,7 @@ cdef class Instance:
     cdef object tracer  # the server's (runtime/tracing.py), for backends' own activities
     cdef vector[string] state_names  # implicit state outputs (TRITONBACKEND_StateNew)
     cdef string model_name
+    cdef shared_ptr[OutputRules] output_rules  # what its responses may carry (or none)
 
     def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
                  str model_name=""):
@@ -382,6 +394,23 @@ cdef class Instance:
         self.model_name = model_name.encode()
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
                                     &self.instance))
+
+    def set_output_rules(self, str model_name, bint batching, list outputs):
+        """The config's outputs, as ``[(name, reshape.shape or None, dims)]``:
+        a response output of another name is refused, a reshaped one
+        reported with the config's dims (Triton's core does both)."""
+        cdef OutputRules* rules = new OutputRules()
+        cdef pair[string, OutputReshape] entry
+        self.output_rules.reset(rules)
+        rules.model_name = model_name.encode()
+        rules.batching = batching
+        for name, reshape, dims in outputs:
+            rules.names.push_back(name.encode())
+            if reshape is not None:
+                entry.first = name.encode()
+                entry.second.from_ = list(reshape)
+                entry.second.to = list(dims)
+                rules.reshapes.push_back(entry)
 
     @property
     def has_ready_check(self):
@@ -465,6 +494,8 @@ cdef class Instance:
                 r.model_name = self.model_name
                 if _cancelled(p):
                     r.sink.get().SetCancelled()
+                if self.output_rules.get() != NULL:
+                    r.sink.get().SetOutputRules(self.output_rules)
             # Safe without the GIL: the requests and the bytes they point at
             # are held by this frame (or, handed off, by their sinks).
             with nogil:

@@ -15,6 +15,7 @@
 #include "triton_api_internal.h"
 
 using pyserver::triton::Err;
+using pyserver::triton::OutputRules;
 using pyserver::triton::OutputTensor;
 using pyserver::triton::ResponseSink;
 using pyserver::triton::SentResponse;
@@ -500,6 +501,12 @@ API TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* response,
   tensor->name = name;
   tensor->datatype = datatype;
   tensor->shape.assign(shape, shape + dims_count);
+  const OutputRules* rules = response->sink ? response->sink->output_rules() : nullptr;
+  if (rules != nullptr && !rules->Apply(tensor->name, &tensor->shape)) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, std::string("unexpected inference output '") +
+                                                   name + "' for model '" + rules->model_name +
+                                                   "'");
+  }
   *output = reinterpret_cast<TRITONBACKEND_Output*>(tensor.get());
   response->outputs.push_back(std::move(tensor));
   return nullptr;

@@ -17,6 +17,35 @@ const void* Parameter::value() const {
   }
 }
 
+bool OutputRules::Apply(const std::string& name, std::vector<int64_t>* shape) const {
+  if (names.empty()) return true;
+  bool declared = false;
+  for (const auto& n : names) declared = declared || n == name;
+  if (!declared) return false;
+  for (const auto& [output, reshape] : reshapes) {
+    if (output != name) continue;
+    // Triton's InferenceResponse::Output::Reshape: the dims stand where the
+    // reshape's were, the batch dimension kept, each -1 of the dims taking
+    // the size the model gave the next -1 of the reshape.
+    const size_t offset = batching ? 1 : 0;
+    std::vector<int64_t> variable;
+    for (size_t i = 0; i < reshape.from.size(); ++i) {
+      if (reshape.from[i] == -1 && i + offset < shape->size()) {
+        variable.push_back((*shape)[i + offset]);
+      }
+    }
+    std::vector<int64_t> reported;
+    if (batching && !shape->empty()) reported.push_back((*shape)[0]);
+    size_t next = 0;
+    for (int64_t dim : reshape.to) {
+      reported.push_back(dim != -1 ? dim : (next < variable.size() ? variable[next++] : -1));
+    }
+    *shape = std::move(reported);
+    break;
+  }
+  return true;
+}
+
 void ResponseSink::Push(SentResponse response) {
   std::unique_lock<std::mutex> lock(mu_);
   if (last_delivered_) return;  // Triton ignores what comes after the final flag

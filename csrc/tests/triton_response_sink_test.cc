@@ -113,3 +113,21 @@ TEST(ResponseSink, WaitDoneWakesWhenABackendThreadAnswersAndReleases) {
 
 }  // namespace
 }  // namespace pyserver::triton
+
+TEST(OutputRules, AReshapedOutputIsReportedWithTheConfigsDims) {
+  pyserver::triton::OutputRules rules;
+  rules.model_name = "m";
+  rules.batching = true;
+  rules.names = {"OUT", "PLAIN"};
+  // made [b, 4, n] by the model, declared dims [2, 2, -1] over reshape [4, -1]
+  rules.reshapes.push_back({"OUT", {{4, -1}, {2, 2, -1}}});
+  std::vector<int64_t> shape = {3, 4, 7};
+  ASSERT_TRUE(rules.Apply("OUT", &shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 2, 2, 7}));
+  std::vector<int64_t> plain = {3, 5};
+  ASSERT_TRUE(rules.Apply("PLAIN", &plain));
+  EXPECT_EQ(plain, (std::vector<int64_t>{3, 5}));
+  EXPECT_FALSE(rules.Apply("OTHER", &plain));  // not declared
+  pyserver::triton::OutputRules none;  // no names: any output goes as made
+  EXPECT_TRUE(none.Apply("OTHER", &plain));
+}

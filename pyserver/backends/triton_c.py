@@ -105,6 +105,9 @@ class TritonCBackend:
         except BaseException:
             self._release_model()
             raise
+        self.instance.set_output_rules(config.name, config.max_batch_size > 0, [
+            (t.name, list(t.reshape.shape) if t.HasField("reshape") else None, list(t.dims))
+            for t in config.output])
         if self.instance.has_ready_check:  # asked on each model-ready request
             self.capabilities = type(self).capabilities | Capability.READINESS
 

@@ -109,8 +109,15 @@ def layout(tmp_path):
     write_model(repo, "repeat", REPEAT)
     write_model(repo, "threaded", THREADED)
     write_model(repo, "threaded_stream", THREADED_STREAM)
-    for name in ("fail_execute", "fail_response"):
+    for name in ("fail_execute", "fail_response", "fail_output_name"):
         write_model(repo, name, FAILING)
+    # Triton's core reports a reshaped output with the config's dims
+    write_model(repo, "identity_reshaped", IDENTITY.replace(
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]',
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]').replace(
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]',
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, 2 ] '
+        'reshape: { shape: [ 4 ] } } ]'))
     return backends, repo
 
 
@@ -529,8 +536,11 @@ def test_failures_reach_the_client_as_triton_shapes_them(layout, start_grpc):  #
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))
     x = np.ones((1, 1), dtype=np.float32)
-    for model, text, http_status in (("fail_execute", "execute failed on purpose", 503),
-                                     ("fail_response", "bad request on purpose", 400)):
+    for model, text, http_status in (
+            ("fail_execute", "execute failed on purpose", 503),
+            ("fail_response", "bad request on purpose", 400),
+            ("fail_output_name", "unexpected inference output 'NOT_IN_CONFIG' for model "
+                                 "'fail_output_name'", 400)):
         inp = httpclient.InferInput("IN", [1, 1], "FP32")
         inp.set_data_from_numpy(x)
         with pytest.raises(InferenceServerException) as err:
@@ -580,3 +590,17 @@ def test_classification_of_a_c_backend_output(tmp_path, start_grpc):  # noqa: F8
     gout = grpcclient.InferRequestedOutput("OUTPUT0", class_count=1)
     got = grpcclient.InferenceServerClient(s.grpc_url).infer("identity", [ginp], outputs=[gout])
     assert got.as_numpy("OUTPUT0").tolist() == [[b"3.000000:1:one"], [b"9.000000:0:zero"]]
+
+
+def test_a_reshaped_output_reads_with_the_configs_dims(layout, start_grpc):  # noqa: F811
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inp = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    got = httpclient.InferenceServerClient(s.url).infer("identity_reshaped", [inp])
+    np.testing.assert_array_equal(got.as_numpy("OUTPUT0"), x.reshape(2, 2, 2))
+    ginp = grpcclient.InferInput("INPUT0", [2, 4], "FP32")
+    ginp.set_data_from_numpy(x)
+    got = grpcclient.InferenceServerClient(s.grpc_url).infer("identity_reshaped", [ginp])
+    assert got.as_numpy("OUTPUT0").shape == (2, 2, 2)

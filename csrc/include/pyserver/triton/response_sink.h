@@ -54,6 +54,26 @@ struct Parameter {
   const void* value() const;
 };
 
+// What a response may carry, from the model's config: the output names it
+// declares, and for each output with a `reshape`, its shape as the model
+// makes it (reshape.shape) and as clients see it (dims). As Triton's core
+// adds a response output: an undeclared name is refused, a reshaped one
+// reported with the config's dims.
+struct OutputRules {
+  struct Reshape {
+    std::vector<int64_t> from;  // reshape.shape
+    std::vector<int64_t> to;    // dims
+  };
+  std::string model_name;
+  bool batching = false;  // max_batch_size > 0: a leading batch dimension
+  std::vector<std::string> names;
+  std::vector<std::pair<std::string, Reshape>> reshapes;
+
+  // The shape to report for output `name` made as `shape`, or false when
+  // the config declares no such output (with the names empty, any goes).
+  bool Apply(const std::string& name, std::vector<int64_t>* shape) const;
+};
+
 // One response a backend sent: outputs, or an error; final or not.
 struct SentResponse {
   std::vector<std::unique_ptr<OutputTensor>> outputs;
@@ -95,6 +115,11 @@ class ResponseSink {
   void UpdateState(std::unique_ptr<OutputTensor> state);
   std::vector<std::unique_ptr<OutputTensor>> TakeStates();
 
+  // The model's rules for the outputs of this request's responses (null:
+  // none checked). Set before the backend sees the request.
+  void SetOutputRules(std::shared_ptr<const OutputRules> rules) { rules_ = std::move(rules); }
+  const OutputRules* output_rules() const { return rules_.get(); }
+
   // TRITONBACKEND_RequestIsCancelled / ResponseFactoryIsCancelled: what
   // the server knew when the batch started, or at the last late response.
   void SetCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -114,6 +139,7 @@ class ResponseSink {
   // Hands queued responses to the hook; one drainer at a time keeps order.
   void DrainLocked(std::unique_lock<std::mutex>& lock);
 
+  std::shared_ptr<const OutputRules> rules_;
   std::atomic<bool> cancelled_{false};
   std::atomic<uint32_t> next_response_index_{0};
   std::mutex mu_;
