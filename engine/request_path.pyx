@@ -273,6 +273,8 @@ cdef class RequestPath:
                 datatype = self.wire_types.get(dtype)
                 if datatype is None:
                     datatype = self.wire_types[dtype] = self.wire_of(dtype)
+                if datatype == "UINT16" and self.output_types.get(name) == "BF16":
+                    datatype = "BF16"  # numpy has no bfloat16: its words travel as uint16
             tensors.append(self._tensor(out, value, datatype))
         r = new_response(self.model_name, self.version, req.id, tensors)
         if parameters:

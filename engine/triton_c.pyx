@@ -300,11 +300,13 @@ cdef void _report_activity(void* tracer, uint64_t trace_id, uint64_t ns,
         log.exception("recording a backend's trace activity failed")
 
 
-cdef int _describe(TRITONBACKEND_Request* r, p, all_outputs, list keep) except -1:
+cdef int _describe(TRITONBACKEND_Request* r, p, all_outputs, list keep,
+                   frozenset bf16_inputs=None) except -1:
     """What a backend reads of pending request ``p``: its id, sequence
     properties, timeout, parameters, inputs (their bytes appended to
     ``keep``, which must outlive ``r``) and requested outputs (``all_outputs``,
-    the model's names as bytes, when it names none)."""
+    the model's names as bytes, when it names none). ``bf16_inputs``: the
+    inputs the config types BF16 (numpy holds them as uint16 words)."""
     cdef TRITONBACKEND_Input tin
     cdef const unsigned char[::1] view
     request = p.request
@@ -325,6 +327,9 @@ cdef int _describe(TRITONBACKEND_Request* r, p, all_outputs, list keep) except -
         if arr.dtype == object:
             tin.datatype = <TRITONSERVER_DataType>BYTES_CODE
             data = serialize_bytes_tensor(arr)
+        elif bf16_inputs is not None and name in bf16_inputs:  # uint16 words in numpy
+            tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE["BF16"]
+            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
         else:
             tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[_wire(arr.dtype)]
             data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
@@ -385,6 +390,7 @@ cdef class Instance:
     cdef vector[string] state_names  # implicit state outputs (TRITONBACKEND_StateNew)
     cdef string model_name
     cdef shared_ptr[OutputRules] output_rules  # what its responses may carry (or none)
+    cdef frozenset bf16_inputs  # inputs the config types BF16 (or None)
 
     def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
                  str model_name=""):
@@ -411,6 +417,11 @@ cdef class Instance:
                 entry.second.from_ = list(reshape)
                 entry.second.to = list(dims)
                 rules.reshapes.push_back(entry)
+
+    def set_bf16_inputs(self, names):
+        """The inputs the config types BF16: the backend is told BF16, not
+        the uint16 of the words numpy holds them in."""
+        self.bf16_inputs = frozenset(names) or None
 
     @property
     def has_ready_check(self):
@@ -479,7 +490,7 @@ cdef class Instance:
                 requests.push_back(r)
                 keep = []
                 keeps.append(keep)
-                _describe(r, p, all_outputs, keep)
+                _describe(r, p, all_outputs, keep, self.bf16_inputs)
                 if p.trace is not None:  # its BLS calls may be traced under it
                     trace = p.trace
                     r.trace.id = trace["id"]

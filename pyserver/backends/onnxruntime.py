@@ -7,8 +7,9 @@ model config:
   any other "session.*" config entry, memory.enable_memory_arena_shrinkage)
   and `optimization.graph.level`; intra-op threads default to the
   instance's share of the cores, and do not spin between ops;
-- execution providers: CPU everywhere; on a KIND_GPU instance, or when
-  `optimization.execution_accelerators.gpu_execution_accelerator` asks,
+- execution providers: CPU everywhere; on a KIND_GPU instance (as in
+  Triton, the only kind that reads
+  `optimization.execution_accelerators.gpu_execution_accelerator`),
   CUDA (with "cuda" accelerator parameters and the deprecated top-level
   cudnn_conv_algo_search / gpu_mem_limit / arena_extend_strategy /
   do_copy_in_default_stream), and TensorRT in front of it for a "tensorrt"

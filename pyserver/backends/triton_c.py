@@ -14,7 +14,7 @@ import logging
 import threading
 from pathlib import Path
 
-from pyserver.backends._common import instance_placement
+from pyserver.backends._common import data_type_name, instance_placement
 from pyserver.backends.base import Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
@@ -108,6 +108,8 @@ class TritonCBackend:
         self.instance.set_output_rules(config.name, config.max_batch_size > 0, [
             (t.name, list(t.reshape.shape) if t.HasField("reshape") else None, list(t.dims))
             for t in config.output])
+        self.instance.set_bf16_inputs(
+            [t.name for t in config.input if data_type_name(t.data_type) == "TYPE_BF16"])
         if self.instance.has_ready_check:  # asked on each model-ready request
             self.capabilities = type(self).capabilities | Capability.READINESS
 

@@ -69,7 +69,8 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request, const char* ki
   RETURN_IF_ERROR(TRITONBACKEND_RequestInput(request, "IN", &input));
   const int64_t* shape;
   uint32_t dims;
-  RETURN_IF_ERROR(TRITONBACKEND_InputProperties(input, NULL, NULL, &shape, &dims, NULL, NULL));
+  TRITONSERVER_DataType datatype;
+  RETURN_IF_ERROR(TRITONBACKEND_InputProperties(input, NULL, &datatype, &shape, &dims, NULL, NULL));
   const void* data;
   TRITONSERVER_BufferAttributes* attributes;
   RETURN_IF_ERROR(TRITONBACKEND_InputBufferAttributes(input, 0, &data, &attributes));
@@ -79,9 +80,11 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request, const char* ki
   RETURN_IF_ERROR(TRITONBACKEND_ResponseNew(&response, request));
   RETURN_IF_ERROR(EchoParameters(request, response));
   RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "instance_kind", kind));
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "input_datatype",
+                                                           TRITONSERVER_DataTypeString(datatype)));
   TRITONBACKEND_Output* output;
   RETURN_IF_ERROR(
-      TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_INT32, shape, dims));
+      TRITONBACKEND_ResponseOutput(response, &output, "OUT", datatype, shape, dims));
   void* out;
   TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_CPU;
   int64_t mem_id = 0;

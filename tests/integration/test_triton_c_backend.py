@@ -317,6 +317,7 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     write_model(repo, "params", PARAMS)
     write_model(repo, "params_seq", PARAMS + "sequence_batching { }\n")
     write_model(repo, "params_on_model", PARAMS + "instance_group [ { kind: KIND_MODEL } ]\n")
+    write_model(repo, "params_bf16", PARAMS.replace("TYPE_INT32", "TYPE_BF16"))
     s = start_grpc(repo, backend_directory=str(backends))
     x = np.arange(3, dtype=np.int32)
     inp = grpcclient.InferInput("IN", [3], "INT32")
@@ -336,6 +337,11 @@ def test_request_properties_and_response_parameters(tmp_path, start_grpc):  # no
     assert got["instance_kind"].string_param == "CPU"
     on_model = client.infer("params_on_model", [inp]).get_response().parameters
     assert on_model["instance_kind"].string_param == "MODEL"  # TRITONBACKEND_ModelInstanceKind
+    assert got["input_datatype"].string_param == "INT32"
+    bf16 = grpcclient.InferInput("IN", [3], "BF16")
+    bf16.set_data_from_numpy(np.ones(3, np.float32))
+    told = client.infer("params_bf16", [bf16]).get_response().parameters
+    assert told["input_datatype"].string_param == "BF16"  # not the uint16 numpy holds
     for corr, start, end, flags in (("seq-a", True, False, 1), ("seq-a", False, True, 2)):
         got = client.infer("params_seq", [inp], sequence_id=corr, sequence_start=start,
                            sequence_end=end).get_response().parameters
@@ -604,3 +610,22 @@ def test_a_reshaped_output_reads_with_the_configs_dims(layout, start_grpc):  # n
     ginp.set_data_from_numpy(x)
     got = grpcclient.InferenceServerClient(s.grpc_url).infer("identity_reshaped", [ginp])
     assert got.as_numpy("OUTPUT0").shape == (2, 2, 2)
+
+
+def test_bf16_reaches_the_backend_and_the_client_as_bf16(layout, start_grpc):  # noqa: F811
+    """numpy holds BF16 as uint16 words; the backend is told BF16 (the
+    config's type), and its BF16 output reaches the client as BF16."""
+    backends, repo = layout
+    write_model(repo, "identity_bf16", IDENTITY.replace("TYPE_FP32", "TYPE_BF16"))
+    s = start_grpc(repo, backend_directory=str(backends))
+    x = np.array([[1.0, -2.0, 0.5, 384.0]], dtype=np.float32)  # exact in bfloat16
+    inp = httpclient.InferInput("INPUT0", [1, 4], "BF16")
+    inp.set_data_from_numpy(x, binary_data=True)
+    got = httpclient.InferenceServerClient(s.url).infer("identity_bf16", [inp])
+    assert got.get_output("OUTPUT0")["datatype"] == "BF16"
+    np.testing.assert_array_equal(got.as_numpy("OUTPUT0"), x)
+    ginp = grpcclient.InferInput("INPUT0", [1, 4], "BF16")
+    ginp.set_data_from_numpy(x)
+    result = grpcclient.InferenceServerClient(s.grpc_url).infer("identity_bf16", [ginp])
+    assert result.get_output("OUTPUT0").datatype == "BF16"
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
