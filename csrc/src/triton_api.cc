@@ -400,6 +400,13 @@ API TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* request, const uint32
 
 API TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* request, uint32_t release_flags) {
   CHECK_ARG(request);
+  // Triton's text for a model not configured for it; the request stays the
+  // backend's. (pyserver runs no C backend's model iteratively.)
+  if (release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
+               "model is not configured to handle such a flag.");
+  }
   request->released = true;
   request->release_flags = release_flags;
   // A request the batch handed off (a decoupled one still running after

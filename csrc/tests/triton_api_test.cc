@@ -70,6 +70,14 @@ TEST(TritonApi, RequestInputsAndAResponse) {
   std::memcpy(out, data, sizeof(data));
   ASSERT_EQ(TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr),
             nullptr);
+  // RESCHEDULE is refused (no iterative C-backend model) and the request
+  // stays the backend's, as in Triton for a model not configured for it
+  TRITONSERVER_Error* reschedule =
+      TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE);
+  ASSERT_NE(reschedule, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(reschedule), TRITONSERVER_ERROR_INVALID_ARG);
+  TRITONSERVER_ErrorDelete(reschedule);
+  EXPECT_FALSE(request.released);
   ASSERT_EQ(TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
   EXPECT_TRUE(request.released);
 
