@@ -65,6 +65,7 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         void SetCancelled()
         vector[unique_ptr[OutputTensor]] TakeStates()
         void GoLate(DeliverHook deliver, DoneHook done, void* owner)
+        cbool Detach()
 
 
 cdef extern from "pyserver/triton/objects.h" nogil:
@@ -463,7 +464,8 @@ cdef class Instance:
         on_response (decoupled), each response goes to
         on_response(pending request, that tuple, or None
         when the request's last handle went without the final flag) as it is
-        sent, on the sending thread; the results are None. Also returns the
+        sent, on the sending thread, also while Execute runs; the results
+        are None. Also returns the
         times the backend reported for the batch (start, compute start,
         compute end, end) or None, and, for a model with implicit state, per
         request the states its backend updated (TRITONBACKEND_StateUpdate:
@@ -481,6 +483,8 @@ cdef class Instance:
         cdef _Late late
         cdef cbool handed_off
         cdef vector[unique_ptr[OutputTensor]] updated
+        cdef cbool detached
+        cdef list lates = []  # a decoupled batch's: per request, its delivery's owner
         keeps = []  # per request, its inputs' bytes
         results = []
         states = [] if self.state_names.size() else None
@@ -507,10 +511,29 @@ cdef class Instance:
                     r.sink.get().SetCancelled()
                 if self.output_rules.get() != NULL:
                     r.sink.get().SetOutputRules(self.output_rules)
+            if on_response is not None:
+                # Decoupled: each response goes on as it is sent, also one
+                # sent inside Execute (a backend that streams from there), as
+                # Triton hands each on at TRITONBACKEND_ResponseSend.
+                for i in range(requests.size()):
+                    late = _Late()
+                    late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
+                    Py_INCREF(late)  # the sink's, until _release_late (or Detach)
+                    lates.append(late)
+                    with nogil:
+                        requests[i].sink.get().GoLate(_deliver_late, _release_late, <void*>late)
             # Safe without the GIL: the requests and the bytes they point at
             # are held by this frame (or, handed off, by their sinks).
             with nogil:
                 status = self.instance.get().Execute(requests, &times)
+            if not status.ok() and lates:
+                # The backend did not take the requests (Triton's rule for a
+                # failed Execute): their sinks call no hook again.
+                for i in range(requests.size()):
+                    with nogil:
+                        detached = requests[i].sink.get().Detach()
+                    if detached:
+                        Py_DECREF(lates[i])
             check_status(status)
             for i in range(requests.size()):
                 sink = requests[i].sink.get()
@@ -528,11 +551,7 @@ cdef class Instance:
                     updated = sink.TakeStates()
                     states.append({updated[j].get().name.decode(): _array(updated[j].get())
                                    for j in range(updated.size())})
-                late = _Late()
-                late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
-                Py_INCREF(late)  # the sink's, until _release_late
                 with nogil:
-                    sink.GoLate(_deliver_late, _release_late, <void*>late)
                     handed_off = sink.HandOff()
                 if handed_off:  # freed by TRITONBACKEND_RequestRelease
                     requests[i] = NULL

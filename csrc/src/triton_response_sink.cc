@@ -121,9 +121,20 @@ void ResponseSink::GoLate(DeliverHook deliver, DoneHook done, void* owner) {
   DrainLocked(lock);
 }
 
+bool ResponseSink::Detach() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [this] { return !draining_; });
+  if (deliver_ == nullptr || done_called_) return false;
+  deliver_ = nullptr;
+  done_ = nullptr;
+  done_called_ = true;
+  return true;
+}
+
 void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
   // Whoever finds the sink idle drains it; others only queue. The hooks run
-  // unlocked (they take the GIL), and deliver_/done_/owner_ are fixed once set.
+  // unlocked (they take the GIL); deliver_/done_/owner_ change only while no
+  // one drains (GoLate before the backend sees the request, Detach).
   if (deliver_ == nullptr || draining_) return;
   draining_ = true;
   for (;;) {
@@ -157,6 +168,7 @@ void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
     }
   }
   draining_ = false;
+  changed_.notify_all();  // Detach waits for this
 }
 
 }  // namespace pyserver::triton

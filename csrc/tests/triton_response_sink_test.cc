@@ -75,6 +75,24 @@ TEST(ResponseSink, LateResponsesFromAThreadArriveInOrderAndTheReleaserFreesTheRe
   EXPECT_EQ(seen.done, 1);
 }
 
+TEST(ResponseSink, DetachedAfterAFailedExecuteItCallsNoHookAgain) {
+  Seen seen;
+  TRITONBACKEND_Request request;
+  std::shared_ptr<ResponseSink> sink = request.sink;
+  TRITONBACKEND_ResponseFactory* factory;
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, &request), nullptr);
+  sink->GoLate(Deliver, Done, &seen);  // before Execute: streamed as sent
+  SendValue(factory, 1);
+  EXPECT_EQ(seen.values, (std::vector<int>{1}));
+  EXPECT_TRUE(sink->Detach());  // Execute failed: the owner is the caller's again
+  SendValue(factory, 2);        // a backend that sends anyway reaches no hook
+  TRITONBACKEND_ResponseFactoryDelete(factory);
+  ASSERT_EQ(TRITONBACKEND_RequestRelease(&request, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
+  EXPECT_EQ(seen.values, (std::vector<int>{1}));
+  EXPECT_EQ(seen.done, 0);
+  EXPECT_FALSE(sink->Detach());  // once
+}
+
 TEST(ResponseSink, ARequestReleasedWithoutTheFinalFlagIsReportedOnce) {
   Seen seen;
   TRITONBACKEND_Request request;

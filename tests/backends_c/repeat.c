@@ -1,7 +1,8 @@
 /* A decoupled Triton C backend for pyserver's tests: for IN (INT32, [n])
  * it sends n responses, OUT = [IN[i]], through the request's response
  * factory, then the final flag alone; a value of -1 is sent as an error
- * response instead. Each response and the final flag are reported with
+ * response instead, and -2 sends nothing but waits 400 ms (all of it inside
+ * Execute: what was sent before must reach the client meanwhile). Each response and the final flag are reported with
  * TRITONBACKEND_ModelInstanceReportResponseStatistics. */
 #include <time.h>
 
@@ -53,6 +54,11 @@ static TRITONSERVER_Error* Repeat(TRITONBACKEND_ModelInstance* inst,
   RETURN_IF_ERROR(TRITONBACKEND_ResponseFactoryNew(&factory, request));
   const int32_t* values = data;
   for (uint64_t i = 0; i < bytes / sizeof(int32_t); ++i) {
+    if (values[i] == -2) {
+      const struct timespec pause = {0, 400000000};
+      nanosleep(&pause, NULL);
+      continue;
+    }
     const uint64_t start = NowNs();
     TRITONBACKEND_Response* response;
     RETURN_IF_ERROR(TRITONBACKEND_ResponseNewFromFactory(&response, factory));

@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import shutil
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -111,6 +112,8 @@ def layout(tmp_path):
     write_model(repo, "threaded_stream", THREADED_STREAM)
     for name in ("fail_execute", "fail_response", "fail_output_name"):
         write_model(repo, name, FAILING)
+    write_model(repo, "fail_execute_decoupled",
+                FAILING + "model_transaction_policy { decoupled: true }\n")
     # Triton's core reports a reshaped output with the config's dims
     write_model(repo, "identity_reshaped", IDENTITY.replace(
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]',
@@ -169,6 +172,29 @@ def test_decoupled_repeat_streams_each_value(layout, start_grpc):  # noqa: F811
         seen.append(int(result.as_numpy("OUT")[0]))
     client.stop_stream()
     assert seen == values.tolist()
+
+
+def test_a_response_sent_inside_execute_reaches_the_client_before_execute_ends(
+        layout, start_grpc):  # noqa: F811
+    """repeat.c sends 7, waits 400 ms inside ModelInstanceExecute (-2), then
+    sends 8: 7 must reach the client during the wait (Triton hands each
+    response on at TRITONBACKEND_ResponseSend), not with 8 once Execute
+    returned."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((time.monotonic(), result, error)))
+    inp = grpcclient.InferInput("IN", [3], "INT32")
+    inp.set_data_from_numpy(np.array([7, -2, 8], dtype=np.int32))
+    client.async_stream_infer("repeat", [inp])
+    arrivals = {}
+    for _ in range(2):
+        at, result, error = got.get(timeout=30)
+        assert error is None
+        arrivals[int(result.as_numpy("OUT")[0])] = at
+    client.stop_stream()
+    assert arrivals[8] - arrivals[7] > 0.2  # apart by the wait (400 ms), not together
 
 
 def test_response_statistics_the_backend_reports(layout, start_grpc):  # noqa: F811
@@ -629,3 +655,27 @@ def test_bf16_reaches_the_backend_and_the_client_as_bf16(layout, start_grpc):  #
     result = grpcclient.InferenceServerClient(s.grpc_url).infer("identity_bf16", [ginp])
     assert result.get_output("OUTPUT0").datatype == "BF16"
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
+
+
+def test_a_decoupled_execute_that_fails_answers_its_stream_with_the_error(
+        layout, start_grpc):  # noqa: F811
+    """The backend did not take the requests (Execute returned an error):
+    each stream gets the error once, and the model and server go on."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    for _ in range(3):
+        inp = grpcclient.InferInput("IN", [1, 1], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 1), np.float32))
+        client.async_stream_infer("fail_execute_decoupled", [inp])
+        result, error = got.get(timeout=30)
+        assert result is None and "execute failed on purpose" in str(error)
+    values = np.array([1, 2], dtype=np.int32)
+    inp = grpcclient.InferInput("IN", [2], "INT32")
+    inp.set_data_from_numpy(values)
+    client.async_stream_infer("repeat", [inp])
+    assert [int(got.get(timeout=30)[0].as_numpy("OUT")[0]) for _ in values] == [1, 2]
+    client.stop_stream()
+    assert got.empty()  # nothing more came for the failed requests

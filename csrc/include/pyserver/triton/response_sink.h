@@ -134,6 +134,12 @@ class ResponseSink {
   // delivered and the request released. Call without locks the hooks take.
   void GoLate(DeliverHook deliver, DoneHook done, void* owner);
 
+  // Undoes GoLate for a request its backend never took (Execute failed):
+  // waits out a delivery in progress, then calls no hook again. True if
+  // done(owner) had not been called (the caller releases owner itself).
+  // Call without locks the hooks take.
+  bool Detach();
+
  private:
   bool FinishedLocked() const { return final_ || (released_ && holders_ == 0); }
   // Hands queued responses to the hook; one drainer at a time keeps order.
