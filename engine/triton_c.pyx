@@ -118,6 +118,8 @@ cdef extern from "pyserver/triton/objects.h" nogil:
 
 
 cdef extern from "pyserver/triton/objects.h" namespace "pyserver::triton" nogil:
+    void SetBackendLogLevels(cbool info, cbool warning, cbool error, cbool verbose)
+
     cdef cppclass MetricSample:
         vector[pair[string, string]] labels
         double value
@@ -569,6 +571,13 @@ cdef class Instance:
 
 
 _METRIC_KINDS = {0: "counter", 1: "gauge", 2: "histogram"}  # TRITONSERVER_MetricKind
+
+
+def set_log_levels(bint info, bint warning, bint error, bint verbose):
+    """Which levels backends log (TRITONSERVER_LogIsEnabled): the server's
+    logging settings (--log-info, --log-warning, --log-error, --log-verbose
+    and the logging extension)."""
+    SetBackendLogLevels(info, warning, error, verbose)
 
 
 def use_pinned_pool(PinnedMemoryPool pool):

@@ -3,6 +3,7 @@
 // pyserver/triton/objects.h. CPU memory only. What a backend asks of a
 // request beyond its inputs (parameters, cancellation, ...) is in
 // triton_request.cc; BLS in triton_inference.cc.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,9 +23,18 @@ using pyserver::triton::SentResponse;
 
 namespace {
 
-int g_log_verbose = 0;  // TRITONSERVER_LOG_VERBOSE is off
+// Bit n: TRITONSERVER_LogLevel n is logged (INFO, WARN, ERROR on; VERBOSE off).
+std::atomic<uint32_t> g_log_levels{0x7};
 
 }  // namespace
+
+void pyserver::triton::SetBackendLogLevels(bool info, bool warning, bool error, bool verbose) {
+  g_log_levels.store((info ? 1u << TRITONSERVER_LOG_INFO : 0) |
+                         (warning ? 1u << TRITONSERVER_LOG_WARN : 0) |
+                         (error ? 1u << TRITONSERVER_LOG_ERROR : 0) |
+                         (verbose ? 1u << TRITONSERVER_LOG_VERBOSE : 0),
+                     std::memory_order_relaxed);
+}
 
 // ---- TRITONSERVER_*: versions, types, logging, errors, messages ----------
 
@@ -77,7 +87,8 @@ extern "C" const char* TRITONSERVER_ParameterTypeString(TRITONSERVER_ParameterTy
 }
 
 extern "C" bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level) {
-  return level != TRITONSERVER_LOG_VERBOSE || g_log_verbose > 0;
+  const auto bit = static_cast<unsigned>(level);
+  return bit < 32 && (g_log_levels.load(std::memory_order_relaxed) >> bit & 1u) != 0;
 }
 
 API TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level, const char* filename, const int line,

@@ -20,6 +20,7 @@ from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
 from pyserver.kernel.errors import Code, ServerError
+from pyserver.runtime.settings import follow_log_settings
 
 log = logging.getLogger("pyserver")
 
@@ -27,6 +28,16 @@ _lock = threading.Lock()
 # TRITONSERVER_InstanceGroupKind of each placement (instance_placement's kinds)
 _KIND_CODES = {"KIND_CPU": 1, "KIND_GPU": 2, "KIND_MODEL": 3}
 _classes: dict[str, type] = {}
+
+
+def _log_levels(values: dict) -> None:
+    """Backends log what the server's logging settings let through
+    (TRITONSERVER_LogIsEnabled): --log-verbose turns their verbose logs on."""
+    triton_c.set_log_levels(values["log_info"], values["log_warning"], values["log_error"],
+                            values["log_verbose_level"] > 0)
+
+
+follow_log_settings(_log_levels)
 
 
 def library_backend(library_path: str, backend_name: str,

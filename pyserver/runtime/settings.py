@@ -85,6 +85,21 @@ class LoggerState:
         log.setLevel(self.level)
 
 
+# Called with the logging settings each time they are applied (and at once
+# when added): what logs beside the 'pyserver' logger follows them (Triton C
+# backends' TRITONSERVER_LogMessage).
+_log_listeners: list = []
+_log_values: dict | None = None
+
+
+def follow_log_settings(listener) -> None:
+    """``listener(values)`` now with the settings last applied (if any), and
+    whenever they change."""
+    _log_listeners.append(listener)
+    if _log_values is not None:
+        listener(dict(_log_values))
+
+
 class LogSettings:
     """The logging extension's settings, applied to the 'pyserver' logger."""
 
@@ -122,7 +137,11 @@ class LogSettings:
         self._apply()
 
     def _apply(self) -> None:
+        global _log_values
         v = self.values
+        _log_values = dict(v)
+        for listener in _log_listeners:
+            listener(dict(v))
         if v["log_verbose_level"] > 0:
             level = logging.DEBUG
         elif v["log_info"]:

@@ -82,6 +82,8 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request, const char* ki
   RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "instance_kind", kind));
   RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "input_datatype",
                                                            TRITONSERVER_DataTypeString(datatype)));
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseSetBoolParameter(
+      response, "log_verbose", TRITONSERVER_LogIsEnabled(TRITONSERVER_LOG_VERBOSE)));
   TRITONBACKEND_Output* output;
   RETURN_IF_ERROR(
       TRITONBACKEND_ResponseOutput(response, &output, "OUT", datatype, shape, dims));

@@ -679,3 +679,26 @@ def test_a_decoupled_execute_that_fails_answers_its_stream_with_the_error(
     assert [int(got.get(timeout=30)[0].as_numpy("OUT")[0]) for _ in values] == [1, 2]
     client.stop_stream()
     assert got.empty()  # nothing more came for the failed requests
+
+
+def test_backends_log_what_the_servers_logging_settings_let_through(tmp_path, start_grpc):  # noqa: F811
+    """TRITONSERVER_LogIsEnabled follows --log-verbose and the logging
+    extension: params.c answers whether verbose logs are on."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "params")
+    write_model(repo, "params", PARAMS)
+    s = start_grpc(repo, backend_directory=str(backends))
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    inp = grpcclient.InferInput("IN", [3], "INT32")
+    inp.set_data_from_numpy(np.arange(3, dtype=np.int32))
+
+    def verbose():
+        return client.infer("params", [inp]).get_response().parameters["log_verbose"].bool_param
+
+    assert verbose() is False
+    try:
+        s.run(s.server.log_settings, {"log_verbose_level": 1})
+        assert verbose() is True
+    finally:
+        s.run(s.server.log_settings, {"log_verbose_level": 0})
+    assert verbose() is False
