@@ -330,11 +330,10 @@ cdef int _describe(TRITONBACKEND_Request* r, p, all_outputs, list keep,
         if arr.dtype == object:
             tin.datatype = <TRITONSERVER_DataType>BYTES_CODE
             data = serialize_bytes_tensor(arr)
-        elif bf16_inputs is not None and name in bf16_inputs:  # uint16 words in numpy
-            tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE["BF16"]
-            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
         else:
-            tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[_wire(arr.dtype)]
+            wire = "BF16" if bf16_inputs is not None and name in bf16_inputs \
+                else _wire(arr.dtype)  # numpy holds BF16 as uint16 words
+            tin.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[wire]
             data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
         keep.append(data)
         view = data

@@ -193,7 +193,7 @@ def _check_dims(config, name: str, port, dims: list) -> None:
     config's dims, after a batch dimension when max_batch_size > 0, match
     the model's tensor in rank and in every dimension the config fixes."""
     shape = port.get_partial_shape()
-    model_dims = [d.get_length() if d.is_static else -1 for d in shape]
+    model_dims = _partial_dims(port)
     where = f"model '{config.name}', tensor '{name}'"
     if config.max_batch_size > 0:
         if shape.rank.get_length() == 0:
@@ -337,7 +337,7 @@ class OpenVINOBackend:
             skip = 1 if config.max_batch_size > 0 else 0
             t = declared.get(name)
             if reshape and t is not None:
-                given = list(t.reshape.shape) if t.HasField("reshape") else list(t.dims)
+                given = _config_dims(t)
                 if any(d < -1 or d == 0 for d in given):
                     raise ServerError(Code.INTERNAL, "openvino backend does not support "
                                                      "dimensions values other than `-1` or "
