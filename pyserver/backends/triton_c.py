@@ -14,6 +14,9 @@ import logging
 import threading
 from pathlib import Path
 
+from google.protobuf import json_format
+
+from pyserver._proto import ModelConfig
 from pyserver.backends._common import data_type_name, instance_placement
 from pyserver.backends.base import Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
@@ -67,6 +70,35 @@ def _share_memory_pools(context, gpu: int | None) -> None:
             triton_c.use_device_pool(gpu, devices.pool(gpu))
         except ServerError as err:  # no CUDA, no such GPU: the instance's own load says so
             log.debug("no CUDA memory pool for GPU %d: %s", gpu, err)
+
+
+def complete_from_backend(config, completed_json: str) -> None:
+    """Takes into ``config`` what a backend's ModelSetConfig may change, as
+    Triton's core does: max_batch_size, inputs and outputs, a scheduler when
+    the config chose none (another than the config's is refused), and
+    whether the model is decoupled."""
+    completed = ModelConfig()
+    try:
+        json_format.Parse(completed_json, completed)
+    except json_format.ParseError as err:
+        raise ServerError(Code.INVALID_ARG, f"model '{config.name}': the configuration its "
+                          f"backend set is not a model configuration: {err}") from None
+    config.max_batch_size = completed.max_batch_size
+    del config.input[:]
+    config.input.extend(completed.input)
+    del config.output[:]
+    config.output.extend(completed.output)
+    chosen, offered = config.WhichOneof("scheduling_choice"), \
+        completed.WhichOneof("scheduling_choice")
+    if chosen is None:
+        if offered is not None:
+            getattr(config, offered).CopyFrom(getattr(completed, offered))
+    elif offered is not None and offered != chosen:
+        raise ServerError(Code.INTERNAL, f"model '{config.name}': its backend's auto-complete "
+                          f"changed the scheduler from {chosen} to {offered}, which it may not")
+    if completed.HasField("model_transaction_policy"):
+        config.model_transaction_policy.decoupled = \
+            completed.model_transaction_policy.decoupled
 
 
 def _version_of(version_dir: Path) -> int:
@@ -123,6 +155,29 @@ class TritonCBackend:
             [t.name for t in config.input if data_type_name(t.data_type) == "TYPE_BF16"])
         if self.instance.has_ready_check:  # asked on each model-ready request
             self.capabilities = type(self).capabilities | Capability.READINESS
+
+    @classmethod
+    def auto_complete_config(cls, config, model_path: str, default_max_batch_size: int) -> None:
+        """Triton's auto-completion by a backend library: the model is
+        initialized once told auto-complete is on (TRITONBACKEND_ModelAutoCompleteConfig),
+        and what it set with TRITONBACKEND_ModelSetConfig is read back, under
+        Triton's rules (complete_from_backend). That model is finalized again:
+        its instances are built on a model initialized with the completed
+        config, so a backend that loads in ModelInitialize loads twice.
+        (``default_max_batch_size`` reaches the library as its
+        default-max-batch-size backend setting.)"""
+        version_dir = Path(model_path).parent
+        if not config.name:
+            config.name = version_dir.parent.name
+        before = json.dumps(config_to_json(config))
+        model = triton_c.Model(cls.library, config.name, _version_of(version_dir),
+                               str(version_dir.parent), before, True)
+        try:
+            after = model.config_json
+        finally:
+            model.close()
+        if after != before:
+            complete_from_backend(config, after)
 
     def is_ready(self, timeout: float = 0.0) -> bool:
         """TRITONBACKEND_ModelInstanceReady, as Triton asks it for each

@@ -3,6 +3,8 @@
  * statistics as a Triton backend does, and its memory usage: the model 4096
  * bytes of CPU memory (reported twice, the second report replacing a first
  * of 1 byte) and 512 of pinned memory, each instance 1024 of CPU memory. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +66,26 @@ static TRITONSERVER_Error* ReportModelUsage(TRITONBACKEND_Model* model) {
   return err;
 }
 
+/* Auto-completion as Triton's identity backend offers it: a config that
+ * declares no INPUT0, with auto-complete on, gets INPUT0/OUTPUT0 (FP32, any
+ * length), max_batch_size 8 and dynamic batching. */
+static TRITONSERVER_Error* AutoComplete(TRITONBACKEND_Model* model) {
+  const char* name;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelName(model, &name));
+  char json[1024];
+  snprintf(json, sizeof json,
+           "{\"name\":\"%s\",\"backend\":\"identity\",\"max_batch_size\":8,"
+           "\"input\":[{\"name\":\"INPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
+           "\"output\":[{\"name\":\"OUTPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
+           "\"dynamic_batching\":{\"max_queue_delay_microseconds\":1000}}",
+           name);
+  TRITONSERVER_Message* completed;
+  RETURN_IF_ERROR(TRITONSERVER_MessageNewFromSerializedJson(&completed, json, strlen(json)));
+  TRITONSERVER_Error* err = TRITONBACKEND_ModelSetConfig(model, 1, completed);
+  TRITONSERVER_MessageDelete(completed);
+  return err;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   TRITONSERVER_Message* config;
   RETURN_IF_ERROR(TRITONBACKEND_ModelConfig(model, 1, &config));
@@ -72,6 +94,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
   int ok = strstr(json, "\"INPUT0\"") != NULL;
   TRITONSERVER_MessageDelete(config);
+  bool auto_complete = false;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelAutoCompleteConfig(model, &auto_complete));
+  if (!ok && auto_complete) {
+    RETURN_IF_ERROR(AutoComplete(model));
+    ok = 1;
+  }
   if (!ok) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "config has no INPUT0");
   RETURN_IF_ERROR(ReportModelUsage(model));
   int* instances = calloc(1, sizeof(int));

@@ -601,6 +601,52 @@ def test_initialize_failures_fail_the_load(tmp_path, start_server):
     assert not client.is_model_ready("fail_model_init")
 
 
+def test_a_backend_completes_a_config_that_declares_nothing(tmp_path, start_server):
+    """identity.c completes a config naming only its backend
+    (TRITONBACKEND_ModelAutoCompleteConfig, then ModelSetConfig), as
+    Triton's identity backend does: the model serves with what the backend
+    set (inputs, outputs, max_batch_size and dynamic batching). With
+    auto-complete off, the backend is told so and the load fails."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "identity")
+    write_model(repo, "bare", 'backend: "identity"\n')
+    s = start_server(repo, backend_directory=str(backends))
+    client = httpclient.InferenceServerClient(s.url)
+    config = client.get_model_config("bare")
+    assert config["max_batch_size"] == 8
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [
+        ("INPUT0", "TYPE_FP32", [-1])]
+    assert [t["name"] for t in config["output"]] == ["OUTPUT0"]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 1000
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    inp = httpclient.InferInput("INPUT0", [2, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer("bare", [inp]).as_numpy("OUTPUT0"), x)
+
+    strict_repo = tmp_path / "strict"  # (a model folder's instances share one backend model)
+    write_model(strict_repo, "bare", 'backend: "identity"\n')
+    strict = start_server(strict_repo, backend_directory=str(backends),
+                          auto_complete_config=False, exit_on_error=False)
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(
+        strict.url).get_model_repository_index()}
+    assert index["bare"]["state"] == "UNAVAILABLE"
+    assert "config has no INPUT0" in index["bare"]["reason"]
+
+
+def test_a_backend_may_not_change_the_configs_scheduler(tmp_path, start_server):
+    """As Triton's core: a scheduler the backend sets is taken only when the
+    config chose none."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "identity")
+    write_model(repo, "sequenced", 'backend: "identity"\nsequence_batching { }\n')
+    s = start_server(repo, backend_directory=str(backends), exit_on_error=False)
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(
+        s.url).get_model_repository_index()}
+    assert index["sequenced"]["state"] == "UNAVAILABLE"
+    assert "changed the scheduler from sequence_batching to dynamic_batching" in \
+        index["sequenced"]["reason"]
+
+
 def test_classification_of_a_c_backend_output(tmp_path, start_grpc):  # noqa: F811
     """Triton's classification extension on what a C backend computed: the
     top-k of each batch row as "value:index:label" over HTTP and gRPC."""
