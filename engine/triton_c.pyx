@@ -117,9 +117,15 @@ cdef extern from "pyserver/triton/objects.h" nogil:
         uint64_t exec_end_ns
 
 
-cdef extern from "pyserver/triton/objects.h" namespace "pyserver::triton" nogil:
-    void SetBackendLogLevels(cbool info, cbool warning, cbool error, cbool verbose)
+cdef extern from "pyserver/triton/log.h" namespace "pyserver::triton" nogil:
+    cdef cppclass CBackendLog "pyserver::triton::BackendLog":
+        @staticmethod
+        CBackendLog& Get()
+        void SetLevels(cbool info, cbool warning, cbool error, cbool verbose)
+        Status SetOutput(const string& path, cbool iso8601, cbool escape)
 
+
+cdef extern from "pyserver/triton/objects.h" namespace "pyserver::triton" nogil:
     cdef cppclass MetricSample:
         vector[pair[string, string]] labels
         double value
@@ -576,7 +582,14 @@ def set_log_levels(bint info, bint warning, bint error, bint verbose):
     """Which levels backends log (TRITONSERVER_LogIsEnabled): the server's
     logging settings (--log-info, --log-warning, --log-error, --log-verbose
     and the logging extension)."""
-    SetBackendLogLevels(info, warning, error, verbose)
+    CBackendLog.Get().SetLevels(info, warning, error, verbose)
+
+
+def set_log_output(str path, bint iso8601, bint escape):
+    """Where backends' log lines go (``path``, appended; "" for stderr) and
+    their layout: the server's --log-file and --log-format. Raises
+    ServerError when the file cannot be opened (the output stays as it was)."""
+    check_status(CBackendLog.Get().SetOutput(path.encode(), iso8601, escape))
 
 
 def use_pinned_pool(PinnedMemoryPool pool):

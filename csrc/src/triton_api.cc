@@ -3,8 +3,6 @@
 // pyserver/triton/objects.h. CPU memory only. What a backend asks of a
 // request beyond its inputs (parameters, cancellation, ...) is in
 // triton_request.cc; BLS in triton_inference.cc.
-#include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,29 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "pyserver/triton/log.h"
 #include "pyserver/triton/objects.h"
 #include "triton_api_internal.h"
 
+using pyserver::triton::BackendLog;
 using pyserver::triton::Err;
 using pyserver::triton::OutputRules;
 using pyserver::triton::OutputTensor;
 using pyserver::triton::ResponseSink;
 using pyserver::triton::SentResponse;
 
-namespace {
-
-// Bit n: TRITONSERVER_LogLevel n is logged (INFO, WARN, ERROR on; VERBOSE off).
-std::atomic<uint32_t> g_log_levels{0x7};
-
-}  // namespace
-
-void pyserver::triton::SetBackendLogLevels(bool info, bool warning, bool error, bool verbose) {
-  g_log_levels.store((info ? 1u << TRITONSERVER_LOG_INFO : 0) |
-                         (warning ? 1u << TRITONSERVER_LOG_WARN : 0) |
-                         (error ? 1u << TRITONSERVER_LOG_ERROR : 0) |
-                         (verbose ? 1u << TRITONSERVER_LOG_VERBOSE : 0),
-                     std::memory_order_relaxed);
-}
 
 // ---- TRITONSERVER_*: versions, types, logging, errors, messages ----------
 
@@ -87,16 +73,13 @@ extern "C" const char* TRITONSERVER_ParameterTypeString(TRITONSERVER_ParameterTy
 }
 
 extern "C" bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level) {
-  const auto bit = static_cast<unsigned>(level);
-  return bit < 32 && (g_log_levels.load(std::memory_order_relaxed) >> bit & 1u) != 0;
+  return BackendLog::Get().Enabled(level);
 }
 
 API TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level, const char* filename, const int line,
                             const char* msg) {
-  if (!TRITONSERVER_LogIsEnabled(level)) return nullptr;
-  static const char kLetters[] = {'I', 'W', 'E', 'V'};
-  char letter = static_cast<unsigned>(level) < 4 ? kLetters[level] : 'I';
-  std::fprintf(stderr, "%c %s:%d] %s\n", letter, filename ? filename : "", line, msg ? msg : "");
+  BackendLog& log = BackendLog::Get();
+  if (log.Enabled(level)) log.Write(level, filename, line, msg);
   return nullptr;
 }
 

@@ -23,7 +23,7 @@ from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
 from pyserver.kernel.errors import Code, ServerError
-from pyserver.runtime.settings import follow_log_settings
+from pyserver.runtime.settings import escape_log_messages, follow_log_settings
 
 log = logging.getLogger("pyserver")
 
@@ -33,14 +33,20 @@ _KIND_CODES = {"KIND_CPU": 1, "KIND_GPU": 2, "KIND_MODEL": 3}
 _classes: dict[str, type] = {}
 
 
-def _log_levels(values: dict) -> None:
+def _log_settings(values: dict) -> None:
     """Backends log what the server's logging settings let through
-    (TRITONSERVER_LogIsEnabled): --log-verbose turns their verbose logs on."""
+    (TRITONSERVER_LogIsEnabled: --log-verbose turns their verbose logs on),
+    to the --log-file when there is one, in the --log-format layout."""
     triton_c.set_log_levels(values["log_info"], values["log_warning"], values["log_error"],
                             values["log_verbose_level"] > 0)
+    try:
+        triton_c.set_log_output(values["log_file"], values["log_format"] == "ISO8601",
+                                escape_log_messages())
+    except ServerError as err:  # the settings refuse the file too, with the reason
+        log.debug("backends' log output unchanged: %s", err.message)
 
 
-follow_log_settings(_log_levels)
+follow_log_settings(_log_settings)
 
 
 def library_backend(library_path: str, backend_name: str,

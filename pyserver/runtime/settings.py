@@ -18,6 +18,12 @@ _LEVEL_LETTERS = {logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "E
 console_handler: logging.Handler | None = None
 
 
+def escape_log_messages() -> bool:
+    """Whether log messages are written as JSON strings (Triton's
+    TRITON_SERVER_ESCAPE_LOG_MESSAGES, on unless "0")."""
+    return os.environ.get("TRITON_SERVER_ESCAPE_LOG_MESSAGES") != "0"
+
+
 class TritonLogFormatter(logging.Formatter):
     """Log lines as Triton writes them: ``I1201 01:57:00.327881 <pid>
     <file>:<line>] "message"`` (``default``) or ``2026-12-01T01:57:00Z I
@@ -29,7 +35,7 @@ class TritonLogFormatter(logging.Formatter):
     def __init__(self, log_format: str = "default"):
         super().__init__()
         self.log_format = log_format
-        self.escape = os.environ.get("TRITON_SERVER_ESCAPE_LOG_MESSAGES") != "0"
+        self.escape = escape_log_messages()
 
     def format(self, record: logging.LogRecord) -> str:
         level = _LEVEL_LETTERS.get(record.levelno, "I")

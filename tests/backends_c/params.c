@@ -2,7 +2,7 @@
  * OUT = IN (INT32), and response parameters echoing the request's
  * properties: each request parameter under its own name and type, and
  * "correlation_id" (its string, or its number as an int), "flags",
- * "timeout_us", "cancelled". */
+ * "timeout_us", "cancelled"; it logs a line per batch at INFO and VERBOSE. */
 #include <string.h>
 
 #include "triton/core/tritonbackend.h"
@@ -100,6 +100,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
                                                        const uint32_t count) {
   TRITONSERVER_InstanceGroupKind kind;
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceKind(instance, &kind));
+  /* one line per batch at each level (the server's settings choose) */
+  TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, "params: a \"batch\"");
+  TRITONSERVER_LogMessage(TRITONSERVER_LOG_VERBOSE, __FILE__, __LINE__, "params: verbose");
   for (uint32_t r = 0; r < count; ++r) {
     RETURN_IF_ERROR(Answer(requests[r], TRITONSERVER_InstanceGroupKindString(kind)));
     RETURN_IF_ERROR(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL));

@@ -748,3 +748,37 @@ def test_backends_log_what_the_servers_logging_settings_let_through(tmp_path, st
     finally:
         s.run(s.server.log_settings, {"log_verbose_level": 0})
     assert verbose() is False
+
+
+def test_backends_log_to_the_log_file_in_tritons_layout(tmp_path, start_grpc):  # noqa: F811
+    """A backend's log lines (TRITONSERVER_LogMessage) go to the --log-file
+    once one is set, in Triton's layout (--log-format), the message a JSON
+    string; levels the settings turn off are not written."""
+    import os
+    import re
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "params")
+    write_model(repo, "params", PARAMS)
+    s = start_grpc(repo, backend_directory=str(backends))
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    inp = grpcclient.InferInput("IN", [3], "INT32")
+    inp.set_data_from_numpy(np.arange(3, dtype=np.int32))
+    log_file = tmp_path / "server.log"
+    try:
+        s.run(s.server.log_settings, {"log_file": str(log_file)})
+        client.infer("params", [inp])
+        s.run(s.server.log_settings, {"log_format": "ISO8601", "log_verbose_level": 1})
+        client.infer("params", [inp])
+    finally:
+        s.run(s.server.log_settings, {"log_file": "", "log_format": "default",
+                                      "log_verbose_level": 0})
+    client.infer("params", [inp])  # to stderr again
+    lines = [line for line in log_file.read_text().splitlines() if "params.c" in line]
+    pid = os.getpid()
+    assert len(lines) == 3, lines
+    assert re.fullmatch(r'I\d{4} \d\d:\d\d:\d\d\.\d{6} %d params\.c:\d+\] '
+                        r'"params: a \\"batch\\""' % pid, lines[0]), lines[0]
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I %d params\.c:\d+\] '
+                        r'"params: a \\"batch\\""' % pid, lines[1]), lines[1]
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ V %d params\.c:\d+\] '
+                        r'"params: verbose"' % pid, lines[2]), lines[2]

@@ -117,10 +117,6 @@ struct TRITONBACKEND_Backend {
 
 namespace pyserver::triton {
 
-// Which TRITONSERVER_LogLevel messages backends log (TRITONSERVER_LogIsEnabled,
-// TRITONSERVER_LogMessage): the server's logging settings, set as they change.
-void SetBackendLogLevels(bool info, bool warning, bool error, bool verbose);
-
 // What a model or an instance last reported it holds
 // (TRITONBACKEND_ModelReportMemoryUsage / ModelInstanceReportMemoryUsage):
 // each report replaces the one before, as in Triton.
