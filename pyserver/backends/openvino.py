@@ -10,21 +10,26 @@ config:
   SKIP_OV_DYNAMIC_BATCHSIZE, RESHAPE_IO_LAYERS, TARGET_DEVICE (CPU by
   default); and, ours, COMPILED_MODEL_CACHE (a folder where OpenVINO keeps
   compiled blobs, its CACHE_DIR, so a restart skips compilation) and
-  ENABLE_CPU_PINNING (YES/NO; when absent, OpenVINO's default, pinned,
-  for the process's first OpenVINO instance only: see _Pinning). Bad
-  values are load errors worded as Triton's;
+  ENABLE_CPU_PINNING (YES/NO; OpenVINO's default when absent). Bad values
+  are load errors worded as Triton's;
 - with max_batch_size > 0 the first dimension of every input becomes
   dynamic (unless SKIP_OV_DYNAMIC_BATCHSIZE), so any batch up to the
   maximum runs; other dynamic dimensions stay dynamic (OpenVINO's CPU
   plugin runs them as given);
 - every element type OpenVINO and the config both have (not BF16, which
   numpy lacks, nor strings);
-- one compiled model and infer request per instance; infer releases the GIL.
+- one compiled model per model version, shared by its instances as
+  Triton's backend shares it (one copy of the weights), each instance with
+  its own infer request; infer releases the GIL. Unlike Triton, where an
+  unset NUM_STREAMS leaves OpenVINO's single latency stream (and the
+  instances take turns on it), the model gets a stream per instance unless
+  the config sets NUM_STREAMS or PERFORMANCE_HINT (see device_properties).
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 try:
     import openvino as ov
@@ -35,6 +40,7 @@ except ImportError as err:  # the backend's loader reports this as the reason
 
 from pyserver.backends._common import data_type_name, string_param
 from pyserver.backends.base import Capability
+from pyserver.config import instance_count
 from pyserver.kernel.errors import Code, ServerError
 
 # OpenVINO element type names -> config data types.
@@ -58,13 +64,21 @@ def _yes(config, key: str) -> bool:
     return value is not None and value.strip().lower() == "yes"
 
 
-def device_properties(config, threads: int) -> dict:
+def device_properties(config, threads: int, instances: int = 1) -> dict:
     """The properties the model compiles with, from the config's
-    parameters as Triton's openvino backend parses them. ``threads`` is
-    this instance's share of the cores: INFERENCE_NUM_THREADS's default
-    here, so that N instances do not oversubscribe them (Triton's default
-    is every core)."""
-    properties = {"INFERENCE_NUM_THREADS": max(1, threads)}
+    parameters as Triton's openvino backend parses them. ``threads`` is an
+    instance's share of the cores and ``instances`` how many share the
+    compiled model: INFERENCE_NUM_THREADS defaults to their shares together
+    (Triton's default is every core, whatever else the server runs), and
+    NUM_STREAMS to one stream per instance unless the config sets it or a
+    PERFORMANCE_HINT, so that the instances run side by side, each stream
+    on cores of its own. bench/openvino_instances.py (2 instances, 2
+    cores, MLP batches of 8): 34.4k infer/s, against 33.5k for a compiled
+    model per instance with only the first pinned and 17.2k with each
+    pinned by OpenVINO (its pinning puts every compiled model on the same
+    first cores)."""
+    instances = max(1, instances)
+    properties = {"INFERENCE_NUM_THREADS": max(1, threads) * instances}
     for key in _DEVICE_PARAMS:
         raw = string_param(config, key)
         if raw is None or raw == "":
@@ -112,41 +126,55 @@ def device_properties(config, threads: int) -> dict:
     cache = string_param(config, "COMPILED_MODEL_CACHE")
     if cache:
         properties["CACHE_DIR"] = cache
+    if instances > 1 and "NUM_STREAMS" not in properties \
+            and "PERFORMANCE_HINT" not in properties:
+        properties["NUM_STREAMS"] = instances
     return properties
 
 
-class _Pinning:
-    """Which instances let OpenVINO pin their inference threads.
-
-    OpenVINO pins a compiled model's inference threads to the first cores
-    for the length of each infer() (its CPU pinning, on by default), and it
-    does so for every compiled model alike: two instances of one thread
-    each both ran on core 0, as fast together as one alone (2,013 against
-    2,108 infer/s for the MLP of bench/backend_overhead.py, 2 cores; 3,991
-    unpinned). So only the first instance in the process whose config
-    leaves ENABLE_CPU_PINNING unset is pinned (pinned, one instance served
-    5-6 % more here); the others run unpinned, where the scheduler spreads
-    them over the cores."""
+class _SharedModels:
+    """The compiled models the instances of a model version share: one per
+    model file (as it is on disk) and config, compiled by the first
+    instance that needs it and dropped with the last one's close."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._holder = None
+        self._entries: dict = {}  # key -> _Shared
 
-    def claim(self, owner) -> bool:
-        """True if ``owner`` may keep OpenVINO's pinning (none holds it)."""
+    def acquire(self, key, build):
+        """The value ``build()`` made for ``key``, made now if there is none;
+        every acquire is matched by a release(key, value's entry)."""
         with self._lock:
-            if self._holder is None:
-                self._holder = owner
-                return True
-            return False
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Shared()
+            entry.users += 1
+        try:
+            with entry.building:  # one compiles; the others wait for it
+                if entry.value is None:
+                    entry.value = build()
+        except BaseException:
+            self.release(key, entry)
+            raise
+        return entry
 
-    def release(self, owner) -> None:
+    def release(self, key, entry) -> None:
         with self._lock:
-            if self._holder is owner:
-                self._holder = None
+            entry.users -= 1
+            if entry.users == 0 and self._entries.get(key) is entry:
+                del self._entries[key]
 
 
-_PINNING = _Pinning()
+class _Shared:
+    __slots__ = ("users", "building", "value")
+
+    def __init__(self):
+        self.users = 0
+        self.building = threading.Lock()
+        self.value = None
+
+
+_SHARED = _SharedModels()
 
 
 def _core(config) -> ov.Core:
@@ -232,35 +260,22 @@ class OpenVINOBackend:
         if device != "cpu":
             raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}', Triton "
                                                 "OpenVINO backend supports only Kind CPU and AUTO")
-        target = (string_param(config, "TARGET_DEVICE") or "CPU").strip().upper()
-        properties = device_properties(config, threads)
-        core = _core(config)
-        model = _read(core, model_path)
         self.batching = config.max_batch_size > 0
-        model = self._check_io(config, model)
-        inputs = {p.get_any_name(): p for p in model.inputs}
-        outputs = [p.get_any_name() for p in model.outputs]
-        shapes = self._shapes(config, model, inputs)
-        if shapes:
-            try:
-                model.reshape(shapes)
-            except Exception as err:
-                raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': "
-                                                    f"openvino could not reshape it: {err}") \
-                    from None
-        if "ENABLE_CPU_PINNING" not in properties and target == "CPU" \
-                and not _PINNING.claim(self):
-            properties["ENABLE_CPU_PINNING"] = False
-        try:
-            self.compiled = core.compile_model(model, target, properties)
-        except Exception as err:
-            _PINNING.release(self)
-            raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': openvino "
-                                                f"could not compile it for {target}: {err}") \
-                from None
+        instances = sum(instance_count(g) for g in config.instance_group if not g.passive)
+        # The files as they are now (an IR's weights are its .bin): a version
+        # reloaded after they changed compiles anew, also while the old
+        # instances still serve.
+        path = Path(model_path)
+        files = tuple((f.stat().st_mtime_ns, f.stat().st_size)
+                      for f in (path, path.with_suffix(".bin")) if f.exists())
+        key = (str(path.resolve()), files, config.SerializeToString(deterministic=True))
+        self._key = key
+        self._shared = _SHARED.acquire(
+            key, lambda: self._compile(config, model_path, threads, instances))
+        self.compiled, self.properties = self._shared.value
+        self.input_names = {p.get_any_name() for p in self.compiled.inputs}
+        self.output_names = [p.get_any_name() for p in self.compiled.outputs]
         self.request = self.compiled.create_infer_request()
-        self.output_names = outputs
-        self.input_names = set(inputs)
         # Outputs whose shape depends on more than the batch size: emptied
         # before each run. With inputs whose dynamic dims disagree,
         # OpenVINO's CPU plugin runs nothing and raises nothing, and the
@@ -271,13 +286,35 @@ class OpenVINOBackend:
         self._emptied = [(i, port.get_element_type(), len(port.get_partial_shape()))
                          for i, port in enumerate(self.compiled.outputs)
                          if any(d.is_dynamic for d in list(port.get_partial_shape())[skip:])]
-        self.properties = properties
         # Not RUNS_INLINE: on bench/backend_overhead.py --backend openvino
         # (2 busy cores, runs back to back) the inline-capable backend served
         # less every time (median ratio 0.754 vs 1.010, 0.447 vs 0.582), why
         # is not established; instance threads it is until a run says
         # otherwise.
         self.capabilities = Capability.NONE
+
+    @classmethod
+    def _compile(cls, config, model_path: str, threads: int, instances: int) -> tuple:
+        """The compiled model the version's instances share, and the
+        properties it was compiled with."""
+        target = (string_param(config, "TARGET_DEVICE") or "CPU").strip().upper()
+        properties = device_properties(config, threads, instances)
+        core = _core(config)
+        model = cls._check_io(config, _read(core, model_path))
+        shapes = cls._shapes(config, model, {p.get_any_name(): p for p in model.inputs})
+        if shapes:
+            try:
+                model.reshape(shapes)
+            except Exception as err:
+                raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': "
+                                                    f"openvino could not reshape it: {err}") \
+                    from None
+        try:
+            return core.compile_model(model, target, properties), properties
+        except Exception as err:
+            raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}': openvino "
+                                                f"could not compile it for {target}: {err}") \
+                from None
 
     @staticmethod
     def _check_io(config, model):
@@ -427,6 +464,8 @@ class OpenVINOBackend:
         return {name: request.get_tensor(name).data.copy() for name in self.output_names}
 
     def close(self) -> None:
-        _PINNING.release(self)
+        shared, self._shared = self._shared, None
         self.request = None
         self.compiled = None
+        if shared is not None:
+            _SHARED.release(self._key, shared)

@@ -2,6 +2,7 @@
 converted with OpenVINO's own converter (convert_model + save_model) at
 test time and served over HTTP and gRPC to the real tritonclient."""
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -197,33 +198,42 @@ def test_dynamic_dims(tmp_path, serve):
         np.testing.assert_array_equal(got["OUTPUT1"], a - b)
 
 
-def test_only_one_instance_is_pinned_unless_the_config_says(tmp_path, serve):
-    """OpenVINO pins every compiled model's threads to the same first cores:
-    left to its default, only the process's first instance is pinned and
-    the others float (two pinned instances ran as fast as one); a config
-    that sets ENABLE_CPU_PINNING gets what it says."""
+def test_instances_share_one_compiled_model_with_a_stream_each(tmp_path, serve):
+    """As Triton's backend, a version's instances share one compiled model
+    (one copy of the weights), each with its own infer request; it gets a
+    stream per instance unless the config says otherwise. A reload after
+    the file changed compiles anew, and the last instance's close lets the
+    compiled model go."""
     from pyserver.backends import openvino as backend_module
 
-    pin = '\nparameters { key: "ENABLE_CPU_PINNING" value { string_value: "YES" } }'
     two = "\ninstance_group [ { count: 2 kind: KIND_CPU } ]"
-    write_model(tmp_path, "floating", "max_batch_size: 8\n" + ADD_SUB_IO + two)
-    write_model(tmp_path, "pinned", "max_batch_size: 8\n" + ADD_SUB_IO + two + pin)
-    s = serve(tmp_path)
+    hint = '\nparameters { key: "PERFORMANCE_HINT" value { string_value: "LATENCY" } }'
+    write_model(tmp_path, "shared", "max_batch_size: 8\n" + ADD_SUB_IO + two)
+    write_model(tmp_path, "hinted", "max_batch_size: 8\n" + ADD_SUB_IO + two + hint)
+    s = serve(tmp_path, model_control_mode="explicit", load_models=["shared", "hinted"])
 
-    def pins(name):
-        return [i.backend.compiled.get_property("ENABLE_CPU_PINNING")
-                for i in s.server.models.resolve(name, "").instances]
+    def backends(name):
+        return [i.backend for i in s.server.models.resolve(name, "").instances]
 
-    assert pins("pinned") == [True, True]
-    assert pins("floating").count(False) >= 1  # at most one holds OpenVINO's pinning
-    check_add_sub(s, "floating", "http", rows=2)
-    # the hold passes on once its instance closes (the model unloads)
-    pinning, first, second = backend_module._Pinning(), object(), object()
-    assert pinning.claim(first) and not pinning.claim(second)
-    pinning.release(second)  # not the holder: nothing changes
-    assert not pinning.claim(second)
-    pinning.release(first)
-    assert pinning.claim(second)
+    first, second = backends("shared")
+    assert first.compiled is second.compiled and first.request is not second.request
+    assert first.compiled.get_property("NUM_STREAMS") == 2
+    assert backends("hinted")[0].compiled.get_property("NUM_STREAMS") == 1  # the hint decides
+    with ThreadPoolExecutor(8) as pool:  # both instances at once, answers not mixed up
+        list(pool.map(lambda i: check_add_sub(s, "shared", "http" if i % 2 else "grpc",
+                                              rows=1 + i % 3, seed=i), range(32)))
+    shared = backend_module._SHARED._entries
+    before = set(shared)
+    assert first._key in before
+    weights = tmp_path / "shared" / "1" / "model.bin"
+    later = weights.stat().st_mtime_ns + 10**9
+    os.utime(weights, ns=(later, later))  # the same weights, a newer file
+    s.call(s.server.load_model("shared"))
+    reloaded = backends("shared")[0]
+    assert reloaded._key != first._key
+    check_add_sub(s, "shared", "http", rows=2)
+    # the old version's instances closed: its compiled model is let go
+    assert set(shared) == before - {first._key} | {reloaded._key}
 
 
 def test_parameters_and_compiled_model_cache(tmp_path, serve):
