@@ -411,7 +411,15 @@ def test_client_leaving_mid_stream_cancels_the_model_request(tmp_path, mode):
         body = json.dumps({"model": "tiny_llm", "prompt": "SLOW", "stream": True}).encode()
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        # the model has begun once a token came (before, the reset could
+        # find the request still queued: it leaves the queue, and the model
+        # never sees it to write the marker)
+        received = sock.recv(65536)
+        assert received.startswith(b"HTTP/1.1 200")
+        while b"data: " not in received:
+            more = sock.recv(65536)
+            assert more, "the server closed the stream before any token"
+            received += more
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()  # a reset
         assert wait_for(marker).startswith("cancelled after")
