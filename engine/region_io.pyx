@@ -16,6 +16,10 @@ from cpython.buffer cimport (
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 
+from pyserver.engine.types cimport InferRequest, PendingRequest, request_properties
+
+import json
+
 import numpy as np
 
 cdef enum:
@@ -77,6 +81,45 @@ def pack_inputs(region, list arrays_per_request, dict codes, object code_of, int
     finally:
         for i in range(<Py_ssize_t>bufs.size()):
             PyBuffer_Release(&bufs[i])
+
+
+cpdef tuple request_item(PendingRequest pending, object all_outputs, object inputs, object key,
+                         object state_outputs=()):
+    """What a worker needs of a pending request to build the
+    InferenceRequest execute() gets (its tensors are ``inputs``, as
+    pack_inputs described them): (id, correlation ID, flags, timeout,
+    parameters as JSON, the outputs it wants, inputs, ``key``, trace id (0:
+    not traced), which request.trace() carries to BLS calls)."""
+    cdef InferRequest req = <InferRequest?>pending.request
+    correlation_id, flags, user = request_properties(req.parameters)
+    params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
+    wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
+    if state_outputs:
+        wanted = [*wanted, *state_outputs]
+    trace = pending.trace
+    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key,
+            trace["id"] if trace is not None else 0)
+
+
+def pack_batches(region, list batches, dict codes, object code_of, int bytes_code,
+                 object all_outputs, object state_outputs):
+    """The "exec" message's groups for ``batches`` (lists of pending
+    requests): their inputs packed into ``region`` (pack_inputs) and one
+    request_item per request, keyed by its queue id."""
+    cdef list requests = [p for pending in batches for p in pending]
+    cdef list packed = pack_inputs(region, [(<PendingRequest>p).arrays for p in requests],
+                                   codes, code_of, bytes_code)
+    cdef list groups = []
+    cdef list group
+    cdef Py_ssize_t i = 0
+    cdef PendingRequest p
+    for pending in batches:
+        group = []
+        for p in pending:
+            group.append(request_item(p, all_outputs, packed[i], p.id, state_outputs))
+            i += 1
+        groups.append(group)
+    return groups
 
 
 def read_copies(mm, list tensors, dict dtypes):

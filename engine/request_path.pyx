@@ -254,6 +254,28 @@ cdef class RequestPath:
                 tensors.append(self._tensor(out, value, types[name]))
             p.response = new_response(self.model_name, self.version, req.id, tensors)
 
+    def responses(self, list requests, results, object other):
+        """Each request's ``response`` from its backend's result, for a
+        backend that answers per request: outputs (a dict) or (outputs,
+        parameters) become the response (see response), an exception stays
+        as it is, None (answered through its stream) stays None; any other
+        result is ``other(p, result)``'s to set."""
+        cdef Py_ssize_t i
+        for i in range(len(requests)):
+            p = requests[i]
+            result = results[i]
+            kind = type(result)
+            if kind is dict:
+                p.response = self.response(p, result, None)
+            elif kind is tuple:
+                p.response = self.response(p, result[0], result[1])
+            elif result is None:
+                p.response = None
+            elif isinstance(result, BaseException):
+                p.response = result
+            else:
+                other(p, result)
+
     def response(self, p, dict outputs, parameters):
         """The response of pending request ``p`` from the outputs its backend
         made for it alone (a backend that answers per request): those it

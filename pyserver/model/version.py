@@ -524,23 +524,9 @@ class ModelVersion:
                     Code.INTERNAL,
                     f"model '{self.name}' returned {len(results)} results for "
                     f"{len(requests)} requests")
-            for p, result in zip(requests, results):
-                if isinstance(result, BaseException):
-                    p.response = result
-                elif type(result) is tuple:
-                    p.response = self._request_response(p, result[0], result[1])
-                elif result is None:  # decoupled: its responses go through its stream
-                    p.response = None
-                elif result is RESCHEDULED:  # released to run again
-                    if self.iterative:
-                        p.response = self._reschedule
-                    elif self.decoupled:  # after what it sent: through its stream
-                        p.response = None
-                        p.future.push(None, ServerError(Code.INVALID_ARG, NOT_ITERATIVE), True)
-                    else:
-                        p.response = ServerError(Code.INVALID_ARG, NOT_ITERATIVE)
-                else:
-                    p.response = self._request_response(p, result, None)
+            # outputs, (outputs, parameters), an error, or None (decoupled:
+            # its responses go through its stream), compiled; the rest here
+            self._path.responses(requests, results, self._other_result)
             t_end = now_ns()
         except Exception as err:
             return self.failed_batch(t_start, err)
@@ -548,6 +534,19 @@ class ModelVersion:
         if times is not None:  # the backend's own compute times (Triton's C backends)
             return BatchOutcome(t_start, times[1], times[2], t_end)
         return BatchOutcome(t_start, t_start, t_output, t_end)
+
+    def _other_result(self, p: PendingRequest, result) -> None:
+        """A request's result that is neither outputs, an error nor None."""
+        if result is RESCHEDULED:  # released to run again
+            if self.iterative:
+                p.response = self._reschedule
+            elif self.decoupled:  # after what it sent: through its stream
+                p.response = None
+                p.future.push(None, ServerError(Code.INVALID_ARG, NOT_ITERATIVE), True)
+            else:
+                p.response = ServerError(Code.INVALID_ARG, NOT_ITERATIVE)
+        else:  # outputs in another mapping type
+            p.response = self._request_response(p, dict(result), None)
 
     def end_iterations(self, requests: list) -> None:
         """Iterative sequences: a request its model released for good ends

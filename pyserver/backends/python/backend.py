@@ -46,13 +46,12 @@ from pyserver.backends.python.instance import (
     code_of,
     execute_timeout,
     log_from_model,
-    request_item,
     worker_error,
 )
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
 from pyserver.config import instance_count
 from pyserver.engine import now_ns
-from pyserver.engine.region_io import pack_inputs, read_results
+from pyserver.engine.region_io import pack_batches, read_results
 from pyserver.kernel.dtypes import (
     BYTES_CODE,
     CODE_TO_NUMPY,
@@ -721,19 +720,13 @@ class ProcessPythonBackend(ServedInstance):
         answers each as it ends (in order, on the same socket).
         ``load``: channel.LOAD_*, how busy the server is (it decides the
         worker's spin for its next message, see stub.py)."""
-        region = worker.inp
-        all_outputs = self.output_names
-        requests = [p for pending in batches for p in pending]
-        packed = iter(pack_inputs(region, [p.arrays for p in requests], self.input_codes,
-                                  code_of, BYTES_CODE))
-        states = self.state_outputs
-        groups = [[request_item(p, all_outputs, next(packed), p.id, states)
-                   for p in pending] for pending in batches]
+        groups = pack_batches(worker.inp, batches, self.input_codes, code_of, BYTES_CODE,
+                              self.output_names, self.state_outputs)
         if self.decoupled:
-            self._open_requests(requests, now_ns())
+            self._open_requests([p for pending in batches for p in pending], now_ns())
         worker.outstanding += len(groups)
         worker.progress = time.monotonic()
-        worker.main.send(("exec", region.size, groups, self.model_name, self.version, load))
+        worker.main.send(("exec", worker.inp.size, groups, self.model_name, self.version, load))
 
     @staticmethod
     def batch_start(reply, default: int) -> int:

@@ -47,11 +47,11 @@ from pyserver.backends.python.instance import (
     code_of,
     execute_timeout,
     log_from_model,
-    request_item,
     worker_error,
 )
 from pyserver.backends.python.services import bls_request
 from pyserver.engine import now_ns
+from pyserver.engine.region_io import request_item
 from pyserver.kernel.dtypes import BYTES_CODE, CODE_TO_NUMPY, CODE_TO_WIRE
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.types import InferTensor

@@ -15,7 +15,6 @@ from pyserver.backends.python.services import Services
 from pyserver.engine import now_ns
 from pyserver.kernel.dtypes import WIRE_TO_CODE, config_type_name, numpy_to_wire
 from pyserver.kernel.errors import Code, ServerError
-from pyserver.kernel.types import request_properties
 
 log = logging.getLogger("pyserver")
 
@@ -186,18 +185,3 @@ def code_of(array) -> int:
     """The type code of an input the config does not declare (a sequence
     control input): from its array."""
     return WIRE_TO_CODE.get(numpy_to_wire(array.dtype), 0)
-
-
-def request_item(pending, all_outputs, inputs, key, state_outputs=()):
-    """What a worker needs of a pending request to build the
-    InferenceRequest execute() gets (its tensors are ``inputs``); last, its
-    trace id (0: not traced), which request.trace() carries to BLS calls."""
-    req = pending.request
-    correlation_id, flags, user = request_properties(req.parameters)
-    params_json = json.dumps(user, separators=(",", ":")) if user else "{}"
-    wanted = [o.name for o in req.outputs] if req.outputs else all_outputs
-    if state_outputs:
-        wanted = [*wanted, *state_outputs]
-    trace = pending.trace
-    return (req.id, correlation_id, flags, req.timeout_us, params_json, wanted, inputs, key,
-            trace["id"] if trace is not None else 0)
