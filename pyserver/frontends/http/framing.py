@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pyserver.engine.protocol.http_codec import encode_json
 from pyserver.engine.protocol.http_infer import http_message
+from pyserver.engine.protocol.http_route import Slot  # a queued response (compiled)
 
 _REASONS = {
     100: b"Continue",
@@ -62,16 +63,6 @@ def event_stream_head(keep_alive: bool, extra_headers: bytes = b"") -> bytes:
     return b"%sContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n" \
            b"%sTransfer-Encoding: chunked\r\n%s\r\n" % (
                status_line(200), b"" if keep_alive else CONN_CLOSE, extra_headers)
-
-
-class Slot:
-    """A queued response, in request order; ``data`` is None until ready."""
-
-    __slots__ = ("data", "close")
-
-    def __init__(self, close: bool):
-        self.data = None
-        self.close = close
 
 
 class StreamSlot(Slot):

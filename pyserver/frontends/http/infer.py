@@ -1,23 +1,16 @@
 """The infer route: ``POST /v2/models/<model>[/versions/<v>]/infer``, decoded
 once (http_codec.decode_infer_request), submitted, and answered as its batch
-completes (http_codec.answer_infer), compressed when the client asks."""
+completes (http_codec.answer_infer), compressed when the client asks: the
+route is engine/protocol/http_route.pyx's, with this module's
+decompression and content negotiation."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import zlib
 
-from pyserver.engine import now_ns
-from pyserver.engine.protocol.http_codec import (
-    answer_infer,
-    decode_infer_request,
-    encode_infer_response,
-    release_shm,
-)
-from pyserver.frontends.http.framing import PIPELINE_HIGH, Slot
+from pyserver.engine.protocol.http_route import InferRoute
+from pyserver.frontends.http.framing import PIPELINE_HIGH
 from pyserver.kernel.errors import Code, ServerError
-from pyserver.kernel.types import ImmediateFuture
 
 # zlib level for infer responses when the client sends Accept-Encoding gzip/deflate
 # (as Triton does; aiohttp, hence tritonclient.http.aio, asks for it by default).
@@ -93,69 +86,6 @@ def decompress(enc: bytes, body: bytes, limit: int) -> bytes:
     return out
 
 
-def infer(conn, method, headers: dict, body: bytes, keep_alive: bool, model: str, version: str):
-    frontend = conn.frontend
-    server = conn.server
-    request = None
-    try:
-        enc = headers.get(b"content-encoding")
-        if enc is not None:
-            body = decompress(enc, body, frontend.max_input_size)
-        request = decode_infer_request(
-            model, version, headers.get(b"inference-header-content-length"), body,
-            frontend.max_input_size, frontend.shared_memory, server.model_config)
-        if frontend.header_forwarder is not None:
-            frontend.header_forwarder.forward(conn.raw_headers, request.parameters)
-        tracer = conn.tracer
-        if tracer is not None and tracer.active:
-            received = now_ns()
-            tracer.frontend_received(request, "HTTP_RECV_START", conn.recv_ns or received,
-                                     "HTTP_RECV_END", received)
-        # answered as the request's batch completes, not an iteration later
-        fut = server.submitter(request, ImmediateFuture())
-    except Exception as e:
-        if request is not None:
-            release_shm(request)
-        return conn.respond_exception(e, keep_alive)
-    slot = Slot(not keep_alive)
-    pending = conn.pending
-    pending.append(slot)
-    accept = headers.get(b"accept-encoding")
-    cb = functools.partial(_infer_done, conn, slot, request,
-                           None if accept is None else _response_encoding(accept), conn.http10)
-    try:
-        if fut.done():  # answered synchronously: no extra loop iteration
-            return cb(fut)
-        fut.add_done_callback(cb)
-    except AttributeError:  # a coroutine or other awaitable
-        fut = asyncio.ensure_future(fut)
-        fut.add_done_callback(cb)
-    if len(pending) >= PIPELINE_HIGH:
-        conn.update_reading()
-
-
-def _infer_done(conn, slot: Slot, request, encoding, http10: bool, fut):
-    keep_alive = not slot.close
-    try:
-        if fut.cancelled():
-            raise ServerError(Code.CANCELLED, "inference request was cancelled")
-        exc = fut.exception()
-        if exc is not None:
-            raise exc
-        response = fut.result()
-        if encoding is None:
-            slot.data = answer_infer(response, request, keep_alive, http10)
-        else:
-            headers, body = encode_infer_response(response, request)
-            headers = [*headers, (b"Content-Encoding", encoding.encode())]
-            slot.data = conn.build(200, headers, _compress(encoding, body), keep_alive, http10)
-    except Exception as e:
-        slot.data = conn.error_data(e, keep_alive, http10)
-    finally:
-        release_shm(request)
-    if request.trace is None:
-        conn.answered()
-        return
-    sending = now_ns()  # a traced request: its send stamps (written when not held back)
-    conn.answered()
-    conn.tracer.sent(request, "HTTP_SEND_START", sending, "HTTP_SEND_END", now_ns())
+# The route itself (decode, submit, answer into the request's place in its
+# connection's queue) is compiled: engine/protocol/http_route.pyx.
+infer = InferRoute(decompress, _response_encoding, _compress, PIPELINE_HIGH)
