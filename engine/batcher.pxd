@@ -1,6 +1,7 @@
 # csrc/include/pyserver/{scheduler,dynamic_batch_scheduler,pass_through_scheduler}.h
 from libc.stdint cimport uint32_t, uint64_t
 from libcpp cimport bool as cbool
+from libcpp.atomic cimport atomic
 from libcpp.map cimport map
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
@@ -54,6 +55,8 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         CCompletionQueue* completions()
         size_t TopUp(CBatch* batch)
         cbool Cancel(uint64_t id)
+        void WatchRunning(uint64_t id, shared_ptr[atomic[cbool]] cancelled)
+        void UnwatchRunning(uint64_t id)
         cbool EndSequence(uint64_t correlation_id)
         void Stop()
         size_t QueuedCount()

@@ -5,6 +5,7 @@
 # cython: language_level=3
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
+from libcpp.atomic cimport atomic
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.utility cimport pair
@@ -15,7 +16,7 @@ import logging
 
 import numpy as np
 
-from pyserver.engine.batcher cimport BatchStrategy, CBatchStrategy
+from pyserver.engine.batcher cimport BatchStrategy, CBatchStrategy, CScheduler, Scheduler
 from pyserver.engine.memory cimport CMemoryPool, CudaMemoryPool, PinnedMemoryPool
 from pyserver.engine.stats cimport CModelStats, ModelStats
 from pyserver.engine.status cimport Status, check_status
@@ -63,6 +64,7 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         vector[SentResponse] Take()
         cbool HandOff()
         void SetCancelled()
+        const shared_ptr[atomic[cbool]]& cancelled_flag()
         vector[unique_ptr[OutputTensor]] TakeStates()
         void GoLate(DeliverHook deliver, DoneHook done, void* owner)
         cbool Detach()
@@ -399,6 +401,7 @@ cdef class Instance:
     cdef string model_name
     cdef shared_ptr[OutputRules] output_rules  # what its responses may carry (or none)
     cdef frozenset bf16_inputs  # inputs the config types BF16 (or None)
+    cdef Scheduler scheduler  # the model's: it flags a running request cancelled (or None)
 
     def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
                  str model_name=""):
@@ -458,6 +461,12 @@ cdef class Instance:
         records a traced request's activities (held while this instance is)."""
         self.tracer = tracer
 
+    def set_scheduler(self, Scheduler scheduler):
+        """The model's scheduler: a request cancelled while its batch runs
+        (Scheduler.cancel of a request no longer queued) is then flagged
+        where TRITONBACKEND_RequestIsCancelled reads, as Triton's is."""
+        self.scheduler = scheduler
+
     def set_stats(self, ModelStats stats):
         """Where the backend's per-response reports go
         (TRITONBACKEND_ModelInstanceReportResponseStatistics)."""
@@ -492,6 +501,10 @@ cdef class Instance:
         cdef vector[unique_ptr[OutputTensor]] updated
         cdef cbool detached
         cdef list lates = []  # a decoupled batch's: per request, its delivery's owner
+        cdef CScheduler* sched = NULL
+        cdef vector[uint64_t] watched  # queue ids the scheduler flags while they run
+        if self.scheduler is not None:
+            sched = self.scheduler.c.get()
         keeps = []  # per request, its inputs' bytes
         results = []
         states = [] if self.state_names.size() else None
@@ -514,6 +527,9 @@ cdef class Instance:
                         r.trace.reporter = <void*>self.tracer
                 r.state_names = &self.state_names
                 r.model_name = self.model_name
+                if sched != NULL and p.id:  # watched before the check: no gap
+                    sched.WatchRunning(p.id, r.sink.get().cancelled_flag())
+                    watched.push_back(p.id)
                 if _cancelled(p):
                     r.sink.get().SetCancelled()
                 if self.output_rules.get() != NULL:
@@ -566,6 +582,12 @@ cdef class Instance:
         finally:
             for i in range(requests.size()):
                 del requests[i]
+            # Answered (or, decoupled, handed to their sinks, which keep the
+            # flag while a late response may still ask): a cancel from now
+            # on reaches the frontend alone, or the next late response.
+            if sched != NULL:
+                for i in range(watched.size()):
+                    sched.UnwatchRunning(watched[i])
         if times.compute_start_ns == 0:
             return results, None, states
         return results, (times.exec_start_ns, times.compute_start_ns, times.compute_end_ns,

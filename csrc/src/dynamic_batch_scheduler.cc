@@ -443,7 +443,7 @@ bool DynamicBatchScheduler::SpinForArrival(std::unique_lock<std::mutex>* lock,
   return arrived;
 }
 
-bool DynamicBatchScheduler::Cancel(uint64_t id) {
+bool DynamicBatchScheduler::CancelQueued(uint64_t id) {
   std::vector<QueuedRequest> cancelled(1);
   {
     std::lock_guard<std::mutex> lock(mu_);

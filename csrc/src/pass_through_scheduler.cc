@@ -103,7 +103,7 @@ void PassThroughScheduler::PopFront(Batch* batch) {
   batch->sequence = NextBatchSequence();
 }
 
-bool PassThroughScheduler::Cancel(uint64_t id) {
+bool PassThroughScheduler::CancelQueued(uint64_t id) {
   std::vector<QueuedRequest> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -10,6 +10,24 @@ Scheduler::Scheduler(std::shared_ptr<ModelStats> stats,
   if (preserve_ordering) orderer_.reset(new ResponseOrderer(completions_.get()));
 }
 
+bool Scheduler::Cancel(uint64_t id) {
+  if (CancelQueued(id)) return true;
+  std::lock_guard<std::mutex> lock(running_mu_);
+  auto it = running_.find(id);
+  if (it != running_.end()) it->second->store(true, std::memory_order_relaxed);
+  return false;
+}
+
+void Scheduler::WatchRunning(uint64_t id, std::shared_ptr<std::atomic<bool>> cancelled) {
+  std::lock_guard<std::mutex> lock(running_mu_);
+  running_[id] = std::move(cancelled);
+}
+
+void Scheduler::UnwatchRunning(uint64_t id) {
+  std::lock_guard<std::mutex> lock(running_mu_);
+  running_.erase(id);
+}
+
 void Scheduler::CompleteBatch(const Batch& batch, const BatchTimes& times, Token token,
                               const Status& status) {
   RecordBatch(batch, times, status);

@@ -280,7 +280,7 @@ bool SequenceBatchScheduler::NextBatch(Batch* batch) {
   }
 }
 
-bool SequenceBatchScheduler::Cancel(uint64_t id) {
+bool SequenceBatchScheduler::CancelQueued(uint64_t id) {
   std::vector<QueuedRequest> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);

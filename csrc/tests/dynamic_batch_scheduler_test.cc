@@ -437,6 +437,28 @@ TEST(DynamicBatcher, CancelRemovesQueuedRequest) {
   EXPECT_EQ(h.stats->Snapshot().fail_by_reason[static_cast<int>(FailureReason::kCanceled)], 1u);
 }
 
+TEST(DynamicBatcher, CancelFlagsARunningRequestThatIsWatched) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;
+  auto s = Make(h, c);
+  uint64_t id1, id2;
+  Enqueue(s.get(), Req(1), &id1);
+  Enqueue(s.get(), Req(2), &id2);
+  Batch b;
+  ASSERT_TRUE(s->NextBatch(&b));
+  auto running = std::make_shared<std::atomic<bool>>(false);
+  auto unwatched = std::make_shared<std::atomic<bool>>(false);
+  s->WatchRunning(id1, running);
+  EXPECT_FALSE(s->Cancel(id1));  // not queued: nothing completes, its flag is set
+  EXPECT_TRUE(running->load());
+  s->WatchRunning(id2, unwatched);
+  s->UnwatchRunning(id2);
+  EXPECT_FALSE(s->Cancel(id2));
+  EXPECT_FALSE(unwatched->load());  // let go before the cancel: untouched
+  EXPECT_TRUE(h.Drain().empty());
+}
+
 TEST(DynamicBatcher, StopFailsQueuedAndReleasesInstances) {
   Harness h;
   DynamicBatcherConfig c;

@@ -199,6 +199,8 @@ class TritonCBackend:
         answers, per-response statistics)."""
         self._mv = mv
         self.instance.set_stats(mv.stats)
+        if mv.scheduler is not None:
+            self.instance.set_scheduler(mv.scheduler)
         self.instance.set_tracer(getattr(mv.context, "tracer", None))
 
     def execute_requests(self, pending: list) -> list:

@@ -2,8 +2,10 @@
  * OUT = IN (INT32), and response parameters echoing the request's
  * properties: each request parameter under its own name and type, and
  * "correlation_id" (its string, or its number as an int), "flags",
- * "timeout_us", "cancelled"; it logs a line per batch at INFO and VERBOSE. */
+ * "timeout_us", "cancelled"; it logs a line per batch at INFO and VERBOSE. IN[0] = -7
+ * runs until the request is cancelled (at most 20 s) and logs that it was. */
 #include <string.h>
+#include <time.h>
 
 #include "triton/core/tritonbackend.h"
 
@@ -76,6 +78,17 @@ static TRITONSERVER_Error* Answer(TRITONBACKEND_Request* request, const char* ki
   RETURN_IF_ERROR(TRITONBACKEND_InputBufferAttributes(input, 0, &data, &attributes));
   size_t bytes;
   RETURN_IF_ERROR(TRITONSERVER_BufferAttributesByteSize(attributes, &bytes));
+  if (bytes >= sizeof(int32_t) && *(const int32_t*)data == -7) {
+    /* IN[0] = -7: runs until cancelled (at most 20 s), polling as a long
+     * running backend does, and logs which came first */
+    bool cancelled = false;
+    for (int i = 0; i < 20000 && !cancelled; ++i) {
+      RETURN_IF_ERROR(TRITONBACKEND_RequestIsCancelled(request, &cancelled));
+      if (!cancelled) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__,
+                            cancelled ? "params: cancelled while running" : "params: never cancelled");
+  }
   TRITONBACKEND_Response* response;
   RETURN_IF_ERROR(TRITONBACKEND_ResponseNew(&response, request));
   RETURN_IF_ERROR(EchoParameters(request, response));

@@ -782,3 +782,33 @@ def test_backends_log_to_the_log_file_in_tritons_layout(tmp_path, start_grpc):  
                         r'"params: a \\"batch\\""' % pid, lines[1]), lines[1]
     assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ V %d params\.c:\d+\] '
                         r'"params: verbose"' % pid, lines[2]), lines[2]
+
+
+def test_a_running_request_sees_its_cancellation(tmp_path, start_grpc):  # noqa: F811
+    """params.c with IN[0] = -7 polls TRITONBACKEND_RequestIsCancelled inside
+    Execute: a gRPC client that cancels the call while it runs (RST_STREAM)
+    is seen there at once, as in Triton, not only at the batch's start."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "params")
+    write_model(repo, "params", PARAMS)
+    s = start_grpc(repo, backend_directory=str(backends))
+    log_file = tmp_path / "server.log"
+    s.run(s.server.log_settings, {"log_file": str(log_file)})
+    try:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
+        call = client.async_infer("params", [inp], callback=lambda result, error: None)
+        deadline = time.monotonic() + 30
+
+        def wait_for(*texts):
+            while not any(t in log_file.read_text() for t in texts):
+                assert time.monotonic() < deadline, f"no {texts} in the log"
+                time.sleep(0.02)
+
+        wait_for('params: a \\"batch\\"')  # logged as its Execute begins
+        call.cancel()
+        wait_for("params: cancelled while running", "params: never cancelled")
+        assert "params: cancelled while running" in log_file.read_text()
+    finally:
+        s.run(s.server.log_settings, {"log_file": ""})

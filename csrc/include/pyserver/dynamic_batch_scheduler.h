@@ -79,9 +79,11 @@ class DynamicBatchScheduler : public Scheduler {
   bool TakeReadyBatch(Batch* batch) override;
   void ParkInstances(bool parked) override;
   size_t TopUp(Batch* batch) override;
-  bool Cancel(uint64_t id) override;
   void Stop() override;
   size_t QueuedCount() const override;
+
+ protected:
+  bool CancelQueued(uint64_t id) override;
 
  private:
   enum class Decision { kSend, kWait, kEmpty };

@@ -25,9 +25,11 @@ class PassThroughScheduler : public Scheduler {
   bool TryNextBatch(Batch* batch, uint64_t* due_ns) override;
   bool TakeReadyBatch(Batch* batch) override;
   void ParkInstances(bool parked) override;
-  bool Cancel(uint64_t id) override;
   void Stop() override;
   size_t QueuedCount() const override;
+
+ protected:
+  bool CancelQueued(uint64_t id) override;
 
  private:
   mutable std::mutex mu_;

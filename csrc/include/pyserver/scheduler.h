@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pyserver/completion_queue.h"
@@ -121,8 +122,16 @@ class Scheduler {
   virtual size_t TopUp(Batch* batch) { (void)batch; return 0; }
 
   // Removes a still-queued request and completes it as CANCELLED. Returns
-  // false when the request is no longer queued (executing or done).
-  virtual bool Cancel(uint64_t id) = 0;
+  // false when the request is no longer queued (executing or done); one
+  // that runs watched (WatchRunning) has its flag set then.
+  bool Cancel(uint64_t id);
+
+  // A request that left the queue for a backend that may ask whether it
+  // was cancelled while it runs (TRITONBACKEND_RequestIsCancelled): a
+  // Cancel(id) from now on sets *cancelled. The caller unwatches it once
+  // the backend has let the request go.
+  void WatchRunning(uint64_t id, std::shared_ptr<std::atomic<bool>> cancelled);
+  void UnwatchRunning(uint64_t id);
 
   // Ends a sequence that will send no END request (an iterative sequence,
   // whose request the backend released for good). Returns false when there
@@ -171,6 +180,9 @@ class Scheduler {
   CompletionQueue* completions() const { return completions_.get(); }
 
  protected:
+  // Cancel()'s part for a request still queued (see Cancel).
+  virtual bool CancelQueued(uint64_t id) = 0;
+
   // Completes requests the scheduler failed on its own, recording stats.
   void FailRequests(std::vector<QueuedRequest>* requests, const Status& status,
                     FailureReason reason);
@@ -182,6 +194,8 @@ class Scheduler {
   std::shared_ptr<CompletionQueue> completions_;
   std::unique_ptr<ResponseOrderer> orderer_;  // null unless preserve_ordering
   std::atomic<uint64_t> next_id_{1};
+  std::mutex running_mu_;  // guards running_
+  std::unordered_map<uint64_t, std::shared_ptr<std::atomic<bool>>> running_;
   uint64_t next_batch_seq_ = 0;
 };
 

@@ -65,7 +65,6 @@ class SequenceBatchScheduler : public Scheduler {
   // The calling thread is an instance: the first call from a thread binds it
   // to the next instance index, and it only ever gets its own sequences.
   bool NextBatch(Batch* batch) override;
-  bool Cancel(uint64_t id) override;
   // The sequence `correlation_id` sends nothing more: its slot goes to the
   // next sequence once its queued requests are taken (at once when none
   // are). Returns false when the sequence is not active.
@@ -76,6 +75,9 @@ class SequenceBatchScheduler : public Scheduler {
   // Sequences bound to a slot, and waiting in the backlog (for tests).
   size_t ActiveSequences() const;
   size_t BackloggedSequences() const;
+
+ protected:
+  bool CancelQueued(uint64_t id) override;
 
  private:
   struct Slot {

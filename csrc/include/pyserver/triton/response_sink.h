@@ -120,10 +120,13 @@ class ResponseSink {
   void SetOutputRules(std::shared_ptr<const OutputRules> rules) { rules_ = std::move(rules); }
   const OutputRules* output_rules() const { return rules_.get(); }
 
-  // TRITONBACKEND_RequestIsCancelled / ResponseFactoryIsCancelled: what
-  // the server knew when the batch started, or at the last late response.
-  void SetCancelled() { cancelled_.store(true, std::memory_order_relaxed); }
-  bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  // TRITONBACKEND_RequestIsCancelled / ResponseFactoryIsCancelled: set when
+  // the server learns it: at the batch's start, through the flag the
+  // model's scheduler sets as the request is cancelled while it runs
+  // (Scheduler::WatchRunning), or at a late response.
+  void SetCancelled() { cancelled_->store(true, std::memory_order_relaxed); }
+  bool IsCancelled() const { return cancelled_->load(std::memory_order_relaxed); }
+  const std::shared_ptr<std::atomic<bool>>& cancelled_flag() const { return cancelled_; }
 
   // The index of the request's next reported response (response statistics
   // count per index, as Triton's response factory does).
@@ -146,7 +149,7 @@ class ResponseSink {
   void DrainLocked(std::unique_lock<std::mutex>& lock);
 
   std::shared_ptr<const OutputRules> rules_;
-  std::atomic<bool> cancelled_{false};
+  std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
   std::atomic<uint32_t> next_response_index_{0};
   std::mutex mu_;
   std::condition_variable changed_;
