@@ -275,7 +275,11 @@ class OpenVINOBackend:
         self.compiled, self.properties = self._shared.value
         self.input_names = {p.get_any_name() for p in self.compiled.inputs}
         self.output_names = [p.get_any_name() for p in self.compiled.outputs]
-        self.request = self.compiled.create_infer_request()
+        try:
+            self.request = self.compiled.create_infer_request()
+        except BaseException:  # never served: its hold on the compiled model goes
+            self.close()
+            raise
         # Outputs whose shape depends on more than the batch size: emptied
         # before each run. With inputs whose dynamic dims disagree,
         # OpenVINO's CPU plugin runs nothing and raises nothing, and the
