@@ -188,6 +188,12 @@ def instance_count(group) -> int:
     return group.count
 
 
+def active_instance_count(config) -> int:
+    """The instances that take work: every group's (instance_count) but
+    the passive ones'."""
+    return sum(instance_count(g) for g in config.instance_group if not g.passive)
+
+
 def config_to_json(config: ModelConfig) -> dict:
     """Triton's JSON shape: proto field names, every field present, enum names,
     and 64-bit integers as numbers (protobuf's JSON writes them as strings)."""

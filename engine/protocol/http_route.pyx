@@ -25,7 +25,6 @@ from pyserver.kernel.errors import Code, ServerError
 import asyncio
 
 
-
 cdef class Slot:
     """A queued answer of an HTTP/1.1 connection, in request order: ``data``
     (the answer as written) is None until it is ready; ``close``: the

@@ -40,7 +40,7 @@ except ImportError as err:  # the backend's loader reports this as the reason
 
 from pyserver.backends._common import data_type_name, string_param
 from pyserver.backends.base import Capability
-from pyserver.config import instance_count
+from pyserver.config import active_instance_count
 from pyserver.kernel.errors import Code, ServerError
 
 # OpenVINO element type names -> config data types.
@@ -142,8 +142,8 @@ class _SharedModels:
         self._entries: dict = {}  # key -> _Shared
 
     def acquire(self, key, build):
-        """The value ``build()`` made for ``key``, made now if there is none;
-        every acquire is matched by a release(key, value's entry)."""
+        """The entry for ``key``, its ``value`` made by ``build()`` now if
+        no one made it yet; every acquire is matched by a release(key, entry)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -261,7 +261,7 @@ class OpenVINOBackend:
             raise ServerError(Code.INVALID_ARG, f"unable to load model '{config.name}', Triton "
                                                 "OpenVINO backend supports only Kind CPU and AUTO")
         self.batching = config.max_batch_size > 0
-        instances = sum(instance_count(g) for g in config.instance_group if not g.passive)
+        instances = active_instance_count(config)
         # The files as they are now (an IR's weights are its .bin): a version
         # reloaded after they changed compiles anew, also while the old
         # instances still serve.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserver.config import instance_count
+from pyserver.config import active_instance_count
 from pyserver.kernel import dtypes
 from pyserver.kernel.errors import Code, ServerError, request_prefix
 
@@ -212,8 +212,7 @@ class SequenceControls:
         settings = {
             "model_name": config.name,
             "max_batch_size": int(config.max_batch_size),
-            "instance_count": max(1, sum(instance_count(g) for g in config.instance_group
-                                         if not g.passive)),
+            "instance_count": max(1, active_instance_count(config)),
             "max_sequence_idle_microseconds": self.max_sequence_idle_us,
             "strategy": self.strategy,
             "iterative": self.iterative,

@@ -20,6 +20,7 @@ from pyserver.config import (
     FIRST_RESPONSE_BUCKETS_MS,
     FIRST_RESPONSE_FAMILY,
     ConfigError,
+    active_instance_count,
     backend_name,
     instance_count,
     load_config_file,
@@ -174,7 +175,7 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
                           "(expected e.g. 1/" + DEFAULT_MODEL_FILENAMES.get(backend, "model") + ")")
     samples = warmup.build_samples(config, model.path)
     started = time.monotonic()
-    instance_total = sum(instance_count(g) for g in config.instance_group if not g.passive)
+    instance_total = active_instance_count(config)
     # Built-in backends take the server's context; a backend registered by
     # an application may not know of it.
     extra = {"context": context} if Capability.SERVER_CONTEXT in capabilities_of(cls) else {}

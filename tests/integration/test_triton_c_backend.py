@@ -5,7 +5,9 @@ gRPC with dynamic batching and two instances."""
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import shutil
 import subprocess
 import time
@@ -727,16 +729,22 @@ def test_a_decoupled_execute_that_fails_answers_its_stream_with_the_error(
     assert got.empty()  # nothing more came for the failed requests
 
 
-def test_backends_log_what_the_servers_logging_settings_let_through(tmp_path, start_grpc):  # noqa: F811
-    """TRITONSERVER_LogIsEnabled follows --log-verbose and the logging
-    extension: params.c answers whether verbose logs are on."""
+def serve_params(tmp_path, start_grpc, values):  # noqa: F811
+    """A server of params.c's model, a gRPC client of it and an IN of
+    ``values``."""
     backends, repo = tmp_path / "backends", tmp_path / "models"
     build_backend(backends, "params")
     write_model(repo, "params", PARAMS)
     s = start_grpc(repo, backend_directory=str(backends))
-    client = grpcclient.InferenceServerClient(s.grpc_url)
-    inp = grpcclient.InferInput("IN", [3], "INT32")
-    inp.set_data_from_numpy(np.arange(3, dtype=np.int32))
+    inp = grpcclient.InferInput("IN", [len(values)], "INT32")
+    inp.set_data_from_numpy(np.array(values, dtype=np.int32))
+    return s, grpcclient.InferenceServerClient(s.grpc_url), inp
+
+
+def test_backends_log_what_the_servers_logging_settings_let_through(tmp_path, start_grpc):  # noqa: F811
+    """TRITONSERVER_LogIsEnabled follows --log-verbose and the logging
+    extension: params.c answers whether verbose logs are on."""
+    s, client, inp = serve_params(tmp_path, start_grpc, [0, 1, 2])
 
     def verbose():
         return client.infer("params", [inp]).get_response().parameters["log_verbose"].bool_param
@@ -754,15 +762,7 @@ def test_backends_log_to_the_log_file_in_tritons_layout(tmp_path, start_grpc):  
     """A backend's log lines (TRITONSERVER_LogMessage) go to the --log-file
     once one is set, in Triton's layout (--log-format), the message a JSON
     string; levels the settings turn off are not written."""
-    import os
-    import re
-    backends, repo = tmp_path / "backends", tmp_path / "models"
-    build_backend(backends, "params")
-    write_model(repo, "params", PARAMS)
-    s = start_grpc(repo, backend_directory=str(backends))
-    client = grpcclient.InferenceServerClient(s.grpc_url)
-    inp = grpcclient.InferInput("IN", [3], "INT32")
-    inp.set_data_from_numpy(np.arange(3, dtype=np.int32))
+    s, client, inp = serve_params(tmp_path, start_grpc, [0, 1, 2])
     log_file = tmp_path / "server.log"
     try:
         s.run(s.server.log_settings, {"log_file": str(log_file)})
@@ -788,16 +788,10 @@ def test_a_running_request_sees_its_cancellation(tmp_path, start_grpc):  # noqa:
     """params.c with IN[0] = -7 polls TRITONBACKEND_RequestIsCancelled inside
     Execute: a gRPC client that cancels the call while it runs (RST_STREAM)
     is seen there at once, as in Triton, not only at the batch's start."""
-    backends, repo = tmp_path / "backends", tmp_path / "models"
-    build_backend(backends, "params")
-    write_model(repo, "params", PARAMS)
-    s = start_grpc(repo, backend_directory=str(backends))
+    s, client, inp = serve_params(tmp_path, start_grpc, [-7])
     log_file = tmp_path / "server.log"
     s.run(s.server.log_settings, {"log_file": str(log_file)})
     try:
-        client = grpcclient.InferenceServerClient(s.grpc_url)
-        inp = grpcclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
         call = client.async_infer("params", [inp], callback=lambda result, error: None)
         deadline = time.monotonic() + 30
 
