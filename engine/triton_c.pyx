@@ -67,6 +67,7 @@ cdef extern from "pyserver/triton/response_sink.h" namespace "pyserver::triton" 
         const shared_ptr[atomic[cbool]]& cancelled_flag()
         vector[unique_ptr[OutputTensor]] TakeStates()
         void GoLate(DeliverHook deliver, DoneHook done, void* owner)
+        cbool GoLateUnlessDone(DeliverHook deliver, DoneHook done, void* owner)
         cbool Detach()
 
 
@@ -277,16 +278,28 @@ cdef object _to_python(SentResponse& sent):
 
 
 cdef class _Late:
-    """A decoupled request still running after its batch's Execute
-    returned: what its sink hands its responses to (and the bytes its
-    inputs point at, kept until the backend released it)."""
+    """A request still running after its batch's Execute returned: what its
+    sink hands its responses to (and the bytes its inputs point at, kept
+    until the backend released it). Decoupled, each response goes on as it
+    is sent; otherwise they are collected and go on together at the last
+    (``collected`` is then a list), and the scheduler keeps flagging the
+    request cancelled until it is released (``scheduler`` watches ``id``)."""
     cdef object pending, keep, on_response
+    cdef list collected
+    cdef Scheduler scheduler
+    cdef uint64_t id
 
 
 cdef cbool _deliver_late(void* owner, SentResponse* sent, cbool last) noexcept with gil:
     cdef _Late late = <_Late>owner
     try:
-        late.on_response(late.pending, _to_python(sent[0]) if sent != NULL else None)
+        if late.collected is None:
+            late.on_response(late.pending, _to_python(sent[0]) if sent != NULL else None)
+        else:
+            if sent != NULL:
+                late.collected.append(_to_python(sent[0]))
+            if last:
+                late.on_response(late.pending, late.collected)
         return _cancelled(late.pending)
     except BaseException:
         log.exception("delivering a response of a Triton C backend failed")
@@ -299,7 +312,10 @@ cdef inline bint _cancelled(p):
 
 
 cdef void _release_late(void* owner) noexcept with gil:
-    Py_DECREF(<object>owner)
+    cdef _Late late = <_Late>owner
+    if late.scheduler is not None:
+        late.scheduler.c.get().UnwatchRunning(late.id)
+    Py_DECREF(late)
 
 
 cdef void _report_activity(void* tracer, uint64_t trace_id, uint64_t ns,
@@ -472,16 +488,20 @@ cdef class Instance:
         (TRITONBACKEND_ModelInstanceReportResponseStatistics)."""
         self.instance.get().SetStats(stats.c)
 
-    def execute(self, list pending, list all_outputs, on_response=None):
-        """Runs the batch. Without on_response, waits (GIL released) until
-        the backend released each request and sent its response, and
-        returns, per request, the list of what it sent: (outputs or None,
-        (code, message) or None, final, parameters or None). With
-        on_response (decoupled), each response goes to
-        on_response(pending request, that tuple, or None
-        when the request's last handle went without the final flag) as it is
-        sent, on the sending thread, also while Execute runs; the results
-        are None. Also returns the
+    def execute(self, list pending, list all_outputs, on_response=None, on_late=None):
+        """Runs the batch. Without on_response, returns per request the
+        list of what the backend sent it: (outputs or None, (code, message)
+        or None, final, parameters or None); a request the backend still
+        holds when Execute returns is waited for (GIL released), unless
+        ``on_late`` is given and the request has a future: then its result
+        is None and on_late(pending request, that list) is called once the
+        backend sent its final response (or let the request go), on the
+        sending thread, while this instance runs its next batches (Triton
+        frees an instance when Execute returns). With on_response
+        (decoupled), each response goes to on_response(pending request,
+        that tuple, or None when the request's last handle went without the
+        final flag) as it is sent, on the sending thread, also while
+        Execute runs; the results are None. Also returns the
         times the backend reported for the batch (start, compute start,
         compute end, end) or None, and, for a model with implicit state, per
         request the states its backend updated (TRITONBACKEND_StateUpdate:
@@ -500,6 +520,7 @@ cdef class Instance:
         cdef cbool handed_off
         cdef vector[unique_ptr[OutputTensor]] updated
         cdef cbool detached
+        cdef cbool went_late
         cdef list lates = []  # a decoupled batch's: per request, its delivery's owner
         cdef CScheduler* sched = NULL
         cdef vector[uint64_t] watched  # queue ids the scheduler flags while they run
@@ -529,7 +550,7 @@ cdef class Instance:
                 r.model_name = self.model_name
                 if sched != NULL and p.id:  # watched before the check: no gap
                     sched.WatchRunning(p.id, r.sink.get().cancelled_flag())
-                    watched.push_back(p.id)
+                watched.push_back(p.id if sched != NULL else 0)
                 if _cancelled(p):
                     r.sink.get().SetCancelled()
                 if self.output_rules.get() != NULL:
@@ -561,6 +582,26 @@ cdef class Instance:
             for i in range(requests.size()):
                 sink = requests[i].sink.get()
                 if on_response is None:
+                    if on_late is not None and states is None and pending[i].future is not None:
+                        late = _Late()
+                        late.pending, late.keep, late.on_response = pending[i], keeps[i], on_late
+                        late.collected = []
+                        if watched[i]:  # watched until released, if it goes late
+                            late.scheduler, late.id = self.scheduler, watched[i]
+                        Py_INCREF(late)  # the sink's, until _release_late
+                        with nogil:
+                            went_late = sink.GoLateUnlessDone(_deliver_late, _release_late,
+                                                              <void*>late)
+                        if went_late:
+                            watched[i] = 0  # _release_late unwatches it
+                            with nogil:
+                                handed_off = sink.HandOff()
+                            if handed_off:  # freed by TRITONBACKEND_RequestRelease
+                                requests[i] = NULL
+                            results.append(None)
+                            continue
+                        late.scheduler = None
+                        Py_DECREF(late)
                     with nogil:
                         sink.WaitDone()
                     sent = sink.Take()
@@ -587,7 +628,8 @@ cdef class Instance:
             # on reaches the frontend alone, or the next late response.
             if sched != NULL:
                 for i in range(watched.size()):
-                    sched.UnwatchRunning(watched[i])
+                    if watched[i]:  # 0: not watched, or watched until its late release
+                        sched.UnwatchRunning(watched[i])
         if times.compute_start_ns == 0:
             return results, None, states
         return results, (times.exec_start_ns, times.compute_start_ns, times.compute_end_ns,

@@ -115,6 +115,18 @@ std::vector<std::unique_ptr<OutputTensor>> ResponseSink::TakeStates() {
 
 void ResponseSink::GoLate(DeliverHook deliver, DoneHook done, void* owner) {
   std::unique_lock<std::mutex> lock(mu_);
+  GoLateLocked(deliver, done, owner, lock);
+}
+
+bool ResponseSink::GoLateUnlessDone(DeliverHook deliver, DoneHook done, void* owner) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (released_ && FinishedLocked()) return false;
+  GoLateLocked(deliver, done, owner, lock);
+  return true;
+}
+
+void ResponseSink::GoLateLocked(DeliverHook deliver, DoneHook done, void* owner,
+                                std::unique_lock<std::mutex>& lock) {
   deliver_ = deliver;
   done_ = done;
   owner_ = owner;
@@ -134,7 +146,8 @@ bool ResponseSink::Detach() {
 void ResponseSink::DrainLocked(std::unique_lock<std::mutex>& lock) {
   // Whoever finds the sink idle drains it; others only queue. The hooks run
   // unlocked (they take the GIL); deliver_/done_/owner_ change only while no
-  // one drains (GoLate before the backend sees the request, Detach).
+  // one drains (they are set once, by GoLate under the lock before any drain
+  // can run a hook, and cleared by Detach after waiting drains out).
   if (deliver_ == nullptr || draining_) return;
   draining_ = true;
   for (;;) {

@@ -129,6 +129,54 @@ TEST(ResponseSink, WaitDoneWakesWhenABackendThreadAnswersAndReleases) {
   EXPECT_FALSE(request.sink->HandOff());  // released: the batch frees it
 }
 
+TEST(ResponseSink, ARequestStillHeldAfterExecuteGoesLateAndAFinishedOneDoesNot) {
+  // A non-decoupled backend that answered and released inside Execute: the
+  // instance takes its responses at once.
+  TRITONBACKEND_Request finished;
+  TRITONBACKEND_Response* response;
+  ASSERT_EQ(TRITONBACKEND_ResponseNew(&response, &finished), nullptr);
+  ASSERT_EQ(TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr),
+            nullptr);
+  ASSERT_EQ(TRITONBACKEND_RequestRelease(&finished, TRITONSERVER_REQUEST_RELEASE_ALL), nullptr);
+  Seen unused;
+  EXPECT_FALSE(finished.sink->GoLateUnlessDone(Deliver, Done, &unused));
+  EXPECT_EQ(finished.sink->Take().size(), 1u);
+  EXPECT_TRUE(unused.values.empty());
+
+  // One it answered but still holds, and one it neither answered nor
+  // released: both go late, and answer from the backend's thread.
+  Seen answered_seen, held_seen;
+  auto* answered = new TRITONBACKEND_Request();
+  auto* held = new TRITONBACKEND_Request();
+  std::shared_ptr<ResponseSink> answered_sink = answered->sink, held_sink = held->sink;
+  TRITONBACKEND_ResponseFactory* factory;
+  ASSERT_EQ(TRITONBACKEND_ResponseFactoryNew(&factory, answered), nullptr);
+  SendValue(factory, 5);
+  TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL);
+  TRITONBACKEND_ResponseFactoryDelete(factory);
+  ASSERT_TRUE(answered_sink->GoLateUnlessDone(Deliver, Done, &answered_seen));
+  EXPECT_EQ(answered_seen.values, (std::vector<int>{5, -1}));  // delivered at once
+  EXPECT_EQ(answered_seen.done, 0);  // not released yet
+  ASSERT_TRUE(held_sink->GoLateUnlessDone(Deliver, Done, &held_seen));
+  EXPECT_TRUE(held_seen.values.empty());
+  ASSERT_TRUE(answered_sink->HandOff());
+  ASSERT_TRUE(held_sink->HandOff());
+  std::thread backend([&] {
+    TRITONBACKEND_RequestRelease(answered, TRITONSERVER_REQUEST_RELEASE_ALL);  // frees it
+    TRITONBACKEND_ResponseFactory* late;
+    TRITONBACKEND_ResponseFactoryNew(&late, held);
+    SendValue(late, 9);
+    TRITONBACKEND_ResponseFactorySendFlags(late, TRITONSERVER_RESPONSE_COMPLETE_FINAL);
+    TRITONBACKEND_ResponseFactoryDelete(late);
+    TRITONBACKEND_RequestRelease(held, TRITONSERVER_REQUEST_RELEASE_ALL);  // frees it
+  });
+  backend.join();
+  EXPECT_EQ(answered_seen.done, 1);
+  EXPECT_EQ(held_seen.values, (std::vector<int>{9, -1}));
+  EXPECT_EQ(held_seen.lasts, 1);
+  EXPECT_EQ(held_seen.done, 1);
+}
+
 }  // namespace
 }  // namespace pyserver::triton
 

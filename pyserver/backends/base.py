@@ -59,6 +59,21 @@ class _Rescheduled:
 RESCHEDULED = _Rescheduled()
 
 
+class _AnsweredLater:
+    """A backend's result for a request it still holds when its batch ends
+    (a Triton C backend that returned from Execute and answers from its own
+    thread): the instance moves on, and the backend hands the response to
+    the server's ``answer_late`` (ServerContext) when it comes."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ANSWERED_LATER"
+
+
+ANSWERED_LATER = _AnsweredLater()
+
+
 def capabilities_of(backend) -> Capability:
     """A backend's declared capabilities (none for one that declares none)."""
     return getattr(backend, "capabilities", Capability.NONE)

@@ -18,7 +18,7 @@ from google.protobuf import json_format
 
 from pyserver._proto import ModelConfig
 from pyserver.backends._common import data_type_name, instance_placement
-from pyserver.backends.base import Capability, TimedResults
+from pyserver.backends.base import ANSWERED_LATER, Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
 from pyserver.engine import triton_c
@@ -129,6 +129,11 @@ class TritonCBackend:
         self.model_name = config.name
         self.decoupled = config.model_transaction_policy.decoupled
         self._mv = None
+        # a request the backend still holds when Execute returns is answered
+        # through the server when it sends its response, and the instance
+        # takes its next batch meanwhile (as Triton's does); without a server
+        # (tools, warmup) the instance waits for it
+        self._answer_late = getattr(context, "answer_late", None)
         self._outputs = [o.name.encode() for o in config.output]
         self._states = [(st.input_name, st.output_name) for st in config.sequence_batching.state]
         self._key = str(version_dir)
@@ -215,8 +220,10 @@ class TritonCBackend:
                 results.states = [self._states_of(p, updated)
                                   for p, updated in zip(pending, states)]
         else:
-            sent, times, states = self.instance.execute(pending, self._outputs)
-            results = TimedResults(self._single(responses) for responses in sent)
+            on_late = self._late if self._answer_late is not None else None
+            sent, times, states = self.instance.execute(pending, self._outputs, None, on_late)
+            results = TimedResults(ANSWERED_LATER if responses is None else self._single(responses)
+                                   for responses in sent)
             if states is not None:
                 self._add_states(pending, results, states)
         if times is not None:
@@ -249,6 +256,20 @@ class TritonCBackend:
             if outputs is not None:
                 return outputs if parameters is None else (outputs, parameters)
         return ServerError(Code.INTERNAL, f"model '{self.model_name}' sent no response")
+
+    def _late(self, p, sent: list) -> None:
+        """A request answered after its batch's Execute returned, on the
+        thread that sent its final response (or released it)."""
+        result = self._single(sent)
+        if type(result) is not ServerError:
+            outputs, parameters = result if type(result) is tuple else (result, None)
+            try:
+                result = self._mv._request_response(p, outputs, parameters)
+            except ServerError as err:
+                result = err
+            except Exception as err:  # answered all the same: a request never hangs
+                result = ServerError(Code.INTERNAL, f"{type(err).__name__}: {err}")
+        self._answer_late(p, result)
 
     def _respond(self, p, sent) -> None:
         """A decoupled request's response, on the thread that sent it."""

@@ -18,6 +18,9 @@ class ServerContext:
     answer          ``answer(batch_or_request, code, message)``: answers a batch the event
                     loop finished itself, without the queue (Server.resolve_now); None
                     when no server reads ``completions`` (tools, tests)
+    answer_late     ``answer_late(pending request, response or exception)``, from any thread:
+                    answers a request its batch left to its backend (ANSWERED_LATER,
+                    backends/base.py); None without a server
     tracer          request tracing (pyserver.runtime.tracing.Tracer), or None
     rate_limiter    the engine's RateLimiter under --rate-limit=execution_count, or None
     host_memory     the pinned host memory pool (HostMemory), or None: a backend makes its own
@@ -29,14 +32,15 @@ class ServerContext:
                     accepted and not yet answered); None without a server
     """
 
-    __slots__ = ("loop", "completions", "answer", "tracer", "rate_limiter", "host_memory",
+    __slots__ = ("loop", "completions", "answer", "answer_late", "tracer", "rate_limiter", "host_memory",
                  "device_memory", "custom_metrics", "requests")
 
-    def __init__(self, completions, *, loop=None, answer=None, tracer=None, rate_limiter=None,
-                 host_memory=None, device_memory=None, custom_metrics=None, requests=None):
+    def __init__(self, completions, *, loop=None, answer=None, answer_late=None, tracer=None,
+                 rate_limiter=None, host_memory=None, device_memory=None, custom_metrics=None, requests=None):
         self.completions = completions
         self.loop = loop
         self.answer = answer
+        self.answer_late = answer_late
         self.tracer = tracer
         self.rate_limiter = rate_limiter
         self.host_memory = host_memory

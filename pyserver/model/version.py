@@ -19,7 +19,7 @@ import numpy as np
 
 from pyserver._proto import ModelConfig
 from pyserver.backends._common import instance_placement
-from pyserver.backends.base import RESCHEDULED, BatchOutcome, Capability, running_loop
+from pyserver.backends.base import ANSWERED_LATER, RESCHEDULED, BatchOutcome, Capability, running_loop
 from pyserver.config import backend_name, config_to_json
 from pyserver.engine import (
     Batch,
@@ -537,7 +537,9 @@ class ModelVersion:
 
     def _other_result(self, p: PendingRequest, result) -> None:
         """A request's result that is neither outputs, an error nor None."""
-        if result is RESCHEDULED:  # released to run again
+        if result is ANSWERED_LATER:  # its backend answers it (context.answer_late)
+            p.response = result
+        elif result is RESCHEDULED:  # released to run again
             if self.iterative:
                 p.response = self._reschedule
             elif self.decoupled:  # after what it sent: through its stream

@@ -16,7 +16,7 @@ import threading
 
 from pyserver._version import __version__
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY
-from pyserver.backends.base import Capability
+from pyserver.backends.base import ANSWERED_LATER, Capability
 from pyserver.engine import Batch, CompletionQueue, now_ns
 from pyserver.engine.admission import Admission, Ledger
 from pyserver.engine.rate_limiter import RateLimiter
@@ -135,8 +135,10 @@ class Server:
         # request the engine failed), compiled (engine/settle.pyx); failures
         # come back to _fail. resolve_now also answers a batch the loop ran
         # itself (the context's answer), then sets the drained event if that
-        # was the last request.
-        self._answers = Answers(self._ledger, Reschedule, self._requeue, self.tracer, self._fail)
+        # was the last request. A request a backend answers after its batch
+        # (ANSWERED_LATER) stays in flight until answer_late.
+        self._answers = Answers(self._ledger, Reschedule, ANSWERED_LATER, self._requeue,
+                                self.tracer, self._fail)
         self.resolve_now = self._answers.answer_now
 
     # -- lifecycle -----------------------------------------------------------
@@ -149,7 +151,8 @@ class Server:
         # What every model, instance and backend is handed: no part of the
         # server looks it up.
         self.context = ServerContext(
-            self._completions, loop=self._loop, answer=self.resolve_now, tracer=self.tracer,
+            self._completions, loop=self._loop, answer=self.resolve_now,
+            answer_late=self.answer_late, tracer=self.tracer,
             rate_limiter=self.rate_limiter, host_memory=self.host_memory,
             device_memory=self.device_memory, custom_metrics=self.custom_metrics, requests=self)
         self.models = ModelManager(self.repositories, self.context,
@@ -272,6 +275,11 @@ class Server:
                 self.tracer.finish(p.trace, now_ns())
             if not future.done():
                 future.set_exception(error)
+
+    def answer_late(self, p, response) -> None:
+        """From any thread: the response (or the exception that fails it) of
+        a request its backend answers after its batch (ANSWERED_LATER)."""
+        self._loop.call_soon_threadsafe(self._answers.answer_late, p, response)
 
     @property
     def inflight(self) -> int:

@@ -112,6 +112,7 @@ def layout(tmp_path):
     write_model(repo, "repeat", REPEAT)
     write_model(repo, "threaded", THREADED)
     write_model(repo, "threaded_stream", THREADED_STREAM)
+    write_model(repo, "threaded_one", THREADED.replace("count: 2", "count: 1"))
     for name in ("fail_execute", "fail_response", "fail_output_name"):
         write_model(repo, name, FAILING)
     write_model(repo, "fail_execute_decoupled",
@@ -267,6 +268,31 @@ def test_responses_sent_from_backend_threads_after_execute_returned(layout, star
 
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(call, range(4)))
+
+
+def test_an_instance_takes_its_next_batch_while_its_backend_still_answers_the_last(
+        layout, start_grpc):  # noqa: F811
+    """threaded.c's requests each wait on their own thread for a partner
+    (up to 10 s, else they fail "ran alone"): on a model with one instance,
+    two requests pair up only if the instance runs the second batch while
+    the backend still holds the first's request, as Triton frees an instance
+    when Execute returns. Both answer, over HTTP and gRPC."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    x, y = np.array([4, 5], dtype=np.int32), np.array([6], dtype=np.int32)
+
+    def over_grpc(values):
+        inp = grpcclient.InferInput("IN", [len(values)], "INT32")
+        inp.set_data_from_numpy(values)
+        return grpcclient.InferenceServerClient(s.grpc_url).infer("threaded_one", [inp])
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(infer_in, s.url, "threaded_one", x)
+        second = pool.submit(over_grpc, y)
+        np.testing.assert_array_equal(first.result(timeout=30).as_numpy("OUT"), x)
+        np.testing.assert_array_equal(second.result(timeout=30).as_numpy("OUT"), y)
+    stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("threaded_one")
+    assert stats["model_stats"][0]["execution_count"] == 2
 
 
 def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # noqa: F811

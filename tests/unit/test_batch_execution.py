@@ -153,6 +153,9 @@ class Again:
         self.model = model
 
 
+LATER = object()  # a response its backend sends after the batch (Answers.answer_late)
+
+
 class Tracer:
     def __init__(self):
         self.finished = []
@@ -177,12 +180,12 @@ def test_settle_answers_each_future_as_server_resolve_did():
         cancelled.cancel()
         handles = {p.future: ("scheduler", i) for i, p in enumerate(requests)}
         tracer = Tracer()
-        rerun = settle(requests, handles, Again, tracer)
+        rerun = settle(requests, handles, Again, LATER, tracer)
         assert rerun == [requests[4]] and list(handles) == [again]  # it keeps its handle
         assert seen == ["r0"] and plain.result() == "r1"
         assert cancelled.cancelled() and failed.exception() is error
         assert tracer.finished == [("t1", "r1")]
-        assert settle([requests[0]], {immediate: 1}, Again, tracer) is None  # done: left
+        assert settle([requests[0]], {immediate: 1}, Again, LATER, tracer) is None  # done: left
     finally:
         loop.close()
 
@@ -215,7 +218,7 @@ def ready_batch(model, *values):
 def test_answers_cut_settle_and_book_a_batch_that_ran_and_hand_failures_back():
     failed = []
     ledger = Ledger()
-    answers = Answers(ledger, Again, lambda p, model: None, Tracer(),
+    answers = Answers(ledger, Again, LATER, lambda p, model: None, Tracer(),
                       lambda obj, code, message: failed.append((obj, code, message)))
     batch, requests = ready_batch(Cutter(), 1.0, 2.0)
     ledger.inflight = 3
@@ -240,7 +243,7 @@ def test_answers_now_sets_the_drained_event_after_the_last_request():
     loop = asyncio.new_event_loop()
     try:
         ledger = Ledger()
-        answers = Answers(ledger, Again, lambda p, model: None, Tracer(),
+        answers = Answers(ledger, Again, LATER, lambda p, model: None, Tracer(),
                           lambda *args: None)
         ledger.drained = asyncio.Event()
         first, one = ready_batch(Cutter(), 1.0)
@@ -252,5 +255,44 @@ def test_answers_now_sets_the_drained_event_after_the_last_request():
         assert not ledger.drained.is_set()
         answers.answer_now(second, 0, "")
         assert ledger.drained.is_set() and ledger.inflight == 0
+    finally:
+        loop.close()
+
+
+def test_a_request_its_backend_answers_after_the_batch_stays_in_flight_until_answered():
+    loop = asyncio.new_event_loop()
+    try:
+        ledger = Ledger()
+        tracer = Tracer()
+        answers = Answers(ledger, Again, LATER, lambda p, model: None, tracer,
+                          lambda *args: None)
+        ledger.drained = asyncio.Event()
+
+        class Later(Model):
+            def cut_outputs(self, requests, outputs, total):
+                requests[0].response = LATER  # the backend still holds it
+                for p in requests[1:]:
+                    p.response = "now"
+
+        batch, (held, done) = ready_batch(Later(), 1.0, 2.0)
+        held.trace = "t0"
+        ledger.inflight = 2
+        for p in (held, done):
+            ledger.handles[p.future] = ("scheduler", p.id)
+        answers.answer_now(batch, 0, "")
+        assert done.future.result() == "now" and not held.future.done()
+        assert ledger.inflight == 1 and list(ledger.handles) == [held.future]
+        assert not ledger.drained.is_set() and tracer.finished == []
+        answers.answer_late(held, "late")
+        assert held.future.result() == "late" and tracer.finished == [("t0", "late")]
+        assert ledger.inflight == 0 and ledger.handles == {} and ledger.drained.is_set()
+        # one the client cancelled meanwhile: its late answer is dropped
+        batch, (held,) = ready_batch(Later(), 3.0)
+        ledger.inflight = 1
+        ledger.handles[held.future] = ("scheduler", held.id)
+        answers.answer(batch, 0, "")
+        held.future.cancel()
+        answers.answer_late(held, ServerError(Code.INTERNAL, "too late"))
+        assert held.future.cancelled() and ledger.inflight == 0 and ledger.handles == {}
     finally:
         loop.close()

@@ -5,11 +5,13 @@
 // lands, in the order it was sent.
 //
 // Two ways out. A caller that waits for the request (WaitDone, then Take)
-// gets everything at once: pyserver does this for models that are not
-// decoupled. A decoupled request goes late (GoLate): from then on each
-// response is handed to a hook on the thread that sent it, one sender at a
-// time, and the hook is told which call is the last (the final flag, or
-// every handle gone without it).
+// gets everything at once: pyserver does this for a request of a model that
+// is not decoupled which its backend finished inside Execute. A decoupled
+// request goes late (GoLate), and so does one the backend still holds when
+// Execute returns (GoLateUnlessDone): from then on each response is handed
+// to a hook on the thread that sent it, one sender at a time, and the hook
+// is told which call is the last (the final flag, or every handle gone
+// without it).
 #pragma once
 
 #include <atomic>
@@ -137,6 +139,12 @@ class ResponseSink {
   // delivered and the request released. Call without locks the hooks take.
   void GoLate(DeliverHook deliver, DoneHook done, void* owner);
 
+  // GoLate, unless the request is already released and finished (then
+  // false: nothing more can come, and the caller Take()s what was sent).
+  // For a request whose Execute returned: the instance moves on to its next
+  // batch while the backend answers this one from its own threads.
+  bool GoLateUnlessDone(DeliverHook deliver, DoneHook done, void* owner);
+
   // Undoes GoLate for a request its backend never took (Execute failed):
   // waits out a delivery in progress, then calls no hook again. True if
   // done(owner) had not been called (the caller releases owner itself).
@@ -145,6 +153,8 @@ class ResponseSink {
 
  private:
   bool FinishedLocked() const { return final_ || (released_ && holders_ == 0); }
+  void GoLateLocked(DeliverHook deliver, DoneHook done, void* owner,
+                    std::unique_lock<std::mutex>& lock);
   // Hands queued responses to the hook; one drainer at a time keeps order.
   void DrainLocked(std::unique_lock<std::mutex>& lock);
 
