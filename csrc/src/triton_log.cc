@@ -7,36 +7,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "pyserver/json_string.h"
+
 namespace pyserver::triton {
-
-namespace {
-
-void AppendJsonString(std::string* out, const char* s) {
-  out->push_back('"');
-  for (; *s != '\0'; ++s) {
-    const unsigned char c = static_cast<unsigned char>(*s);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      default:
-        if (c < 0x20) {
-          char code[8];
-          std::snprintf(code, sizeof code, "\\u%04x", c);
-          out->append(code);
-        } else {
-          out->push_back(static_cast<char>(c));  // UTF-8 passes as it is
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
 
 BackendLog& BackendLog::Get() {
   static BackendLog* log = new BackendLog();  // never destroyed: backends may log at exit
@@ -115,7 +88,7 @@ std::string FormatLogLine(TRITONSERVER_LogLevel level, const timespec& when, lon
   std::string out = head;
   out += ' ' + std::to_string(pid) + ' ' + name + ':' + std::to_string(line) + "] ";
   if (escape && message[0] != '\n') {
-    AppendJsonString(&out, message);
+    AppendJsonString(message, &out);
   } else {
     out += message;
   }

@@ -46,7 +46,7 @@ from pyserver.engine.protocol.infer_request_reader cimport (
 from pyserver.engine.protocol.json_writer cimport (
     AppendArray,
     AppendInt,
-    AppendString,
+    AppendJsonString,
     ElementKind,
     string_view,
 )
@@ -228,7 +228,7 @@ cdef bint _append_str(obj, string* out) except -1:
         utf8 = PyUnicode_AsUTF8AndSize(obj, &n)  # the str's own bytes when ASCII
     except UnicodeEncodeError:
         return False
-    AppendString(string_view(utf8, n), out)
+    AppendJsonString(string_view(utf8, n), out)
     return True
 
 

@@ -25,5 +25,8 @@ cdef extern from "pyserver/protocol/json_writer.h" namespace "pyserver::json" no
         kFloat64 "pyserver::json::ElementKind::kFloat64"
 
     cbool AppendArray(ElementKind kind, const void* data, size_t count, string* out)
-    void AppendString(string_view text, string* out)
     void AppendInt(long long value, string* out)
+
+
+cdef extern from "pyserver/json_string.h" namespace "pyserver" nogil:
+    void AppendJsonString(string_view text, string* out)

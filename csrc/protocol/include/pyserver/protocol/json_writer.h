@@ -1,6 +1,7 @@
 // JSON text of an infer response's tensors, for the HTTP frontend's common
 // case (engine/protocol/http_infer.pyx). Numbers are written as orjson writes a numpy
-// array's elements (OPT_SERIALIZE_NUMPY) and strings as orjson escapes them,
+// array's elements (OPT_SERIALIZE_NUMPY) and strings as orjson escapes them
+// (pyserver/json_string.h, in the core: the backend log escapes alike),
 // so that this path and the Python one (engine/protocol/http_codec.pyx)
 // answer byte for byte alike; it exists because orjson's numpy path plus
 // the dicts around it cost the event loop ~20-30k instructions per add_sub
@@ -32,9 +33,5 @@ bool AppendArray(ElementKind kind, const void* data, size_t count, std::string* 
 
 // `value` in decimal.
 void AppendInt(long long value, std::string* out);
-
-// `text` (UTF-8) as a quoted JSON string: '"', '\\' and control characters
-// escaped (\b \t \n \f \r, else \u00xx), everything else as is.
-void AppendString(std::string_view text, std::string* out);
 
 }  // namespace pyserver::json
