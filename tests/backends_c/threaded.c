@@ -5,10 +5,14 @@
  * by side (on one instance, or on two). IN (INT32, [n]):
  *   decoupled model: n responses OUT = [IN[i]], then the final flag alone;
  *   otherwise:       one response OUT = IN, with the final flag.
+ * IN[0] = -7 instead: the thread pairs with no one; it polls
+ * TRITONBACKEND_RequestIsCancelled (at most 20 s), logs "threaded: holding"
+ * first and then which came, and answers OUT = IN.
  * Then the thread releases the request. Execute reports the batch's
  * statistics with 5 ms of input preparation before a 1 ms compute, so a
  * test can see that the server took the backend's times. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +91,16 @@ static TRITONSERVER_Error* Answer(struct Job* job, TRITONBACKEND_ResponseFactory
   RETURN_IF_ERROR(TRITONBACKEND_InputBuffer(input, 0, &data, &bytes, &mem, &mem_id));
   const int32_t* values = data;
   int64_t n = (int64_t)(bytes / sizeof(int32_t));
-  if (WaitForCompany()) {
+  if (n > 0 && values[0] == -7) {
+    TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, "threaded: holding");
+    bool cancelled = false;
+    for (int i = 0; i < 20000 && !cancelled; ++i) {
+      RETURN_IF_ERROR(TRITONBACKEND_RequestIsCancelled(job->request, &cancelled));
+      if (!cancelled) SleepNs(1000000);
+    }
+    TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__,
+                            cancelled ? "threaded: cancelled while held" : "threaded: never cancelled");
+  } else if (WaitForCompany()) {
     return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "ran alone for 10 s");
   }
   if (!job->decoupled) return Send(factory, values, n, TRITONSERVER_RESPONSE_COMPLETE_FINAL);

@@ -295,6 +295,42 @@ def test_an_instance_takes_its_next_batch_while_its_backend_still_answers_the_la
     assert stats["model_stats"][0]["execution_count"] == 2
 
 
+def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
+        layout, start_grpc, tmp_path):  # noqa: F811
+    """threaded.c with IN[0] = -7 keeps its request on its own thread after
+    Execute returned and polls TRITONBACKEND_RequestIsCancelled: a gRPC
+    client that cancels the call is seen there (the scheduler keeps the
+    request watched until its backend releases it), and the model's one
+    instance, free meanwhile, serves a pair of requests side by side."""
+    backends, repo = layout
+    s = start_grpc(repo, backend_directory=str(backends))
+    log_file = tmp_path / "server.log"
+    s.run(s.server.log_settings, {"log_file": str(log_file)})
+    try:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
+        call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
+        deadline = time.monotonic() + 30
+
+        def wait_for(*texts):
+            while not any(t in log_file.read_text() for t in texts):
+                assert time.monotonic() < deadline, f"no {texts} in the log"
+                time.sleep(0.02)
+
+        wait_for("threaded: holding")
+        x, y = np.array([1], dtype=np.int32), np.array([2, 3], dtype=np.int32)
+        with ThreadPoolExecutor(2) as pool:  # while it is held
+            pair = [pool.submit(infer_in, s.url, "threaded_one", v) for v in (x, y)]
+            for future, v in zip(pair, (x, y)):
+                np.testing.assert_array_equal(future.result(timeout=30).as_numpy("OUT"), v)
+        call.cancel()
+        wait_for("threaded: cancelled while held", "threaded: never cancelled")
+        assert "threaded: cancelled while held" in log_file.read_text()
+    finally:
+        s.run(s.server.log_settings, {"log_file": ""})
+
+
 def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # noqa: F811
     """threaded.c reports 5 ms of input preparation before a 1 ms compute:
     the server's compute_input shows it (its own stamps would put the whole
