@@ -13,6 +13,7 @@ from libcpp.vector cimport vector
 from cpython.ref cimport Py_INCREF, Py_DECREF
 
 import logging
+import threading
 
 import numpy as np
 
@@ -288,6 +289,29 @@ cdef class _Late:
     cdef list collected
     cdef Scheduler scheduler
     cdef uint64_t id
+    cdef Instance instance  # counts it among the requests its backend holds
+
+
+cdef _Late _hold_late(Instance instance, pending, keep, on_response):
+    """A _Late its request's sink owns (until _drop_late), counted held by
+    ``instance`` meanwhile."""
+    cdef _Late late = _Late()
+    late.pending, late.keep, late.on_response = pending, keep, on_response
+    late.instance = instance
+    with instance.held_changed:
+        instance.held += 1
+    Py_INCREF(late)  # the sink's
+    return late
+
+
+cdef void _drop_late(_Late late):
+    """The sink let ``late`` go (the backend released its request, or never
+    took it): one request fewer that the instance's close() waits for."""
+    cdef Instance instance = late.instance
+    with instance.held_changed:
+        instance.held -= 1
+        instance.held_changed.notify_all()
+    Py_DECREF(late)
 
 
 cdef cbool _deliver_late(void* owner, SentResponse* sent, cbool last) noexcept with gil:
@@ -313,9 +337,12 @@ cdef inline bint _cancelled(p):
 
 cdef void _release_late(void* owner) noexcept with gil:
     cdef _Late late = <_Late>owner
-    if late.scheduler is not None:
-        late.scheduler.c.get().UnwatchRunning(late.id)
-    Py_DECREF(late)
+    try:
+        if late.scheduler is not None:
+            late.scheduler.c.get().UnwatchRunning(late.id)
+        _drop_late(late)
+    except BaseException:
+        log.exception("releasing a request of a Triton C backend failed")
 
 
 cdef void _report_activity(void* tracer, uint64_t trace_id, uint64_t ns,
@@ -418,10 +445,15 @@ cdef class Instance:
     cdef shared_ptr[OutputRules] output_rules  # what its responses may carry (or none)
     cdef frozenset bf16_inputs  # inputs the config types BF16 (or None)
     cdef Scheduler scheduler  # the model's: it flags a running request cancelled (or None)
+    # requests its backend still holds after their batch's Execute returned
+    # (their sinks went late), which close() waits for
+    cdef int held
+    cdef object held_changed
 
     def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
                  str model_name=""):
         self.owner = model
+        self.held_changed = threading.Condition()
         for state in state_names or ():
             self.state_names.push_back(state.encode())
         self.model_name = model_name.encode()
@@ -560,9 +592,7 @@ cdef class Instance:
                 # sent inside Execute (a backend that streams from there), as
                 # Triton hands each on at TRITONBACKEND_ResponseSend.
                 for i in range(requests.size()):
-                    late = _Late()
-                    late.pending, late.keep, late.on_response = pending[i], keeps[i], on_response
-                    Py_INCREF(late)  # the sink's, until _release_late (or Detach)
+                    late = _hold_late(self, pending[i], keeps[i], on_response)
                     lates.append(late)
                     with nogil:
                         requests[i].sink.get().GoLate(_deliver_late, _release_late, <void*>late)
@@ -577,18 +607,16 @@ cdef class Instance:
                     with nogil:
                         detached = requests[i].sink.get().Detach()
                     if detached:
-                        Py_DECREF(lates[i])
+                        _drop_late(lates[i])
             check_status(status)
             for i in range(requests.size()):
                 sink = requests[i].sink.get()
                 if on_response is None:
                     if on_late is not None and states is None and pending[i].future is not None:
-                        late = _Late()
-                        late.pending, late.keep, late.on_response = pending[i], keeps[i], on_late
+                        late = _hold_late(self, pending[i], keeps[i], on_late)
                         late.collected = []
                         if watched[i]:  # watched until released, if it goes late
                             late.scheduler, late.id = self.scheduler, watched[i]
-                        Py_INCREF(late)  # the sink's, until _release_late
                         with nogil:
                             went_late = sink.GoLateUnlessDone(_deliver_late, _release_late,
                                                               <void*>late)
@@ -601,7 +629,7 @@ cdef class Instance:
                             results.append(None)
                             continue
                         late.scheduler = None
-                        Py_DECREF(late)
+                        _drop_late(late)
                     with nogil:
                         sink.WaitDone()
                     sent = sink.Take()
@@ -635,8 +663,26 @@ cdef class Instance:
         return results, (times.exec_start_ns, times.compute_start_ns, times.compute_end_ns,
                          times.exec_end_ns), states
 
-    def close(self):
+    def close(self, bint wait=True):
+        """Finalizes the instance (TRITONBACKEND_ModelInstanceFinalize) once
+        its backend released every request it still held after their
+        batch's Execute returned, as Triton finalizes a model's instances
+        only after its requests are done; True when it did. With wait False
+        (the server's exit timeout passed) an instance whose backend still
+        holds requests is left unfinalized, those requests the backend's
+        (False)."""
+        if self.instance.get() == NULL:
+            return True
+        with self.held_changed:
+            while wait and self.held:
+                if not self.held_changed.wait(10):
+                    log.warning("model '%s': closing an instance waits for %d request(s) its "
+                                "backend has not released", self.model_name.decode(), self.held)
+            if self.held:
+                self.instance.release()  # left to the backend, which may still use it
+                return False
         self.instance.reset()
+        return True
 
 
 _METRIC_KINDS = {0: "counter", 1: "gauge", 2: "histogram"}  # TRITONSERVER_MetricKind

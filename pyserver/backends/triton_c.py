@@ -283,10 +283,18 @@ class TritonCBackend:
         err = None if error is None else ServerError(Code(error[0]), error[1])
         p.future.push(response, err, final)
 
+    def kill(self) -> None:
+        """The server's exit timeout passed: close() no longer waits for the
+        requests the backend still holds (their instance and model are then
+        left unfinalized, as Triton exits then without unloading)."""
+        self._wait_for_held = False
+
     def close(self) -> None:
+        """Finalizes the instance once its backend released the requests it
+        still holds (an unload waits for them, as Triton's does), then the
+        model with its last instance."""
         instance, self.instance = getattr(self, "instance", None), None
-        if instance is not None:
-            instance.close()
+        if instance is not None and instance.close(getattr(self, "_wait_for_held", True)):
             self._release_model()
 
     def memory_usage(self) -> list:

@@ -7,7 +7,8 @@
  *   otherwise:       one response OUT = IN, with the final flag.
  * IN[0] = -7 instead: the thread pairs with no one; it polls
  * TRITONBACKEND_RequestIsCancelled (at most 20 s), logs "threaded: holding"
- * first and then which came, and answers OUT = IN.
+ * first and then which came, and answers OUT = IN. Its instances log
+ * "threaded: instance finalized" as they go.
  * Then the thread releases the request. Execute reports the batch's
  * statistics with 5 ms of input preparation before a 1 ms compute, so a
  * test can see that the server took the backend's times. */
@@ -164,4 +165,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   }
   return TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, count, exec_start,
                                                           compute_start, compute_end, NowNs());
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
+  (void)instance;
+  TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__,
+                          "threaded: instance finalized");
+  return NULL;
 }

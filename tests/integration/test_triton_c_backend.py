@@ -331,6 +331,83 @@ def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
         s.run(s.server.log_settings, {"log_file": ""})
 
 
+def test_an_unload_waits_for_the_requests_the_backend_still_holds(tmp_path, start_grpc):  # noqa: F811
+    """Triton finalizes a model's instances only once its requests are done:
+    a model unloaded while threaded.c holds a request after Execute returned
+    keeps its instance until the backend released it (cancelled here, which
+    the backend sees)."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "threaded")
+    write_model(repo, "threaded_one", THREADED.replace("count: 2", "count: 1"))
+    s = start_grpc(repo, backend_directory=str(backends), model_control_mode="explicit",
+                   load_models=["threaded_one"])
+    log_file = tmp_path / "server.log"
+    s.run(s.server.log_settings, {"log_file": str(log_file)})
+    try:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
+        call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
+        deadline = time.monotonic() + 30
+
+        def wait_for(text):
+            while text not in log_file.read_text():
+                assert time.monotonic() < deadline, f"no {text!r} in the log"
+                time.sleep(0.02)
+
+        wait_for("threaded: holding")
+        with ThreadPoolExecutor(1) as pool:
+            unloading = pool.submit(httpclient.InferenceServerClient(s.url).unload_model,
+                                    "threaded_one")
+            time.sleep(0.5)
+            assert "threaded: instance finalized" not in log_file.read_text()
+            call.cancel()
+            wait_for("threaded: instance finalized")
+            unloading.result(timeout=30)
+        text = log_file.read_text()
+        assert text.index("threaded: cancelled while held") < \
+            text.index("threaded: instance finalized")
+    finally:
+        s.run(s.server.log_settings, {"log_file": ""})
+
+
+def test_sigterm_does_not_wait_past_the_exit_timeout_for_a_request_the_backend_holds(tmp_path):
+    """A lone request to threaded.c waits 10 s on the backend's thread for a
+    partner, whatever the server says: SIGTERM with --exit-timeout-secs 2
+    answers it UNAVAILABLE with the reason at 2 s and the process exits then,
+    leaving the held request (and its instance, unfinalized) to the backend,
+    as Triton exits without unloading."""
+    import signal
+
+    from .test_cli import start_cli, wait_until_ready
+
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "threaded")
+    write_model(repo, "threaded_one", THREADED.replace("count: 2", "count: 1"))
+    proc, client, ports = start_cli(["--model-repository", str(repo), "--backend-directory",
+                                     str(backends), "--exit-timeout-secs", "2"])
+    try:
+        wait_until_ready(client, proc)
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(infer_in, f"127.0.0.1:{ports[0]}", "threaded_one", [5])
+            time.sleep(1.0)  # running: held by the backend's thread
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=40)
+            took = time.monotonic() - started
+            with pytest.raises(InferenceServerException) as err:
+                call.result(timeout=10)
+        assert err.value.status() == "503"
+        assert "its exit timeout (2 s) passed before this request completed" in \
+            err.value.message()
+        assert proc.returncode == 0, out
+        assert took < 2 + 4, f"exit took {took:.1f} s\n{out}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_statistics_take_the_times_the_backend_reported(layout, start_grpc):  # noqa: F811
     """threaded.c reports 5 ms of input preparation before a 1 ms compute:
     the server's compute_input shows it (its own stamps would put the whole
