@@ -14,7 +14,10 @@ batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
 bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py;
 ``add_sub_onnx`` (the same sums in ONNX, no batching) and ``mlp_onnx`` (an
 ONNX MLP slow enough to run on its instance thread) for pyserver systems
-only.
+only; ``identity_c``: a backend built for Triton's C API
+(tests/backends_c/identity.c, compiled with ``cc`` into the model's version
+folder, where both servers look first), FP32[16] echoed, max_batch_size 8
+with the same dynamic batching: Triton's core against pyserver's C API.
 Both servers run at once; one is under load at a time, the first of each
 cell rotating, so a drift of the machine's background load hits both alike.
 
@@ -51,6 +54,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,13 +78,45 @@ MODELS = {
     # an ONNX MLP (FP32 1024 -> 4096 -> 16, ~0.7 ms a run here) that runs on
     # its instance thread, not inline on the loop (pyserver systems only)
     "mlp_onnx": {"max_batch_size": 8, "extra": "", "onnx": True, "mlp": (1024, 4096, 16)},
+    # tests/backends_c/identity.c as both servers load a Triton backend library
+    "identity_c": {"max_batch_size": 8, "c_backend": "identity",
+                   "extra": f"dynamic_batching {{ max_queue_delay_microseconds: {DELAY_US} }}"},
 }
+IDENTITY_C_CONFIG = """name: "{name}"
+backend: "{backend}"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}
+"""
 METRICS = ("infer_per_s", "p50_ms", "p99_ms", "cpu_us_per_infer", "busiest_us_per_infer",
            "batch_size")
 
 
+def build_c_backend(source: str, out: Path) -> None:
+    """tests/backends_c/SOURCE.c as a backend library at ``out``: built
+    against pyserver's header of Triton's C API, its TRITONBACKEND_* and
+    TRITONSERVER_* calls left to whichever libtritonserver.so loads it."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("identity_c needs a C compiler (cc)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-shared", "-fPIC",
+                    "-pthread", f"-I{ROOT / 'csrc' / 'include' / 'pyserver' / 'triton'}",
+                    str(ROOT / "tests" / "backends_c" / f"{source}.c"), "-o", str(out)],
+                   check=True)
+
+
 def write_repo(repo: Path, models: list[str]) -> None:
     for name in models:
+        backend = MODELS[name].get("c_backend")
+        if backend:
+            build_c_backend(backend, repo / name / "1" / f"libtriton_{backend}.so")
+            (repo / name / "config.pbtxt").write_text(IDENTITY_C_CONFIG.format(
+                name=name, backend=backend, max_batch_size=MODELS[name]["max_batch_size"],
+                extra=MODELS[name]["extra"]))
+            continue
         if MODELS[name].get("mlp"):
             write_mlp(repo, name, max_batch_size=MODELS[name]["max_batch_size"],
                       weights=mlp_weights(*MODELS[name]["mlp"]))

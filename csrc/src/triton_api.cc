@@ -142,7 +142,7 @@ API TRITONBACKEND_BackendName(TRITONBACKEND_Backend* backend, const char** name)
 API TRITONBACKEND_BackendConfig(TRITONBACKEND_Backend* backend,
                                 TRITONSERVER_Message** backend_config) {
   CHECK_ARG(backend);
-  *backend_config = new TRITONSERVER_Message{backend->config_json};
+  *backend_config = &backend->config;  // the server's, as in Triton
   return nullptr;
 }
 

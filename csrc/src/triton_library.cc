@@ -62,7 +62,7 @@ Status BackendLibrary::Create(const std::string& path, const std::string& name,
                   "in backend library: " + path);
   }
   lib->backend_.name = name;
-  lib->backend_.config_json = config_json;
+  lib->backend_.config.json = config_json;
   if (e.initialize != nullptr) {
     PYSERVER_RETURN_IF_ERROR(FromError(e.initialize(&lib->backend_)));
   }

@@ -282,6 +282,24 @@ TEST(TritonApi, MessagesAndTheMemoryManager) {
   }
 }
 
+TEST(TritonApi, TheBackendConfigMessageStaysTheServers) {
+  // Triton's rule: the message TRITONBACKEND_BackendConfig returns is owned
+  // by the server; the backend neither changes nor deletes it. Each call
+  // gives the same message (a backend that asks twice leaks nothing).
+  TRITONBACKEND_Backend backend;
+  backend.config.json = "{\"cmdline\":{\"k\":\"v\"}}";
+  TRITONSERVER_Message* first;
+  TRITONSERVER_Message* second;
+  ASSERT_EQ(TRITONBACKEND_BackendConfig(&backend, &first), nullptr);
+  ASSERT_EQ(TRITONBACKEND_BackendConfig(&backend, &second), nullptr);
+  EXPECT_EQ(first, &backend.config);
+  EXPECT_EQ(second, first);
+  const char* base;
+  size_t size;
+  ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(first, &base, &size), nullptr);
+  EXPECT_EQ(std::string(base, size), backend.config.json);
+}
+
 TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
   TRITONSERVER_MetricFamily* gauges;
   ASSERT_EQ(TRITONSERVER_MetricFamilyNew(&gauges, TRITONSERVER_METRIC_KIND_GAUGE, "g", "a gauge"),

@@ -45,8 +45,7 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
       if (end != NULL && (size_t)(end - at) < sizeof(path)) memcpy(path, at, (size_t)(end - at));
     }
   }
-  TRITONSERVER_MessageDelete(config);
-  RETURN_IF_ERROR(err);
+  RETURN_IF_ERROR(err);  /* config stays the server's: not deleted */
   if (path[0] == '\0') return Failed("--backend-config=gpu_roundtrip,cudart=PATH is required");
   cudart = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (cudart == NULL) return Failed("the CUDA runtime named by cudart= does not load");

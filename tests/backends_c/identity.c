@@ -29,8 +29,7 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   RETURN_IF_ERROR(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
   TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, json);
   /* --backend-config=identity,refuse=1 makes the library refuse to start */
-  int refuse = strstr(json, "\"refuse\"") != NULL;
-  TRITONSERVER_MessageDelete(config);
+  int refuse = strstr(json, "\"refuse\"") != NULL;  /* config stays the server's */
   if (refuse) return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "refused by config");
   return NULL;
 }

@@ -109,7 +109,10 @@ struct EntryPoints {
 struct TRITONBACKEND_Backend {
   std::string name;
   std::string location;  // the library's folder (TRITONBACKEND_BackendArtifacts)
-  std::string config_json;  // {"cmdline":{...}} from --backend-config
+  // {"cmdline":{...}} from --backend-config: TRITONBACKEND_BackendConfig
+  // hands out this message, which stays the server's (Triton's rule: the
+  // backend neither changes nor deletes it)
+  TRITONSERVER_Message config;
   void* state = nullptr;
   TRITONBACKEND_ExecutionPolicy policy = TRITONBACKEND_EXECUTION_BLOCKING;
   pyserver::triton::EntryPoints entry;
