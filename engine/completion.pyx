@@ -8,7 +8,12 @@ from cpython.ref cimport PyObject, Py_DECREF
 from libcpp.memory cimport unique_ptr
 from libcpp.utility cimport move
 
+from pyserver.engine.adaptive_spin cimport kSpinPaysNs
 from pyserver.engine.status cimport check_status
+
+
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()
 
 
 cdef class CompletionQueue:
@@ -70,14 +75,18 @@ cdef class CompletionQueue:
 
 
 cdef class CompletionSpin:
-    """One model's spin_wait, on only while such spins catch its completion
-    (csrc adaptive_spin.h): the event loop spins for the answer of a request
-    alone in the server, and a model slower than the spin (one that runs
-    for milliseconds on its instance thread) would make every such spin
-    CPU burnt before the sleep it was meant to save."""
+    """One model's spin_wait, on only while such spins pay (csrc
+    adaptive_spin.h): the event loop spins for the answer of a request alone
+    in the server. A spin pays when the completion comes inside it and
+    within kSpinPaysNs, the most a spin may last and still cost less than
+    the sleep and wake-up it saves: a model slower than that (one that runs
+    for milliseconds on its instance thread, or whose batching delay the
+    spin would sit through) would make every such spin CPU burnt for a few
+    tens of µs of latency."""
 
     def __cinit__(self):
-        self.c = new AdaptiveSpin(0)  # on or off only: each wait says how long
+        # each wait says how long it may spin; probes spin at most kSpinPaysNs
+        self.c = new AdaptiveSpin(10 ** 10, kSpinPaysNs)
 
     def __dealloc__(self):
         del self.c
@@ -86,12 +95,17 @@ cdef class CompletionSpin:
         """queue.spin_wait(timeout_s) when the policy says a spin pays now;
         True if a completion waits."""
         cdef uint64_t ns = <uint64_t>(timeout_s * 1e9)
+        cdef uint64_t budget = self.c.Budget()
+        cdef uint64_t started
         cdef bint ready
-        if not self.c.ShouldSpin():
+        if budget == 0:
             return False
+        if budget < ns:
+            ns = budget
         with nogil:
+            started = NowNs()
             ready = queue.c.get().SpinWaitNonEmpty(ns)
-        self.c.Record(ready)
+            self.c.Record(ready, NowNs() - started)
         return ready
 
     @property

@@ -270,6 +270,32 @@ def test_gather_copies_back_to_back():
         gather([np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]], out)
 
 
+def test_a_completion_spin_that_catches_only_after_its_worth_scores_as_a_miss():
+    """A completion that comes inside the spin but later than kSpinPaysNs
+    (100 µs: what a sleep and wake-up cost, twice over) was caught at more
+    CPU than the sleep it saved: such spins stop, as a batching delay the
+    loop would sit through does."""
+    import threading
+
+    from pyserver.engine.completion import CompletionSpin
+
+    stats, cq = ModelStats(), CompletionQueue()
+    sched = Scheduler.pass_through(stats, cq)
+    spin = CompletionSpin()
+    caught = 0
+    for _ in range(20):
+        if not spin.spinning:
+            break
+        sched.enqueue(Item(1), 1)
+        batch = sched.next_batch()
+        later = threading.Timer(0.002, sched.complete, (batch, 1, 2, 3, 4))
+        later.start()
+        caught += spin.wait(cq, 0.5)  # caught, 2 ms in
+        later.join()
+        cq.drain()
+    assert not spin.spinning and caught >= 3
+
+
 def test_a_completion_spin_stops_for_completions_that_do_not_come_within_it():
     """The event loop's spin for a lone request's completion, per model
     (CompletionSpin): a model slower than the spin stops being spun for, one
