@@ -95,6 +95,17 @@ cdef class InferRoute:
             conn.update_reading()
 
 
+cpdef object settled_result(fut):
+    """A done future's result; raises its exception, or CANCELLED when it
+    was cancelled (what an HTTP answer is built from, or its error)."""
+    if fut.cancelled():
+        raise ServerError(Code.CANCELLED, "request was cancelled")
+    exc = fut.exception()
+    if exc is not None:
+        raise exc
+    return fut.result()
+
+
 cdef class InferDone:
     """One infer request's done-callback: its answer (or error) into its
     slot, then the connection writes what is ready, in order."""
@@ -120,12 +131,7 @@ cdef class InferDone:
         conn = self.conn
         request = self.request
         try:
-            if fut.cancelled():
-                raise ServerError(Code.CANCELLED, "inference request was cancelled")
-            exc = fut.exception()
-            if exc is not None:
-                raise exc
-            response = fut.result()
+            response = settled_result(fut)
             if self.encoding is None:
                 slot.data = answer_infer(response, request, keep_alive, self.http10)
             else:

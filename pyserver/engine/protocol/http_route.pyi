@@ -1,5 +1,7 @@
 from typing import Any, Callable
 
+def settled_result(fut: Any) -> Any: ...
+
 class Slot:
     data: list[bytes] | None
     close: bool

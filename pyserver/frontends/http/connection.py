@@ -20,6 +20,7 @@ import inspect
 from pyserver.engine import now_ns
 from pyserver.engine.protocol.http1 import ParseError, RequestParser, Upgrade
 from pyserver.engine.protocol.http_codec import encode_error, encode_json
+from pyserver.engine.protocol.http_route import settled_result
 from pyserver.frontends.http.framing import (
     EMPTY_JSON,
     JSON_HEADERS,
@@ -34,7 +35,7 @@ from pyserver.frontends.http.framing import (
 )
 from pyserver.frontends.http.infer import infer
 from pyserver.frontends.http.routes import match
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import ServerError
 
 _POST = "POST"
 # Infer targets remembered per frontend (a client making up URLs only resets them).
@@ -370,12 +371,8 @@ class HttpConnection(asyncio.Protocol):
 
     def _call_data(self, encode, fut, keep_alive: bool, http10: bool) -> list:
         try:
-            if fut.cancelled():
-                raise ServerError(Code.CANCELLED, "request was cancelled")
-            exc = fut.exception()
-            if exc is not None:
-                raise exc
-            payload = EMPTY_JSON if encode is None else encode(fut.result())
+            result = settled_result(fut)
+            payload = EMPTY_JSON if encode is None else encode(result)
             return build(200, JSON_HEADERS, payload, keep_alive, http10)
         except Exception as e:
             return self.error_data(e, keep_alive, http10)
