@@ -7,7 +7,8 @@
  *   otherwise:       one response OUT = IN, with the final flag.
  * IN[0] = -7 instead: the thread pairs with no one; it polls
  * TRITONBACKEND_RequestIsCancelled (at most 20 s), logs "threaded: holding"
- * first and then which came, and answers OUT = IN. Its instances log
+ * first and then which came, and answers OUT = IN. IN[0] = -8: the thread
+ * answers at once with an INVALID_ARG error. Its instances log
  * "threaded: instance finalized" as they go.
  * Then the thread releases the request. Execute reports the batch's
  * statistics with 5 ms of input preparation before a 1 ms compute, so a
@@ -92,6 +93,9 @@ static TRITONSERVER_Error* Answer(struct Job* job, TRITONBACKEND_ResponseFactory
   RETURN_IF_ERROR(TRITONBACKEND_InputBuffer(input, 0, &data, &bytes, &mem, &mem_id));
   const int32_t* values = data;
   int64_t n = (int64_t)(bytes / sizeof(int32_t));
+  if (n > 0 && values[0] == -8) {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "threaded: -8 refused");
+  }
   if (n > 0 && values[0] == -7) {
     TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, "threaded: holding");
     bool cancelled = false;

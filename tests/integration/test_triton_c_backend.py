@@ -293,6 +293,15 @@ def test_an_instance_takes_its_next_batch_while_its_backend_still_answers_the_la
         np.testing.assert_array_equal(second.result(timeout=30).as_numpy("OUT"), y)
     stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("threaded_one")
     assert stats["model_stats"][0]["execution_count"] == 2
+    # an error the backend sends from its thread is the request's answer,
+    # with its code, over both protocols
+    with pytest.raises(InferenceServerException) as err:
+        infer_in(s.url, "threaded_one", [-8])
+    assert err.value.status() == "400" and "threaded: -8 refused" in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        over_grpc(np.array([-8], dtype=np.int32))
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "threaded: -8 refused" in err.value.message()
 
 
 def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
