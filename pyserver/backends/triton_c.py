@@ -134,6 +134,8 @@ class TritonCBackend:
         # takes its next batch meanwhile (as Triton's does); without a server
         # (tools, warmup) the instance waits for it
         self._answer_late = getattr(context, "answer_late", None)
+        self._on_late = self._late if self._answer_late is not None else None
+        self._wait_for_held = True  # close() waits for them until kill()
         self._outputs = [o.name.encode() for o in config.output]
         self._states = [(st.input_name, st.output_name) for st in config.sequence_batching.state]
         self._key = str(version_dir)
@@ -220,8 +222,8 @@ class TritonCBackend:
                 results.states = [self._states_of(p, updated)
                                   for p, updated in zip(pending, states)]
         else:
-            on_late = self._late if self._answer_late is not None else None
-            sent, times, states = self.instance.execute(pending, self._outputs, None, on_late)
+            sent, times, states = self.instance.execute(pending, self._outputs, None,
+                                                        self._on_late)
             results = TimedResults(ANSWERED_LATER if responses is None else self._single(responses)
                                    for responses in sent)
             if states is not None:
@@ -294,7 +296,7 @@ class TritonCBackend:
         still holds (an unload waits for them, as Triton's does), then the
         model with its last instance."""
         instance, self.instance = getattr(self, "instance", None), None
-        if instance is not None and instance.close(getattr(self, "_wait_for_held", True)):
+        if instance is not None and instance.close(self._wait_for_held):
             self._release_model()
 
     def memory_usage(self) -> list:

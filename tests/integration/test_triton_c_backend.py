@@ -57,6 +57,14 @@ def infer_in(url: str, model: str, values, **kwargs):
     return httpclient.InferenceServerClient(url).infer(model, [inp], **kwargs)
 
 
+def wait_for_log(log_file: Path, *texts: str, timeout_s: float = 30) -> None:
+    """Until one of ``texts`` is in the server's log file."""
+    deadline = time.monotonic() + timeout_s
+    while not any(t in log_file.read_text() for t in texts):
+        assert time.monotonic() < deadline, f"none of {texts} in the log"
+        time.sleep(0.02)
+
+
 def write_model(repo: Path, name: str, text: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
@@ -320,21 +328,14 @@ def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
         inp = grpcclient.InferInput("IN", [1], "INT32")
         inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
         call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
-        deadline = time.monotonic() + 30
-
-        def wait_for(*texts):
-            while not any(t in log_file.read_text() for t in texts):
-                assert time.monotonic() < deadline, f"no {texts} in the log"
-                time.sleep(0.02)
-
-        wait_for("threaded: holding")
+        wait_for_log(log_file, "threaded: holding")
         x, y = np.array([1], dtype=np.int32), np.array([2, 3], dtype=np.int32)
         with ThreadPoolExecutor(2) as pool:  # while it is held
             pair = [pool.submit(infer_in, s.url, "threaded_one", v) for v in (x, y)]
             for future, v in zip(pair, (x, y)):
                 np.testing.assert_array_equal(future.result(timeout=30).as_numpy("OUT"), v)
         call.cancel()
-        wait_for("threaded: cancelled while held", "threaded: never cancelled")
+        wait_for_log(log_file, "threaded: cancelled while held", "threaded: never cancelled")
         assert "threaded: cancelled while held" in log_file.read_text()
     finally:
         s.run(s.server.log_settings, {"log_file": ""})
@@ -357,21 +358,14 @@ def test_an_unload_waits_for_the_requests_the_backend_still_holds(tmp_path, star
         inp = grpcclient.InferInput("IN", [1], "INT32")
         inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
         call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
-        deadline = time.monotonic() + 30
-
-        def wait_for(text):
-            while text not in log_file.read_text():
-                assert time.monotonic() < deadline, f"no {text!r} in the log"
-                time.sleep(0.02)
-
-        wait_for("threaded: holding")
+        wait_for_log(log_file, "threaded: holding")
         with ThreadPoolExecutor(1) as pool:
             unloading = pool.submit(httpclient.InferenceServerClient(s.url).unload_model,
                                     "threaded_one")
             time.sleep(0.5)
             assert "threaded: instance finalized" not in log_file.read_text()
             call.cancel()
-            wait_for("threaded: instance finalized")
+            wait_for_log(log_file, "threaded: instance finalized")
             unloading.result(timeout=30)
         text = log_file.read_text()
         assert text.index("threaded: cancelled while held") < \
@@ -941,16 +935,9 @@ def test_a_running_request_sees_its_cancellation(tmp_path, start_grpc):  # noqa:
     s.run(s.server.log_settings, {"log_file": str(log_file)})
     try:
         call = client.async_infer("params", [inp], callback=lambda result, error: None)
-        deadline = time.monotonic() + 30
-
-        def wait_for(*texts):
-            while not any(t in log_file.read_text() for t in texts):
-                assert time.monotonic() < deadline, f"no {texts} in the log"
-                time.sleep(0.02)
-
-        wait_for('params: a \\"batch\\"')  # logged as its Execute begins
+        wait_for_log(log_file, 'params: a \\"batch\\"')  # logged as its Execute begins
         call.cancel()
-        wait_for("params: cancelled while running", "params: never cancelled")
+        wait_for_log(log_file, "params: cancelled while running", "params: never cancelled")
         assert "params: cancelled while running" in log_file.read_text()
     finally:
         s.run(s.server.log_settings, {"log_file": ""})
