@@ -5,9 +5,17 @@
 cdef extern from "pyserver/triton/inference.h" nogil:
     cdef struct TRITONSERVER_Server:
         void* owner
+    cdef struct TRITONSERVER_Error:
+        pass
 
 
 cdef class ServerHandle:
     # owner points back at this object: the struct lives as long as it does
     cdef TRITONSERVER_Server server
     cdef readonly object router
+
+
+# The caller's new TRITONSERVER_Error for a Python exception: a ServerError's
+# code and message, anything else INTERNAL with its type (the one mapping for
+# every hook the C API reaches).
+cdef TRITONSERVER_Error* server_error(err)

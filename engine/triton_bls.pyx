@@ -26,8 +26,6 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         TRITONSERVER_ERROR_INTERNAL
     ctypedef enum TRITONSERVER_DataType:
         TRITONSERVER_TYPE_INVALID
-    cdef struct TRITONSERVER_Error:
-        pass
     TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg)
 
     cdef cppclass InputSpan "pyserver::triton::InputSpan":
@@ -115,7 +113,7 @@ cdef class ServerHandle:
         self.server.owner = <void*>self
 
 
-cdef TRITONSERVER_Error* _error(err):
+cdef TRITONSERVER_Error* server_error(err):
     if isinstance(err, ServerError):
         code, message = int(err.code) - 1, str(err.message)
     else:
@@ -132,7 +130,7 @@ cdef TRITONSERVER_Error* _model_info(void* owner, const char* name, int64_t vers
         txn_flags[0] = 2 if decoupled else 1  # TRITONSERVER_TXN_DECOUPLED / _ONE_TO_ONE
         return NULL
     except BaseException as err:
-        return _error(err)
+        return server_error(err)
 
 
 cdef object _input_array(RequestInput& inp):
@@ -193,7 +191,7 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
         (<ServerHandle>owner).router.submit(description, call)
         return NULL
     except BaseException as err:
-        return _error(err)
+        return server_error(err)
 
 
 cdef TRITONSERVER_Error* _load_model(void* owner, const char* name,
@@ -206,7 +204,7 @@ cdef TRITONSERVER_Error* _load_model(void* owner, const char* name,
         (<ServerHandle>owner).router.load_model(name.decode("utf-8", "replace"), parameters)
         return NULL
     except BaseException as err:
-        return _error(err)
+        return server_error(err)
 
 
 cdef TRITONSERVER_Error* _unload_model(void* owner, const char* name,
@@ -216,7 +214,7 @@ cdef TRITONSERVER_Error* _unload_model(void* owner, const char* name,
                                                   bool(unload_dependents))
         return NULL
     except BaseException as err:
-        return _error(err)
+        return server_error(err)
 
 
 cdef TRITONSERVER_Error* _cancel(void* owner, uint64_t token) noexcept with gil:
@@ -224,7 +222,7 @@ cdef TRITONSERVER_Error* _cancel(void* owner, uint64_t token) noexcept with gil:
         (<ServerHandle>owner).router.cancel(token)
         return NULL
     except BaseException as err:
-        return _error(err)
+        return server_error(err)
 
 
 # Names the submitted calls (Submission::token), for the cancel hook.

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["AlreadyExistsError", "InternalError", "InvalidArgumentError", "NotFoundError",
-           "TritonError", "UnavailableError", "UnknownError", "UnsupportedError", "api_error"]
+           "TritonError", "UnavailableError", "UnknownError", "UnsupportedError", "api_error",
+           "server_error"]
 
 
 class TritonError(Exception):
@@ -61,3 +62,18 @@ def api_error(error: BaseException) -> TritonError:
     if isinstance(error, ServerError):
         return _BY_CODE.get(error.code, UnknownError)(error.message)
     return InternalError(str(error) or type(error).__name__)
+
+
+def server_error(error: BaseException) -> ServerError:
+    """The ServerError (Triton's code and text) for what the API raised:
+    the inverse of api_error, for callers that answer in TRITONSERVER_Error
+    codes (the C API, c_api.py). A TypeError of a badly typed option is
+    INVALID_ARG; anything else INTERNAL."""
+    if isinstance(error, ServerError):
+        return error
+    for code, cls in _BY_CODE.items():
+        if type(error) is cls:
+            return ServerError(code, str(error))
+    if isinstance(error, (TypeError, ValueError)):
+        return ServerError(Code.INVALID_ARG, str(error))
+    return ServerError(Code.INTERNAL, str(error) or type(error).__name__)

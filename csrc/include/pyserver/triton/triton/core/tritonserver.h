@@ -1,8 +1,10 @@
 // pyserver's declaration of the part of Triton's server C API
-// (tritonserver.h) that backends call. Written for pyserver from Triton's
-// documented API: names, signatures and enum values follow it so that a
-// backend built against Triton's header links against pyserver's
-// libtritonserver.so. Implemented in csrc/src/triton_server_api.cc.
+// (tritonserver.h) that backends call, and of the in-process server API a
+// program calls (server options, TRITONSERVER_ServerNew and the server's
+// queries). Written for pyserver from Triton's documented API: names,
+// signatures and enum values follow it so that a backend or a program built
+// against Triton's header links against pyserver's libtritonserver.so.
+// Implemented in csrc/src/triton_*.cc.
 #pragma once
 
 #include <stdbool.h>
@@ -22,7 +24,9 @@ typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
 typedef struct TRITONSERVER_Server TRITONSERVER_Server;
 typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
-struct TRITONSERVER_InferenceRequest;
+typedef struct TRITONSERVER_InferenceRequest TRITONSERVER_InferenceRequest;
+typedef struct TRITONSERVER_InferenceResponse TRITONSERVER_InferenceResponse;
+typedef struct TRITONSERVER_ResponseAllocator TRITONSERVER_ResponseAllocator;
 typedef struct TRITONSERVER_InferenceTrace TRITONSERVER_InferenceTrace;
 typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
 typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
@@ -56,8 +60,6 @@ typedef enum tritonserver_traceactivity_enum {
   TRITONSERVER_TRACE_TENSOR_BACKEND_OUTPUT = 9,
   TRITONSERVER_TRACE_CUSTOM_ACTIVITY = 10
 } TRITONSERVER_InferenceTraceActivity;
-struct TRITONSERVER_InferenceResponse;
-struct TRITONSERVER_ResponseAllocator;
 
 typedef enum TRITONSERVER_datatype_enum {
   TRITONSERVER_TYPE_INVALID,
@@ -399,6 +401,122 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelIsReady(
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelTransactionProperties(
     struct TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
     uint32_t* txn_flags, void** voidp);
+
+// ---- the in-process server (csrc/src/triton_server_control.cc) ----------
+
+typedef struct TRITONSERVER_ServerOptions TRITONSERVER_ServerOptions;
+
+typedef enum tritonserver_modelcontrolmode_enum {
+  TRITONSERVER_MODEL_CONTROL_NONE,
+  TRITONSERVER_MODEL_CONTROL_POLL,
+  TRITONSERVER_MODEL_CONTROL_EXPLICIT
+} TRITONSERVER_ModelControlMode;
+
+typedef enum tritonserver_ratelimitmode_enum {
+  TRITONSERVER_RATE_LIMIT_OFF,
+  TRITONSERVER_RATE_LIMIT_EXEC_COUNT
+} TRITONSERVER_RateLimitMode;
+
+typedef enum TRITONSERVER_logformat_enum {
+  TRITONSERVER_LOG_DEFAULT,
+  TRITONSERVER_LOG_ISO8601
+} TRITONSERVER_LogFormat;
+
+typedef enum tritonserver_modelindexflag_enum {
+  TRITONSERVER_INDEX_FLAG_READY = 1
+} TRITONSERVER_ModelIndexFlag;
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsNew(
+    TRITONSERVER_ServerOptions** options);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsDelete(
+    TRITONSERVER_ServerOptions* options);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetServerId(
+    TRITONSERVER_ServerOptions* options, const char* server_id);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetModelRepositoryPath(
+    TRITONSERVER_ServerOptions* options, const char* model_repository_path);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetModelControlMode(
+    TRITONSERVER_ServerOptions* options, TRITONSERVER_ModelControlMode mode);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetStartupModel(
+    TRITONSERVER_ServerOptions* options, const char* model_name);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetStrictModelConfig(
+    TRITONSERVER_ServerOptions* options, bool strict);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetRateLimiterMode(
+    TRITONSERVER_ServerOptions* options, TRITONSERVER_RateLimitMode mode);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetPinnedMemoryPoolByteSize(
+    TRITONSERVER_ServerOptions* options, uint64_t size);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetCudaMemoryPoolByteSize(
+    TRITONSERVER_ServerOptions* options, int gpu_device, uint64_t size);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetResponseCacheByteSize(
+    TRITONSERVER_ServerOptions* options, uint64_t size);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error*
+TRITONSERVER_ServerOptionsSetMinSupportedComputeCapability(TRITONSERVER_ServerOptions* options,
+                                                          double cc);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetExitOnError(
+    TRITONSERVER_ServerOptions* options, bool exit);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetStrictReadiness(
+    TRITONSERVER_ServerOptions* options, bool strict);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetExitTimeout(
+    TRITONSERVER_ServerOptions* options, unsigned int timeout);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetBufferManagerThreadCount(
+    TRITONSERVER_ServerOptions* options, unsigned int thread_count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetModelLoadThreadCount(
+    TRITONSERVER_ServerOptions* options, unsigned int thread_count);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogFile(
+    TRITONSERVER_ServerOptions* options, const char* file);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogInfo(
+    TRITONSERVER_ServerOptions* options, bool log);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogWarn(
+    TRITONSERVER_ServerOptions* options, bool log);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogError(
+    TRITONSERVER_ServerOptions* options, bool log);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogFormat(
+    TRITONSERVER_ServerOptions* options, const TRITONSERVER_LogFormat format);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetLogVerbose(
+    TRITONSERVER_ServerOptions* options, int level);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetMetrics(
+    TRITONSERVER_ServerOptions* options, bool metrics);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetGpuMetrics(
+    TRITONSERVER_ServerOptions* options, bool gpu_metrics);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetCpuMetrics(
+    TRITONSERVER_ServerOptions* options, bool cpu_metrics);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetMetricsInterval(
+    TRITONSERVER_ServerOptions* options, uint64_t metrics_interval_ms);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetBackendDirectory(
+    TRITONSERVER_ServerOptions* options, const char* backend_dir);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetRepoAgentDirectory(
+    TRITONSERVER_ServerOptions* options, const char* repoagent_dir);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetBackendConfig(
+    TRITONSERVER_ServerOptions* options, const char* backend_name, const char* setting,
+    const char* value);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerOptionsSetHostPolicy(
+    TRITONSERVER_ServerOptions* options, const char* policy_name, const char* setting,
+    const char* value);
+
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerNew(
+    TRITONSERVER_Server** server, TRITONSERVER_ServerOptions* options);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerDelete(TRITONSERVER_Server* server);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerStop(TRITONSERVER_Server* server);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerPollModelRepository(
+    TRITONSERVER_Server* server);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerIsLive(TRITONSERVER_Server* server,
+                                                                    bool* live);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerIsReady(TRITONSERVER_Server* server,
+                                                                     bool* ready);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerMetadata(
+    TRITONSERVER_Server* server, TRITONSERVER_Message** server_metadata);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelMetadata(
+    TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
+    TRITONSERVER_Message** model_metadata);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelStatistics(
+    TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
+    TRITONSERVER_Message** model_stats);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelConfig(
+    TRITONSERVER_Server* server, const char* model_name, const int64_t model_version,
+    const uint32_t config_version, TRITONSERVER_Message** model_config);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerModelIndex(
+    TRITONSERVER_Server* server, uint32_t flags, TRITONSERVER_Message** model_index);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_ServerLoadModel(
+    TRITONSERVER_Server* server, const char* model_name);
 
 #ifdef __cplusplus
 }

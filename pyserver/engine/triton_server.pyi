@@ -1,0 +1,3 @@
+from typing import Any, Callable
+
+def set_factory(factory: Callable[[dict], tuple[Any, Any]]) -> None: ...

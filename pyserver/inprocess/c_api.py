@@ -1,0 +1,146 @@
+"""Triton's in-process C API for C and C++ programs (tritonserver.h, linked
+against pyserver's libtritonserver.so): what TRITONSERVER_ServerNew starts
+and what the server's queries and its stop reach.
+
+csrc/src/triton_server_control.cc takes the program's calls;
+engine/triton_server.pyx converts them and calls the factory registered
+here on import (a program with no Python of its own gets an interpreter that
+imports this module: csrc/src/triton_python_boot.cc). Each server is the
+in-process API's ``Server`` on its own loop thread, as Triton's Python
+binding has it; its TRITONSERVER_Server* is the one C backends of that server
+are given, so TRITONSERVER_ServerInferAsync, the model control calls and
+TRITONSERVER_ServerModelIsReady go where a backend's BLS goes
+(pyserver/backends/triton_bls.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from pyserver.backends.triton_bls import server_handle
+from pyserver.engine import triton_server
+from pyserver.inprocess.enums import LogFormat, ModelControlMode, RateLimitMode
+from pyserver.inprocess.errors import server_error
+from pyserver.inprocess.server import Options, Server
+from pyserver.kernel.errors import Code, ServerError
+
+__all__ = ["Controller", "create"]
+
+_INDEX_FLAG_READY = 1  # TRITONSERVER_INDEX_FLAG_READY
+
+
+def _options(given: dict) -> Options:
+    """The in-process API's Options for the C API's (engine/triton_server.pyx
+    names them): the enums as the API's, the response cache as its cache
+    config; what pyserver has no use for (metrics settings, host policies,
+    the repository agents' folder) is taken and left alone."""
+    cache = given["response_cache_byte_size"]
+    return Options(
+        model_repository=given["model_repository"],
+        server_id=given["server_id"],
+        model_control_mode=ModelControlMode(given["model_control_mode"]),
+        startup_models=given["startup_models"],
+        strict_model_config=given["strict_model_config"],
+        rate_limiter_mode=RateLimitMode(given["rate_limit_mode"]),
+        pinned_memory_pool_size=given["pinned_memory_pool_size"],
+        cuda_memory_pool_sizes=given["cuda_memory_pool_sizes"],
+        cache_config={"local": {"size": cache}} if cache else {},
+        min_supported_compute_capability=given["min_supported_compute_capability"],
+        exit_on_error=given["exit_on_error"],
+        strict_readiness=given["strict_readiness"],
+        exit_timeout=given["exit_timeout"],
+        buffer_manager_thread_count=given["buffer_manager_thread_count"],
+        model_load_thread_count=given["model_load_thread_count"],
+        log_file=given["log_file"] or None,
+        log_info=given["log_info"],
+        log_warn=given["log_warn"],
+        log_error=given["log_error"],
+        log_format=LogFormat(given["log_format"]),
+        log_verbose=given["log_verbose"],
+        metrics=given["metrics"],
+        gpu_metrics=given["gpu_metrics"],
+        cpu_metrics=given["cpu_metrics"],
+        metrics_interval=given["metrics_interval"],
+        backend_directory=given["backend_directory"],
+        repo_agent_directory=given["repo_agent_directory"],
+        backend_configuration=given["backend_configuration"],
+        host_policies=given["host_policies"],
+    )
+
+
+def _version(version: int) -> str:
+    return str(version) if version > 0 else ""
+
+
+class Controller:
+    """One server a program made: its state, its queries (answered as JSON
+    text, the documents Triton's C API gives) and its stop."""
+
+    def __init__(self, server: Server):
+        self._server = server
+        self._host = server._host
+        self._lock = threading.Lock()  # stop and close from any of the program's threads
+        self._stopped = False
+
+    def _core(self):
+        if self._stopped:
+            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+        return self._host.server
+
+    def state(self) -> tuple[bool, bool]:
+        if self._stopped:
+            return False, False
+        core = self._host.server
+        return self._host.run(lambda: (core.is_live(), core.is_ready()))
+
+    def query(self, name: str, model_name: str, model_version: int, flags: int) -> str:
+        core = self._core()
+        version = _version(model_version)
+        if name == "metadata":
+            doc = self._host.run(core.metadata)
+        elif name == "model_metadata":
+            doc = self._host.run(core.model_metadata, model_name, version)
+        elif name == "model_config":
+            doc = self._host.run(core.model_config, model_name, version)
+        elif name == "model_statistics":
+            doc = self._host.run(core.statistics, model_name, version)
+        elif name == "model_index":
+            doc = self._host.run(core.repository_index, bool(flags & _INDEX_FLAG_READY))
+        else:
+            raise ServerError(Code.INTERNAL, f"unknown server query {name!r}")
+        return json.dumps(doc, separators=(",", ":"))
+
+    def poll(self) -> None:
+        core = self._core()
+        self._host.call(core.poll_repository())
+
+    def stop(self) -> None:
+        """Stops the server (requests in flight finish within its exit
+        timeout); a second stop does nothing, as deleting a stopped server
+        must not fail."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        try:
+            self._server.stop()
+        except Exception as err:
+            raise server_error(err) from None
+
+    close = stop
+
+
+def create(given: dict):
+    """TRITONSERVER_ServerNew: starts a server and loads its models (its
+    error, with Triton's code, when that fails); returns its ServerHandle and
+    Controller."""
+    try:
+        server = Server(_options(given)).start()
+    except Exception as err:
+        raise server_error(err) from None
+    core = server._host.server
+    return server_handle(core.context), Controller(server)
+
+
+triton_server.set_factory(create)

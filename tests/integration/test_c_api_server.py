@@ -1,0 +1,145 @@
+"""Triton's in-process C API from a C program: tests/c_api/server_program.c,
+compiled against our tritonserver.h and linked with -ltritonserver as a
+user's program is, starts a server with TRITONSERVER_ServerNew (Python
+started inside it by the library), queries it, runs inferences through
+TRITONSERVER_ServerInferAsync and stops it. Each test runs the program on
+its own repository and checks what it printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyserver.engine import triton_c
+from pyserver.testing import ADD_SUB_CONFIG, write_add_sub
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADERS = ROOT / "csrc" / "include" / "pyserver" / "triton"
+ENGINE = Path(triton_c.__file__).parent
+PYTHON_ADD_SUB = ROOT / "tests" / "models" / "python" / "add_sub" / "1" / "model.py"
+CC = shutil.which("cc") or shutil.which("gcc")
+
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test program")
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("c_api") / "server_program"
+    subprocess.run([CC, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE", "-Wall",
+                    "-Werror", "-pthread", f"-I{HEADERS}",
+                    str(ROOT / "tests" / "c_api" / "server_program.c"), "-o", str(out),
+                    f"-L{ENGINE}", "-ltritonserver", f"-Wl,-rpath,{ENGINE}"], check=True)
+    return out
+
+
+def run(program: Path, repo: Path, mode: str, **env) -> tuple[int, dict[str, list[str]]]:
+    """The program's exit code and its lines by step ("step: what")."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    environment.update(env)
+    done = subprocess.run([str(program), str(repo), mode], capture_output=True, text=True,
+                          timeout=180, env=environment)
+    steps: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        step, _, what = line.partition(": ")
+        steps.setdefault(step, []).append(what)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, steps
+
+
+def test_a_c_program_serves_the_onnx_model_in_process(program, tmp_path):
+    write_add_sub(tmp_path / "repo")
+    rc, steps = run(program, tmp_path / "repo", "serve")
+    assert rc == 0, steps
+    assert steps["server"] == ["live and ready"]
+    assert steps["api"] == ["1.34"]
+    metadata = json.loads(steps["metadata"][0])
+    assert metadata["name"] == "c-program" and "statistics" in metadata["extensions"]
+    assert json.loads(steps["index"][0]) == [{"name": "add_sub", "version": "1",
+                                              "state": "READY"}]
+    assert steps["add_sub ready"] == ["1"]
+    model = json.loads(steps["model metadata"][0])
+    assert model["inputs"][0] == {"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]}
+    config = json.loads(steps["model config"][0])
+    assert config["max_batch_size"] == 8 and config["input"][1]["name"] == "INPUT1"
+    assert steps["config version 2"] == [
+        "Unsupported: model configuration version 2 not supported, supported versions are: 1"]
+    assert steps["unknown model metadata"] == [
+        "Not found: Request for unknown model: 'no_such_model' is not found"]
+    assert steps["infer"] == ["right"] * 3
+    assert steps["infer wrong input"] == [
+        "Invalid argument: [request id: c-program] unexpected inference input 'WRONG' for "
+        "model 'add_sub'"]
+    assert steps["infer unknown model"][0].startswith("Not found: ")
+    stats = json.loads(steps["statistics"][0])["model_stats"][0]
+    assert stats["name"] == "add_sub" and stats["inference_count"] == 3
+    assert steps["poll"] == ["ok"]
+    assert steps["live after stop"] == ["0"]
+    assert steps["metadata after stop"] == ["Unavailable: Server is not running"]
+    assert "deleted" in steps
+
+
+def test_a_python_model_gets_its_worker_from_a_c_program(program, tmp_path):
+    """The Python model's worker is started with the interpreter pyserver was
+    built with, not the program itself."""
+    model = tmp_path / "repo" / "add_sub"
+    (model / "1").mkdir(parents=True)
+    shutil.copy(PYTHON_ADD_SUB, model / "1" / "model.py")
+    (model / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(
+        name="add_sub", backend='backend: "python"', size=16, max_batch_size=8, instances=1,
+        extra=""))
+    rc, steps = run(program, tmp_path / "repo", "serve")
+    assert rc == 0, steps
+    assert steps["infer"] == ["right"] * 3
+    assert steps["infer wrong input"][0].startswith("Invalid argument: ")
+
+
+def test_explicit_model_control_from_a_c_program(program, tmp_path):
+    write_add_sub(tmp_path / "repo")
+    rc, steps = run(program, tmp_path / "repo", "explicit")
+    assert rc == 0, steps
+    assert steps["ready index before load"] == ["[]"]
+    assert steps["infer before load"][0].startswith("Not found: ")
+    assert steps["load unknown"][0].startswith("Internal: failed to load 'no_such_model'")
+    assert steps["infer"] == ["right"] * 3
+    assert steps["add_sub ready after unload"] == ["0"]
+
+
+def test_strict_model_config_is_the_c_api_default(program, tmp_path):
+    """Triton's C API leaves auto-complete off unless the program turns
+    strict model config off (its command line does the opposite)."""
+    repo = tmp_path / "repo"
+    write_add_sub(repo, name="bare")
+    (repo / "bare" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    rc, steps = run(program, repo, "strict")
+    assert rc == 0, steps
+    assert json.loads(steps["bare config"][0])["input"] == []
+    rc, steps = run(program, repo, "loose")
+    assert rc == 0, steps
+    assert [t["name"] for t in json.loads(steps["bare config"][0])["input"]] == [
+        "INPUT0", "INPUT1"]
+
+
+def test_server_new_fails_with_tritons_text_when_a_model_fails(program, tmp_path):
+    repo = tmp_path / "repo"
+    write_add_sub(repo)
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    rc, steps = run(program, repo, "serve")
+    assert rc == 4
+    assert steps["server new"][0].startswith("Internal: failed to load all models (broken: ")
+    rc, steps = run(program, tmp_path / "missing", "serve")
+    assert rc == 4
+    assert steps["server new"] == [f"Internal: failed to stat file {tmp_path / 'missing'}"]
+
+
+def test_server_new_says_why_python_cannot_start(program, tmp_path):
+    write_add_sub(tmp_path / "repo")
+    rc, steps = run(program, tmp_path / "repo", "serve", PYSERVER_LIBPYTHON="/no/libpython.so")
+    assert rc == 4
+    assert steps["server new"][0].startswith(
+        "Unavailable: could not load the Python runtime /no/libpython.so: ")
