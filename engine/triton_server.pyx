@@ -14,27 +14,47 @@ from libcpp.vector cimport vector
 
 from pyserver.engine.triton_bls cimport (ServerHandle, TRITONSERVER_Error, TRITONSERVER_Server,
                                          server_error)
+from pyserver.engine.triton_parameters cimport Parameter, parameter_value
 
 from pyserver.kernel.errors import Code, ServerError
 
 
 cdef extern from "pyserver/triton/server_control.h" nogil:
+    cdef cppclass RateLimiterResource "pyserver::triton::RateLimiterResource":
+        string name
+        size_t count
+        int device
+
+    cdef cppclass ModelLoadDeviceLimit "pyserver::triton::ModelLoadDeviceLimit":
+        int kind
+        int device
+        double fraction
+
     cdef cppclass TRITONSERVER_ServerOptions:
         string server_id
         vector[string] model_repositories
         int model_control_mode
         vector[string] startup_models
         cbool strict_model_config
+        string model_config_name
         int rate_limit_mode
+        vector[RateLimiterResource] rate_limiter_resources
         uint64_t pinned_memory_pool_byte_size
         cmap[int, uint64_t] cuda_memory_pool_byte_size
+        cmap[int, size_t] cuda_virtual_address_size
         uint64_t response_cache_byte_size
+        cmap[string, string] cache_config
+        string cache_directory
         double min_supported_compute_capability
         cbool exit_on_error
         cbool strict_readiness
         unsigned int exit_timeout_s
         unsigned int buffer_manager_thread_count
         unsigned int model_load_thread_count
+        unsigned int model_load_retry_count
+        cbool model_namespacing
+        cbool enable_peer_access
+        vector[ModelLoadDeviceLimit] model_load_device_limits
         string log_file
         cbool log_info
         cbool log_warn
@@ -49,6 +69,7 @@ cdef extern from "pyserver/triton/server_control.h" nogil:
         string repoagent_directory
         cmap[string, vector[pair[string, string]]] backend_config
         cmap[string, vector[pair[string, string]]] host_policies
+        cmap[string, vector[pair[string, string]]] metrics_config
 
     ctypedef enum ServerQuery "pyserver::triton::ServerQuery":
         kMetadata "pyserver::triton::ServerQuery::kMetadata"
@@ -56,6 +77,8 @@ cdef extern from "pyserver/triton/server_control.h" nogil:
         kModelConfig "pyserver::triton::ServerQuery::kModelConfig"
         kModelStatistics "pyserver::triton::ServerQuery::kModelStatistics"
         kModelIndex "pyserver::triton::ServerQuery::kModelIndex"
+        kModelBatchProperties "pyserver::triton::ServerQuery::kModelBatchProperties"
+        kMetrics "pyserver::triton::ServerQuery::kMetrics"
 
     ctypedef TRITONSERVER_Error* (*CreateFn)(const TRITONSERVER_ServerOptions*,
                                              TRITONSERVER_Server**)
@@ -64,6 +87,9 @@ cdef extern from "pyserver/triton/server_control.h" nogil:
     ctypedef TRITONSERVER_Error* (*QueryFn)(TRITONSERVER_Server*, ServerQuery, const char*,
                                             int64_t, uint32_t, string*)
     ctypedef TRITONSERVER_Error* (*PollFn)(TRITONSERVER_Server*)
+    ctypedef TRITONSERVER_Error* (*ExitTimeoutFn)(TRITONSERVER_Server*, unsigned int)
+    ctypedef TRITONSERVER_Error* (*RepositoryFn)(TRITONSERVER_Server*, const char*, cbool,
+                                                 const vector[const Parameter*]&)
 
     cdef cppclass ServerControlHooks "pyserver::triton::ServerControlHooks":
         CreateFn create
@@ -71,6 +97,8 @@ cdef extern from "pyserver/triton/server_control.h" nogil:
         StateFn state
         QueryFn query
         PollFn poll
+        ExitTimeoutFn set_exit_timeout
+        RepositoryFn repository
 
     void SetServerControlHooks "pyserver::triton::SetServerControlHooks"(
         const ServerControlHooks& hooks)
@@ -78,7 +106,8 @@ cdef extern from "pyserver/triton/server_control.h" nogil:
 
 _QUERY_NAMES = {kMetadata: "metadata", kModelMetadata: "model_metadata",
                 kModelConfig: "model_config", kModelStatistics: "model_statistics",
-                kModelIndex: "model_index"}
+                kModelIndex: "model_index", kModelBatchProperties: "model_batch_properties",
+                kMetrics: "metrics"}
 
 _factory = None
 # address of a server's TRITONSERVER_Server -> (its ServerHandle, its controller)
@@ -89,9 +118,12 @@ def set_factory(factory):
     """``factory(options: dict) -> (ServerHandle, controller)`` starts a
     server for TRITONSERVER_ServerNew (raising ServerError on failure). The
     controller answers ``stop()``, ``close()``, ``state() -> (live, ready)``,
-    ``poll()`` and ``query(name, model_name, model_version, flags) -> str``
-    (JSON) where name is metadata, model_metadata, model_config,
-    model_statistics or model_index."""
+    ``poll()``, ``set_exit_timeout(seconds)``, ``register_repository(path,
+    name_mapping)``, ``unregister_repository(path)`` and ``query(name,
+    model_name, model_version, flags) -> str`` where name is metadata,
+    model_metadata, model_config, model_statistics, model_index (each a
+    JSON document), model_batch_properties (a TRITONSERVER_BATCH_* flag in
+    decimal) or metrics (Prometheus text)."""
     global _factory
     _factory = factory
 
@@ -115,16 +147,28 @@ cdef dict _options(TRITONSERVER_ServerOptions* o):
         "model_control_mode": o.model_control_mode,
         "startup_models": [_text(m) for m in o.startup_models],
         "strict_model_config": o.strict_model_config,
+        "model_config_name": _text(o.model_config_name),
         "rate_limit_mode": o.rate_limit_mode,
+        "rate_limiter_resources": [(_text(r.name), r.count, r.device)
+                                   for r in o.rate_limiter_resources],
         "pinned_memory_pool_size": o.pinned_memory_pool_byte_size,
         "cuda_memory_pool_sizes": {kv.first: kv.second for kv in o.cuda_memory_pool_byte_size},
+        "cuda_virtual_address_size": {kv.first: kv.second
+                                      for kv in o.cuda_virtual_address_size},
         "response_cache_byte_size": o.response_cache_byte_size,
+        "cache_config": {_text(kv.first): _text(kv.second) for kv in o.cache_config},
+        "cache_directory": _text(o.cache_directory),
         "min_supported_compute_capability": o.min_supported_compute_capability,
         "exit_on_error": o.exit_on_error,
         "strict_readiness": o.strict_readiness,
         "exit_timeout": o.exit_timeout_s,
         "buffer_manager_thread_count": o.buffer_manager_thread_count,
         "model_load_thread_count": o.model_load_thread_count,
+        "model_load_retry_count": o.model_load_retry_count,
+        "model_namespacing": o.model_namespacing,
+        "enable_peer_access": o.enable_peer_access,
+        "model_load_device_limits": [(d.kind, d.device, d.fraction)
+                                     for d in o.model_load_device_limits],
         "log_file": _text(o.log_file),
         "log_info": o.log_info,
         "log_warn": o.log_warn,
@@ -139,6 +183,7 @@ cdef dict _options(TRITONSERVER_ServerOptions* o):
         "repo_agent_directory": _text(o.repoagent_directory),
         "backend_configuration": _settings(o.backend_config),
         "host_policies": _settings(o.host_policies),
+        "metrics_configuration": _settings(o.metrics_config),
     }
 
 
@@ -210,10 +255,38 @@ cdef TRITONSERVER_Error* _poll(TRITONSERVER_Server* server) noexcept with gil:
         return server_error(err)
 
 
+cdef TRITONSERVER_Error* _set_exit_timeout(TRITONSERVER_Server* server,
+                                           unsigned int timeout_s) noexcept with gil:
+    try:
+        _controller(server).set_exit_timeout(timeout_s)
+        return NULL
+    except BaseException as err:
+        return server_error(err)
+
+
+cdef TRITONSERVER_Error* _repository(TRITONSERVER_Server* server, const char* path, cbool add,
+                                     const vector[const Parameter*]& mapping) noexcept with gil:
+    cdef size_t i
+    try:
+        controller = _controller(server)
+        text = path.decode("utf-8", "replace")
+        if add:
+            controller.register_repository(
+                text, {mapping[i].name.decode("utf-8", "replace"): parameter_value(mapping[i][0])
+                       for i in range(mapping.size())})
+        else:
+            controller.unregister_repository(text)
+        return NULL
+    except BaseException as err:
+        return server_error(err)
+
+
 cdef ServerControlHooks _hooks
 _hooks.create = _create
 _hooks.stop = _stop
 _hooks.state = _state
 _hooks.query = _query
 _hooks.poll = _poll
+_hooks.set_exit_timeout = _set_exit_timeout
+_hooks.repository = _repository
 SetServerControlHooks(_hooks)

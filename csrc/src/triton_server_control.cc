@@ -5,6 +5,8 @@
 #include "pyserver/triton/server_control.h"
 
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "triton_api_internal.h"
 
@@ -117,6 +119,83 @@ API TRITONSERVER_ServerOptionsSetStartupModel(TRITONSERVER_ServerOptions* option
 API TRITONSERVER_ServerOptionsSetStrictModelConfig(TRITONSERVER_ServerOptions* options,
                                                    bool strict) {
   return SetOption(options, [&](auto* o) { o->strict_model_config = strict; });
+}
+
+API TRITONSERVER_ServerOptionsSetModelConfigName(TRITONSERVER_ServerOptions* options,
+                                                 const char* model_config_name) {
+  CHECK_ARG(model_config_name);
+  return SetOption(options, [&](auto* o) { o->model_config_name = model_config_name; });
+}
+
+API TRITONSERVER_ServerOptionsAddRateLimiterResource(TRITONSERVER_ServerOptions* options,
+                                                     const char* resource_name,
+                                                     const size_t resource_count,
+                                                     const int device) {
+  CHECK_ARG(resource_name);
+  return SetOption(options, [&](auto* o) {
+    o->rate_limiter_resources.push_back({resource_name, resource_count, device});
+  });
+}
+
+API TRITONSERVER_ServerOptionsSetCudaVirtualAddressSize(TRITONSERVER_ServerOptions* options,
+                                                        int gpu_device,
+                                                        size_t cuda_virtual_address_size) {
+  return SetOption(options, [&](auto* o) {
+    o->cuda_virtual_address_size[gpu_device] = cuda_virtual_address_size;
+  });
+}
+
+API TRITONSERVER_ServerOptionsSetCacheConfig(TRITONSERVER_ServerOptions* options,
+                                             const char* cache_name, const char* config_json) {
+  CHECK_ARG(cache_name);
+  CHECK_ARG(config_json);
+  return SetOption(options, [&](auto* o) { o->cache_config[cache_name] = config_json; });
+}
+
+API TRITONSERVER_ServerOptionsSetCacheDirectory(TRITONSERVER_ServerOptions* options,
+                                                const char* cache_dir) {
+  CHECK_ARG(cache_dir);
+  return SetOption(options, [&](auto* o) { o->cache_directory = cache_dir; });
+}
+
+API TRITONSERVER_ServerOptionsSetModelLoadRetryCount(TRITONSERVER_ServerOptions* options,
+                                                     unsigned int retry_count) {
+  return SetOption(options, [&](auto* o) { o->model_load_retry_count = retry_count; });
+}
+
+API TRITONSERVER_ServerOptionsSetModelNamespacing(TRITONSERVER_ServerOptions* options,
+                                                  bool enable_namespace) {
+  return SetOption(options, [&](auto* o) { o->model_namespacing = enable_namespace; });
+}
+
+API TRITONSERVER_ServerOptionsSetEnablePeerAccess(TRITONSERVER_ServerOptions* options,
+                                                  bool enable_peer_access) {
+  return SetOption(options, [&](auto* o) { o->enable_peer_access = enable_peer_access; });
+}
+
+API TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit(TRITONSERVER_ServerOptions* options,
+                                                      const TRITONSERVER_InstanceGroupKind kind,
+                                                      const int device_id,
+                                                      const double fraction) {
+  if (kind != TRITONSERVER_INSTANCEGROUPKIND_GPU) {
+    // As Triton: only GPU loads are limited.
+    return Err(TRITONSERVER_ERROR_UNSUPPORTED,
+               std::string("model load device limit is not supported for ") +
+                   TRITONSERVER_InstanceGroupKindString(kind));
+  }
+  return SetOption(options, [&](auto* o) {
+    o->model_load_device_limits.push_back({kind, device_id, fraction});
+  });
+}
+
+API TRITONSERVER_ServerOptionsSetMetricsConfig(TRITONSERVER_ServerOptions* options,
+                                               const char* name, const char* setting,
+                                               const char* value) {
+  CHECK_ARG(name);
+  CHECK_ARG(setting);
+  CHECK_ARG(value);
+  return SetOption(options,
+                   [&](auto* o) { o->metrics_config[name].emplace_back(setting, value); });
 }
 
 API TRITONSERVER_ServerOptionsSetRateLimiterMode(TRITONSERVER_ServerOptions* options,
@@ -276,6 +355,39 @@ API TRITONSERVER_ServerStop(TRITONSERVER_Server* server) {
   return hooks.stop(server, false);
 }
 
+API TRITONSERVER_ServerSetExitTimeout(TRITONSERVER_Server* server, unsigned int timeout) {
+  CHECK_ARG(server);
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  return hooks.set_exit_timeout(server, timeout);
+}
+
+API TRITONSERVER_ServerRegisterModelRepository(TRITONSERVER_Server* server,
+                                               const char* repository_path,
+                                               const TRITONSERVER_Parameter** name_mapping,
+                                               const uint32_t mapping_count) {
+  CHECK_ARG(server);
+  CHECK_ARG(repository_path);
+  if (name_mapping == nullptr && mapping_count != 0) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "name mapping is not provided while mapping count is non-zero");
+  }
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  std::vector<const pyserver::triton::Parameter*> mapping;
+  for (uint32_t i = 0; i < mapping_count; ++i) mapping.push_back(&name_mapping[i]->parameter);
+  return hooks.repository(server, repository_path, true, mapping);
+}
+
+API TRITONSERVER_ServerUnregisterModelRepository(TRITONSERVER_Server* server,
+                                                 const char* repository_path) {
+  CHECK_ARG(server);
+  CHECK_ARG(repository_path);
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  return hooks.repository(server, repository_path, false, {});
+}
+
 API TRITONSERVER_ServerPollModelRepository(TRITONSERVER_Server* server) {
   CHECK_ARG(server);
   ServerControlHooks hooks;
@@ -341,4 +453,54 @@ API TRITONSERVER_ServerModelIndex(TRITONSERVER_Server* server, uint32_t flags,
 
 API TRITONSERVER_ServerLoadModel(TRITONSERVER_Server* server, const char* model_name) {
   return TRITONSERVER_ServerLoadModelWithParameters(server, model_name, nullptr, 0);
+}
+
+API TRITONSERVER_ServerModelBatchProperties(TRITONSERVER_Server* server, const char* model_name,
+                                            const int64_t model_version, uint32_t* flags,
+                                            void** voidp) {
+  CHECK_ARG(server);
+  CHECK_ARG(model_name);
+  CHECK_ARG(flags);
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  std::string answer;
+  if (TRITONSERVER_Error* err = hooks.query(server, ServerQuery::kModelBatchProperties,
+                                            model_name, model_version, 0, &answer)) {
+    return err;
+  }
+  *flags = static_cast<uint32_t>(std::stoul(answer));
+  if (voidp != nullptr) *voidp = nullptr;
+  return nullptr;
+}
+
+API TRITONSERVER_ServerMetrics(TRITONSERVER_Server* server, TRITONSERVER_Metrics** metrics) {
+  CHECK_ARG(server);
+  CHECK_ARG(metrics);
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  std::string text;
+  if (TRITONSERVER_Error* err = hooks.query(server, ServerQuery::kMetrics, "", -1, 0, &text)) {
+    return err;
+  }
+  *metrics = new TRITONSERVER_Metrics{std::move(text)};
+  return nullptr;
+}
+
+API TRITONSERVER_MetricsFormatted(TRITONSERVER_Metrics* metrics, TRITONSERVER_MetricFormat format,
+                                  const char** base, size_t* byte_size) {
+  CHECK_ARG(metrics);
+  CHECK_ARG(base);
+  CHECK_ARG(byte_size);
+  if (format != TRITONSERVER_METRIC_PROMETHEUS) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "unknown metrics format '" + std::to_string(static_cast<int>(format)) + "'");
+  }
+  *base = metrics->text.c_str();
+  *byte_size = metrics->text.size();
+  return nullptr;
+}
+
+API TRITONSERVER_MetricsDelete(TRITONSERVER_Metrics* metrics) {
+  delete metrics;
+  return nullptr;
 }

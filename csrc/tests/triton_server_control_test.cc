@@ -57,6 +57,18 @@ TEST(TritonServerControl, OptionsStartAtTheCApisDefaultsAndRecordEachSetting) {
   EXPECT_EQ(options->backend_config["python"][1].second, "2");
   EXPECT_EQ(options->cuda_memory_pool_byte_size[1], 64u);
   EXPECT_EQ(options->log_format, TRITONSERVER_LOG_ISO8601);
+  EXPECT_EQ(TRITONSERVER_ServerOptionsSetCacheConfig(options, "local", "{\"size\":8}"), nullptr);
+  EXPECT_EQ(options->cache_config["local"], "{\"size\":8}");
+  EXPECT_EQ(TRITONSERVER_ServerOptionsAddRateLimiterResource(options, "R", 3, 0), nullptr);
+  ASSERT_EQ(options->rate_limiter_resources.size(), 1u);
+  EXPECT_EQ(options->rate_limiter_resources[0].count, 3u);
+  EXPECT_EQ(TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit(
+                options, TRITONSERVER_INSTANCEGROUPKIND_GPU, 0, 0.5),
+            nullptr);
+  EXPECT_EQ(TakeMessage(TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit(
+                options, TRITONSERVER_INSTANCEGROUPKIND_CPU, 0, 0.5)),
+            "Unsupported: model load device limit is not supported for CPU");
+  EXPECT_EQ(options->model_load_device_limits.size(), 1u);
 
   EXPECT_EQ(TakeMessage(TRITONSERVER_ServerOptionsSetModelControlMode(
                 options, static_cast<TRITONSERVER_ModelControlMode>(7))),
@@ -96,6 +108,14 @@ TRITONSERVER_Error* FakeState(TRITONSERVER_Server*, bool* live, bool* ready) {
 
 TRITONSERVER_Error* FakeQuery(TRITONSERVER_Server*, ServerQuery query, const char* model_name,
                               int64_t model_version, uint32_t flags, std::string* json) {
+  if (query == ServerQuery::kModelBatchProperties) {
+    *json = "2";
+    return nullptr;
+  }
+  if (query == ServerQuery::kMetrics) {
+    *json = "nv_inference_count 1\n";
+    return nullptr;
+  }
   *json = "{\"query\":" + std::to_string(static_cast<int>(query)) + ",\"model\":\"" +
           model_name + "\",\"version\":" + std::to_string(model_version) +
           ",\"flags\":" + std::to_string(flags) + "}";
@@ -161,6 +181,23 @@ TEST(TritonServerControl, EachServerCallReachesTheRegisteredHooks) {
             "Invalid argument: model_name is null");
   EXPECT_EQ(TakeMessage(TRITONSERVER_ServerPollModelRepository(server)),
             "Unavailable: polling is disabled");
+  uint32_t batch_flags = 0;
+  void* voidp = &batch_flags;
+  EXPECT_EQ(TRITONSERVER_ServerModelBatchProperties(server, "m", -1, &batch_flags, &voidp),
+            nullptr);
+  EXPECT_EQ(batch_flags, static_cast<uint32_t>(TRITONSERVER_BATCH_FIRST_DIM));
+  EXPECT_EQ(voidp, nullptr);
+  TRITONSERVER_Metrics* metrics = nullptr;
+  ASSERT_EQ(TRITONSERVER_ServerMetrics(server, &metrics), nullptr);
+  const char* text = nullptr;
+  size_t size = 0;
+  EXPECT_EQ(TRITONSERVER_MetricsFormatted(metrics, TRITONSERVER_METRIC_PROMETHEUS, &text, &size),
+            nullptr);
+  EXPECT_EQ(std::string(text, size), "nv_inference_count 1\n");
+  EXPECT_EQ(TakeMessage(TRITONSERVER_MetricsFormatted(
+                metrics, static_cast<TRITONSERVER_MetricFormat>(3), &text, &size)),
+            "Invalid argument: unknown metrics format '3'");
+  TRITONSERVER_MetricsDelete(metrics);
 
   EXPECT_EQ(TRITONSERVER_ServerStop(server), nullptr);
   EXPECT_EQ(TRITONSERVER_ServerDelete(server), nullptr);

@@ -17,41 +17,82 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 
 from pyserver.backends.triton_bls import server_handle
 from pyserver.engine import triton_server
-from pyserver.inprocess.enums import LogFormat, ModelControlMode, RateLimitMode
+from pyserver.inprocess.enums import InstanceGroupKind, LogFormat, ModelControlMode, RateLimitMode
 from pyserver.inprocess.errors import server_error
-from pyserver.inprocess.server import Options, Server
+from pyserver.inprocess.server import ModelLoadDeviceLimit, Options, RateLimiterResource, Server
 from pyserver.kernel.errors import Code, ServerError
 
 __all__ = ["Controller", "create"]
 
 _INDEX_FLAG_READY = 1  # TRITONSERVER_INDEX_FLAG_READY
+_BATCH_UNKNOWN, _BATCH_FIRST_DIM = 1, 2  # TRITONSERVER_BATCH_*
+
+
+@dataclass(slots=True)
+class _CApiOptions(Options):
+    """Options with what only the C API sets: the name of the config file
+    to load in place of config.pbtxt (the command line's
+    --model-config-name)."""
+
+    model_config_name: str = ""
+
+    def _server_arguments(self) -> dict:
+        arguments = Options._server_arguments(self)
+        arguments["model_config_name"] = self.model_config_name
+        return arguments
+
+
+def _cache_config(given: dict) -> dict:
+    """TRITONSERVER_ServerOptionsSetCacheConfig's JSON per cache, with the
+    older SetResponseCacheByteSize as the local cache's size."""
+    caches = {}
+    for name, text in given["cache_config"].items():
+        try:
+            caches[name] = json.loads(text)
+        except ValueError as err:
+            raise ServerError(Code.INVALID_ARG,
+                              f"failed to parse the '{name}' cache config: {err}") from None
+    if given["response_cache_byte_size"] and "local" not in caches:
+        caches["local"] = {"size": given["response_cache_byte_size"]}
+    return caches
 
 
 def _options(given: dict) -> Options:
     """The in-process API's Options for the C API's (engine/triton_server.pyx
-    names them): the enums as the API's, the response cache as its cache
-    config; what pyserver has no use for (metrics settings, host policies,
-    the repository agents' folder) is taken and left alone."""
-    cache = given["response_cache_byte_size"]
-    return Options(
+    names them): the enums as the API's, the caches as its cache config;
+    what pyserver has no use for (metrics settings, host policies, the
+    repository agents' folder, CUDA virtual address sizes) is taken and left
+    alone."""
+    return _CApiOptions(
+        model_config_name=given["model_config_name"],
         model_repository=given["model_repository"],
         server_id=given["server_id"],
         model_control_mode=ModelControlMode(given["model_control_mode"]),
         startup_models=given["startup_models"],
         strict_model_config=given["strict_model_config"],
         rate_limiter_mode=RateLimitMode(given["rate_limit_mode"]),
+        rate_limiter_resources=[RateLimiterResource(name, count, device)
+                                for name, count, device in given["rate_limiter_resources"]],
         pinned_memory_pool_size=given["pinned_memory_pool_size"],
         cuda_memory_pool_sizes=given["cuda_memory_pool_sizes"],
-        cache_config={"local": {"size": cache}} if cache else {},
+        cache_config=_cache_config(given),
+        cache_directory=given["cache_directory"],
         min_supported_compute_capability=given["min_supported_compute_capability"],
         exit_on_error=given["exit_on_error"],
         strict_readiness=given["strict_readiness"],
         exit_timeout=given["exit_timeout"],
         buffer_manager_thread_count=given["buffer_manager_thread_count"],
         model_load_thread_count=given["model_load_thread_count"],
+        model_load_retry_count=given["model_load_retry_count"],
+        model_namespacing=given["model_namespacing"],
+        enable_peer_access=given["enable_peer_access"],
+        model_load_device_limits=[ModelLoadDeviceLimit(InstanceGroupKind(kind), device, fraction)
+                                  for kind, device, fraction
+                                  in given["model_load_device_limits"]],
         log_file=given["log_file"] or None,
         log_info=given["log_info"],
         log_warn=given["log_warn"],
@@ -66,6 +107,7 @@ def _options(given: dict) -> Options:
         repo_agent_directory=given["repo_agent_directory"],
         backend_configuration=given["backend_configuration"],
         host_policies=given["host_policies"],
+        metrics_configuration=given["metrics_configuration"],
     )
 
 
@@ -82,6 +124,14 @@ class Controller:
         self._host = server._host
         self._lock = threading.Lock()  # stop and close from any of the program's threads
         self._stopped = False
+
+    def _api(self, fn, *args):
+        """``fn(*args)``, a method of the in-process API's Server, its
+        error as a ServerError (Triton's code)."""
+        try:
+            return fn(*args)
+        except Exception as err:
+            raise server_error(err) from None
 
     def _core(self):
         if self._stopped:
@@ -107,6 +157,12 @@ class Controller:
             doc = self._host.run(core.statistics, model_name, version)
         elif name == "model_index":
             doc = self._host.run(core.repository_index, bool(flags & _INDEX_FLAG_READY))
+        elif name == "model_batch_properties":
+            config = self._host.run(core.model_config, model_name, version)
+            return str(_BATCH_FIRST_DIM if config.get("max_batch_size", 0) > 0
+                       else _BATCH_UNKNOWN)
+        elif name == "metrics":
+            return self._api(self._server.metrics)
         else:
             raise ServerError(Code.INTERNAL, f"unknown server query {name!r}")
         return json.dumps(doc, separators=(",", ":"))
@@ -114,6 +170,19 @@ class Controller:
     def poll(self) -> None:
         core = self._core()
         self._host.call(core.poll_repository())
+
+    def set_exit_timeout(self, seconds: int) -> None:
+        """TRITONSERVER_ServerSetExitTimeout: the stop's wait from now on."""
+        self._core()
+        self._server.options.exit_timeout = int(seconds)
+
+    def register_repository(self, path: str, name_mapping: dict) -> None:
+        self._core()
+        self._api(self._server.register_model_repository, path, name_mapping or None)
+
+    def unregister_repository(self, path: str) -> None:
+        self._core()
+        self._api(self._server.unregister_model_repository, path)
 
     def stop(self) -> None:
         """Stops the server (requests in flight finish within its exit

@@ -3,13 +3,17 @@
  * tritonserver.h, linked with -ltritonserver). It prints one line per step
  * for the test to check.
  *
- *   server_program REPOSITORY MODE
+ *   server_program REPOSITORY MODE [SECOND_REPOSITORY]
  *
- * MODE: "serve"    start (poll mode), queries, inferences, a bad request, stop
- *       "explicit" explicit model control: nothing loaded, load, infer, unload
+ * MODE: "serve"    start (poll mode), queries, inferences, a bad request,
+ *                  metrics, stop
+ *       "explicit" explicit model control: nothing loaded, load, infer,
+ *                  unload; SECOND_REPOSITORY registered, its "add_sub2"
+ *                  loaded, unregistered
  *       "strict"   the C API's default strict model config: model "bare"'s
  *                  config as its folder has it (no inputs, no outputs)
- *       "loose"    strict model config off: "bare"'s config auto-completed
+ *       "loose"    strict model config off and the model config name "alt":
+ *                  "bare"'s configs/alt.pbtxt, auto-completed
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -168,7 +172,7 @@ static void infer(TRITONSERVER_Server* server, TRITONSERVER_ResponseAllocator* a
 }
 
 static TRITONSERVER_Server* start(const char* repository, TRITONSERVER_ModelControlMode mode,
-                                  int strict) {
+                                  int strict, const char* config_name) {
   TRITONSERVER_ServerOptions* options;
   FAIL_IF_ERR(TRITONSERVER_ServerOptionsNew(&options), "options");
   FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetModelRepositoryPath(options, repository), "repo");
@@ -179,6 +183,14 @@ static TRITONSERVER_Server* start(const char* repository, TRITONSERVER_ModelCont
   FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetLogVerbose(options, 0), "verbose");
   FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetServerId(options, "c-program"), "server id");
   FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetExitTimeout(options, 5), "exit timeout");
+  FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetCacheConfig(options, "local", "{\"size\": 1048576}"),
+              "cache config");
+  FAIL_IF_ERR(TRITONSERVER_ServerOptionsAddRateLimiterResource(options, "R1", 4, -1),
+              "rate limiter resource");
+  if (config_name != NULL) {
+    FAIL_IF_ERR(TRITONSERVER_ServerOptionsSetModelConfigName(options, config_name),
+                "config name");
+  }
   TRITONSERVER_Server* server = NULL;
   TRITONSERVER_Error* err = TRITONSERVER_ServerNew(&server, options);
   TRITONSERVER_ServerOptionsDelete(options);
@@ -201,8 +213,8 @@ static TRITONSERVER_Server* start(const char* repository, TRITONSERVER_ModelCont
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s REPOSITORY serve|explicit|strict|loose\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: %s REPOSITORY serve|explicit|strict|loose [SECOND]\n", argv[0]);
     return 1;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -211,8 +223,9 @@ int main(int argc, char** argv) {
   FAIL_IF_ERR(TRITONSERVER_ApiVersion(&major, &minor), "api version");
   printf("api: %u.%u\n", major, minor);
   if (strcmp(mode, "strict") == 0 || strcmp(mode, "loose") == 0) {
+    const int strict = strcmp(mode, "strict") == 0;
     TRITONSERVER_Server* server =
-        start(argv[1], TRITONSERVER_MODEL_CONTROL_NONE, strcmp(mode, "strict") == 0);
+        start(argv[1], TRITONSERVER_MODEL_CONTROL_NONE, strict, strict ? NULL : "alt");
     if (server == NULL) return 4;
     TRITONSERVER_Message* config;
     FAIL_IF_ERR(TRITONSERVER_ServerModelConfig(server, "bare", -1, 1, &config), "config");
@@ -224,7 +237,7 @@ int main(int argc, char** argv) {
   const int explicit_mode = strcmp(mode, "explicit") == 0;
   TRITONSERVER_Server* server = start(
       argv[1], explicit_mode ? TRITONSERVER_MODEL_CONTROL_EXPLICIT : TRITONSERVER_MODEL_CONTROL_POLL,
-      0);
+      0, NULL);
   if (server == NULL) return 4;
   TRITONSERVER_ResponseAllocator* allocator;
   FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorNew(&allocator, alloc_fn, release_fn, NULL),
@@ -258,10 +271,42 @@ int main(int argc, char** argv) {
   infer(server, allocator, "no_such_model", "INPUT1", "infer unknown model");
   FAIL_IF_ERR(TRITONSERVER_ServerModelStatistics(server, "add_sub", -1, &message), "stats");
   print_message(message, "statistics");
+  uint32_t batch_flags = 0;
+  FAIL_IF_ERR(TRITONSERVER_ServerModelBatchProperties(server, "add_sub", -1, &batch_flags, NULL),
+              "batch properties");
+  printf("batch properties: %s\n", batch_flags == TRITONSERVER_BATCH_FIRST_DIM ? "first dim"
+                                                                              : "unknown");
+  TRITONSERVER_Metrics* metrics;
+  FAIL_IF_ERR(TRITONSERVER_ServerMetrics(server, &metrics), "metrics");
+  const char* text;
+  size_t text_size;
+  FAIL_IF_ERR(TRITONSERVER_MetricsFormatted(metrics, TRITONSERVER_METRIC_PROMETHEUS, &text,
+                                            &text_size), "metrics text");
+  const char* line = strstr(text, "nv_inference_request_success{");
+  printf("metrics: %.*s\n", line ? (int)strcspn(line, "\n") : 4, line ? line : "none");
+  TRITONSERVER_MetricsDelete(metrics);
+  FAIL_IF_ERR(TRITONSERVER_ServerSetExitTimeout(server, 3), "set exit timeout");
   if (explicit_mode) {
     FAIL_IF_ERR(TRITONSERVER_ServerUnloadModel(server, "add_sub"), "unload");
     FAIL_IF_ERR(TRITONSERVER_ServerModelIsReady(server, "add_sub", -1, &ready), "model ready");
     printf("add_sub ready after unload: %d\n", ready);
+    if (argc == 4) {
+      TRITONSERVER_Parameter* rename =
+          TRITONSERVER_ParameterNew("add_sub2", TRITONSERVER_PARAMETER_STRING, "renamed");
+      const TRITONSERVER_Parameter* mapping[1] = {rename};
+      expect_error(TRITONSERVER_ServerRegisterModelRepository(server, argv[3], mapping, 1),
+                   "register with a name mapping");
+      TRITONSERVER_ParameterDelete(rename);
+      FAIL_IF_ERR(TRITONSERVER_ServerRegisterModelRepository(server, argv[3], NULL, 0),
+                  "register");
+      FAIL_IF_ERR(TRITONSERVER_ServerLoadModel(server, "add_sub2"), "load add_sub2");
+      FAIL_IF_ERR(TRITONSERVER_ServerModelIsReady(server, "add_sub2", -1, &ready), "ready");
+      printf("add_sub2 ready: %d\n", ready);
+      infer(server, allocator, "add_sub2", "INPUT1", "infer add_sub2");
+      FAIL_IF_ERR(TRITONSERVER_ServerUnloadModel(server, "add_sub2"), "unload add_sub2");
+      FAIL_IF_ERR(TRITONSERVER_ServerUnregisterModelRepository(server, argv[3]), "unregister");
+      expect_error(TRITONSERVER_ServerLoadModel(server, "add_sub2"), "load after unregister");
+    }
   } else {
     FAIL_IF_ERR(TRITONSERVER_ServerPollModelRepository(server), "poll");
     printf("poll: ok\n");

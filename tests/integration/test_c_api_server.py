@@ -37,12 +37,13 @@ def program(tmp_path_factory) -> Path:
     return out
 
 
-def run(program: Path, repo: Path, mode: str, **env) -> tuple[int, dict[str, list[str]]]:
+def run(program: Path, repo: Path, mode: str, *more: Path,
+        **env) -> tuple[int, dict[str, list[str]]]:
     """The program's exit code and its lines by step ("step: what")."""
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     environment.update(env)
-    done = subprocess.run([str(program), str(repo), mode], capture_output=True, text=True,
-                          timeout=180, env=environment)
+    done = subprocess.run([str(program), str(repo), mode, *map(str, more)], capture_output=True,
+                          text=True, timeout=180, env=environment)
     steps: dict[str, list[str]] = {}
     for line in done.stdout.splitlines():
         step, _, what = line.partition(": ")
@@ -77,6 +78,8 @@ def test_a_c_program_serves_the_onnx_model_in_process(program, tmp_path):
     assert steps["infer unknown model"][0].startswith("Not found: ")
     stats = json.loads(steps["statistics"][0])["model_stats"][0]
     assert stats["name"] == "add_sub" and stats["inference_count"] == 3
+    assert steps["batch properties"] == ["first dim"]
+    assert steps["metrics"] == ['nv_inference_request_success{model="add_sub",version="1"} 3']
     assert steps["poll"] == ["ok"]
     assert steps["live after stop"] == ["0"]
     assert steps["metadata after stop"] == ["Unavailable: Server is not running"]
@@ -100,28 +103,40 @@ def test_a_python_model_gets_its_worker_from_a_c_program(program, tmp_path):
 
 def test_explicit_model_control_from_a_c_program(program, tmp_path):
     write_add_sub(tmp_path / "repo")
-    rc, steps = run(program, tmp_path / "repo", "explicit")
+    write_add_sub(tmp_path / "second", name="add_sub2")
+    rc, steps = run(program, tmp_path / "repo", "explicit", tmp_path / "second")
     assert rc == 0, steps
     assert steps["ready index before load"] == ["[]"]
     assert steps["infer before load"][0].startswith("Not found: ")
     assert steps["load unknown"][0].startswith("Internal: failed to load 'no_such_model'")
     assert steps["infer"] == ["right"] * 3
     assert steps["add_sub ready after unload"] == ["0"]
+    # a repository registered while the server runs, then unregistered
+    assert steps["register with a name mapping"][0].startswith("Unsupported: ")
+    assert steps["add_sub2 ready"] == ["1"]
+    assert steps["infer add_sub2"] == ["right"]
+    assert steps["load after unregister"][0].startswith("Internal: failed to load 'add_sub2'")
 
 
 def test_strict_model_config_is_the_c_api_default(program, tmp_path):
     """Triton's C API leaves auto-complete off unless the program turns
-    strict model config off (its command line does the opposite)."""
+    strict model config off (its command line does the opposite); the
+    "loose" run also names another config file (configs/alt.pbtxt)."""
     repo = tmp_path / "repo"
     write_add_sub(repo, name="bare")
     (repo / "bare" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    (repo / "bare" / "configs").mkdir()
+    (repo / "bare" / "configs" / "alt.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 2\n')
     rc, steps = run(program, repo, "strict")
     assert rc == 0, steps
-    assert json.loads(steps["bare config"][0])["input"] == []
+    config = json.loads(steps["bare config"][0])
+    assert config["input"] == [] and config["max_batch_size"] == 0
     rc, steps = run(program, repo, "loose")
     assert rc == 0, steps
-    assert [t["name"] for t in json.loads(steps["bare config"][0])["input"]] == [
-        "INPUT0", "INPUT1"]
+    config = json.loads(steps["bare config"][0])
+    assert [t["name"] for t in config["input"]] == ["INPUT0", "INPUT1"]
+    assert config["max_batch_size"] == 2
 
 
 def test_server_new_fails_with_tritons_text_when_a_model_fails(program, tmp_path):
