@@ -13,6 +13,9 @@ cdef class ServerHandle:
     # owner points back at this object: the struct lives as long as it does
     cdef TRITONSERVER_Server server
     cdef readonly object router
+    # What TRITONSERVER_ServerNew made this server with (its controller,
+    # engine/triton_server.pyx); None for a server that only backends see.
+    cdef public object control
 
 
 # The caller's new TRITONSERVER_Error for a Python exception: a ServerError's

@@ -3,9 +3,11 @@
 # server's queries and its stop. This module only converts: the options
 # object into a dict for the factory pyserver/inprocess/c_api.py registers,
 # and each later call on a TRITONSERVER_Server* into a call on the
-# controller the factory made for it.
+# controller the factory made for it, which the server's ServerHandle (the
+# pointer's owner) holds.
 # cython: language_level=3
-from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.map cimport map as cmap
 from libcpp.pair cimport pair
@@ -110,8 +112,6 @@ _QUERY_NAMES = {kMetadata: "metadata", kModelMetadata: "model_metadata",
                 kMetrics: "metrics"}
 
 _factory = None
-# address of a server's TRITONSERVER_Server -> (its ServerHandle, its controller)
-_servers = {}
 
 
 def set_factory(factory):
@@ -188,11 +188,12 @@ cdef dict _options(TRITONSERVER_ServerOptions* o):
 
 
 cdef object _controller(TRITONSERVER_Server* server):
-    entry = _servers.get(<uintptr_t>server)
-    if entry is None:
-        raise ServerError(Code.INVALID_ARG,
-                          "the server was not made by TRITONSERVER_ServerNew, or was deleted")
-    return entry[1]
+    # owner is the server's ServerHandle (triton_bls.pxd), which the
+    # program's pointer keeps alive from ServerNew to ServerDelete.
+    control = None if server.owner == NULL else (<ServerHandle>server.owner).control
+    if control is None:
+        raise ServerError(Code.INVALID_ARG, "the server was not made by TRITONSERVER_ServerNew")
+    return control
 
 
 cdef TRITONSERVER_Error* _create(const TRITONSERVER_ServerOptions* options,
@@ -202,7 +203,8 @@ cdef TRITONSERVER_Error* _create(const TRITONSERVER_ServerOptions* options,
         if _factory is None:
             raise ServerError(Code.UNAVAILABLE, "pyserver's in-process C API is not set up")
         handle, controller = _factory(_options(<TRITONSERVER_ServerOptions*>options))
-        _servers[<uintptr_t>&handle.server] = (handle, controller)
+        handle.control = controller
+        Py_INCREF(handle)  # the program's reference, until ServerDelete
         server[0] = &handle.server
         return NULL
     except BaseException as err:
@@ -210,14 +212,17 @@ cdef TRITONSERVER_Error* _create(const TRITONSERVER_ServerOptions* options,
 
 
 cdef TRITONSERVER_Error* _stop(TRITONSERVER_Server* server, cbool forget) noexcept with gil:
+    cdef ServerHandle handle
     try:
         controller = _controller(server)
-        if forget:
-            # Forgotten first: a failed stop still ends the caller's server.
-            del _servers[<uintptr_t>server]
-            controller.close()
-        else:
+        if not forget:
             controller.stop()
+            return NULL
+        # Let go first: a failed stop still ends the program's server.
+        handle = <ServerHandle>server.owner
+        handle.control = None
+        Py_DECREF(handle)
+        controller.close()
         return NULL
     except BaseException as err:
         return server_error(err)

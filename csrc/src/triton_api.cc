@@ -1063,6 +1063,13 @@ API TRITONSERVER_MetricValue(TRITONSERVER_Metric* metric, double* value) {
   return nullptr;
 }
 
+API TRITONSERVER_GetMetricKind(TRITONSERVER_Metric* metric, TRITONSERVER_MetricKind* kind) {
+  CHECK_ARG(metric);
+  CHECK_ARG(kind);
+  *kind = metric->family->kind;  // fixed at the family's creation: no lock
+  return nullptr;
+}
+
 API TRITONSERVER_MetricSet(TRITONSERVER_Metric* metric, double value) {
   CHECK_ARG(metric);
   if (metric->family->kind != TRITONSERVER_METRIC_KIND_GAUGE) return Unsupported(metric, "Set");

@@ -313,6 +313,9 @@ TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
   TRITONSERVER_Metric* gauge;
   ASSERT_EQ(TRITONSERVER_MetricNew(&gauge, gauges, labels, 1), nullptr);
   TRITONSERVER_ParameterDelete(label);
+  kind = TRITONSERVER_METRIC_KIND_COUNTER;
+  ASSERT_EQ(TRITONSERVER_GetMetricKind(gauge, &kind), nullptr);
+  EXPECT_EQ(kind, TRITONSERVER_METRIC_KIND_GAUGE);
   ASSERT_EQ(TRITONSERVER_MetricSet(gauge, 2.5), nullptr);
   ASSERT_EQ(TRITONSERVER_MetricIncrement(gauge, -1.0), nullptr);
   double value;

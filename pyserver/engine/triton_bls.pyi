@@ -2,6 +2,7 @@ from typing import Any
 
 class ServerHandle:
     router: Any
+    control: Any
     def __init__(self, router: Any) -> None: ...
 
 class BlsCall:

@@ -208,6 +208,8 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricSet(
     struct TRITONSERVER_Metric* metric, double value);
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricObserve(
     struct TRITONSERVER_Metric* metric, double value);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_GetMetricKind(
+    struct TRITONSERVER_Metric* metric, TRITONSERVER_MetricKind* kind);
 
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_BufferAttributesNew(
     struct TRITONSERVER_BufferAttributes** buffer_attributes);
