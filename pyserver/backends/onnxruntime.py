@@ -97,6 +97,30 @@ _PRECISION_FLAGS = {"FP16": "trt_fp16_enable", "BF16": "trt_bf16_enable",
                     "INT8": "trt_int8_enable", "FP32": None}
 
 
+# inference.ModelSequenceBatching.Control.Kind: START, READY, END, CORRID,
+# each one tensor the sequence batcher feeds
+_SEQUENCE_CONTROL_KINDS = frozenset((0, 1, 2, 3))
+
+
+def _check_input_count(config, graph_inputs: int) -> None:
+    """Triton's load-time count of the model's inputs (graph inputs, not
+    initializers) against what the config feeds: its inputs less the
+    optional ones (initializers a request may override), its batch inputs,
+    the sequence batcher's control tensors and implicit states. A config that
+    leaves inputs out (strict model config, no auto-complete) fails here
+    with Triton's text, as it does in Triton."""
+    expected = sum(1 for t in config.input if not t.optional) + len(config.batch_input)
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        expected += len({c.kind for tensor in sequence.control_input for c in tensor.control}
+                        & _SEQUENCE_CONTROL_KINDS)
+        expected += len(sequence.state)
+    if graph_inputs != expected:
+        raise ServerError(Code.INVALID_ARG,
+                          f"unable to load model '{config.name}', configuration expects "
+                          f"{expected} inputs, model provides {graph_inputs}")
+
+
 def _check_value(value: str, kind: str) -> None:
     if kind == "bool":
         parse_bool(value)
@@ -332,6 +356,7 @@ class OnnxRuntimeBackend:
         inputs = self.session.get_inputs() + self.session.get_overridable_initializers()
         self.output_names = [o.name for o in outputs]
         self.input_names = {i.name for i in inputs}
+        _check_input_count(config, len(self.session.get_inputs()))
         declared = {t.name for t in config.output}
         missing = declared - set(self.output_names)
         if missing:

@@ -57,3 +57,23 @@ def test_disabled_autocomplete_requires_config(tmp_path, start_server):
     with pytest.raises(ServerError) as err:
         start_server(tmp_path, auto_complete_config=False)
     assert "auto-complete is disabled" in err.value.message
+
+
+def test_disabled_autocomplete_counts_the_models_inputs(tmp_path, start_server):
+    """With auto-complete off, a config that leaves out an input the model
+    takes fails to load, with Triton's onnxruntime text; one that lists them
+    all loads."""
+    make(tmp_path, config='platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+                          'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+                          'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    with pytest.raises(ServerError) as err:
+        start_server(tmp_path, auto_complete_config=False)
+    assert "unable to load model 'auto', configuration expects 1 inputs, model provides 2" \
+        in err.value.message
+    (tmp_path / "auto" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },'
+        ' { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n')
+    s = start_server(tmp_path, auto_complete_config=False)
+    assert s.run(s.server.model_ready, "auto", "")

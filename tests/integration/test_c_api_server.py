@@ -120,8 +120,10 @@ def test_explicit_model_control_from_a_c_program(program, tmp_path):
 
 def test_strict_model_config_is_the_c_api_default(program, tmp_path):
     """Triton's C API leaves auto-complete off unless the program turns
-    strict model config off (its command line does the opposite); the
-    "loose" run also names another config file (configs/alt.pbtxt)."""
+    strict model config off (its command line does the opposite): a config
+    with no inputs is then the model's whole config, and the model fails to
+    load. The "loose" run also names another config file
+    (configs/alt.pbtxt)."""
     repo = tmp_path / "repo"
     write_add_sub(repo, name="bare")
     (repo / "bare" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
@@ -129,9 +131,10 @@ def test_strict_model_config_is_the_c_api_default(program, tmp_path):
     (repo / "bare" / "configs" / "alt.pbtxt").write_text(
         'platform: "onnxruntime_onnx"\nmax_batch_size: 2\n')
     rc, steps = run(program, repo, "strict")
-    assert rc == 0, steps
-    config = json.loads(steps["bare config"][0])
-    assert config["input"] == [] and config["max_batch_size"] == 0
+    assert rc == 4, steps
+    assert steps["server new"] == [
+        "Internal: failed to load all models (bare: unable to load model 'bare', configuration "
+        "expects 0 inputs, model provides 2)"]
     rc, steps = run(program, repo, "loose")
     assert rc == 0, steps
     config = json.loads(steps["bare config"][0])
