@@ -148,7 +148,7 @@ cdef dict _options(TRITONSERVER_ServerOptions* o):
         "startup_models": [_text(m) for m in o.startup_models],
         "strict_model_config": o.strict_model_config,
         "model_config_name": _text(o.model_config_name),
-        "rate_limit_mode": o.rate_limit_mode,
+        "rate_limiter_mode": o.rate_limit_mode,
         "rate_limiter_resources": [(_text(r.name), r.count, r.device)
                                    for r in o.rate_limiter_resources],
         "pinned_memory_pool_size": o.pinned_memory_pool_byte_size,

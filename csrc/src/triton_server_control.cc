@@ -28,15 +28,28 @@ TRITONSERVER_Error* SetOption(TRITONSERVER_ServerOptions* options, Set set) {
   return nullptr;
 }
 
+// `call(hooks)` with the registered hooks (Python started first if need be).
+template <typename Call>
+TRITONSERVER_Error* WithHooks(Call call) {
+  ServerControlHooks hooks;
+  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
+  return call(hooks);
+}
+
+// The answer of a query, as text.
+TRITONSERVER_Error* Ask(TRITONSERVER_Server* server, ServerQuery query, const char* model_name,
+                        int64_t model_version, uint32_t flags, std::string* answer) {
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.query(server, query, model_name, model_version, flags, answer);
+  });
+}
+
 TRITONSERVER_Error* Query(TRITONSERVER_Server* server, ServerQuery query, const char* model_name,
                           int64_t model_version, uint32_t flags, TRITONSERVER_Message** out) {
   CHECK_ARG(server);
   CHECK_ARG(out);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   std::string json;
-  if (TRITONSERVER_Error* err = hooks.query(server, query, model_name, model_version, flags,
-                                            &json)) {
+  if (TRITONSERVER_Error* err = Ask(server, query, model_name, model_version, flags, &json)) {
     return err;
   }
   *out = new TRITONSERVER_Message{std::move(json)};
@@ -336,30 +349,30 @@ API TRITONSERVER_ServerOptionsSetHostPolicy(TRITONSERVER_ServerOptions* options,
 API TRITONSERVER_ServerNew(TRITONSERVER_Server** server, TRITONSERVER_ServerOptions* options) {
   CHECK_ARG(server);
   CHECK_ARG(options);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.create(options, server);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.create(options, server);
+  });
 }
 
 API TRITONSERVER_ServerDelete(TRITONSERVER_Server* server) {
   CHECK_ARG(server);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.stop(server, true);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.stop(server, true);
+  });
 }
 
 API TRITONSERVER_ServerStop(TRITONSERVER_Server* server) {
   CHECK_ARG(server);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.stop(server, false);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.stop(server, false);
+  });
 }
 
 API TRITONSERVER_ServerSetExitTimeout(TRITONSERVER_Server* server, unsigned int timeout) {
   CHECK_ARG(server);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.set_exit_timeout(server, timeout);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.set_exit_timeout(server, timeout);
+  });
 }
 
 API TRITONSERVER_ServerRegisterModelRepository(TRITONSERVER_Server* server,
@@ -372,45 +385,43 @@ API TRITONSERVER_ServerRegisterModelRepository(TRITONSERVER_Server* server,
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
                "name mapping is not provided while mapping count is non-zero");
   }
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   std::vector<const pyserver::triton::Parameter*> mapping;
   for (uint32_t i = 0; i < mapping_count; ++i) mapping.push_back(&name_mapping[i]->parameter);
-  return hooks.repository(server, repository_path, true, mapping);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.repository(server, repository_path, true, mapping);
+  });
 }
 
 API TRITONSERVER_ServerUnregisterModelRepository(TRITONSERVER_Server* server,
                                                  const char* repository_path) {
   CHECK_ARG(server);
   CHECK_ARG(repository_path);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.repository(server, repository_path, false, {});
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.repository(server, repository_path, false, {});
+  });
 }
 
 API TRITONSERVER_ServerPollModelRepository(TRITONSERVER_Server* server) {
   CHECK_ARG(server);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
-  return hooks.poll(server);
+  return WithHooks([&](const ServerControlHooks& hooks) {
+    return hooks.poll(server);
+  });
 }
 
 API TRITONSERVER_ServerIsLive(TRITONSERVER_Server* server, bool* live) {
   CHECK_ARG(server);
   CHECK_ARG(live);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   bool ready = false;
-  return hooks.state(server, live, &ready);
+  return WithHooks(
+      [&](const ServerControlHooks& hooks) { return hooks.state(server, live, &ready); });
 }
 
 API TRITONSERVER_ServerIsReady(TRITONSERVER_Server* server, bool* ready) {
   CHECK_ARG(server);
   CHECK_ARG(ready);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   bool live = false;
-  return hooks.state(server, &live, ready);
+  return WithHooks(
+      [&](const ServerControlHooks& hooks) { return hooks.state(server, &live, ready); });
 }
 
 API TRITONSERVER_ServerMetadata(TRITONSERVER_Server* server,
@@ -461,11 +472,9 @@ API TRITONSERVER_ServerModelBatchProperties(TRITONSERVER_Server* server, const c
   CHECK_ARG(server);
   CHECK_ARG(model_name);
   CHECK_ARG(flags);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   std::string answer;
-  if (TRITONSERVER_Error* err = hooks.query(server, ServerQuery::kModelBatchProperties,
-                                            model_name, model_version, 0, &answer)) {
+  if (TRITONSERVER_Error* err =
+          Ask(server, ServerQuery::kModelBatchProperties, model_name, model_version, 0, &answer)) {
     return err;
   }
   *flags = static_cast<uint32_t>(std::stoul(answer));
@@ -476,10 +485,8 @@ API TRITONSERVER_ServerModelBatchProperties(TRITONSERVER_Server* server, const c
 API TRITONSERVER_ServerMetrics(TRITONSERVER_Server* server, TRITONSERVER_Metrics** metrics) {
   CHECK_ARG(server);
   CHECK_ARG(metrics);
-  ServerControlHooks hooks;
-  if (TRITONSERVER_Error* err = pyserver::triton::ServerControl(&hooks)) return err;
   std::string text;
-  if (TRITONSERVER_Error* err = hooks.query(server, ServerQuery::kMetrics, "", -1, 0, &text)) {
+  if (TRITONSERVER_Error* err = Ask(server, ServerQuery::kMetrics, "", -1, 0, &text)) {
     return err;
   }
   *metrics = new TRITONSERVER_Metrics{std::move(text)};

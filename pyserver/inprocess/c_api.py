@@ -63,52 +63,25 @@ def _cache_config(given: dict) -> dict:
 
 def _options(given: dict) -> Options:
     """The in-process API's Options for the C API's (engine/triton_server.pyx
-    names them): the enums as the API's, the caches as its cache config;
-    what pyserver has no use for (metrics settings, host policies, the
-    repository agents' folder, CUDA virtual address sizes) is taken and left
-    alone."""
-    return _CApiOptions(
-        model_config_name=given["model_config_name"],
-        model_repository=given["model_repository"],
-        server_id=given["server_id"],
+    names them as Options does): the enums and records as the API's, the
+    caches as its cache config; what pyserver has no use for (metrics
+    settings, host policies, the repository agents' folder) is taken and
+    left alone, and what Options has no field for (CUDA virtual address
+    sizes) is dropped."""
+    options = dict(given)
+    del options["response_cache_byte_size"], options["cuda_virtual_address_size"]
+    options.update(
         model_control_mode=ModelControlMode(given["model_control_mode"]),
-        startup_models=given["startup_models"],
-        strict_model_config=given["strict_model_config"],
-        rate_limiter_mode=RateLimitMode(given["rate_limit_mode"]),
-        rate_limiter_resources=[RateLimiterResource(name, count, device)
-                                for name, count, device in given["rate_limiter_resources"]],
-        pinned_memory_pool_size=given["pinned_memory_pool_size"],
-        cuda_memory_pool_sizes=given["cuda_memory_pool_sizes"],
+        rate_limiter_mode=RateLimitMode(given["rate_limiter_mode"]),
+        rate_limiter_resources=[RateLimiterResource(*r) for r in given["rate_limiter_resources"]],
         cache_config=_cache_config(given),
-        cache_directory=given["cache_directory"],
-        min_supported_compute_capability=given["min_supported_compute_capability"],
-        exit_on_error=given["exit_on_error"],
-        strict_readiness=given["strict_readiness"],
-        exit_timeout=given["exit_timeout"],
-        buffer_manager_thread_count=given["buffer_manager_thread_count"],
-        model_load_thread_count=given["model_load_thread_count"],
-        model_load_retry_count=given["model_load_retry_count"],
-        model_namespacing=given["model_namespacing"],
-        enable_peer_access=given["enable_peer_access"],
         model_load_device_limits=[ModelLoadDeviceLimit(InstanceGroupKind(kind), device, fraction)
                                   for kind, device, fraction
                                   in given["model_load_device_limits"]],
         log_file=given["log_file"] or None,
-        log_info=given["log_info"],
-        log_warn=given["log_warn"],
-        log_error=given["log_error"],
         log_format=LogFormat(given["log_format"]),
-        log_verbose=given["log_verbose"],
-        metrics=given["metrics"],
-        gpu_metrics=given["gpu_metrics"],
-        cpu_metrics=given["cpu_metrics"],
-        metrics_interval=given["metrics_interval"],
-        backend_directory=given["backend_directory"],
-        repo_agent_directory=given["repo_agent_directory"],
-        backend_configuration=given["backend_configuration"],
-        host_policies=given["host_policies"],
-        metrics_configuration=given["metrics_configuration"],
     )
+    return _CApiOptions(**options)
 
 
 def _version(version: int) -> str:
