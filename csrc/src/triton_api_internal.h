@@ -2,6 +2,7 @@
 // how an entry point is declared and how it fails.
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,17 @@ inline TRITONSERVER_Error* ToError(const Status& status) {
 // Triton's prefix for a request's errors.
 inline std::string RequestTag(const std::string& id) {
   return "[request id: " + (id.empty() ? std::string("<id_unknown>") : id) + "] ";
+}
+
+// An enum argument as the caller passed it: C lets a caller pass any int,
+// and reading one outside the enum's values through the enum type is
+// undefined, so its bytes are read as an int.
+template <typename Enum>
+int RawEnum(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "an int-sized enum");
+  int raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
 }
 
 inline TRITONSERVER_Error* Null(const char* what) {

@@ -68,13 +68,17 @@ std::string Literal(const std::string& text) {
 }
 
 // The folder that holds the pyserver package: this library is
-// <folder>/pyserver/engine/libtritonserver.so.
+// <folder>/pyserver/engine/libtritonserver.so, wherever a link to it (or to
+// its folder, as perf_analyzer's <dir>/lib) was loaded from.
 std::string PackageRoot() {
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&PackageRoot), &info) == 0 || info.dli_fname == nullptr) {
     return "";
   }
-  std::string path = info.dli_fname;
+  char* resolved = realpath(info.dli_fname, nullptr);
+  if (resolved == nullptr) return "";
+  std::string path = resolved;
+  std::free(resolved);
   for (int i = 0; i < 3; ++i) {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) return "";

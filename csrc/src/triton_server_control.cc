@@ -11,6 +11,7 @@
 #include "triton_api_internal.h"
 
 using pyserver::triton::Err;
+using pyserver::triton::RawEnum;
 using pyserver::triton::ServerControlHooks;
 using pyserver::triton::ServerQuery;
 
@@ -116,11 +117,12 @@ API TRITONSERVER_ServerOptionsSetModelRepositoryPath(TRITONSERVER_ServerOptions*
 
 API TRITONSERVER_ServerOptionsSetModelControlMode(TRITONSERVER_ServerOptions* options,
                                                   TRITONSERVER_ModelControlMode mode) {
-  if (mode < TRITONSERVER_MODEL_CONTROL_NONE || mode > TRITONSERVER_MODEL_CONTROL_EXPLICIT) {
+  const int value = RawEnum(mode);
+  if (value < TRITONSERVER_MODEL_CONTROL_NONE || value > TRITONSERVER_MODEL_CONTROL_EXPLICIT) {
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
-               "unknown model control mode " + std::to_string(static_cast<int>(mode)));
+               "unknown model control mode " + std::to_string(value));
   }
-  return SetOption(options, [&](auto* o) { o->model_control_mode = mode; });
+  return SetOption(options, [&](auto* o) { o->model_control_mode = value; });
 }
 
 API TRITONSERVER_ServerOptionsSetStartupModel(TRITONSERVER_ServerOptions* options,
@@ -190,14 +192,19 @@ API TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit(TRITONSERVER_ServerOptions
                                                       const TRITONSERVER_InstanceGroupKind kind,
                                                       const int device_id,
                                                       const double fraction) {
-  if (kind != TRITONSERVER_INSTANCEGROUPKIND_GPU) {
+  const int value = RawEnum(kind);
+  if (value < TRITONSERVER_INSTANCEGROUPKIND_AUTO || value > TRITONSERVER_INSTANCEGROUPKIND_MODEL) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG,
+               "unknown instance group kind " + std::to_string(value));
+  }
+  if (value != TRITONSERVER_INSTANCEGROUPKIND_GPU) {
     // As Triton: only GPU loads are limited.
     return Err(TRITONSERVER_ERROR_UNSUPPORTED,
                std::string("model load device limit is not supported for ") +
                    TRITONSERVER_InstanceGroupKindString(kind));
   }
   return SetOption(options, [&](auto* o) {
-    o->model_load_device_limits.push_back({kind, device_id, fraction});
+    o->model_load_device_limits.push_back({value, device_id, fraction});
   });
 }
 
@@ -213,11 +220,11 @@ API TRITONSERVER_ServerOptionsSetMetricsConfig(TRITONSERVER_ServerOptions* optio
 
 API TRITONSERVER_ServerOptionsSetRateLimiterMode(TRITONSERVER_ServerOptions* options,
                                                  TRITONSERVER_RateLimitMode mode) {
-  if (mode != TRITONSERVER_RATE_LIMIT_OFF && mode != TRITONSERVER_RATE_LIMIT_EXEC_COUNT) {
-    return Err(TRITONSERVER_ERROR_INVALID_ARG,
-               "unknown rate limit mode " + std::to_string(static_cast<int>(mode)));
+  const int value = RawEnum(mode);
+  if (value != TRITONSERVER_RATE_LIMIT_OFF && value != TRITONSERVER_RATE_LIMIT_EXEC_COUNT) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "unknown rate limit mode " + std::to_string(value));
   }
-  return SetOption(options, [&](auto* o) { o->rate_limit_mode = mode; });
+  return SetOption(options, [&](auto* o) { o->rate_limit_mode = value; });
 }
 
 API TRITONSERVER_ServerOptionsSetPinnedMemoryPoolByteSize(TRITONSERVER_ServerOptions* options,
@@ -282,11 +289,11 @@ API TRITONSERVER_ServerOptionsSetLogError(TRITONSERVER_ServerOptions* options, b
 
 API TRITONSERVER_ServerOptionsSetLogFormat(TRITONSERVER_ServerOptions* options,
                                            const TRITONSERVER_LogFormat format) {
-  if (format != TRITONSERVER_LOG_DEFAULT && format != TRITONSERVER_LOG_ISO8601) {
-    return Err(TRITONSERVER_ERROR_INVALID_ARG,
-               "unknown log format " + std::to_string(static_cast<int>(format)));
+  const int value = RawEnum(format);
+  if (value != TRITONSERVER_LOG_DEFAULT && value != TRITONSERVER_LOG_ISO8601) {
+    return Err(TRITONSERVER_ERROR_INVALID_ARG, "unknown log format " + std::to_string(value));
   }
-  return SetOption(options, [&](auto* o) { o->log_format = format; });
+  return SetOption(options, [&](auto* o) { o->log_format = value; });
 }
 
 API TRITONSERVER_ServerOptionsSetLogVerbose(TRITONSERVER_ServerOptions* options, int level) {
@@ -498,9 +505,10 @@ API TRITONSERVER_MetricsFormatted(TRITONSERVER_Metrics* metrics, TRITONSERVER_Me
   CHECK_ARG(metrics);
   CHECK_ARG(base);
   CHECK_ARG(byte_size);
-  if (format != TRITONSERVER_METRIC_PROMETHEUS) {
+  const int value = RawEnum(format);
+  if (value != TRITONSERVER_METRIC_PROMETHEUS) {
     return Err(TRITONSERVER_ERROR_INVALID_ARG,
-               "unknown metrics format '" + std::to_string(static_cast<int>(format)) + "'");
+               "unknown metrics format '" + std::to_string(value) + "'");
   }
   *base = metrics->text.c_str();
   *byte_size = metrics->text.size();
