@@ -98,3 +98,30 @@ def test_perf_analyzer_sees_response_cache_hits(perf_analyzer, served):
 def test_perf_analyzer_breaks_an_ensemble_down_by_step(perf_analyzer, served):
     text = run(perf_analyzer, served, "-m", "pipeline", "-i", "grpc")
     assert "Composing models:" in text and "add_sub, version: 1" in text, text
+
+
+def test_perf_analyzer_runs_the_server_in_its_own_process_through_the_c_api(perf_analyzer,
+                                                                           tmp_path):
+    """--service-kind=triton_c_api: perf_analyzer loads
+    <triton-server-directory>/lib/libtritonserver.so and serves the repository
+    in its own process through Triton's in-process C API (strict model config,
+    explicit readiness waits, its own response allocator); here the directory's
+    lib is pyserver's engine folder."""
+    from pyserver.engine import triton_c
+
+    binary, env = perf_analyzer
+    write_add_sub(tmp_path / "repo")
+    server_dir = tmp_path / "tritonserver"
+    server_dir.mkdir()
+    (server_dir / "lib").symlink_to(Path(triton_c.__file__).parent)
+    out = subprocess.run([binary, "-m", "add_sub", "--service-kind", "triton_c_api",
+                          "--triton-server-directory", str(server_dir),
+                          "--model-repository", str(tmp_path / "repo"),
+                          "--measurement-interval", "500", "--max-trials", "10", "-s", "100"],
+                         capture_output=True, text=True, env=env, timeout=180)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "Service Kind: Triton C-API" in text, text
+    assert float(re.search(r"Throughput: ([\d.]+) infer/sec", text).group(1)) > 0, text
+    # the server's side, from its statistics through the C API
+    assert int(re.search(r"Inference count: (\d+)", text).group(1)) > 0, text
