@@ -161,3 +161,44 @@ def test_server_new_says_why_python_cannot_start(program, tmp_path):
     assert rc == 4
     assert steps["server new"][0].startswith(
         "Unavailable: could not load the Python runtime /no/libpython.so: ")
+
+
+def test_a_python_program_calls_the_c_api_through_ctypes(tmp_path):
+    """A process that already runs Python (this one) and calls
+    TRITONSERVER_ServerNew through ctypes: the library uses the running
+    interpreter instead of starting one."""
+    import ctypes
+
+    write_add_sub(tmp_path / "repo")
+    lib = ctypes.CDLL(str(ENGINE / "libtritonserver.so"))
+    lib.TRITONSERVER_ErrorMessage.restype = ctypes.c_char_p
+    for name in ("TRITONSERVER_ServerOptionsNew", "TRITONSERVER_ServerOptionsSetModelRepositoryPath",
+                 "TRITONSERVER_ServerOptionsSetStrictModelConfig", "TRITONSERVER_ServerNew",
+                 "TRITONSERVER_ServerIsReady", "TRITONSERVER_ServerModelMetadata",
+                 "TRITONSERVER_MessageSerializeToJson", "TRITONSERVER_MessageDelete",
+                 "TRITONSERVER_ServerDelete", "TRITONSERVER_ServerOptionsDelete"):
+        getattr(lib, name).restype = ctypes.c_void_p
+
+    def ok(err):
+        assert not err, lib.TRITONSERVER_ErrorMessage(ctypes.c_void_p(err)).decode()
+
+    options, server = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(lib.TRITONSERVER_ServerOptionsNew(ctypes.byref(options)))
+    ok(lib.TRITONSERVER_ServerOptionsSetModelRepositoryPath(options,
+                                                            str(tmp_path / "repo").encode()))
+    ok(lib.TRITONSERVER_ServerOptionsSetStrictModelConfig(options, ctypes.c_bool(False)))
+    ok(lib.TRITONSERVER_ServerNew(ctypes.byref(server), options))
+    ok(lib.TRITONSERVER_ServerOptionsDelete(options))
+    try:
+        ready = ctypes.c_bool(False)
+        ok(lib.TRITONSERVER_ServerIsReady(server, ctypes.byref(ready)))
+        assert ready.value
+        message, base, size = ctypes.c_void_p(), ctypes.c_char_p(), ctypes.c_size_t()
+        ok(lib.TRITONSERVER_ServerModelMetadata(server, b"add_sub", ctypes.c_int64(-1),
+                                                ctypes.byref(message)))
+        ok(lib.TRITONSERVER_MessageSerializeToJson(message, ctypes.byref(base),
+                                                   ctypes.byref(size)))
+        assert json.loads(ctypes.string_at(base, size.value))["name"] == "add_sub"
+        ok(lib.TRITONSERVER_MessageDelete(message))
+    finally:
+        ok(lib.TRITONSERVER_ServerDelete(server))
