@@ -23,7 +23,7 @@ import numpy as np
 
 from pyserver.engine import triton_bls
 from pyserver.kernel.dtypes import CODE_TO_WIRE, WIRE_TO_NUMPY, config_to_wire
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, not_running
 from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
 
 _handles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -58,7 +58,7 @@ class BlsRouter:
     def _live(self):
         server = self._server()
         if server is None or self._loop is None or self._loop.is_closed():
-            raise ServerError(Code.UNAVAILABLE, "the server is not running")
+            raise not_running()
         return server
 
     def model_info(self, name: str, version: int) -> tuple[bool, bool]:

@@ -24,7 +24,7 @@ from pyserver.engine import triton_server
 from pyserver.inprocess.enums import InstanceGroupKind, LogFormat, ModelControlMode, RateLimitMode
 from pyserver.inprocess.errors import server_error
 from pyserver.inprocess.server import ModelLoadDeviceLimit, Options, RateLimiterResource, Server
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, not_running
 
 __all__ = ["Controller", "create"]
 
@@ -108,7 +108,7 @@ class Controller:
 
     def _core(self):
         if self._stopped:
-            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+            raise not_running()
         return self._host.server
 
     def state(self) -> tuple[bool, bool]:

@@ -150,6 +150,13 @@ def not_found(msg: str) -> ServerError:
     return ServerError(Code.NOT_FOUND, msg)
 
 
+def not_running() -> ServerError:
+    """What a server that has stopped (or not started) answers: UNAVAILABLE
+    "Server is not running", one text for the server's own calls, its C
+    API and its backends' BLS."""
+    return ServerError(Code.UNAVAILABLE, "Server is not running")
+
+
 def unavailable(msg: str) -> ServerError:
     return ServerError(Code.UNAVAILABLE, msg)
 

@@ -22,7 +22,7 @@ from pyserver.engine.admission import Admission, Ledger
 from pyserver.engine.rate_limiter import RateLimiter
 from pyserver.engine.settle import Answers
 from pyserver.kernel.context import ServerContext
-from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg
+from pyserver.kernel.errors import Code, DecoupledModelError, ServerError, invalid_arg, not_running
 from pyserver.kernel.types import InferRequest, InferResponse
 from pyserver.model.ensemble import (
     decoupled_steps,
@@ -316,7 +316,7 @@ class Server:
 
     def _resolve(self, name: str, version: str) -> ModelVersion:
         if self.models is None:
-            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+            raise not_running()
         return self.models.resolve(name, version or "")
 
     def loaded_versions(self) -> list[ModelVersion]:
@@ -421,7 +421,7 @@ class Server:
 
     def repository_index(self, ready_only: bool = False) -> list[dict]:
         if self.models is None:
-            raise ServerError(Code.UNAVAILABLE, "Server is not running")
+            raise not_running()
         return self.models.index(ready_only)
 
     def model_folder(self, name: str):

@@ -311,12 +311,14 @@ int main(int argc, char** argv) {
     FAIL_IF_ERR(TRITONSERVER_ServerPollModelRepository(server), "poll");
     printf("poll: ok\n");
   }
-  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorDelete(allocator), "allocator delete");
   FAIL_IF_ERR(TRITONSERVER_ServerStop(server), "stop");
   bool live = true;
   FAIL_IF_ERR(TRITONSERVER_ServerIsLive(server, &live), "is live");
   printf("live after stop: %d\n", live);
   expect_error(TRITONSERVER_ServerMetadata(server, &message), "metadata after stop");
+  infer(server, allocator, "add_sub", "INPUT1", "infer after stop");
+  FAIL_IF_ERR(TRITONSERVER_ServerStop(server), "second stop");
+  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorDelete(allocator), "allocator delete");
   FAIL_IF_ERR(TRITONSERVER_ServerDelete(server), "delete");
   printf("deleted\n");
   return 0;

@@ -83,6 +83,7 @@ def test_a_c_program_serves_the_onnx_model_in_process(program, tmp_path):
     assert steps["poll"] == ["ok"]
     assert steps["live after stop"] == ["0"]
     assert steps["metadata after stop"] == ["Unavailable: Server is not running"]
+    assert steps["infer after stop"] == ["Unavailable: Server is not running"]
     assert "deleted" in steps
 
 
