@@ -117,7 +117,7 @@ _factory = None
 def set_factory(factory):
     """``factory(options: dict) -> (ServerHandle, controller)`` starts a
     server for TRITONSERVER_ServerNew (raising ServerError on failure). The
-    controller answers ``stop()``, ``close()``, ``state() -> (live, ready)``,
+    controller answers ``stop()`` (a second does nothing), ``state() -> (live, ready)``,
     ``poll()``, ``set_exit_timeout(seconds)``, ``register_repository(path,
     name_mapping)``, ``unregister_repository(path)`` and ``query(name,
     model_name, model_version, flags) -> str`` where name is metadata,
@@ -222,7 +222,7 @@ cdef TRITONSERVER_Error* _stop(TRITONSERVER_Server* server, cbool forget) noexce
         handle = <ServerHandle>server.owner
         handle.control = None
         Py_DECREF(handle)
-        controller.close()
+        controller.stop()
         return NULL
     except BaseException as err:
         return server_error(err)

@@ -43,7 +43,10 @@ def server_handle(context):
     return handle
 
 
-def _version(version: int) -> str:
+def version_string(version: int) -> str:
+    """A C API model version (-1 or 0: the one the model's version policy
+    picks) as the server's version string. For the server calls of a
+    program too (inprocess/c_api.py)."""
     return str(version) if version > 0 else ""
 
 
@@ -65,8 +68,8 @@ class BlsRouter:
         """(ready, decoupled); Triton's "unknown model" error if there is none.
         Reads the server's tables only (safe off the loop under the GIL)."""
         server = self._live()
-        decoupled = server.is_decoupled(name, _version(version))
-        return server.model_ready(name, _version(version)), bool(decoupled)
+        decoupled = server.is_decoupled(name, version_string(version))
+        return server.model_ready(name, version_string(version)), bool(decoupled)
 
     def load_model(self, name: str, parameters: dict) -> None:
         """TRITONSERVER_ServerLoadModelWithParameters: returns once the model
@@ -168,7 +171,7 @@ class BlsRouter:
             inputs.append(InferTensor(name, datatype, array.shape, array))
         outputs = [RequestedOutput(name) for name in d["outputs"]]
         # traced only under the trace the backend passed (a child it spawned)
-        return InferRequest(d["model_name"], _version(d["model_version"]), d["id"], inputs,
+        return InferRequest(d["model_name"], version_string(d["model_version"]), d["id"], inputs,
                             outputs, params, d["priority"], d["timeout_us"],
                             parent_trace=d["trace"])
 
@@ -176,7 +179,7 @@ class BlsRouter:
 def _raw_input(server, d: dict, name: str, data):
     """A raw input (TRITONSERVER_InferenceRequestAddRawInput): the model's
     only input, its datatype from the config, its bytes one flat tensor."""
-    config = server.model_config(d["model_name"], _version(d["model_version"]))
+    config = server.model_config(d["model_name"], version_string(d["model_version"]))
     inputs = config.get("input") or []
     wire = next((config_to_wire(i["data_type"]) for i in inputs if i.get("name") == name), None)
     if wire is None or wire == "BYTES":

@@ -19,7 +19,7 @@ import json
 import threading
 from dataclasses import dataclass
 
-from pyserver.backends.triton_bls import server_handle
+from pyserver.backends.triton_bls import server_handle, version_string
 from pyserver.engine import triton_server
 from pyserver.inprocess.enums import InstanceGroupKind, LogFormat, ModelControlMode, RateLimitMode
 from pyserver.inprocess.errors import server_error
@@ -84,10 +84,6 @@ def _options(given: dict) -> Options:
     return _CApiOptions(**options)
 
 
-def _version(version: int) -> str:
-    return str(version) if version > 0 else ""
-
-
 class Controller:
     """One server a program made: its state, its queries (answered as JSON
     text, the documents Triton's C API gives) and its stop."""
@@ -95,7 +91,7 @@ class Controller:
     def __init__(self, server: Server):
         self._server = server
         self._host = server._host
-        self._lock = threading.Lock()  # stop and close from any of the program's threads
+        self._lock = threading.Lock()  # a stop may come from any of the program's threads
         self._stopped = False
 
     def _api(self, fn, *args):
@@ -119,7 +115,7 @@ class Controller:
 
     def query(self, name: str, model_name: str, model_version: int, flags: int) -> str:
         core = self._core()
-        version = _version(model_version)
+        version = version_string(model_version)
         if name == "metadata":
             doc = self._host.run(core.metadata)
         elif name == "model_metadata":
@@ -170,7 +166,6 @@ class Controller:
         except Exception as err:
             raise server_error(err) from None
 
-    close = stop
 
 
 def create(given: dict):

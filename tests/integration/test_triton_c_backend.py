@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,23 @@ def wait_for_log(log_file: Path, *texts: str, timeout_s: float = 30) -> None:
     while not any(t in log_file.read_text() for t in texts):
         assert time.monotonic() < deadline, f"none of {texts} in the log"
         time.sleep(0.02)
+
+
+@contextmanager
+def a_held_request(s, log_file: Path):
+    """A gRPC call of IN = [-7] to threaded_one, which threaded.c holds on
+    its own thread after Execute returned (logging "threaded: holding"),
+    with the server's log in ``log_file`` meanwhile; yields the call."""
+    s.run(s.server.log_settings, {"log_file": str(log_file)})
+    try:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
+        call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
+        wait_for_log(log_file, "threaded: holding")
+        yield call
+    finally:
+        s.run(s.server.log_settings, {"log_file": ""})
 
 
 def write_model(repo: Path, name: str, text: str) -> None:
@@ -322,13 +340,7 @@ def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
     backends, repo = layout
     s = start_grpc(repo, backend_directory=str(backends))
     log_file = tmp_path / "server.log"
-    s.run(s.server.log_settings, {"log_file": str(log_file)})
-    try:
-        client = grpcclient.InferenceServerClient(s.grpc_url)
-        inp = grpcclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
-        call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
-        wait_for_log(log_file, "threaded: holding")
+    with a_held_request(s, log_file) as call:
         x, y = np.array([1], dtype=np.int32), np.array([2, 3], dtype=np.int32)
         with ThreadPoolExecutor(2) as pool:  # while it is held
             pair = [pool.submit(infer_in, s.url, "threaded_one", v) for v in (x, y)]
@@ -337,8 +349,6 @@ def test_a_request_its_backend_holds_after_execute_still_sees_its_cancellation(
         call.cancel()
         wait_for_log(log_file, "threaded: cancelled while held", "threaded: never cancelled")
         assert "threaded: cancelled while held" in log_file.read_text()
-    finally:
-        s.run(s.server.log_settings, {"log_file": ""})
 
 
 def test_an_unload_waits_for_the_requests_the_backend_still_holds(tmp_path, start_grpc):  # noqa: F811
@@ -352,13 +362,7 @@ def test_an_unload_waits_for_the_requests_the_backend_still_holds(tmp_path, star
     s = start_grpc(repo, backend_directory=str(backends), model_control_mode="explicit",
                    load_models=["threaded_one"])
     log_file = tmp_path / "server.log"
-    s.run(s.server.log_settings, {"log_file": str(log_file)})
-    try:
-        client = grpcclient.InferenceServerClient(s.grpc_url)
-        inp = grpcclient.InferInput("IN", [1], "INT32")
-        inp.set_data_from_numpy(np.array([-7], dtype=np.int32))
-        call = client.async_infer("threaded_one", [inp], callback=lambda result, error: None)
-        wait_for_log(log_file, "threaded: holding")
+    with a_held_request(s, log_file) as call:
         with ThreadPoolExecutor(1) as pool:
             unloading = pool.submit(httpclient.InferenceServerClient(s.url).unload_model,
                                     "threaded_one")
@@ -370,8 +374,6 @@ def test_an_unload_waits_for_the_requests_the_backend_still_holds(tmp_path, star
         text = log_file.read_text()
         assert text.index("threaded: cancelled while held") < \
             text.index("threaded: instance finalized")
-    finally:
-        s.run(s.server.log_settings, {"log_file": ""})
 
 
 def test_sigterm_does_not_wait_past_the_exit_timeout_for_a_request_the_backend_holds(tmp_path):
