@@ -41,7 +41,7 @@ import tempfile
 import threading
 
 
-def _engine(name: str):
+def engine_module(name: str):
     """The engine's extension ``pyserver.engine.<name>``. A worker loads it
     alone, by its file: importing the pyserver package would pull in the
     whole server (~0.2 s of every worker's start), and a model's own
@@ -68,7 +68,7 @@ def _engine(name: str):
     return importlib.import_module(full)
 
 
-_ipc = _engine("ipc")
+_ipc = engine_module("ipc")
 _send_held = _ipc.send_held
 _SpinPolicy = _ipc.SpinPolicy
 SPIN_PAYS_NS = _ipc.SPIN_PAYS_NS
@@ -472,7 +472,7 @@ def read_tensors(region: Region, size: int, encoded, dtypes, copy: bool) -> dict
     region.follow(size)
     mm = region.mm
     if copy:
-        return _engine("region_io").read_copies(mm, encoded, dtypes)
+        return engine_module("region_io").read_copies(mm, encoded, dtypes)
     out = {}
     for name, code, shape, start, nbytes, data in encoded:
         if data is None:

@@ -65,6 +65,8 @@ def _load_module(name, filename):
 
 
 channel = _load_module("_pyserver_python_channel", "channel.py")
+# The per-request work of a batch, compiled (engine/worker_io.pyx).
+_worker_io = channel.engine_module("worker_io")
 # What models import as pb_utils: Triton's API alone.
 pb_utils = _load_module("triton_python_backend_utils", "triton_python_backend_utils.py")
 # What running a model takes, here and in the server's in-process runner
@@ -404,25 +406,11 @@ class Worker:
 
     def execute(self, items, model_name, model_version):
         pb = self.pb
-        Tensor, Request = pb.Tensor, pb.InferenceRequest
-        mm = self.inp.mm
-        requests = []
-        numpy_of = _NUMPY_OF
+        requests = _worker_io.requests_in(items, self.inp.mm, _DTYPE_OF, self.decoupled,
+                                          pb.Tensor._wrap, pb.InferenceRequest._incoming,
+                                          model_name, model_version)
         decoupled = self.decoupled
-        for index, (rid, corr, flags, timeout, params, wanted, inputs, key, trace) \
-                in enumerate(items):
-            tensors = []
-            for name, code, shape, offset, count, data in inputs:
-                if data is None:
-                    data = np.frombuffer(mm, numpy_of[code], count, offset).reshape(shape)
-                    if decoupled:
-                        # The region is reused by the next batch while this
-                        # request may still be answered from other threads.
-                        data = data.copy()
-                tensors.append(Tensor._wrap(name, data, code))
-            requests.append(Request._incoming(index, rid, corr, flags, timeout, params, wanted,
-                                              tensors, model_name, model_version, key, trace))
-        runtime = self.pb._runtime
+        runtime = pb._runtime
         with runtime.lock:
             runtime.executing = True
         try:
@@ -452,46 +440,11 @@ class Worker:
                         request._sender._close()
 
     def _encode(self, responses, requests):
-        region = self.out
-        offset = self._out_end
-        encoded = []
-        bytes_code = _BYTES
-        for response, request in zip(responses, requests):
-            if runner.rescheduled(request):
-                encoded.append(_AGAIN)
-                continue
-            if response is None and request._sender is not None:
-                response = request._sender._response  # sent through the sender instead
-            if response is None:
-                encoded.append(("err", "INTERNAL", runner.MISSING_RESPONSE))
-                continue
-            error = response._error
-            if error is not None:
-                encoded.append(("err", error.code().name, error.message()))
-                continue
-            wanted = request._requested_output_names
-            outputs = []
-            for t in response._output_tensors:
-                name = t._name
-                if name not in wanted:
-                    continue  # Triton prunes outputs the request did not ask for
-                array = t._array
-                if t._dtype == bytes_code:
-                    outputs.append((name, bytes_code, array.shape, -1, 0,
-                                    runner.bytes_array(array)))
-                    continue
-                if not array.flags.c_contiguous:
-                    array = np.ascontiguousarray(array)
-                size = array.nbytes
-                start = (offset + 63) & ~63
-                if size:
-                    region.ensure(start + size)
-                    region.mm[start:start + size] = array.reshape(-1).view(np.uint8)
-                    offset = start + size
-                outputs.append((name, t._dtype, array.shape, start, size, None))
-            encoded.append(("ok", outputs, response._parameters_dict))
-        self._out_end = offset
-        return (region.size, encoded)
+        self._out_end, encoded = _worker_io.responses_out(
+            responses, requests, self.out, self._out_end, _BYTES,
+            self.pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, _AGAIN, runner.MISSING_RESPONSE,
+            runner.bytes_array)
+        return (self.out.size, encoded)
 
 
 _BYTES = 13
@@ -500,6 +453,7 @@ _LOW_LOAD_SPIN_NS = int(os.environ.get("PYSERVER_PYTHON_LOW_LOAD_SPIN_US", "300"
 _NUMPY_OF = {1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64, 6: np.int8,
              7: np.int16, 8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32,
              12: np.float64, 14: np.uint16}
+_DTYPE_OF = {code: np.dtype(numpy_type) for code, numpy_type in _NUMPY_OF.items()}
 
 
 def main(argv):
