@@ -12,7 +12,7 @@ about 10 µs of the worker per request beside add_sub's own 7 µs
 The worker loads this file alone, as it loads ipc (channel._engine): it
 imports nothing of pyserver.
 """
-from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.string cimport memcpy
 
@@ -76,7 +76,7 @@ def requests_in(list items, object mm, dict dtypes, bint copy, object wrap_tenso
     cdef list requests = []
     cdef list tensors
     cdef Py_ssize_t index = 0
-    cdef const unsigned char[::1] region
+    cdef Py_buffer region
     cdef char* base = NULL
     cdef Py_ssize_t length = 0
     owner = None
@@ -84,11 +84,12 @@ def requests_in(list items, object mm, dict dtypes, bint copy, object wrap_tenso
         tensors = []
         for name, code, shape, offset, count, data in inputs:
             if data is None:
-                if owner is None:  # once per message: a view of the region
-                    owner = memoryview(mm)
-                    region = owner
-                    length = region.shape[0]
-                    base = <char*>&region[0] if length else NULL
+                if owner is None:  # once per message: a view of the region,
+                    owner = memoryview(mm)  # which keeps its bytes where they are
+                    PyObject_GetBuffer(owner, &region, PyBUF_SIMPLE)
+                    base = <char*>region.buf
+                    length = region.len
+                    PyBuffer_Release(&region)
                 data = _view(owner, base, length, dtypes[code], shape, offset, count)
                 if copy:
                     data = data.copy()

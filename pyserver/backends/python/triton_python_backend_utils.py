@@ -266,9 +266,11 @@ class Tensor:
         if name is None or name == "":
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
-        dtype = numpy_to_triton_type(array.dtype)
+        dtype = _NUMPY_TO_CODE.get(array.dtype)  # the common types, without a call
         if dtype is None:
-            raise TritonModelException("NumPy dtype is not supported.")
+            dtype = numpy_to_triton_type(array.dtype)
+            if dtype is None:
+                raise TritonModelException("NumPy dtype is not supported.")
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
         self._name = name
