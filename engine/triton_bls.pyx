@@ -54,6 +54,40 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         vector[string] requested_outputs
         vector[Parameter] parameters
         uint64_t parent_trace
+        TRITONSERVER_InferenceTrace* program_trace
+
+    ctypedef enum TRITONSERVER_InferenceTraceActivity:
+        TRITONSERVER_TRACE_CUSTOM_ACTIVITY
+
+    cdef cppclass ProgramTrace "pyserver::triton::ProgramTrace":
+        uint32_t level
+
+    cdef cppclass TRITONSERVER_InferenceTrace:
+        uint64_t id
+        uint64_t parent_id
+        ProgramTrace program
+
+    cdef cppclass TraceActivity "pyserver::triton::TraceActivity":
+        TRITONSERVER_InferenceTraceActivity activity
+        uint64_t timestamp_ns
+        cbool tensor
+        string name
+        TRITONSERVER_DataType datatype
+        vector[int64_t] shape
+        vector[char] bytes
+
+    cdef cppclass TraceReport "pyserver::triton::TraceReport":
+        TRITONSERVER_InferenceTrace* trace
+        ProgramTrace program
+        uint64_t id
+        uint64_t parent_id
+        string model_name
+        int64_t model_version
+        string request_id
+        vector[TraceActivity] activities
+
+    void DeliverTrace "pyserver::triton::DeliverTrace"(TraceReport report)
+    uint64_t NextTraceId "pyserver::triton::NextTraceId"()
 
     cdef cppclass Submission "pyserver::triton::Submission":
         uint64_t token
@@ -181,6 +215,7 @@ cdef TRITONSERVER_Error* _submit(void* owner, TRITONSERVER_InferenceRequest* r,
                         for i in range(r.requested_outputs.size())],
             "parameters": parameters,
             "trace": r.parent_trace,
+            "program_trace": _program_trace(r.program_trace) if r.program_trace else None,
         }
         global _last_token
         _last_token += 1  # under the GIL
@@ -227,6 +262,92 @@ cdef TRITONSERVER_Error* _cancel(void* owner, uint64_t token) noexcept with gil:
 
 # Names the submitted calls (Submission::token), for the cancel hook.
 cdef uint64_t _last_token = 0
+
+
+def next_trace_id():
+    """A trace id no other trace of the process has (the server's tracer
+    and the traces programs make draw from one sequence)."""
+    return NextTraceId()
+
+
+# The activities by the names the server's tracer records them under;
+# what is not among them is a backend's own (CUSTOM_ACTIVITY).
+_ACTIVITIES = {name: code for code, name in enumerate((
+    "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END", "TENSOR_QUEUE_INPUT",
+    "TENSOR_BACKEND_INPUT", "TENSOR_BACKEND_OUTPUT"))}
+
+# TRITONSERVER_TRACE_LEVEL_* bits
+TRACE_LEVEL_TIMESTAMPS = 0x4
+TRACE_LEVEL_TENSORS = 0x8
+
+
+cdef ProgramTraceRef _program_trace(TRITONSERVER_InferenceTrace* trace):
+    cdef ProgramTraceRef ref = ProgramTraceRef.__new__(ProgramTraceRef)
+    ref.trace = trace
+    ref.program = trace.program
+    ref.id = trace.id
+    ref.parent_id = trace.parent_id
+    ref.level = trace.program.level
+    return ref
+
+
+cdef class ProgramTraceRef:
+    """A trace a program made and gave to TRITONSERVER_ServerInferAsync
+    (TRITONSERVER_InferenceTraceNew): the request is traced as it (``id``,
+    ``parent_id``, ``level``: TRACE_LEVEL_* bits), and so are the requests
+    the server spawns for it, each a child with an id of its own. The
+    program owns the trace; report() hands it back."""
+    cdef TRITONSERVER_InferenceTrace* trace
+    cdef ProgramTrace program
+    cdef readonly uint64_t id
+    cdef readonly uint64_t parent_id
+    cdef readonly uint32_t level
+    # the server's tracer made a record for it (else it is released unrecorded)
+    cdef public bint recorded
+
+    def report(self, uint64_t trace_id, uint64_t parent_id, str model_name, model_version,
+               str request_id, list timestamps, list tensors):
+        """What one request traced under this trace recorded, to the
+        program's callbacks on the library's callback thread: ``trace_id``
+        this trace's own id (its request) or a child's; ``timestamps``
+        (name, ns) pairs; ``tensors`` (activity name, tensor name, wire
+        datatype, array). Then the trace goes to the program's release
+        callback."""
+        cdef TraceReport report
+        cdef TraceActivity* activity
+        cdef const unsigned char[::1] view
+        report.trace = self.trace if trace_id == self.id else NULL
+        report.program = self.program
+        report.id = trace_id
+        report.parent_id = parent_id
+        report.model_name = model_name.encode()
+        report.model_version = int(model_version) if model_version not in (None, "") else -1
+        report.request_id = request_id.encode()
+        report.activities.resize(len(timestamps) + len(tensors))
+        i = 0
+        for name, ns in timestamps:
+            activity = &report.activities[i]
+            code = _ACTIVITIES.get(name, <int>TRITONSERVER_TRACE_CUSTOM_ACTIVITY)
+            activity.activity = <TRITONSERVER_InferenceTraceActivity><int>code
+            activity.timestamp_ns = ns
+            i += 1
+        for kind, name, datatype, array in tensors:
+            activity = &report.activities[i]
+            activity.activity = <TRITONSERVER_InferenceTraceActivity><int>_ACTIVITIES[kind]
+            activity.tensor = True
+            activity.name = name.encode()
+            activity.datatype = <TRITONSERVER_DataType><int>WIRE_TO_CODE[datatype]
+            activity.shape = list(array.shape)
+            if datatype == "BYTES":
+                data = np.frombuffer(serialize_bytes_tensor(array), dtype=np.uint8)
+            else:
+                data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+            view = data
+            if view.shape[0]:
+                activity.bytes.assign(<const char*>&view[0], <const char*>&view[0] + view.shape[0])
+            i += 1
+        DeliverTrace(move(report))
 
 
 cdef class BlsCall:

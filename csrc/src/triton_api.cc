@@ -3,6 +3,7 @@
 // pyserver/triton/objects.h. CPU memory only. What a backend asks of a
 // request beyond its inputs (parameters, cancellation, ...) is in
 // triton_request.cc; BLS in triton_inference.cc.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -761,12 +762,62 @@ API TRITONSERVER_InferenceTraceReportActivity(TRITONSERVER_InferenceTrace* trace
   return nullptr;
 }
 
-// An empty context, as Triton's for a trace without OpenTelemetry context
-// (callers build a std::string from it).
-API TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace*, const char** trace_context) {
+// What SetContext gave, else empty, as Triton's for a trace without
+// OpenTelemetry context (callers build a std::string from it).
+API TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace* trace,
+                                       const char** trace_context) {
   CHECK_ARG(trace_context);
-  *trace_context = "";
+  *trace_context = trace != nullptr ? trace->context.c_str() : "";
   return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceSetContext(TRITONSERVER_InferenceTrace* trace,
+                                          const char* trace_context) {
+  CHECK_ARG(trace);
+  trace->context = trace_context != nullptr ? trace_context : "";
+  return nullptr;
+}
+
+namespace {
+std::atomic<uint64_t> g_next_trace_id{1};  // 0 names no trace
+}  // namespace
+
+uint64_t pyserver::triton::NextTraceId() {
+  return g_next_trace_id.fetch_add(1, std::memory_order_relaxed);
+}
+
+API TRITONSERVER_InferenceTraceTensorNew(
+    TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level,
+    uint64_t parent_id, TRITONSERVER_InferenceTraceActivityFn_t activity_fn,
+    TRITONSERVER_InferenceTraceTensorActivityFn_t tensor_activity_fn,
+    TRITONSERVER_InferenceTraceReleaseFn_t release_fn, void* trace_userp) {
+  CHECK_ARG(trace);
+  // Read as the int the caller passed: the levels are bits, so a
+  // combination is no enumerator (see RawEnum).
+  uint32_t bits = static_cast<uint32_t>(pyserver::triton::RawEnum(level));
+  if (bits & (TRITONSERVER_TRACE_LEVEL_MIN | TRITONSERVER_TRACE_LEVEL_MAX)) {
+    bits = (bits & ~3u) | TRITONSERVER_TRACE_LEVEL_TIMESTAMPS;  // the deprecated names
+  }
+  auto made = new TRITONSERVER_InferenceTrace();
+  made->id = pyserver::triton::NextTraceId();
+  made->parent_id = parent_id;
+  made->program_owned = true;
+  made->program.level = bits;
+  made->program.activity_fn = activity_fn;
+  made->program.tensor_activity_fn = tensor_activity_fn;
+  made->program.release_fn = release_fn;
+  made->program.userp = trace_userp;
+  *trace = made;
+  return nullptr;
+}
+
+API TRITONSERVER_InferenceTraceNew(TRITONSERVER_InferenceTrace** trace,
+                                   TRITONSERVER_InferenceTraceLevel level, uint64_t parent_id,
+                                   TRITONSERVER_InferenceTraceActivityFn_t activity_fn,
+                                   TRITONSERVER_InferenceTraceReleaseFn_t release_fn,
+                                   void* trace_userp) {
+  return TRITONSERVER_InferenceTraceTensorNew(trace, level, parent_id, activity_fn, nullptr,
+                                              release_fn, trace_userp);
 }
 
 API TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trace,
@@ -809,8 +860,9 @@ extern "C" const char* TRITONSERVER_InferenceTraceActivityString(
 API TRITONSERVER_InferenceTraceDelete(TRITONSERVER_InferenceTrace* trace) {
   CHECK_ARG(trace);
   // A request's own trace is part of its request: only a spawned child,
-  // not yet given to ServerInferAsync, is the backend's to delete.
-  if (!trace->spawned) {
+  // not yet given to ServerInferAsync, is the backend's to delete, and a
+  // trace of a program's (its own, or one its release callback was given).
+  if (!trace->spawned && !trace->program_owned) {
     return Err(TRITONSERVER_ERROR_INVALID_ARG, "the trace belongs to its request");
   }
   delete trace;

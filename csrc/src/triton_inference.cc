@@ -16,8 +16,11 @@
 using pyserver::triton::Completion;
 using pyserver::triton::InputSpan;
 using pyserver::triton::Parameter;
+using pyserver::triton::ProgramTrace;
 using pyserver::triton::RequestInput;
 using pyserver::triton::Submission;
+using pyserver::triton::TraceActivity;
+using pyserver::triton::TraceReport;
 
 using pyserver::triton::Err;
 using pyserver::triton::ToError;
@@ -155,12 +158,16 @@ class CallbackThread {
   }
 
   void Push(std::shared_ptr<Submission> submission, Completion completion) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.emplace_back(std::move(submission), std::move(completion));
-      ++pending_;
-    }
-    cv_.notify_all();
+    Item item;
+    item.submission = std::move(submission);
+    item.completion = std::move(completion);
+    Enqueue(std::move(item));
+  }
+
+  void Push(TraceReport report) {
+    Item item;
+    item.trace = std::make_unique<TraceReport>(std::move(report));
+    Enqueue(std::move(item));
   }
 
   void Drain() {
@@ -171,17 +178,37 @@ class CallbackThread {
  private:
   CallbackThread() : thread_([this] { Run(); }) { thread_.detach(); }
 
+  // A response for a submission, or a trace's report.
+  struct Item {
+    std::shared_ptr<Submission> submission;
+    Completion completion;
+    std::unique_ptr<TraceReport> trace;
+  };
+
+  void Enqueue(Item item) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(item));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+
   void Run() {
     for (;;) {
-      std::pair<std::shared_ptr<Submission>, Completion> item;
+      Item item;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return !queue_.empty(); });
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      Call(*item.first, item.second);
-      item.first.reset();
+      if (item.trace != nullptr) {
+        Report(*item.trace);
+      } else {
+        Call(*item.submission, item.completion);
+      }
+      item.submission.reset();
       {
         std::lock_guard<std::mutex> lock(mu_);
         --pending_;
@@ -205,10 +232,41 @@ class CallbackThread {
     }
   }
 
+  static void Report(TraceReport& r) {
+    TRITONSERVER_InferenceTrace* trace = r.trace;
+    if (trace == nullptr) {  // a spawned request's: made now, the program's once released
+      trace = new TRITONSERVER_InferenceTrace();
+      trace->program_owned = true;
+      trace->program = r.program;
+    }
+    trace->id = r.id;
+    trace->parent_id = r.parent_id;
+    trace->model_name = std::move(r.model_name);
+    trace->model_version = r.model_version;
+    trace->request_id = std::move(r.request_id);
+    const ProgramTrace& p = r.program;
+    for (const TraceActivity& a : r.activities) {
+      if (!a.tensor) {
+        if (p.activity_fn != nullptr && (p.level & TRITONSERVER_TRACE_LEVEL_TIMESTAMPS)) {
+          p.activity_fn(trace, a.activity, a.timestamp_ns, p.userp);
+        }
+      } else if (p.tensor_activity_fn != nullptr && (p.level & TRITONSERVER_TRACE_LEVEL_TENSORS)) {
+        p.tensor_activity_fn(trace, a.activity, a.name.c_str(), a.datatype, a.bytes.data(),
+                             a.bytes.size(), a.shape.data(), a.shape.size(),
+                             TRITONSERVER_MEMORY_CPU, 0, p.userp);
+      }
+    }
+    if (p.release_fn != nullptr) {
+      p.release_fn(trace, p.userp);
+    } else if (r.trace == nullptr) {
+      delete trace;  // no one to hand it to
+    }
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_;
-  std::deque<std::pair<std::shared_ptr<Submission>, Completion>> queue_;
+  std::deque<Item> queue_;
   size_t pending_ = 0;
   std::thread thread_;
 };
@@ -227,6 +285,8 @@ void Deliver(std::shared_ptr<Submission> submission, Completion completion) {
 }
 
 void DrainDeliveries() { CallbackThread::Get().Drain(); }
+
+void DeliverTrace(TraceReport report) { CallbackThread::Get().Push(std::move(report)); }
 
 void ResponseTensor::Own(std::vector<char> bytes) {
   auto owned = std::make_shared<std::vector<char>>(std::move(bytes));
@@ -362,7 +422,10 @@ API TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* server,
   // The request is traced under `trace`'s parent (a spawned child, which
   // the server owns from here, as Triton's does) or under `trace` itself.
   request->parent_trace = 0;
-  if (trace != nullptr) {
+  request->program_trace = nullptr;
+  if (trace != nullptr && trace->program_owned) {
+    request->program_trace = trace;  // traced as itself, for its program
+  } else if (trace != nullptr) {
     request->parent_trace = trace->spawned ? trace->parent_id : trace->id;
     if (trace->spawned && request->trace.get() != trace) request->trace.reset(trace);
   }

@@ -31,6 +31,7 @@ struct FakeServer {
   std::vector<std::string> seen_inputs;
   std::vector<uint64_t> cancelled;  // the tokens the cancel hook was given
   std::vector<uint64_t> parent_traces;  // of each submitted request
+  std::vector<TRITONSERVER_InferenceTrace*> program_traces;  // of each submitted request
 };
 FakeServer* g_fake = nullptr;
 
@@ -57,6 +58,7 @@ TRITONSERVER_Error* FakeSubmit(void*, TRITONSERVER_InferenceRequest* request,
     g_fake->seen_inputs.push_back(input.name + "=" + bytes);
   }
   g_fake->parent_traces.push_back(request->parent_trace);
+  g_fake->program_traces.push_back(request->program_trace);
   submission->token = 100 + g_fake->submitted.size();  // as the engine names it
   g_fake->submitted.push_back(std::move(submission));
   return nullptr;
@@ -491,6 +493,170 @@ TEST(TritonTrace, LevelAndActivityNames) {
   EXPECT_STREQ(TRITONSERVER_InferenceTraceActivityString(
                    static_cast<TRITONSERVER_InferenceTraceActivity>(11)),
                "<unknown>");
+}
+
+// What a program's trace callbacks saw (on the library's callback thread).
+struct ProgramLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> seen;
+  int released = 0;
+};
+
+void LogActivity(TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTraceActivity activity,
+                 uint64_t ns, void* userp) {
+  auto* log = static_cast<ProgramLog*>(userp);
+  std::lock_guard<std::mutex> lock(log->mu);
+  log->seen.push_back(std::to_string(trace->id) + ":" +
+                      TRITONSERVER_InferenceTraceActivityString(activity) + "@" +
+                      std::to_string(ns));
+}
+
+void LogTensor(TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTraceActivity activity,
+               const char* name, TRITONSERVER_DataType datatype, const void* base,
+               size_t byte_size, const int64_t* shape, uint64_t dim_count,
+               TRITONSERVER_MemoryType memory_type, int64_t, void* userp) {
+  auto* log = static_cast<ProgramLog*>(userp);
+  std::lock_guard<std::mutex> lock(log->mu);
+  log->seen.push_back(std::to_string(trace->id) + ":" +
+                      TRITONSERVER_InferenceTraceActivityString(activity) + ":" + name + ":" +
+                      TRITONSERVER_DataTypeString(datatype) + ":" +
+                      std::string(static_cast<const char*>(base), byte_size) + ":" +
+                      std::to_string(dim_count ? shape[0] : -1) +
+                      (memory_type == TRITONSERVER_MEMORY_CPU ? ":cpu" : ":?"));
+}
+
+void LogRelease(TRITONSERVER_InferenceTrace* trace, void* userp) {
+  auto* log = static_cast<ProgramLog*>(userp);
+  const char* model = nullptr;
+  uint64_t parent = 0;
+  TRITONSERVER_InferenceTraceModelName(trace, &model);
+  TRITONSERVER_InferenceTraceParentId(trace, &parent);
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->seen.push_back(std::to_string(trace->id) + ":released:" + model + ":parent=" +
+                        std::to_string(parent));
+    ++log->released;
+  }
+  log->cv.notify_all();
+  EXPECT_EQ(TRITONSERVER_InferenceTraceDelete(trace), nullptr);  // the program's now
+}
+
+TEST_F(TritonInference, AProgramsTraceReportsToItsCallbacksThenComesBack) {
+  ProgramLog log;
+  TRITONSERVER_InferenceTrace* trace = nullptr;
+  TRITONSERVER_InferenceTrace* other = nullptr;
+  // The deprecated MIN level means TIMESTAMPS; the levels combine as bits.
+  ASSERT_EQ(TRITONSERVER_InferenceTraceTensorNew(
+                &trace,
+                static_cast<TRITONSERVER_InferenceTraceLevel>(TRITONSERVER_TRACE_LEVEL_MIN |
+                                                              TRITONSERVER_TRACE_LEVEL_TENSORS),
+                9, LogActivity, LogTensor, LogRelease, &log),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceNew(&other, TRITONSERVER_TRACE_LEVEL_TIMESTAMPS, 0,
+                                           LogActivity, LogRelease, &log),
+            nullptr);
+  EXPECT_EQ(trace->program.level,
+            uint32_t{TRITONSERVER_TRACE_LEVEL_TIMESTAMPS | TRITONSERVER_TRACE_LEVEL_TENSORS});
+  EXPECT_GT(trace->id, 0u);
+  EXPECT_GT(other->id, trace->id);  // one sequence of ids
+  EXPECT_EQ(trace->parent_id, 9u);
+  EXPECT_NE(Message(TRITONSERVER_InferenceTraceNew(nullptr, TRITONSERVER_TRACE_LEVEL_TIMESTAMPS,
+                                                   0, LogActivity, LogRelease, &log)),
+            "");
+  const char* context = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceTraceSetContext(trace, "ctx"), nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceTraceContext(trace, &context), nullptr);
+  EXPECT_STREQ(context, "ctx");
+
+  // Given to ServerInferAsync, the request is traced as the program's trace
+  // (no parent of the server's), and the program keeps it.
+  TRITONSERVER_InferenceRequest* request = nullptr;
+  ASSERT_EQ(TRITONSERVER_InferenceRequestNew(&request, &server_, "m", -1), nullptr);
+  TRITONSERVER_ResponseAllocator* allocator = nullptr;
+  ASSERT_EQ(TRITONSERVER_ResponseAllocatorNew(
+                &allocator,
+                [](TRITONSERVER_ResponseAllocator*, const char*, size_t, TRITONSERVER_MemoryType,
+                   int64_t, void*, void**, void**, TRITONSERVER_MemoryType*,
+                   int64_t*) -> TRITONSERVER_Error* { return nullptr; },
+                [](TRITONSERVER_ResponseAllocator*, void*, void*, size_t, TRITONSERVER_MemoryType,
+                   int64_t) -> TRITONSERVER_Error* { return nullptr; },
+                nullptr),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_InferenceRequestSetResponseCallback(
+                request, allocator, nullptr,
+                [](TRITONSERVER_InferenceResponse* r, uint32_t, void*) {
+                  TRITONSERVER_InferenceResponseDelete(r);
+                },
+                nullptr),
+            nullptr);
+  ASSERT_EQ(TRITONSERVER_ServerInferAsync(&server_, request, trace), nullptr);
+  ASSERT_EQ(fake_.program_traces.size(), 1u);
+  EXPECT_EQ(fake_.program_traces[0], trace);
+  EXPECT_EQ(fake_.parent_traces[0], 0u);
+
+  // What the server recorded goes to the callbacks, timestamps then
+  // tensors, then the trace to its release callback; a child's trace is
+  // made for it and released to the program too.
+  TraceReport own;
+  own.trace = trace;
+  own.program = trace->program;
+  own.id = trace->id;
+  own.parent_id = 9;
+  own.model_name = "m";
+  own.model_version = 1;
+  TraceActivity start;
+  start.activity = TRITONSERVER_TRACE_REQUEST_START;
+  start.timestamp_ns = 5;
+  TraceActivity end = start;
+  end.activity = TRITONSERVER_TRACE_REQUEST_END;
+  end.timestamp_ns = 8;
+  TraceActivity input;
+  input.tensor = true;
+  input.activity = TRITONSERVER_TRACE_TENSOR_QUEUE_INPUT;
+  input.name = "X";
+  input.datatype = TRITONSERVER_TYPE_UINT8;
+  input.shape = {2};
+  input.bytes = {'h', 'i'};
+  own.activities = {start, end, input};
+  TraceReport child = own;
+  child.trace = nullptr;
+  child.id = 1000;
+  child.parent_id = trace->id;
+  child.model_name = "step";
+  child.activities = {start};
+  const std::string id = std::to_string(trace->id);
+  DeliverTrace(std::move(child));
+  DeliverTrace(std::move(own));
+  TraceReport quiet;  // a program's trace at TIMESTAMPS only: no tensors reported
+  quiet.trace = other;
+  quiet.program = other->program;
+  quiet.id = other->id;
+  quiet.model_name = "m";
+  quiet.activities = {start, input};
+  const std::string other_id = std::to_string(other->id);
+  DeliverTrace(std::move(quiet));
+  {
+    std::unique_lock<std::mutex> lock(log.mu);
+    log.cv.wait(lock, [&] { return log.released == 3; });
+  }
+  EXPECT_EQ(log.seen, (std::vector<std::string>{
+                          "1000:REQUEST_START@5",
+                          "1000:released:step:parent=" + id,
+                          id + ":REQUEST_START@5",
+                          id + ":REQUEST_END@8",
+                          id + ":TENSOR_QUEUE_INPUT:X:UINT8:hi:2:cpu",
+                          id + ":released:m:parent=9",
+                          other_id + ":REQUEST_START@5",
+                          other_id + ":released:m:parent=0",
+                      }));
+  std::shared_ptr<Submission> submitted = fake_.submitted[0];
+  Completion done;
+  done.final = true;
+  Deliver(submitted, std::move(done));
+  DrainDeliveries();
+  TRITONSERVER_InferenceRequestDelete(request);
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
 }
 
 TEST_F(TritonInference, ABlsRequestIsTracedUnderTheChildItIsGiven) {

@@ -25,6 +25,7 @@ from pyserver.engine import triton_bls
 from pyserver.kernel.dtypes import CODE_TO_WIRE, WIRE_TO_NUMPY, config_to_wire
 from pyserver.kernel.errors import Code, ServerError, not_running
 from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
+from pyserver.runtime.tracing import release_unrecorded
 
 _handles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -127,13 +128,23 @@ class BlsRouter:
                 streams.pop(token, None)
             call.respond(response, error, final)
 
+        program = description["program_trace"]  # a program's own trace, or None
+        tracer = None
         try:
             server = self._live()
             request = self._request(server, description)
+            if program is not None:
+                tracer = server.tracer
+                tracer.program_begun()
             stream = server.submit_stream(request, on_response)
         except Exception as err:  # admission and validation errors: the response's
             call.respond(None, err, True)
             return
+        finally:  # a trace the server made no record for goes back to its program now
+            if tracer is not None:
+                tracer.program_settled(program)
+            elif program is not None:
+                release_unrecorded(program)
         if not ended:
             streams[token] = stream
 
@@ -170,10 +181,11 @@ class BlsRouter:
                                   f"input '{name}' has an unknown data type {code}")
             inputs.append(InferTensor(name, datatype, array.shape, array))
         outputs = [RequestedOutput(name) for name in d["outputs"]]
-        # traced only under the trace the backend passed (a child it spawned)
+        # traced only under the trace the backend passed (a child it
+        # spawned), or as the program's own trace
         return InferRequest(d["model_name"], version_string(d["model_version"]), d["id"], inputs,
                             outputs, params, d["priority"], d["timeout_us"],
-                            parent_trace=d["trace"])
+                            parent_trace=d["program_trace"] or d["trace"])
 
 
 def _raw_input(server, d: dict, name: str, data):

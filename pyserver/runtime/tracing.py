@@ -31,6 +31,15 @@ frontend's send stamps (``sent``) before it is written.
 With log_frequency N > 0 every N traces go to "<trace_file>.<k>"; with 0
 they are written when tracing settings change and at shutdown.
 
+A program that embeds the server through Triton's C API traces its own
+requests (TRITONSERVER_InferenceTraceNew, given to ServerInferAsync): such a
+request arrives with ``parent_trace`` a ``ProgramTraceRef``, is traced at
+that trace's level under its id whatever the settings say, and so are the
+requests spawned for it (its children). Their records go back to the
+program (``ProgramTraceRef.report``: its callbacks, then its release
+callback) instead of to a file; their tensors are kept as arrays. While
+any is in flight the tracer is ``active`` (``on_change`` tells the server).
+
 Nothing here runs per request while tracing is off: the server checks one
 flag.
 """
@@ -42,6 +51,12 @@ import logging
 
 import numpy as np
 
+from pyserver.engine.triton_bls import (
+    TRACE_LEVEL_TENSORS,
+    TRACE_LEVEL_TIMESTAMPS,
+    ProgramTraceRef,
+    next_trace_id,
+)
 from pyserver.kernel.dtypes import numpy_to_wire
 from pyserver.runtime.settings import TraceSettings
 
@@ -55,8 +70,12 @@ class Tracer:
     def __init__(self, settings: TraceSettings):
         self.settings = settings
         self.active = False
+        self._settings_on = False  # some model's settings trace
+        self._programs = 0  # programs' traces given to requests and not yet reported
+        # Called when ``active`` changes without a settings change (a
+        # program's trace comes or goes): the server re-applies it.
+        self.on_change = None
         self._seen: dict[str, int] = {}
-        self._next_id = 1
         self._pending: dict[str, list] = {}  # trace_file -> finished traces
         self._file_index: dict[str, int] = {}
         # Traces begun and not finished, by id: the parents a child may name
@@ -66,8 +85,35 @@ class Tracer:
 
     def refresh(self, model_names) -> None:
         """Recomputes whether any model may be traced (after a settings change)."""
-        self.active = _on(self.settings.as_dict()) or any(
+        self._settings_on = _on(self.settings.as_dict()) or any(
             _on(self.settings.as_dict(name)) for name in model_names)
+        self.active = self._settings_on or self._programs > 0
+
+    def program_begun(self) -> None:
+        """A request with a program's trace is about to be submitted: tracing
+        is on from here (the server's start() then records it)."""
+        self._programs += 1
+        if not self.active:
+            self._changed()
+
+    def program_settled(self, ref: ProgramTraceRef) -> None:
+        """After that submit: a trace no record was made for (the request
+        was refused before its queue, or answered from the cache) goes back
+        to its program now, with no activities."""
+        if not ref.recorded:
+            release_unrecorded(ref)
+            self._program_done()
+
+    def _program_done(self) -> None:
+        self._programs -= 1
+        if self._programs == 0 and not self._settings_on:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()  # refresh(), then the models' flags
+        else:
+            self.active = self._settings_on or self._programs > 0
 
     def start(self, model_name: str, model_version: int, now_ns: int, request):
         """The trace record of a request on its way into a model, or None:
@@ -78,6 +124,14 @@ class Tracer:
             return self.sample(model_name, model_version, now_ns, request)
         if not parent:
             return None
+        if type(parent) is ProgramTraceRef:
+            parent.recorded = True
+            record = self._record(model_name, model_version, request, None, 0,
+                                  parent.level & TRACE_LEVEL_TIMESTAMPS,
+                                  parent.level & TRACE_LEVEL_TENSORS, now_ns, parent.parent_id,
+                                  program=parent, trace_id=parent.id)
+            record["_program_root"] = True  # reporting it ends the program's hold
+            return record
         return self.child(parent, model_name, model_version, now_ns, request)
 
     def child(self, parent_id: int, model_name: str, model_version: int, now_ns: int, request):
@@ -86,9 +140,9 @@ class Tracer:
         parent = self._open.get(parent_id)
         if parent is None:
             return None
-        return self._record(model_name, model_version, request, parent["_file"],
-                            parent["_every"], "timestamps" in parent, "_tensors" in parent,
-                            now_ns, parent_id)
+        return self._record(model_name, model_version, request, parent.get("_file"),
+                            parent.get("_every", 0), "timestamps" in parent,
+                            "_tensors" in parent, now_ns, parent_id, parent.get("_program"))
 
     def sample(self, model_name: str, model_version: int, now_ns: int, request=None):
         """A new trace record when this request is to be traced, else None."""
@@ -138,23 +192,28 @@ class Tracer:
             self._write_finished(record, finished)
 
     def _record(self, model_name, model_version, request, path, every, timestamps, tensors,
-                now_ns, parent_id=0) -> dict:
-        trace_id = self._next_id
-        self._next_id += 1
+                now_ns, parent_id=0, program=None, trace_id=0) -> dict:
+        """A new trace record: written to ``path`` (every ``every``
+        records), or reported to ``program`` (a ProgramTraceRef). Its id is
+        ``trace_id`` (a program's trace's own) or a new one."""
+        trace_id = trace_id or next_trace_id()
         # the header's fields in Triton's order
         record = {"id": trace_id, "model_name": model_name, "model_version": model_version}
         if request is not None and request.id:
             record["request_id"] = request.id
         if parent_id:
             record["parent_id"] = parent_id
-        record["_file"] = path
-        record["_every"] = every
+        if program is not None:
+            record["_program"] = program
+        else:
+            record["_file"] = path
+            record["_every"] = every
         if timestamps:
             record["timestamps"] = [{"name": "REQUEST_START", "ns": now_ns}]
         if tensors:
-            record["_tensors"] = [tensor_entry(trace_id, "TENSOR_QUEUE_INPUT", t.name,
-                                               t.datatype, t.data)
-                                  for t in (request.inputs if request is not None else ())]
+            record["_tensors"] = []
+            for t in (request.inputs if request is not None else ()):
+                self._tensor(record, "TENSOR_QUEUE_INPUT", t.name, t.datatype, t.data)
         if len(self._open) >= MAX_OPEN:  # one never finished must not pin the rest
             del self._open[next(iter(self._open))]
         self._open[trace_id] = record
@@ -169,13 +228,21 @@ class Tracer:
             stamps.append({"name": "QUEUE_START", "ns": now_ns})
 
     @staticmethod
-    def backend_inputs(record: dict, arrays: dict) -> None:
+    def _tensor(record: dict, activity: str, name: str, datatype: str, data) -> None:
+        """A tensor entry of ``record``: as written to a file, or the array
+        itself for a program."""
+        if "_program" in record:
+            record["_tensors"].append((activity, name, datatype, data))
+        else:
+            record["_tensors"].append(tensor_entry(record["id"], activity, name, datatype, data))
+
+    @classmethod
+    def backend_inputs(cls, record: dict, arrays: dict) -> None:
         """TENSOR_BACKEND_INPUT entries: the request's inputs as its backend got them."""
-        entries = record.get("_tensors")
-        if entries is not None:
-            entries.extend(tensor_entry(record["id"], "TENSOR_BACKEND_INPUT", name,
-                                        numpy_to_wire(value.dtype), value)
-                           for name, value in arrays.items())
+        if "_tensors" in record:
+            for name, value in arrays.items():
+                cls._tensor(record, "TENSOR_BACKEND_INPUT", name, numpy_to_wire(value.dtype),
+                            value)
 
     def activity(self, trace_id: int, name: str, ns: int) -> None:
         """A backend's own activity (TRITONSERVER_InferenceTraceReportActivity)
@@ -185,8 +252,11 @@ class Tracer:
             record["timestamps"].append({"name": name, "ns": ns})
 
     def discard(self, record: dict) -> None:
-        """Forgets a trace whose request never ran (refused at the queue)."""
+        """Forgets a trace whose request never ran (refused at the queue); a
+        program's goes back to it with what it recorded."""
         self._open.pop(record["id"], None)
+        if "_program" in record:
+            self._report(record, None)
 
     def end_in_two_parts(self, record: dict) -> None:
         """A decoupled model's request: its trace stays open (its model's BLS
@@ -210,6 +280,9 @@ class Tracer:
 
     def _write_finished(self, record: dict, finished: tuple) -> None:
         response = finished[0]
+        if "_program" in record:
+            self._report(record, response)
+            return
         path = record.pop("_file")
         every = record.pop("_every")
         entries = record.pop("_tensors", None)
@@ -225,6 +298,21 @@ class Tracer:
             self._file_index[path] = index + 1
             self._write(f"{path}.{index}", traces)
             self._pending[path] = []
+
+    def _report(self, record: dict, response) -> None:
+        """A program's record, to its program; its own trace's ends the
+        program's hold on tracing."""
+        tensors = record.get("_tensors")
+        if tensors is not None:
+            for t in getattr(response, "outputs", None) or ():
+                self._tensor(record, "TENSOR_BACKEND_OUTPUT", t.name, t.datatype, t.data)
+        program = record.pop("_program")
+        program.report(record["id"], record.get("parent_id", 0), record["model_name"],
+                       record["model_version"], record.get("request_id", ""),
+                       [(t["name"], t["ns"]) for t in record.get("timestamps", ())],
+                       tensors or [])
+        if record.pop("_program_root", False):
+            self._program_done()
 
     def flush(self) -> None:
         """Writes traces not yet written (log_frequency 0, or a partial group)."""
@@ -246,6 +334,13 @@ class Tracer:
                 json.dump(traces, f)
         except OSError as err:
             log.error("cannot write trace file %s: %s", path, err.strerror)
+
+
+def release_unrecorded(ref: ProgramTraceRef) -> None:
+    """A program's trace that recorded nothing, back to its program."""
+    if not ref.recorded:
+        ref.recorded = True
+        ref.report(ref.id, ref.parent_id, "", -1, "", [], [])
 
 
 def _on(values: dict) -> bool:

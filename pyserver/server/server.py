@@ -96,6 +96,7 @@ class Server:
         self.log_settings_store = LogSettings()
         self.trace_settings_store = TraceSettings()
         self.tracer = Tracer(self.trace_settings_store)
+        self.tracer.on_change = self._apply_tracing  # a program's trace turns tracing on
         self.shared_memory = SharedMemoryManager(allow_client_shm)
         self.host_memory = HostMemory(pinned_memory_pool_byte_size)  # GPU staging buffers
         # Per-GPU pools ({device: bytes}, 64 MiB for others), created on first use

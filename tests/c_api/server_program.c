@@ -14,6 +14,9 @@
  *                  config as its folder has it (no inputs, no outputs)
  *       "loose"    strict model config off and the model config name "alt":
  *                  "bare"'s configs/alt.pbtxt, auto-completed
+ *       "trace"    the program's own traces (TRITONSERVER_InferenceTraceNew
+ *                  and _TensorNew) on add_sub, on a refused request and on
+ *                  the ensemble "pipeline" (whose step is a child trace)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -103,10 +106,107 @@ static void on_release(TRITONSERVER_InferenceRequest* request, const uint32_t fl
   TRITONSERVER_InferenceRequestDelete(request);
 }
 
+/* What the program's trace was told, on the library's callback thread. */
+struct TraceLog {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  TRITONSERVER_InferenceTrace* root; /* the trace the program made */
+  int root_released;
+  int children_released;
+  uint64_t last_ns;
+  int backwards;     /* timestamps that went back in time */
+  char lines[4096];  /* the activities, in order; a child's prefixed "child:" */
+  char header[512];  /* the released traces: id, parent, model, version, request id, context */
+};
+
+static void trace_log_init(struct TraceLog* log, TRITONSERVER_InferenceTrace* root) {
+  memset(log, 0, sizeof *log);
+  pthread_mutex_init(&log->mu, NULL);
+  pthread_cond_init(&log->cv, NULL);
+  log->root = root;
+}
+
+static void append(char* buffer, size_t size, const char* text) {
+  size_t used = strlen(buffer);
+  snprintf(buffer + used, size - used, "%s%s", used ? " " : "", text);
+}
+
+static void on_trace_activity(TRITONSERVER_InferenceTrace* trace,
+                              TRITONSERVER_InferenceTraceActivity activity, uint64_t ns,
+                              void* userp) {
+  struct TraceLog* log = userp;
+  char word[96];
+  snprintf(word, sizeof word, "%s%s", trace == log->root ? "" : "child:",
+           TRITONSERVER_InferenceTraceActivityString(activity));
+  pthread_mutex_lock(&log->mu);
+  if (trace == log->root) {
+    if (ns < log->last_ns) log->backwards++;
+    log->last_ns = ns;
+  }
+  append(log->lines, sizeof log->lines, word);
+  pthread_mutex_unlock(&log->mu);
+}
+
+static void on_trace_tensor(TRITONSERVER_InferenceTrace* trace,
+                            TRITONSERVER_InferenceTraceActivity activity, const char* name,
+                            TRITONSERVER_DataType datatype, const void* base, size_t byte_size,
+                            const int64_t* shape, uint64_t dim_count,
+                            TRITONSERVER_MemoryType memory_type, int64_t memory_type_id,
+                            void* userp) {
+  struct TraceLog* log = userp;
+  char word[160];
+  const float* v = base;
+  (void)trace, (void)memory_type_id;
+  snprintf(word, sizeof word, "%s:%s:%s:%zu:%lldx%lld:%s:last=%g",
+           TRITONSERVER_InferenceTraceActivityString(activity), name,
+           TRITONSERVER_DataTypeString(datatype), byte_size,
+           dim_count > 0 ? (long long)shape[0] : -1, dim_count > 1 ? (long long)shape[1] : -1,
+           memory_type == TRITONSERVER_MEMORY_CPU ? "cpu" : "other",
+           byte_size >= 4 ? (double)v[byte_size / 4 - 1] : -1.0);
+  pthread_mutex_lock(&log->mu);
+  append(log->lines, sizeof log->lines, word);
+  pthread_mutex_unlock(&log->mu);
+}
+
+static void on_trace_release(TRITONSERVER_InferenceTrace* trace, void* userp) {
+  struct TraceLog* log = userp;
+  uint64_t id = 0, parent = 0;
+  const char* model = NULL;
+  int64_t version = -2;
+  const char* request_id = NULL;
+  const char* context = NULL;
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceId(trace, &id), "trace id");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceParentId(trace, &parent), "trace parent");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceModelName(trace, &model), "trace model");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceModelVersion(trace, &version), "trace version");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceRequestId(trace, &request_id), "trace request id");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceContext(trace, &context), "trace context");
+  uint64_t root_id = 0;
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceId(log->root, &root_id), "root id");
+  char line[256];
+  snprintf(line, sizeof line, "%s[id=%s parent=%s model=%s version=%lld request=%s context=%s]",
+           trace == log->root ? "own" : "child",
+           id == 0 ? "0" : (id == root_id ? "own" : "new"),
+           parent == 0 ? "0" : (parent == root_id ? "own" : "other"), model,
+           (long long)version, request_id, context);
+  pthread_mutex_lock(&log->mu);
+  append(log->header, sizeof log->header, line);
+  if (trace == log->root) {
+    log->root_released = 1;
+  } else {
+    log->children_released++;
+  }
+  pthread_cond_broadcast(&log->cv);
+  pthread_mutex_unlock(&log->mu);
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceDelete(trace), "trace delete");
+}
+
 /* Runs add_sub on INPUT0 = i, INPUT1 = 2 (FP32[1,16]); `input1` renames the
- * second input (a bad request when it is not INPUT1). Prints the outcome. */
+ * second input (a bad request when it is not INPUT1); `trace` (with its
+ * log, or NULL) traces it and is waited for. Prints the outcome. */
 static void infer(TRITONSERVER_Server* server, TRITONSERVER_ResponseAllocator* allocator,
-                  const char* model, const char* input1, const char* what) {
+                  const char* model, const char* input1, struct TraceLog* log,
+                  const char* what) {
   static float in0[16], in1[16];
   for (int i = 0; i < 16; ++i) in0[i] = (float)i, in1[i] = 2.0f;
   const int64_t shape[2] = {1, 16};
@@ -135,10 +235,16 @@ static void infer(TRITONSERVER_Server* server, TRITONSERVER_ResponseAllocator* a
   FAIL_IF_ERR(TRITONSERVER_InferenceRequestSetResponseCallback(request, allocator, NULL,
                                                                on_response, &a),
               "response callback");
-  FAIL_IF_ERR(TRITONSERVER_ServerInferAsync(server, request, NULL), "infer async");
+  FAIL_IF_ERR(TRITONSERVER_ServerInferAsync(server, request, log ? log->root : NULL),
+              "infer async");
   pthread_mutex_lock(&a.mu);
   while (a.response == NULL || !a.released) pthread_cond_wait(&a.cv, &a.mu);
   pthread_mutex_unlock(&a.mu);
+  if (log != NULL) {
+    pthread_mutex_lock(&log->mu);
+    while (!log->root_released) pthread_cond_wait(&log->cv, &log->mu);
+    pthread_mutex_unlock(&log->mu);
+  }
   TRITONSERVER_Error* failed = TRITONSERVER_InferenceResponseError(a.response);
   if (failed != NULL) {
     printf("%s: %s: %s\n", what, TRITONSERVER_ErrorCodeString(failed),
@@ -212,9 +318,63 @@ static TRITONSERVER_Server* start(const char* repository, TRITONSERVER_ModelCont
   exit(3);
 }
 
+static TRITONSERVER_ResponseAllocator* new_allocator(void) {
+  TRITONSERVER_ResponseAllocator* allocator;
+  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorNew(&allocator, alloc_fn, release_fn, NULL),
+              "allocator");
+  return allocator;
+}
+
+/* The end of a run: the allocator and the (stopped) server deleted. */
+static int finish(TRITONSERVER_Server* server, TRITONSERVER_ResponseAllocator* allocator) {
+  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorDelete(allocator), "allocator delete");
+  FAIL_IF_ERR(TRITONSERVER_ServerDelete(server), "delete");
+  printf("deleted\n");
+  return 0;
+}
+
+/* One traced inference; prints what its trace (and its children's) reported. */
+static void traced(TRITONSERVER_Server* server, TRITONSERVER_ResponseAllocator* allocator,
+                   const char* model, const char* input1, int tensors, const char* what) {
+  TRITONSERVER_InferenceTrace* trace;
+  struct TraceLog log;
+  if (tensors) {
+    FAIL_IF_ERR(TRITONSERVER_InferenceTraceTensorNew(
+                    &trace, TRITONSERVER_TRACE_LEVEL_TIMESTAMPS | TRITONSERVER_TRACE_LEVEL_TENSORS,
+                    0, on_trace_activity, on_trace_tensor, on_trace_release, &log),
+                "trace tensor new");
+  } else {
+    FAIL_IF_ERR(TRITONSERVER_InferenceTraceNew(&trace, TRITONSERVER_TRACE_LEVEL_TIMESTAMPS, 0,
+                                               on_trace_activity, on_trace_release, &log),
+                "trace new");
+  }
+  trace_log_init(&log, trace);
+  uint64_t id = 0;
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceId(trace, &id), "trace id");
+  FAIL_IF_ERR(TRITONSERVER_InferenceTraceSetContext(trace, "ctx-1"), "set context");
+  infer(server, allocator, model, input1, &log, what);
+  printf("%s id: %s\n", what, id > 0 ? "set" : "0");
+  printf("%s activities: %s\n", what, log.lines);
+  printf("%s released: %s\n", what, log.header);
+  printf("%s in order: %s\n", what, log.backwards ? "no" : "yes");
+}
+
+static int trace_requests(const char* repository) {
+  TRITONSERVER_Server* server = start(repository, TRITONSERVER_MODEL_CONTROL_NONE, 0, NULL);
+  if (server == NULL) return 4;
+  TRITONSERVER_ResponseAllocator* allocator = new_allocator();
+  traced(server, allocator, "add_sub", "INPUT1", 0, "timestamps");
+  traced(server, allocator, "add_sub", "INPUT1", 1, "tensors");
+  traced(server, allocator, "add_sub", "WRONG", 0, "refused");
+  traced(server, allocator, "pipeline", "INPUT1", 0, "ensemble");
+  infer(server, allocator, "add_sub", "INPUT1", NULL, "untraced");
+  FAIL_IF_ERR(TRITONSERVER_ServerStop(server), "stop");
+  return finish(server, allocator);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 4) {
-    fprintf(stderr, "usage: %s REPOSITORY serve|explicit|strict|loose [SECOND]\n", argv[0]);
+    fprintf(stderr, "usage: %s REPOSITORY serve|explicit|strict|loose|trace [SECOND]\n", argv[0]);
     return 1;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -234,14 +394,13 @@ int main(int argc, char** argv) {
     printf("deleted\n");
     return 0;
   }
+  if (strcmp(mode, "trace") == 0) return trace_requests(argv[1]);
   const int explicit_mode = strcmp(mode, "explicit") == 0;
   TRITONSERVER_Server* server = start(
       argv[1], explicit_mode ? TRITONSERVER_MODEL_CONTROL_EXPLICIT : TRITONSERVER_MODEL_CONTROL_POLL,
       0, NULL);
   if (server == NULL) return 4;
-  TRITONSERVER_ResponseAllocator* allocator;
-  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorNew(&allocator, alloc_fn, release_fn, NULL),
-              "allocator");
+  TRITONSERVER_ResponseAllocator* allocator = new_allocator();
   TRITONSERVER_Message* message;
   FAIL_IF_ERR(TRITONSERVER_ServerMetadata(server, &message), "metadata");
   print_message(message, "metadata");
@@ -249,7 +408,7 @@ int main(int argc, char** argv) {
     FAIL_IF_ERR(TRITONSERVER_ServerModelIndex(server, TRITONSERVER_INDEX_FLAG_READY, &message),
                 "index");
     print_message(message, "ready index before load");
-    infer(server, allocator, "add_sub", "INPUT1", "infer before load");
+    infer(server, allocator, "add_sub", "INPUT1", NULL, "infer before load");
     FAIL_IF_ERR(TRITONSERVER_ServerLoadModel(server, "add_sub"), "load");
     expect_error(TRITONSERVER_ServerLoadModel(server, "no_such_model"), "load unknown");
   }
@@ -266,9 +425,9 @@ int main(int argc, char** argv) {
                "config version 2");
   expect_error(TRITONSERVER_ServerModelMetadata(server, "no_such_model", -1, &message),
                "unknown model metadata");
-  for (int i = 0; i < 3; ++i) infer(server, allocator, "add_sub", "INPUT1", "infer");
-  infer(server, allocator, "add_sub", "WRONG", "infer wrong input");
-  infer(server, allocator, "no_such_model", "INPUT1", "infer unknown model");
+  for (int i = 0; i < 3; ++i) infer(server, allocator, "add_sub", "INPUT1", NULL, "infer");
+  infer(server, allocator, "add_sub", "WRONG", NULL, "infer wrong input");
+  infer(server, allocator, "no_such_model", "INPUT1", NULL, "infer unknown model");
   FAIL_IF_ERR(TRITONSERVER_ServerModelStatistics(server, "add_sub", -1, &message), "stats");
   print_message(message, "statistics");
   uint32_t batch_flags = 0;
@@ -302,7 +461,7 @@ int main(int argc, char** argv) {
       FAIL_IF_ERR(TRITONSERVER_ServerLoadModel(server, "add_sub2"), "load add_sub2");
       FAIL_IF_ERR(TRITONSERVER_ServerModelIsReady(server, "add_sub2", -1, &ready), "ready");
       printf("add_sub2 ready: %d\n", ready);
-      infer(server, allocator, "add_sub2", "INPUT1", "infer add_sub2");
+      infer(server, allocator, "add_sub2", "INPUT1", NULL, "infer add_sub2");
       FAIL_IF_ERR(TRITONSERVER_ServerUnloadModel(server, "add_sub2"), "unload add_sub2");
       FAIL_IF_ERR(TRITONSERVER_ServerUnregisterModelRepository(server, argv[3]), "unregister");
       expect_error(TRITONSERVER_ServerLoadModel(server, "add_sub2"), "load after unregister");
@@ -316,10 +475,7 @@ int main(int argc, char** argv) {
   FAIL_IF_ERR(TRITONSERVER_ServerIsLive(server, &live), "is live");
   printf("live after stop: %d\n", live);
   expect_error(TRITONSERVER_ServerMetadata(server, &message), "metadata after stop");
-  infer(server, allocator, "add_sub", "INPUT1", "infer after stop");
+  infer(server, allocator, "add_sub", "INPUT1", NULL, "infer after stop");
   FAIL_IF_ERR(TRITONSERVER_ServerStop(server), "second stop");
-  FAIL_IF_ERR(TRITONSERVER_ResponseAllocatorDelete(allocator), "allocator delete");
-  FAIL_IF_ERR(TRITONSERVER_ServerDelete(server), "delete");
-  printf("deleted\n");
-  return 0;
+  return finish(server, allocator);
 }

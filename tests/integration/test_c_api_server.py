@@ -203,3 +203,73 @@ def test_a_python_program_calls_the_c_api_through_ctypes(tmp_path):
         ok(lib.TRITONSERVER_MessageDelete(message))
     finally:
         ok(lib.TRITONSERVER_ServerDelete(server))
+
+
+PIPELINE = """name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+ensemble_scheduling { step [ {
+  model_name: "add_sub" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" }
+} ] }
+"""
+
+TIMESTAMPS = ("REQUEST_START QUEUE_START COMPUTE_START COMPUTE_INPUT_END COMPUTE_OUTPUT_START "
+              "COMPUTE_END REQUEST_END")
+
+
+def test_a_c_program_traces_its_own_requests(program, tmp_path):
+    """TRITONSERVER_InferenceTraceNew / _TensorNew given to ServerInferAsync:
+    the request's activities reach the program's callbacks in order, its
+    tensors at the TENSORS level, then the trace comes back to its release
+    callback naming its model, version, request id and context; a refused
+    request's trace still comes back; an ensemble's step reports as a child
+    trace with a new id under the program's. Server-side tracing is off
+    throughout (no --trace-config), and an untraced request after them runs."""
+    write_add_sub(tmp_path / "repo")
+    (tmp_path / "repo" / "pipeline" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "pipeline" / "config.pbtxt").write_text(PIPELINE)
+    rc, steps = run(program, tmp_path / "repo", "trace")
+    assert rc == 0, steps
+    own = "own[id=own parent=0 model={model} version=1 request=c-program context=ctx-1]"
+    assert steps["timestamps"] == ["right"]
+    assert steps["timestamps id"] == ["set"]
+    assert steps["timestamps activities"] == [TIMESTAMPS]
+    assert steps["timestamps released"] == [own.format(model="add_sub")]
+    assert steps["timestamps in order"] == ["yes"]
+
+    assert steps["tensors"] == ["right"]
+    words = steps["tensors activities"][0].split()
+    assert " ".join(w for w in words if ":" not in w) == TIMESTAMPS
+    tensors = [w for w in words if ":" in w]
+    assert tensors == [  # INPUT0 = 0..15, INPUT1 = 2: last elements 15, 2, 17 and 13
+        "TENSOR_QUEUE_INPUT:INPUT0:FP32:64:1x16:cpu:last=15",
+        "TENSOR_QUEUE_INPUT:INPUT1:FP32:64:1x16:cpu:last=2",
+        "TENSOR_BACKEND_INPUT:INPUT0:FP32:64:1x16:cpu:last=15",
+        "TENSOR_BACKEND_INPUT:INPUT1:FP32:64:1x16:cpu:last=2",
+        "TENSOR_BACKEND_OUTPUT:OUTPUT0:FP32:64:1x16:cpu:last=17",
+        "TENSOR_BACKEND_OUTPUT:OUTPUT1:FP32:64:1x16:cpu:last=13",
+    ], tensors
+
+    assert steps["refused"][0].startswith("Invalid argument: ")
+    assert steps["refused released"] == [own.format(model="add_sub")]
+
+    assert steps["ensemble"] == ["right"]
+    activities = steps["ensemble activities"][0].split()
+    assert [a for a in activities if not a.startswith("child:")] == [
+        "REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    assert [a[6:] for a in activities if a.startswith("child:")] == TIMESTAMPS.split()
+    assert steps["ensemble released"] == [
+        "child[id=new parent=own model=add_sub version=1 request=c-program context=] "
+        + own.format(model="pipeline")]
+    assert steps["untraced"] == ["right"]
+    assert "deleted" in steps

@@ -68,3 +68,40 @@ def test_a_trace_ending_in_two_parts_stays_open_until_the_second(tmp_path):
     written = {w["id"]: w for w in json.loads((tmp_path / "t.json").read_text())}
     ends = [s["ns"] for s in written[parent["id"]]["timestamps"] if s["name"] == "REQUEST_END"]
     assert ends == [30] and child["id"] in written
+
+
+def test_a_programs_trace_turns_tracing_on_until_it_goes_back():
+    """A request carrying a program's trace (TRITONSERVER_InferenceTraceNew)
+    is traced with server-side tracing off: the tracer is active from before
+    its submit until its record goes back to the program, and a child of it
+    reports to the same program without ending that hold. A trace that got
+    no record (the request was refused before its queue) goes back at once.
+    (A bare reference names no program: what it reports is dropped by the
+    library's callback thread; tests/integration/test_c_api_server.py checks
+    what a real program receives.)"""
+    from pyserver.engine.triton_bls import ProgramTraceRef, drain
+
+    t = tracing.Tracer(TraceSettings())
+    t.refresh([])
+    changes = []
+    t.on_change = lambda: (changes.append(t._programs), t.refresh([]))
+    assert not t.active
+    ref = ProgramTraceRef.__new__(ProgramTraceRef)
+    t.program_begun()
+    assert t.active and changes == [1]
+    own = t.start("ensemble", 1, 10, InferRequest("ensemble", id="r", parent_trace=ref))
+    assert ref.recorded and "_file" not in own
+    t.program_settled(ref)  # recorded: it goes back when it finishes
+    child = t.start("step", 1, 11, InferRequest("step", parent_trace=own["id"]))
+    assert child["parent_id"] == own["id"] and child["_program"] is ref
+    t.finish(child, 20)
+    assert t.active  # the program's own trace is still out
+    t.finish(own, 30)
+    assert not t.active and changes == [1, 0]
+    t.flush()  # nothing of a program's goes to a file
+
+    refused = ProgramTraceRef.__new__(ProgramTraceRef)
+    t.program_begun()
+    t.program_settled(refused)
+    assert refused.recorded and not t.active and changes == [1, 0, 1, 0]
+    drain()

@@ -142,6 +142,36 @@ void Deliver(std::shared_ptr<Submission> submission, Completion completion);
 // (for tests and shutdown).
 void DrainDeliveries();
 
+// One activity of a traced request: a timestamp, or (`tensor`) a tensor.
+struct TraceActivity {
+  TRITONSERVER_InferenceTraceActivity activity = TRITONSERVER_TRACE_CUSTOM_ACTIVITY;
+  uint64_t timestamp_ns = 0;
+  bool tensor = false;
+  std::string name;
+  TRITONSERVER_DataType datatype = TRITONSERVER_TYPE_INVALID;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;  // BYTES serialized as Triton's (4-byte lengths)
+};
+
+// What a request traced for a program recorded, once it ended: reported to
+// the program's callbacks on the callback thread, in order with responses
+// (the timestamps in order, then the tensors), then the trace handed to its
+// release callback. `trace` is the program's own trace for its request;
+// null for a request the server spawned under it (an ensemble's step, a
+// backend's BLS call), whose trace is made then and owned by the program
+// once released.
+struct TraceReport {
+  TRITONSERVER_InferenceTrace* trace = nullptr;
+  ProgramTrace program;
+  uint64_t id = 0;
+  uint64_t parent_id = 0;
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string request_id;
+  std::vector<TraceActivity> activities;
+};
+void DeliverTrace(TraceReport report);
+
 // Model::Create for a model served by `server` (which it names to the
 // backend through TRITONBACKEND_ModelServer, also during ModelInitialize).
 Status CreateServedModel(BackendLibrary* library, const std::string& name, uint64_t version,
@@ -177,6 +207,10 @@ struct TRITONSERVER_InferenceRequest {
   // owns it from that call.
   uint64_t parent_trace = 0;
   std::unique_ptr<TRITONSERVER_InferenceTrace> trace;
+  // A program's own trace given to its last ServerInferAsync (the program
+  // owns it; the server reports to it and hands it back through its release
+  // callback), else null.
+  TRITONSERVER_InferenceTrace* program_trace = nullptr;
 };
 
 struct TRITONSERVER_InferenceResponse {

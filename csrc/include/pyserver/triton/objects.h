@@ -205,15 +205,40 @@ struct TRITONBACKEND_State {
   pyserver::triton::OutputTensor tensor;
 };
 
+namespace pyserver::triton {
+
+// What a program asked of a trace it made (TRITONSERVER_InferenceTraceNew,
+// _TensorNew): the levels to report and where to. A program's trace and
+// every child the server traces under it report to the same callbacks.
+struct ProgramTrace {
+  uint32_t level = 0;  // TRITONSERVER_TRACE_LEVEL_* bits
+  TRITONSERVER_InferenceTraceActivityFn_t activity_fn = nullptr;
+  TRITONSERVER_InferenceTraceTensorActivityFn_t tensor_activity_fn = nullptr;
+  TRITONSERVER_InferenceTraceReleaseFn_t release_fn = nullptr;
+  void* userp = nullptr;
+};
+
+// The next trace id of the process: the server's tracer and the traces
+// programs make draw from one sequence, so that no two traces share an id.
+uint64_t NextTraceId();
+
+}  // namespace pyserver::triton
+
 // A request's trace, as far as a backend sees it: the id the server's
 // tracer gave it (TRITONBACKEND_RequestTrace), or a child spawned from one
 // (TRITONSERVER_InferenceTraceSpawnChildTrace), which names its parent and
 // gets an id of its own when the server starts the BLS request it is given
-// with.
+// with. Or a program's (`program_owned`): one it made for its own request,
+// or one the server made for a request it spawned under such a trace and
+// handed to the program's release callback; their activities go to
+// `program`'s callbacks.
 struct TRITONSERVER_InferenceTrace {
   uint64_t id = 0;
   uint64_t parent_id = 0;
   bool spawned = false;
+  bool program_owned = false;
+  pyserver::triton::ProgramTrace program;
+  std::string context;  // TRITONSERVER_InferenceTraceSetContext's
   // A request's own trace names its request; a spawned child names nothing
   // until the server starts its request.
   std::string model_name;

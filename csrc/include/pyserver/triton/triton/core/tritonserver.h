@@ -177,6 +177,32 @@ TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceModelVersio
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceRequestId(
     struct TRITONSERVER_InferenceTrace* trace, const char** request_id);
 
+// Traces a program makes for its own requests (given to ServerInferAsync):
+// the server reports each activity of the request, and of the requests it
+// spawns for it, to activity_fn (tensors to tensor_activity_fn), then hands
+// each trace to release_fn, whose caller owns and deletes it.
+typedef void (*TRITONSERVER_InferenceTraceActivityFn_t)(
+    struct TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTraceActivity activity,
+    uint64_t timestamp_ns, void* userp);
+typedef void (*TRITONSERVER_InferenceTraceTensorActivityFn_t)(
+    struct TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTraceActivity activity,
+    const char* name, TRITONSERVER_DataType datatype, const void* base, size_t byte_size,
+    const int64_t* shape, uint64_t dim_count, TRITONSERVER_MemoryType memory_type,
+    int64_t memory_type_id, void* userp);
+typedef void (*TRITONSERVER_InferenceTraceReleaseFn_t)(struct TRITONSERVER_InferenceTrace* trace,
+                                                       void* userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceNew(
+    struct TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level,
+    uint64_t parent_id, TRITONSERVER_InferenceTraceActivityFn_t activity_fn,
+    TRITONSERVER_InferenceTraceReleaseFn_t release_fn, void* trace_userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceTensorNew(
+    struct TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level,
+    uint64_t parent_id, TRITONSERVER_InferenceTraceActivityFn_t activity_fn,
+    TRITONSERVER_InferenceTraceTensorActivityFn_t tensor_activity_fn,
+    TRITONSERVER_InferenceTraceReleaseFn_t release_fn, void* trace_userp);
+TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_InferenceTraceSetContext(
+    struct TRITONSERVER_InferenceTrace* trace, const char* trace_context);
+
 // Custom metrics: in libtritonserver.so's registry, which /metrics reads.
 TRITONSERVER_DECLSPEC TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
     struct TRITONSERVER_MetricFamily** family, const TRITONSERVER_MetricKind kind,
