@@ -164,7 +164,7 @@ cmd_build() {
   # from the first step on when any build argument's value changes, so the
   # revision and date labels are set after the build (below).
   local version
-  version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | sed -n 1p)
   local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "BUILD_JOBS=$BUILD_JOBS"
               --build-arg "VERSION=$version")
   [ -n "${PYSERVER_EXTRAS:-}" ] && args+=(--build-arg "PYSERVER_EXTRAS=$PYSERVER_EXTRAS")
@@ -204,7 +204,10 @@ cmd_build() {
     "${BUILDAH[@]}" rmi "$previous" >/dev/null 2>&1 || true
   fi
   local size
-  size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" 2>/dev/null | head -n 1)
+  # sed reads to the end: `head` would leave buildah writing into a closed
+  # pipe when it lists more than one line, and pipefail then ends the build
+  # with SIGPIPE (exit 141) after it succeeded
+  size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" 2>/dev/null | sed -n 1p)
   log "built $IMAGE in $((SECONDS - start)) s; ${size:-?} uncompressed"
 }
 
