@@ -58,6 +58,9 @@ cdef extern from "pyserver/triton/inference.h" nogil:
 
     ctypedef enum TRITONSERVER_InferenceTraceActivity:
         TRITONSERVER_TRACE_CUSTOM_ACTIVITY
+    ctypedef enum TRITONSERVER_InferenceTraceLevel:
+        TRITONSERVER_TRACE_LEVEL_TIMESTAMPS
+        TRITONSERVER_TRACE_LEVEL_TENSORS
 
     cdef cppclass ProgramTrace "pyserver::triton::ProgramTrace":
         uint32_t level
@@ -87,7 +90,6 @@ cdef extern from "pyserver/triton/inference.h" nogil:
         vector[TraceActivity] activities
 
     void DeliverTrace "pyserver::triton::DeliverTrace"(TraceReport report)
-    uint64_t NextTraceId "pyserver::triton::NextTraceId"()
 
     cdef cppclass Submission "pyserver::triton::Submission":
         uint64_t token
@@ -264,12 +266,6 @@ cdef TRITONSERVER_Error* _cancel(void* owner, uint64_t token) noexcept with gil:
 cdef uint64_t _last_token = 0
 
 
-def next_trace_id():
-    """A trace id no other trace of the process has (the server's tracer
-    and the traces programs make draw from one sequence)."""
-    return NextTraceId()
-
-
 # The activities by the names the server's tracer records them under;
 # what is not among them is a backend's own (CUSTOM_ACTIVITY).
 _ACTIVITIES = {name: code for code, name in enumerate((
@@ -277,9 +273,6 @@ _ACTIVITIES = {name: code for code, name in enumerate((
     "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END", "TENSOR_QUEUE_INPUT",
     "TENSOR_BACKEND_INPUT", "TENSOR_BACKEND_OUTPUT"))}
 
-# TRITONSERVER_TRACE_LEVEL_* bits
-TRACE_LEVEL_TIMESTAMPS = 0x4
-TRACE_LEVEL_TENSORS = 0x8
 
 
 cdef ProgramTraceRef _program_trace(TRITONSERVER_InferenceTrace* trace):
@@ -288,7 +281,6 @@ cdef ProgramTraceRef _program_trace(TRITONSERVER_InferenceTrace* trace):
     ref.program = trace.program
     ref.id = trace.id
     ref.parent_id = trace.parent_id
-    ref.level = trace.program.level
     return ref
 
 
@@ -302,22 +294,31 @@ cdef class ProgramTraceRef:
     cdef ProgramTrace program
     cdef readonly uint64_t id
     cdef readonly uint64_t parent_id
-    cdef readonly uint32_t level
     # the server's tracer made a record for it (else it is released unrecorded)
     cdef public bint recorded
 
-    def report(self, uint64_t trace_id, uint64_t parent_id, str model_name, model_version,
-               str request_id, list timestamps, list tensors):
+    @property
+    def timestamps(self):
+        """Whether the program asked for the timestamps (its level)."""
+        return bool(self.program.level & TRITONSERVER_TRACE_LEVEL_TIMESTAMPS)
+
+    @property
+    def tensors(self):
+        """Whether the program asked for the tensors (its level)."""
+        return bool(self.program.level & TRITONSERVER_TRACE_LEVEL_TENSORS)
+
+    def report(self, bint own, uint64_t trace_id, uint64_t parent_id, str model_name,
+               model_version, str request_id, list timestamps, list tensors):
         """What one request traced under this trace recorded, to the
-        program's callbacks on the library's callback thread: ``trace_id``
-        this trace's own id (its request) or a child's; ``timestamps``
+        program's callbacks on the library's callback thread: ``own``, this
+        trace's own request's (else a child's, ``trace_id``); ``timestamps``
         (name, ns) pairs; ``tensors`` (activity name, tensor name, wire
         datatype, array). Then the trace goes to the program's release
         callback."""
         cdef TraceReport report
         cdef TraceActivity* activity
         cdef const unsigned char[::1] view
-        report.trace = self.trace if trace_id == self.id else NULL
+        report.trace = self.trace if own else NULL
         report.program = self.program
         report.id = trace_id
         report.parent_id = parent_id

@@ -3,7 +3,6 @@
 // pyserver/triton/objects.h. CPU memory only. What a backend asks of a
 // request beyond its inputs (parameters, cancellation, ...) is in
 // triton_request.cc; BLS in triton_inference.cc.
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pyserver/trace_id.h"
 #include "pyserver/triton/log.h"
 #include "pyserver/triton/objects.h"
 #include "triton_api_internal.h"
@@ -778,14 +778,6 @@ API TRITONSERVER_InferenceTraceSetContext(TRITONSERVER_InferenceTrace* trace,
   return nullptr;
 }
 
-namespace {
-std::atomic<uint64_t> g_next_trace_id{1};  // 0 names no trace
-}  // namespace
-
-uint64_t pyserver::triton::NextTraceId() {
-  return g_next_trace_id.fetch_add(1, std::memory_order_relaxed);
-}
-
 API TRITONSERVER_InferenceTraceTensorNew(
     TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level,
     uint64_t parent_id, TRITONSERVER_InferenceTraceActivityFn_t activity_fn,
@@ -799,7 +791,7 @@ API TRITONSERVER_InferenceTraceTensorNew(
     bits = (bits & ~3u) | TRITONSERVER_TRACE_LEVEL_TIMESTAMPS;  // the deprecated names
   }
   auto made = new TRITONSERVER_InferenceTrace();
-  made->id = pyserver::triton::NextTraceId();
+  made->id = pyserver::NextTraceId();
   made->parent_id = parent_id;
   made->program_owned = true;
   made->program.level = bits;

@@ -11,15 +11,13 @@ class BlsCall:
 
 def drain() -> None: ...
 
-def next_trace_id() -> int: ...
-
-TRACE_LEVEL_TIMESTAMPS: int
-TRACE_LEVEL_TENSORS: int
-
 class ProgramTraceRef:
     id: int
     parent_id: int
-    level: int
     recorded: bool
-    def report(self, trace_id: int, parent_id: int, model_name: str, model_version: Any,
-               request_id: str, timestamps: list, tensors: list) -> None: ...
+    @property
+    def timestamps(self) -> bool: ...
+    @property
+    def tensors(self) -> bool: ...
+    def report(self, own: bool, trace_id: int, parent_id: int, model_name: str,
+               model_version: Any, request_id: str, timestamps: list, tensors: list) -> None: ...

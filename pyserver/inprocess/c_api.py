@@ -167,7 +167,6 @@ class Controller:
             raise server_error(err) from None
 
 
-
 def create(given: dict):
     """TRITONSERVER_ServerNew: starts a server and loads its models (its
     error, with Triton's code, when that fails); returns its ServerHandle and

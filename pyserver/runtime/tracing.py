@@ -48,17 +48,16 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pyserver.engine.triton_bls import (
-    TRACE_LEVEL_TENSORS,
-    TRACE_LEVEL_TIMESTAMPS,
-    ProgramTraceRef,
-    next_trace_id,
-)
+from pyserver.engine.trace_id import next_trace_id
 from pyserver.kernel.dtypes import numpy_to_wire
 from pyserver.runtime.settings import TraceSettings
+
+if TYPE_CHECKING:  # loaded only where a C program's trace arrives
+    from pyserver.engine.triton_bls import ProgramTraceRef
 
 log = logging.getLogger("pyserver")
 
@@ -87,6 +86,9 @@ class Tracer:
         """Recomputes whether any model may be traced (after a settings change)."""
         self._settings_on = _on(self.settings.as_dict()) or any(
             _on(self.settings.as_dict(name)) for name in model_names)
+        self._set_active()
+
+    def _set_active(self) -> None:
         self.active = self._settings_on or self._programs > 0
 
     def program_begun(self) -> None:
@@ -113,7 +115,7 @@ class Tracer:
         if self.on_change is not None:
             self.on_change()  # refresh(), then the models' flags
         else:
-            self.active = self._settings_on or self._programs > 0
+            self._set_active()
 
     def start(self, model_name: str, model_version: int, now_ns: int, request):
         """The trace record of a request on its way into a model, or None:
@@ -124,15 +126,15 @@ class Tracer:
             return self.sample(model_name, model_version, now_ns, request)
         if not parent:
             return None
-        if type(parent) is ProgramTraceRef:
-            parent.recorded = True
-            record = self._record(model_name, model_version, request, None, 0,
-                                  parent.level & TRACE_LEVEL_TIMESTAMPS,
-                                  parent.level & TRACE_LEVEL_TENSORS, now_ns, parent.parent_id,
-                                  program=parent, trace_id=parent.id)
-            record["_program_root"] = True  # reporting it ends the program's hold
-            return record
-        return self.child(parent, model_name, model_version, now_ns, request)
+        if type(parent) is int:  # the id of the trace it belongs under
+            return self.child(parent, model_name, model_version, now_ns, request)
+        # a program's own trace (engine/triton_bls.ProgramTraceRef)
+        parent.recorded = True
+        record = self._record(model_name, model_version, request, None, 0, parent.timestamps,
+                              parent.tensors, now_ns, parent.parent_id, program=parent,
+                              trace_id=parent.id)
+        record["_program_own"] = True  # reporting it ends the program's hold
+        return record
 
     def child(self, parent_id: int, model_name: str, model_version: int, now_ns: int, request):
         """A record under the open trace ``parent_id`` (None when that one
@@ -307,11 +309,12 @@ class Tracer:
             for t in getattr(response, "outputs", None) or ():
                 self._tensor(record, "TENSOR_BACKEND_OUTPUT", t.name, t.datatype, t.data)
         program = record.pop("_program")
-        program.report(record["id"], record.get("parent_id", 0), record["model_name"],
+        own = record.pop("_program_own", False)
+        program.report(own, record["id"], record.get("parent_id", 0), record["model_name"],
                        record["model_version"], record.get("request_id", ""),
                        [(t["name"], t["ns"]) for t in record.get("timestamps", ())],
                        tensors or [])
-        if record.pop("_program_root", False):
+        if own:
             self._program_done()
 
     def flush(self) -> None:
@@ -340,7 +343,7 @@ def release_unrecorded(ref: ProgramTraceRef) -> None:
     """A program's trace that recorded nothing, back to its program."""
     if not ref.recorded:
         ref.recorded = True
-        ref.report(ref.id, ref.parent_id, "", -1, "", [], [])
+        ref.report(True, ref.id, ref.parent_id, "", -1, "", [], [])
 
 
 def _on(values: dict) -> bool:

@@ -218,10 +218,6 @@ struct ProgramTrace {
   void* userp = nullptr;
 };
 
-// The next trace id of the process: the server's tracer and the traces
-// programs make draw from one sequence, so that no two traces share an id.
-uint64_t NextTraceId();
-
 }  // namespace pyserver::triton
 
 // A request's trace, as far as a backend sees it: the id the server's
