@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 
 from pyserver._proto import message_class
 from pyserver.engine import now_ns
+from pyserver.engine.protocol.grpc_statistics import encode_model_statistics
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 from pyserver.frontends.grpc_keepalive import ConnectionKeepalive, KeepaliveOptions
 from pyserver.frontends.header_forward import HeaderForwarder
@@ -487,6 +488,8 @@ class GrpcFrontend:
         return guarded
 
     def _unary(self, rpc: str, request_class, fn):
+        """The handler of a unary call: ``fn(request)`` gives the response
+        message, its wire bytes, or an awaitable of the message."""
         group = _GROUP_OF[rpc]
         frontend = self
 
@@ -509,7 +512,7 @@ class GrpcFrontend:
                 stream.cancel_callback = task.cancel
                 task.add_done_callback(functools.partial(_unary_task_done, stream))
                 return
-            stream.respond(result.SerializeToString())
+            stream.respond(result if type(result) is bytes else result.SerializeToString())
 
         return handler
 
@@ -608,9 +611,9 @@ class GrpcFrontend:
         return resp
 
     def _model_statistics(self, req):
-        stats = self._server.statistics(req.name, req.version)
-        return json_format.ParseDict(stats, _m("inference.ModelStatisticsResponse")(),
-                                     ignore_unknown_fields=True)
+        # Written straight to the wire: a decoupled model's statistics hold
+        # an entry per response index (engine/protocol/grpc_statistics.pyx).
+        return encode_model_statistics(self._server.statistics(req.name, req.version))
 
     def _repository_index(self, req):
         rows = self._server.repository_index(req.ready)

@@ -431,6 +431,47 @@ def test_response_statistics_per_response_index(repeat):
     assert "success" not in rs["3"] or int(rs["3"]["success"].get("count", 0)) == 0
 
 
+
+def test_statistics_over_grpc_carry_every_response_index(repeat):
+    """A request answered with thousands of responses (an LLM's tokens):
+    ModelStatistics over gRPC has an entry per response index, the same as
+    the server's own document, and other calls are answered meanwhile."""
+    import grpc
+    from google.protobuf import json_format
+
+    from pyserver._proto import message_class
+
+    n = 3000
+    stream = Stream(repeat.grpc_url)
+    try:
+        stream.send(n)
+        # Another model is served while the stream's responses pour in.
+        client = httpclient.InferenceServerClient(repeat.url)
+        a = httpclient.InferInput("INPUT0", [4], "FP32")
+        a.set_data_from_numpy(np.ones(4, np.float32))
+        b = httpclient.InferInput("INPUT1", [4], "FP32")
+        b.set_data_from_numpy(np.ones(4, np.float32))
+        assert client.infer("add_sub", [a, b]).as_numpy("OUTPUT0").tolist() == [2.0] * 4
+        results = stream.take(n)  # (the final flag alone is not sent to the client)
+        assert all(error is None for _, error in results)
+        assert [idx(r) for r, _ in results] == list(range(n))
+        assert stream.quiet()
+    finally:
+        stream.close()
+    Request = message_class("inference.ModelStatisticsRequest")
+    Response = message_class("inference.ModelStatisticsResponse")
+    with grpc.insecure_channel(repeat.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelStatistics",
+                                   request_serializer=Request.SerializeToString,
+                                   response_deserializer=Response.FromString)
+        got = call(Request(name="repeat"), timeout=30)
+    entries = got.model_stats[0].response_stats
+    assert len(entries) == n + 1  # n responses and the final flag's empty one
+    assert entries[str(n - 1)].success.count == 1
+    assert entries[str(n)].empty_response.count == 1
+    document = repeat.run(repeat.server.statistics, "repeat")
+    assert got == json_format.ParseDict(document, Response(), ignore_unknown_fields=True)
+
 PLUS_ONE = '''
 import numpy as np
 import triton_python_backend_utils as pb_utils
