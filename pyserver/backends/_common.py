@@ -57,25 +57,46 @@ def int_param(config, key: str, default: int) -> int:
     return default if value is None else parse_int(value)
 
 
+def file_identity(path: str) -> tuple:
+    """What tells the file at ``path`` from another put there later (a
+    model file replaced and reloaded while the old version still serves):
+    the path, its device and inode, size and modification time. Just the
+    path where it cannot be read (loading it then says why)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path,)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def instance_group(config, instance_name: str):
+    """The instance_group of the instance named ``<group name>_<index>``
+    (the whole suffix a number within the group's count: groups "a" and
+    "a_b" do not claim each other's instances), or None."""
+    for group in config.instance_group:
+        prefix = group.name + "_"
+        if not instance_name.startswith(prefix):
+            continue
+        suffix = instance_name[len(prefix):]
+        if suffix.isdigit() and int(suffix) < max(1, instance_count(group)):
+            return group
+    return None
+
+
 def instance_placement(config, instance_name: str) -> tuple[str, int]:
     """(kind, device id) of the instance named ``<group name>_<index>``:
     kind is 'KIND_GPU', 'KIND_CPU' or 'KIND_MODEL'; a KIND_GPU group's
     first ``count`` instances run on its first GPU, the next ``count`` on
     its second, and so on (config.instance_count; GPU 0 when the group
     lists none)."""
-    for group in config.instance_group:
-        prefix = group.name + "_"
-        if not instance_name.startswith(prefix):
-            continue
-        suffix = instance_name[len(prefix):]
-        if not suffix.isdigit() or int(suffix) >= max(1, instance_count(group)):
-            continue
-        kind = _KINDS.values_by_number[group.kind].name
-        index = int(suffix)
-        gpus = list(group.gpus)
-        device = gpus[(index // max(1, group.count)) % len(gpus)] if gpus else 0
-        return kind, (device if kind == "KIND_GPU" else 0)
-    return "KIND_CPU", 0
+    group = instance_group(config, instance_name)
+    if group is None:
+        return "KIND_CPU", 0
+    kind = _KINDS.values_by_number[group.kind].name
+    index = int(instance_name[len(group.name) + 1:])
+    gpus = list(group.gpus)
+    device = gpus[(index // max(1, group.count)) % len(gpus)] if gpus else 0
+    return kind, (device if kind == "KIND_GPU" else 0)
 
 
 def instance_device(config, instance_name: str) -> str:

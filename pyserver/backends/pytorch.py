@@ -33,6 +33,7 @@ except ImportError as err:  # the backend's loader reports this as the reason
 from pyserver.backends._common import (
     bool_param,
     data_type_name,
+    file_identity,
     instance_placement,
     int_param,
     prefer_gpu,
@@ -98,6 +99,11 @@ class PyTorchBackend:
                     Code.INVALID_ARG,
                     f"unable to load model '{self.name}': instance '{instance_name}' is KIND_GPU "
                     "but torch sees no CUDA device (this torch build or machine has none)")
+            if device_id >= torch.cuda.device_count():
+                raise ServerError(
+                    Code.INVALID_ARG,
+                    f"unable to load model '{self.name}': instance '{instance_name}' is on GPU "
+                    f"{device_id}, but torch sees {torch.cuda.device_count()} GPU(s)")
             self.device = torch.device("cuda", device_id)
         else:
             self.device = torch.device("cpu")
@@ -145,7 +151,7 @@ class PyTorchBackend:
     # -- loading -------------------------------------------------------------
 
     def _load(self, model_path: str, weight_sharing: bool):
-        key = (model_path, str(self.device))
+        key = (*file_identity(model_path), str(self.device))
         self._shared_key = key if weight_sharing else None
         with _threads_lock:
             if weight_sharing and key in _shared_modules:

@@ -38,6 +38,8 @@ except ImportError as err:
 from pyserver.backends import _cuda
 from pyserver.backends._common import (
     data_type_name,
+    file_identity,
+    instance_group,
     instance_placement,
     pick_profile,
     prefer_gpu,
@@ -96,11 +98,11 @@ def _server_memory(context, attribute: str, make):
 
 
 _engines_lock = threading.Lock()
-_engines: dict = {}  # (plan path, device) -> [runtime, engine, users]
+_engines: dict = {}  # (file_identity..., device) -> [runtime, engine, users]
 
 
-def _acquire_engine(model_path: str, device: int, name: str):
-    key = (model_path, device)
+def _acquire_engine(key: tuple, name: str):
+    model_path = key[0]
     with _engines_lock:
         entry = _engines.get(key)
         if entry is None:
@@ -118,28 +120,37 @@ def _acquire_engine(model_path: str, device: int, name: str):
         return entry[1]
 
 
-def _release_engine(model_path: str, device: int) -> None:
+def _release_engine(key: tuple) -> None:
     with _engines_lock:
-        entry = _engines.get((model_path, device))
+        entry = _engines.get(key)
         if entry is not None:
             entry[2] -= 1
             if entry[2] <= 0:
-                del _engines[(model_path, device)]
+                del _engines[key]
 
 
 class _Profile:
     """An execution context bound to one optimization profile, with that
     profile's [min, opt, max] shape per input."""
 
-    def __init__(self, engine, index: int, label: str, inputs: list, stream: int):
+    def __init__(self, engine, index: int, label: str, inputs: list, stream: int, name: str):
         self.index = index
         self.label = label
         self.context = engine.create_execution_context()
         if self.context is None:
             raise ServerError(Code.INTERNAL, "unable to create TensorRT execution context")
-        if index != 0 and not self.context.set_optimization_profile_async(index, stream):
-            raise ServerError(Code.INVALID_ARG, f"unable to set optimization profile {label}"
-                                                f"[{index}]")
+        if index != 0:
+            # The binding raises where the C++ call returns false.
+            try:
+                chosen = self.context.set_optimization_profile_async(index, stream)
+            except RuntimeError:
+                chosen = False
+            if not chosen:
+                raise ServerError(
+                    Code.INVALID_ARG,
+                    f"Can not set the specified optimization profile {label}[{index}] for "
+                    f"{name}. Expected optimization profile index range 0-"
+                    f"{engine.num_optimization_profiles - 1}")
         self.ranges = {name: tuple(tuple(d) for d in engine.get_tensor_profile_shape(name, index))
                        for name in inputs}
 
@@ -167,8 +178,9 @@ class TensorRTBackend:
                 f"{self.device}, but {count} GPU(s) are visible" +
                 (" (none: the TensorRT backend needs an NVIDIA GPU)" if count == 0 else ""))
         _cuda.set_device(self.device)
-        self.model_path = model_path
-        self.engine = _acquire_engine(model_path, self.device, self.name)
+        # a deserialized engine per plan file as it is now, and GPU
+        self._engine_key = (*file_identity(model_path), self.device)
+        self.engine = _acquire_engine(self._engine_key, self.name)
         self._thread_device = threading.local()
         try:
             self._setup(config, instance_name, context)
@@ -190,6 +202,14 @@ class TensorRTBackend:
                                   f"unable to load model '{self.name}': tensor '{name}' is a "
                                   "shape tensor in host memory, which the TensorRT backend "
                                   "does not support")
+            # A vectorized layout (CHW32, HWC8, ...) pads a dimension: the
+            # row-major buffers bound here would be read and written wrong.
+            io_format = engine.get_tensor_format(name)
+            if io_format != trt.TensorFormat.LINEAR:
+                raise ServerError(Code.UNSUPPORTED,
+                                  f"unable to load model '{self.name}': tensor '{name}' uses IO "
+                                  f"format {io_format}; the TensorRT backend binds LINEAR "
+                                  "(row-major) tensors only")
         self.types = {}
         for kind, tensors, available in (("input", config.input, self.inputs),
                                          ("output", config.output, self.outputs)):
@@ -208,6 +228,27 @@ class TensorRTBackend:
                         f"{expected} in model configuration, but the engine has "
                         f"{model_type or engine.get_tensor_dtype(t.name)}")
                 self.types[t.name] = expected
+        # The sequence batcher's control tensors and implicit states are the
+        # engine's tensors too, the server's values cast to the engine's types.
+        if config.HasField("sequence_batching"):
+            sequence = config.sequence_batching
+            for kind, name, available in (
+                    [("control input", c.name, self.inputs) for c in sequence.control_input]
+                    + [("state input", st.input_name, self.inputs) for st in sequence.state]
+                    + [("state output", st.output_name, self.outputs) for st in sequence.state]):
+                if name not in available:
+                    raise ServerError(
+                        Code.INVALID_ARG,
+                        f"unable to load model '{self.name}', sequence batching {kind} "
+                        f"'{name}' is not a tensor of the engine (it has {available})")
+                engine_type = _TRT_TO_CONFIG.get(engine.get_tensor_dtype(name))
+                if engine_type is None:
+                    raise ServerError(
+                        Code.UNSUPPORTED,
+                        f"unable to load model '{self.name}': sequence batching {kind} '{name}' "
+                        f"has type {engine.get_tensor_dtype(name)}, which this backend does not "
+                        "support")
+                self.types[name] = engine_type
         missing = [n for n in self.inputs if n not in self.types]
         if missing:
             raise ServerError(Code.INVALID_ARG, f"unable to load model '{self.name}', the engine "
@@ -231,20 +272,27 @@ class TensorRTBackend:
         self.requested_outputs = [t.name for t in config.output]
         self.stream = _stream_for(self.device)
         self.host_memory = _server_memory(context, "host_memory", HostMemory)
-        group = next((g for g in config.instance_group
-                      if instance_name.startswith(g.name + "_")), None)
-        chosen = [int(p) for p in group.profile] if group is not None and group.profile else \
-            list(range(engine.num_optimization_profiles))
-        for index in chosen:
+        # As Triton's backend: the group's profiles, each index once (a
+        # repeat reuses the first); none listed, profile 0 alone, "default".
+        group = instance_group(config, instance_name)
+        labels = {}
+        for text in (group.profile if group is not None else ()):
+            index = int(text)
             if not 0 <= index < engine.num_optimization_profiles:
                 raise ServerError(
                     Code.INVALID_ARG,
-                    f"can not set the specified optimization profile {index}[{index}] for "
+                    f"Can not set the specified optimization profile {text}[{index}] for "
                     f"{self.name}. Expected optimization profile index range 0-"
                     f"{engine.num_optimization_profiles - 1}")
-        labels = {i: str(i) for i in chosen} if group is not None and group.profile else \
-            {i: "default" if engine.num_optimization_profiles == 1 else str(i) for i in chosen}
-        self.profiles = [_Profile(engine, i, labels[i], self.inputs, self.stream) for i in chosen]
+            if index in labels:
+                log.warning("%s maps to profile index %d which has been mapped by %s, existing "
+                            "optimization profile will be reused", text, index, labels[index])
+                continue
+            labels[index] = text
+        if not labels:
+            labels[0] = "default"
+        self.profiles = [_Profile(engine, i, label, self.inputs, self.stream, self.name)
+                         for i, label in labels.items()]
         _cuda.synchronize(self.stream)
         # --cuda-memory-pool-byte-size
         device_pool = _server_memory(context, "device_memory", DeviceMemory).pool(self.device)
@@ -275,7 +323,7 @@ class TensorRTBackend:
             if not context.set_input_shape(name, shapes[name]):
                 raise ServerError(Code.INVALID_ARG, f"TensorRT rejected shape {list(shapes[name])} "
                                                     f"for input '{name}' of model '{self.name}'")
-            context.set_tensor_address(name, ptr)
+            self._bind(context, name, ptr)
         staged_outputs = {}
         for name in self.outputs:
             shape = tuple(context.get_tensor_shape(name))
@@ -285,7 +333,7 @@ class TensorRTBackend:
                                   f"shape {list(shape)}, which this backend does not support")
             nbytes = int(np.prod(shape, dtype=np.int64)) * self.itemsize[name]
             ptr = self.device_buffers[name].reserve(nbytes)
-            context.set_tensor_address(name, ptr)
+            self._bind(context, name, ptr)
             if name in self.types:
                 staged_outputs[name] = (self.host_memory.empty(shape, _numpy_of(self.types[name])),
                                         ptr)
@@ -305,6 +353,11 @@ class TensorRTBackend:
             results[name] = staged
         return results
 
+    def _bind(self, context, name: str, ptr: int) -> None:
+        if not context.set_tensor_address(name, ptr):
+            raise ServerError(Code.INTERNAL, f"TensorRT refused the device address of tensor "
+                                             f"'{name}' of model '{self.name}'")
+
     def close(self) -> None:
         stream = getattr(self, "stream", None)
         if stream is not None:
@@ -315,7 +368,7 @@ class TensorRTBackend:
             buffer.close()
         if getattr(self, "engine", None) is not None:
             self.engine = None
-            _release_engine(self.model_path, self.device)
+            _release_engine(self._engine_key)
 
     @staticmethod
     def auto_complete_config(config, model_path: str, default_max_batch_size: int) -> None:

@@ -34,6 +34,15 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.OK
 
 
+def no_gpu(reason: str):
+    """A module or test that finds no GPU to use: a skip on a CPU machine,
+    a failure where a GPU is expected (gpu_expected). A runtime that is not
+    installed, or built without CUDA, stays a skip everywhere."""
+    if gpu_expected():
+        pytest.fail(f"this machine has an NVIDIA GPU but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 def visible_gpus() -> int:
     """GPUs the CUDA runtime sees; 0 on a machine without one. Where a GPU
     is expected (gpu_expected) and none is usable, the module asking fails

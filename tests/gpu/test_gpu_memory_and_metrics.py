@@ -3,7 +3,7 @@ the caller's device left as it was) and the NVML-backed GPU metrics."""
 
 import pytest
 
-from tests.gpu.conftest import visible_gpus
+from tests.gpu.conftest import no_gpu, visible_gpus
 
 if visible_gpus() == 0:
     pytest.skip("no CUDA runtime or GPU visible", allow_module_level=True)
@@ -45,7 +45,7 @@ def test_gpu_metrics_from_nvml():
 
     sampler = GpuSampler(0.0)
     if not sampler.gpus:
-        pytest.skip(f"no GPU metrics: {sampler.reason}")
+        no_gpu(f"NVML gives no GPU metrics: {sampler.reason}")
     families = {name: samples for name, _, samples in sampler.families()}
     assert len(families["nv_gpu_memory_total_bytes"]) == visible_gpus()
     for labels, total in families["nv_gpu_memory_total_bytes"]:

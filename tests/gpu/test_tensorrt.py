@@ -85,23 +85,32 @@ def test_tensorrt_mlp_two_instances(tmp_path, serve, plans, batching):
 
 
 def test_tensorrt_profiles(tmp_path, serve, plans):
+    """As Triton's backend: the profiles the instance group lists (a repeat
+    reuses the first), and with none listed profile 0 alone, "default"."""
     weights, built = plans
-    write_plan(tmp_path, "both", built["two"], group="instance_group [ { count: 1 kind: KIND_GPU } ]")
+    write_plan(tmp_path, "both", built["two"],
+               group='instance_group [ { count: 1 kind: KIND_GPU profile: [ "0", "1", "1" ] } ]')
     write_plan(tmp_path, "small_only", built["two"],
                group='instance_group [ { count: 1 kind: KIND_GPU profile: [ "0" ] } ]')
+    write_plan(tmp_path, "unlisted", built["two"],
+               group="instance_group [ { count: 1 kind: KIND_GPU } ]")
     s = serve(tmp_path)
     backend = s.server.models.resolve("both", "").instances[0].backend
     assert [p.index for p in backend.profiles] == [0, 1]
+    unlisted = s.server.models.resolve("unlisted", "").instances[0].backend
+    assert [(p.index, p.label) for p in unlisted.profiles] == [(0, "default")]
     check_mlp(s, "both", weights)
+    check_mlp(s, "unlisted", weights)
     client = httpclient.InferenceServerClient(s.url)
     x = np.ones((40, 64), np.float32)  # only profile 1 holds 40 rows
     t = httpclient.InferInput("INPUT0", [40, 64], "FP32")
     t.set_data_from_numpy(x)
     assert client.infer("both", [t]).as_numpy("OUTPUT0").shape == (40, 16)
-    with pytest.raises(InferenceServerException) as err:
-        client.infer("small_only", [t])
-    assert err.value.status() == "400"
-    assert "failed to find any Optimization Profile among [ 0[0]]" in err.value.message()
+    for name, among in (("small_only", "[ 0[0]]"), ("unlisted", "[ default[0]]")):
+        with pytest.raises(InferenceServerException) as err:
+            client.infer(name, [t])
+        assert err.value.status() == "400"
+        assert f"failed to find any Optimization Profile among {among}" in err.value.message()
 
 
 def test_tensorrt_kind_cpu_is_refused(tmp_path, serve, plans):

@@ -4,11 +4,13 @@ CUDA (inputs moved to the instance's device, outputs back to the host)."""
 import pytest
 
 from pyserver.testing import mlp_weights
-from tests.gpu.conftest import check_mlp
+from tests.gpu.conftest import check_mlp, no_gpu
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'pyserver[torch]')")
+if torch.version.cuda is None:
+    pytest.skip("this torch is a CPU build", allow_module_level=True)
 if not torch.cuda.is_available():
-    pytest.skip("torch sees no CUDA device (CPU build or no GPU)", allow_module_level=True)
+    no_gpu("torch sees no CUDA device")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 

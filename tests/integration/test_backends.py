@@ -579,6 +579,29 @@ parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }""")
     assert not [k for k in backend_module._shared_modules if "shared" in k[0]]
 
 
+class TorchMulAdd(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        return a * b, a + b
+
+
+def test_torch_weight_sharing_reload_reads_the_new_file(tmp_path, serve):
+    """A model.pt replaced and reloaded: the new version's instances load
+    the new file, not the module the old version (still serving while the
+    new one loads) shares under the same path."""
+    d = write_torch(tmp_path, "shared", TorchAddSub(), ADD_SUB_TORCH_IO, instances=2, extra="""
+parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }""")
+    s = serve(tmp_path)
+    ab = {"INPUT__0": np.full((1, 16), 3, np.float32), "INPUT__1": np.full((1, 16), 2, np.float32)}
+    np.testing.assert_array_equal(infer(s, "grpc", "shared", ab)["OUTPUT__0"], np.full((1, 16), 5))
+    torch.jit.script(TorchMulAdd()).save(str(d / "1" / "model.pt"))
+    s.call(s.server.models.load("shared"))
+    got = infer(s, "grpc", "shared", ab)
+    np.testing.assert_array_equal(got["OUTPUT__0"], np.full((1, 16), 6))
+    np.testing.assert_array_equal(got["OUTPUT__1"], np.full((1, 16), 5))
+    shared = [i.backend.module for i in s.server.models.resolve("shared", "").instances]
+    assert shared[0] is shared[1]
+
+
 def test_onnx_config_datatype_must_match_the_model(tmp_path, serve):
     bad_in = write_add_sub(tmp_path, name="bad_in")
     text = (bad_in / "config.pbtxt").read_text()
