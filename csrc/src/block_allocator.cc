@@ -27,32 +27,8 @@ void PinnedHostAllocator::Free(void* ptr) {
   runtime_.FreeHost(ptr);  // nothing useful to do with a failure here
 }
 
-namespace {
-
-// Makes `device` current for the scope, then restores the caller's device.
-class ScopedDevice {
- public:
-  ScopedDevice(const CudaRuntime& runtime, int device) : runtime_(runtime) {
-    status_ = runtime_.GetDevice(&previous_);
-    if (status_.ok() && previous_ != device) status_ = runtime_.SetDevice(device);
-    switched_ = status_.ok() && previous_ != device;
-  }
-  ~ScopedDevice() {
-    if (switched_) runtime_.SetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  const CudaRuntime& runtime_;
-  Status status_;
-  int previous_ = -1;
-  bool switched_ = false;
-};
-
-}  // namespace
-
 Status DeviceAllocator::Allocate(size_t bytes, void** ptr) {
-  ScopedDevice scope(runtime_, device_);
+  CudaDeviceScope scope(runtime_, device_);
   PYSERVER_RETURN_IF_ERROR(scope.status());
   Status status = runtime_.Malloc(ptr, bytes == 0 ? 1 : bytes);
   if (!status.ok()) {
@@ -64,7 +40,7 @@ Status DeviceAllocator::Allocate(size_t bytes, void** ptr) {
 }
 
 void DeviceAllocator::Free(void* ptr) {
-  ScopedDevice scope(runtime_, device_);
+  CudaDeviceScope scope(runtime_, device_);
   runtime_.Free(ptr);  // as for pinned memory: nothing to do on failure
 }
 

@@ -136,6 +136,18 @@ Status CudaRuntime::SetDevice(int device) const {
   return Check(set_device_(device), "cudaSetDevice");
 }
 
+CudaDeviceScope::CudaDeviceScope(const CudaRuntime& runtime, int device) : runtime_(runtime) {
+  status_ = runtime_.GetDevice(&previous_);
+  if (status_.ok() && previous_ != device) {
+    status_ = runtime_.SetDevice(device);
+    switched_ = status_.ok();
+  }
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  if (switched_) runtime_.SetDevice(previous_);  // a failure leaves nothing better to do
+}
+
 Status CudaRuntime::GetDevice(int* device) const {
   if (!available_) return Status(StatusCode::kUnavailable, reason_);
   return Check(get_device_(device), "cudaGetDevice");

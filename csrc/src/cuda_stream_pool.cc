@@ -9,7 +9,8 @@ Status CudaStreamPool::Create(const CudaRuntime& runtime, int device, int count,
   if (count <= 0) {
     return Status(StatusCode::kInvalidArg, "a CUDA stream pool needs at least one stream");
   }
-  PYSERVER_RETURN_IF_ERROR(runtime.SetDevice(device));
+  CudaDeviceScope scope(runtime, device);  // streams belong to the current device
+  PYSERVER_RETURN_IF_ERROR(scope.status());
   std::unique_ptr<CudaStreamPool> created(new CudaStreamPool(runtime, device));
   for (int i = 0; i < count; ++i) {
     void* stream = nullptr;
@@ -22,7 +23,7 @@ Status CudaStreamPool::Create(const CudaRuntime& runtime, int device, int count,
 
 CudaStreamPool::~CudaStreamPool() {
   if (streams_.empty()) return;
-  runtime_.SetDevice(device_);
+  CudaDeviceScope scope(runtime_, device_);
   for (void* stream : streams_) runtime_.StreamDestroy(stream);
 }
 

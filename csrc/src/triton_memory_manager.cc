@@ -14,12 +14,9 @@ namespace {
 // Runs fn on `device`, then puts the thread's current device back.
 template <typename Fn>
 pyserver::Status OnDevice(const pyserver::CudaRuntime& cuda, int64_t device, Fn&& fn) {
-  int previous = 0;
-  PYSERVER_RETURN_IF_ERROR(cuda.GetDevice(&previous));
-  PYSERVER_RETURN_IF_ERROR(cuda.SetDevice(static_cast<int>(device)));
-  pyserver::Status status = fn();
-  pyserver::Status restored = cuda.SetDevice(previous);
-  return status.ok() ? restored : status;
+  pyserver::CudaDeviceScope scope(cuda, static_cast<int>(device));
+  PYSERVER_RETURN_IF_ERROR(scope.status());
+  return fn();
 }
 
 }  // namespace

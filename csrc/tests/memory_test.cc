@@ -226,6 +226,27 @@ TEST(CudaStreamPool, RoundRobinAndDestroysItsStreams) {
   EXPECT_EQ(pool, nullptr);
 }
 
+TEST(CudaStreamPool, LeavesTheCallersDevice) {
+  ScopedEnv two_devices("FAKE_CUDART_DEVICES", "2");
+  CudaRuntime runtime({FAKE_CUDART_PATH});
+  ASSERT_TRUE(runtime.available());
+  ASSERT_TRUE(runtime.SetDevice(0).ok());
+  {
+    std::unique_ptr<CudaStreamPool> pool;
+    ASSERT_TRUE(CudaStreamPool::Create(runtime, 1, 2, &pool).ok());
+    EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);
+  }
+  EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);  // its destructor too
+  {
+    CudaDeviceScope scope(runtime, 1);
+    ASSERT_TRUE(scope.status().ok());
+    EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 1);
+    CudaDeviceScope bad(runtime, 7);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArg);
+  }
+  EXPECT_EQ(FakeCounter("fake_cudart_current_device"), 0);
+}
+
 }  // namespace
 }  // namespace pyserver
 

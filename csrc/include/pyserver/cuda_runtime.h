@@ -88,4 +88,23 @@ class CudaRuntime {
   const char* (*error_string_)(int) = nullptr;
 };
 
+// Makes `device` the calling thread's current device for its scope, then
+// gives the thread back the device it had: the current device is per
+// thread, and a loader or request thread must not be left switched.
+class CudaDeviceScope {
+ public:
+  CudaDeviceScope(const CudaRuntime& runtime, int device);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+  // Why the switch failed (then nothing is restored).
+  const Status& status() const { return status_; }
+
+ private:
+  const CudaRuntime& runtime_;
+  Status status_;
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
 }  // namespace pyserver
