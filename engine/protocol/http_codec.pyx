@@ -39,7 +39,13 @@ from pyserver.engine.protocol.http_infer import (
     read_plain,
 )
 from pyserver.kernel.dtypes import WIRE_TO_NUMPY, config_to_wire, serialize_bytes_tensor
-from pyserver.kernel.errors import Code, ServerError, json_type_error, shape_too_large
+from pyserver.kernel.errors import (
+    Code,
+    ServerError,
+    json_parse_error,
+    json_type_error,
+    shape_too_large,
+)
 from pyserver.engine.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from pyserver.engine.protocol.shared_memory import SharedMemoryUse
 
@@ -202,6 +208,13 @@ def _flatten(data, out: list, depth: int = 0) -> list:
     return out
 
 
+def _has_bool(data) -> bool:
+    for x in data:
+        if type(x) is bool or (type(x) is list and _has_bool(x)):
+            return True
+    return False
+
+
 def _json_numeric(name, datatype, npdt, data, count, shape):
     kinds, type_msg = _JSON_KINDS[datatype]
     try:
@@ -209,6 +222,10 @@ def _json_numeric(name, datatype, npdt, data, count, shape):
     except (ValueError, TypeError, OverflowError):  # ragged nesting
         arr = np.array(_flatten(data, []))
     kind = arr.dtype.kind
+    # numpy reads true among numbers as 1; TritonJson refuses a boolean
+    # where a number is due (csrc's reader declined such data)
+    if kind in "iuf" and _has_bool(data):
+        raise json_type_error("Unable to parse 'data': " + type_msg)
     if kind not in kinds:
         if arr.size == 0 and kind == "f":  # [] or [[]]: a count problem, not a type one
             pass
@@ -216,10 +233,13 @@ def _json_numeric(name, datatype, npdt, data, count, shape):
             arr = _json_wide_numbers(_flatten(data, []), kinds, type_msg)
             kind = arr.dtype.kind
     size = arr.size
-    if size != count:
+    if size != count:  # INTERNAL in Triton (HTTP 500), as its other 'data' failures
         if size > count:
-            raise _bad("Unable to parse 'data': Shape does not match true shape of 'data' field")
-        raise _bad("Failed to parse 'data' field: shape does not match true shape")
+            raise ServerError(Code.INTERNAL,
+                              "Unable to parse 'data': Shape does not match true shape of 'data' "
+                              "field")
+        raise ServerError(Code.INTERNAL,
+                          "Failed to parse 'data' field: shape does not match true shape")
     if kind == "i" and kinds == "ui" and arr.min() < 0:
         raise json_type_error("Unable to parse 'data': " + _NON_UINT)
     return arr.astype(npdt, copy=False).reshape(shape)
@@ -575,7 +595,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
     try:
         doc = _loads(src)
     except _JSONDecodeError as e:
-        raise _bad(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+        raise json_parse_error(e) from None
     if type(doc) is not dict:
         raise _member_error("inputs", None)
 

@@ -19,7 +19,13 @@ import numpy as np
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE, json_tensor_data
 from pyserver.kernel import dtypes
-from pyserver.kernel.errors import Code, ServerError, json_type_error, request_json_too_large
+from pyserver.kernel.errors import (
+    Code,
+    ServerError,
+    json_parse_error,
+    json_type_error,
+    request_json_too_large,
+)
 from pyserver.kernel.types import InferRequest, InferTensor
 
 __all__ = ["decode_generate_request", "generate_response"]
@@ -40,8 +46,8 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict,
     try:
         # pairs, not dicts: a key given twice must not vanish
         doc = json.loads(body, object_pairs_hook=_Pairs) if body else _Pairs()
-    except ValueError as e:
-        raise _bad(f"failed to parse the request JSON buffer: {e}") from None
+    except json.JSONDecodeError as e:
+        raise json_parse_error(e) from None
     if type(doc) is not _Pairs:
         raise _bad("generate request JSON must be an object")
     request_id = ""

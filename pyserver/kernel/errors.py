@@ -126,6 +126,42 @@ def json_type_error(message: str) -> ServerError:
     return ServerError(Code.INTERNAL, message)
 
 
+# The JSON parser's complaints (orjson's and the standard library's) in the
+# words of rapidjson, which Triton's HTTP frontend parses with; one that
+# depends on where the parser was (a document cut short) keeps its own.
+_RAPIDJSON_WORDS = (
+    ("zero-length", "The document is empty."),
+    ("input data is empty", "The document is empty."),
+    ("expected a string key", "Missing a name for object member."),
+    ("Expecting property name", "Missing a name for object member."),
+    ("expected ':'", "Missing a colon after a name of object member."),
+    ("Expecting ':'", "Missing a colon after a name of object member."),
+    ("expected ',' or '}'", "Missing a comma or '}' after an object member."),
+    ("expected ',' or ']'", "Missing a comma or ']' after an array element."),
+    ("content after document", "The document root must not be followed by other values."),
+    ("Extra data", "The document root must not be followed by other values."),
+    ("decimal point", "Missing fraction part in number."),
+    ("exponent", "Missing exponent in number."),
+    ("escape", "Invalid escape character in string."),
+    ("invalid literal", "Invalid value."),
+    ("Expecting value", "Invalid value."),
+    ("unexpected character", "Invalid value."),
+)
+
+
+def json_parse_error(err) -> ServerError:
+    """A request body that is not JSON (``err``: a JSONDecodeError of orjson
+    or the standard library): TritonJson's text, "failed to parse the request
+    JSON buffer: <what> at <offset>", and its code, INTERNAL (HTTP 500)."""
+    what = err.msg
+    for words, rapidjson in _RAPIDJSON_WORDS:
+        if words in what:
+            what = rapidjson
+            break
+    return ServerError(Code.INTERNAL, f"failed to parse the request JSON buffer: {what} at "
+                                      f"{err.pos}")
+
+
 def request_json_too_large(size: int, limit: int) -> str:
     """Triton's text for a JSON request body past --http-max-input-size
     (every route's body but infer's, whose binary tensors may pass it)."""

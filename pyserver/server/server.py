@@ -397,11 +397,23 @@ class Server:
         model (all its loaded versions, or one) or, with no name, all."""
         if not name:
             versions = self.loaded_versions()
-        elif version:
-            versions = [self._resolve(name, version)]
         else:
-            self._resolve(name, "")
-            versions = [mv for _, mv in sorted(self.models.versions[name].items())]
+            # Triton core's answers here: INVALID_ARG (HTTP 400), not the
+            # NOT_FOUND of the other model endpoints.
+            if self.models is None:
+                raise not_running()
+            if not self.models.versions.get(name):
+                raise invalid_arg(f"requested model '{name}' is not available")
+            if version:
+                try:
+                    versions = [self._resolve(name, version)]
+                except ServerError as err:
+                    if err.code != Code.NOT_FOUND:
+                        raise  # not a version number
+                    raise invalid_arg("requested model version is not available for model "
+                                      f"'{name}'") from None
+            else:
+                versions = [mv for _, mv in sorted(self.models.versions[name].items())]
         out = []
         for mv in versions:
             s = mv.stats.snapshot()

@@ -541,7 +541,8 @@ def test_statistics(add_sub):
     assert proto.batch_stats[0].batch_size == 1
     everything = client.get_inference_statistics(as_json=True)["model_stats"]
     assert {m["name"] for m in everything} == {"add_sub", "slow"}
-    expect_error(lambda: client.get_inference_statistics("nope"), "StatusCode.NOT_FOUND")
+    expect_error(lambda: client.get_inference_statistics("nope"), "StatusCode.INVALID_ARGUMENT",
+                 "requested model 'nope' is not available")
     client.close()
 
 

@@ -104,10 +104,12 @@ def test_statistics_after_known_traffic(add_sub):
     assert client.get_inference_statistics("add_sub", "1") == stats
     everything = client.get_inference_statistics()
     assert [m["name"] for m in everything["model_stats"]] == ["add_sub"]
-    expect_error(lambda: client.get_inference_statistics("nope"), 404,
-                 "Request for unknown model: 'nope' is not found")
-    expect_error(lambda: client.get_inference_statistics("add_sub", "7"), 404,
-                 "Request for unknown model: 'add_sub' version 7 is not found")
+    # Triton core's own answers for statistics (400, not the 404 of the
+    # other model endpoints)
+    expect_error(lambda: client.get_inference_statistics("nope"), 400,
+                 "requested model 'nope' is not available")
+    expect_error(lambda: client.get_inference_statistics("add_sub", "7"), 400,
+                 "requested model version is not available for model 'add_sub'")
 
     async def aio():
         c = aioclient.InferenceServerClient(add_sub.url)
@@ -325,7 +327,7 @@ def test_log_settings(add_sub):
                 await c.close()
 
         asyncio.run(aio())
-        assert request(add_sub.url, "POST", "/v2/logging", b'{"log_info": ')[0] == 400
+        assert request(add_sub.url, "POST", "/v2/logging", b'{"log_info": ')[0] == 500
     finally:
         client.update_log_settings({k: defaults[k] for k in  # the file: not over the network
                                     ("log_verbose_level", "log_info", "log_warning",
@@ -557,9 +559,10 @@ def test_malformed_requests_then_still_serving(add_sub):
     # (raw request, status, text in the error); TritonJson's failures are
     # INTERNAL in Triton, so 500 (qa/L0_http test_negative_dimensions)
     answered = [
-        (infer_req(b'{"inputs": [{"name": "INPUT0", "shape": [1, 16'), 400,
+        (infer_req(b'{"inputs": [{"name": "INPUT0", "shape": [1, 16'), 500,
          "failed to parse the request JSON buffer"),
-        (infer_req(b'not json at all'), 400, "failed to parse the request JSON buffer"),
+        (infer_req(b'not json at all'), 500,
+         "failed to parse the request JSON buffer: Invalid value. at 0"),
         (infer_req(b'[1, 2, 3]'), 500, "Unable to parse 'inputs'"),
         (infer_req(b'{"inputs": 5}'), 500, "attempt to access JSON non-array as array"),
         (infer_req(b'{"inputs": [{"name": 7, "shape": [1], "datatype": "FP32", "data": [1]}]}'),
@@ -601,7 +604,7 @@ def test_malformed_requests_then_still_serving(add_sub):
          "malformed HTTP request: Transfer-Encoding must end with chunked"),
         (b"GET /v2 HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n{}", 400,
          "malformed HTTP request: Transfer-Encoding must end with chunked"),
-        (b"POST /v2/repository/index HTTP/1.1\r\nContent-Length: 4\r\n\r\n{\"re", 400,
+        (b"POST /v2/repository/index HTTP/1.1\r\nContent-Length: 4\r\n\r\n{\"re", 500,
          "failed to parse the request JSON buffer"),
         (b"POST /v2/systemsharedmemory/region/r/register HTTP/1.1\r\nContent-Length: 2\r\n\r\n"
          b"[]", 501, "Client shared memory is disabled"),

@@ -95,7 +95,8 @@ def test_generate_errors(served):
     assert r.status == 500  # Triton's text and code (TritonJson's failures are INTERNAL)
     assert json.loads(body)["error"] == "attempt to access JSON non-string as string"
     r, body = post(served, "/v2/models/add_sub/generate", b"{not json")
-    assert r.status == 400 and "failed to parse the request JSON" in json.loads(body)["error"]
+    assert r.status == 500 and json.loads(body)["error"] == (
+        "failed to parse the request JSON buffer: Missing a name for object member. at 1")
     r, body = post(served, "/v2/models/missing/generate", {"A": 1})
     assert r.status in (400, 404) and "missing" in json.loads(body)["error"]
     conn = http.client.HTTPConnection(*served.url.split(":"), timeout=30)

@@ -127,7 +127,8 @@ def test_statistics_shape(tmp_path, start_server):
     assert s.run(s.server.statistics)["model_stats"][0]["name"] == "m"
     with pytest.raises(ServerError) as err:
         s.run(s.server.statistics, "nope", "")
-    assert err.value.code == Code.NOT_FOUND
+    assert err.value.code == Code.INVALID_ARG  # Triton core's code here
+    assert err.value.message == "requested model 'nope' is not available"
 
 
 def test_loading_a_name_the_repository_lacks_keeps_the_server_ready(tmp_path, start_server):

@@ -328,7 +328,7 @@ def test_register_body_errors_on_the_wire(shm_server):
     assert post(base + "/region/r/register", b'{"key": "/k", "byte_size": -8}') == (
         500, {"error": "attempt to access JSON non-unsigned-integer as unsigned-integer"})
     status, body = post(base + "/region/r/register", b'{"key": ')
-    assert status == 400 and body["error"].startswith("failed to parse the request JSON buffer")
+    assert status == 500 and body["error"].startswith("failed to parse the request JSON buffer")
     conn = http.client.HTTPConnection(*shm_server.url.split(":"))
     conn.request("POST", base + "/status")
     resp = conn.getresponse()

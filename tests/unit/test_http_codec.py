@@ -50,9 +50,11 @@ def decode_json(doc, model="m"):
 
 def triton_code(message: str, code=Code.INVALID_ARG):
     """The code Triton's HTTP frontend gives a message: TritonJson's
-    accessor failures are INTERNAL (500), the rest ``code``."""
-    return Code.INTERNAL if "attempt to access" in message or \
-        "attempt to get members" in message else code
+    accessor and parse failures and its 'data' reader's are INTERNAL (500),
+    the rest ``code``."""
+    internal = ("attempt to access", "attempt to get members", "request JSON buffer",
+                "hape does not match true shape")
+    return Code.INTERNAL if any(words in message for words in internal) else code
 
 
 def expect_error(fn, *args, code=Code.INVALID_ARG):
@@ -329,6 +331,13 @@ def test_error_json_element_types():
         "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer")
     assert one("FP32", ["1.0", 2]) == (
         "Unable to parse 'data': attempt to access JSON non-number as double")
+    # a boolean among numbers is not the number 1 (numpy would read it so)
+    assert one("FP32", [True, 2, 3, 4]) == (
+        "Unable to parse 'data': attempt to access JSON non-number as double")
+    assert one("INT64", [[1, False]]) == (
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer")
+    assert one("UINT16", [3, True]) == (
+        "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer")
     assert one("BOOL", [1, 0]) == (
         "Unable to parse 'data': attempt to access JSON non-boolean as boolean")
     assert one("BYTES", ["a", 3]) == (

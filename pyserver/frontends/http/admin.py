@@ -27,6 +27,7 @@ from pyserver.frontends.http.framing import (
 from pyserver.kernel.errors import (
     Code,
     ServerError,
+    json_parse_error,
     json_type_error,
     request_json_too_large,
     unknown_load_parameter,
@@ -54,8 +55,7 @@ def json_body(body: bytes, limit: int):
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:
-        raise ServerError(Code.INVALID_ARG,
-                          f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
+        raise json_parse_error(e) from None
 
 
 def _b64decode(value: str, name: str) -> bytes:
