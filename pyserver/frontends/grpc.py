@@ -616,6 +616,9 @@ class GrpcFrontend:
         return encode_model_statistics(self._server.statistics(req.name, req.version))
 
     def _repository_index(self, req):
+        if req.repository_name:
+            raise ServerError(Code.UNSUPPORTED,
+                              "'repository_name' specification is not supported")
         rows = self._server.repository_index(req.ready)
         resp = _m("inference.RepositoryIndexResponse")()
         for row in rows:

@@ -555,6 +555,13 @@ def test_repository_index_load_unload(tmp_path, start_grpc):
     assert index["m"]["state"] == "READY"
     assert "other" in index and index["other"].get("state") != "READY"
     assert not client.is_model_ready("other")
+    # a named repository is refused, as for load and unload
+    Index = message_class("inference.RepositoryIndexRequest")
+    with pytest.raises(grpc.RpcError) as err:
+        raw_call(s.grpc_url, "/inference.GRPCInferenceService/RepositoryIndex",
+                 Index(repository_name="elsewhere").SerializeToString())
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert err.value.details() == "'repository_name' specification is not supported"
 
     client.load_model("other")
     assert client.is_model_ready("other")
