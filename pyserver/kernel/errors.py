@@ -92,6 +92,36 @@ class ServerError(Exception):
         return f"ServerError({self.code.name}, {self.message!r})"
 
 
+# Triton's names of the codes (TRITONSERVER_ErrorCodeString), which its core
+# puts before a message where it keeps one as a state's reason.
+CODE_NAMES = {
+    Code.UNKNOWN: "Unknown",
+    Code.INTERNAL: "Internal",
+    Code.NOT_FOUND: "Not found",
+    Code.INVALID_ARG: "Invalid argument",
+    Code.UNAVAILABLE: "Unavailable",
+    Code.UNSUPPORTED: "Unsupported",
+    Code.ALREADY_EXISTS: "Already exists",
+    Code.CANCELLED: "Cancelled",
+}
+
+
+class VersionLoadError(ServerError):
+    """One version of a model failed to load (its instances, its files):
+    ``version`` says which, ``state_reason`` is the reason Triton's index
+    keeps for it ("Internal: ...")."""
+
+    __slots__ = ("version",)
+
+    def __init__(self, version: int, code: Code, message: str):
+        super().__init__(code, message)
+        self.version = version
+
+    @property
+    def state_reason(self) -> str:
+        return f"{CODE_NAMES.get(self.code, 'Unknown')}: {self.message}"
+
+
 DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
 DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 

@@ -27,7 +27,7 @@ from pyserver.config import (
     normalize,
 )
 from pyserver.kernel.context import ServerContext
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import Code, ServerError, VersionLoadError
 from pyserver.model import warmup
 from pyserver.model.custom_batching import find_strategy
 from pyserver.model.ensemble import EnsemblePlan
@@ -187,23 +187,26 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
             if kept is not None and kept.config == config:
                 loaded.append(kept)
                 continue
-            version_dir = available[number]
-            model_path = version_dir / filename
-            if file_required and not model_path.exists():
-                raise ServerError(Code.UNAVAILABLE,
-                                  f"model '{model.name}' version {number}: {model_path} not found")
-            strategy = find_strategy(config, version_dir, model.path,
-                                     Path(options.backend_directory) / backend)
-            mv = ModelVersion(model.name, number, config, str(version_dir), context, strategy)
-            _enable_latency_metrics(mv, config, options)
-            loaded.append(mv)
-            for group in config.instance_group:
-                for i in range(instance_count(group)):
-                    name = f"{group.name}_{i}"
-                    device = instance_device(config, name)
-                    mv.add_instance(name, cls(str(model_path), config, name, device, threads,
-                                              **extra), group)
-            warmup.run(mv, samples)  # READY only once every instance ran its samples
+            try:
+                version_dir = available[number]
+                model_path = version_dir / filename
+                if file_required and not model_path.exists():
+                    raise ServerError(Code.UNAVAILABLE, f"model '{model.name}' version {number}: "
+                                                        f"{model_path} not found")
+                strategy = find_strategy(config, version_dir, model.path,
+                                         Path(options.backend_directory) / backend)
+                mv = ModelVersion(model.name, number, config, str(version_dir), context, strategy)
+                _enable_latency_metrics(mv, config, options)
+                loaded.append(mv)
+                for group in config.instance_group:
+                    for i in range(instance_count(group)):
+                        name = f"{group.name}_{i}"
+                        device = instance_device(config, name)
+                        mv.add_instance(name, cls(str(model_path), config, name, device, threads,
+                                                  **extra), group)
+                warmup.run(mv, samples)  # READY only once every instance ran its samples
+            except ServerError as err:  # this version's (Triton's index names it)
+                raise VersionLoadError(number, err.code, err.message) from None
     except BaseException:
         for mv in loaded:
             if (keep or {}).get(mv.version) is not mv:

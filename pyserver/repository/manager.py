@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from pyserver._proto import ModelConfig
 from pyserver.config import decoupled_cache_error
 from pyserver.kernel.context import ServerContext
-from pyserver.kernel.errors import Code, ServerError, invalid_arg, not_found
+from pyserver.kernel.errors import Code, ServerError, VersionLoadError, invalid_arg, not_found
 from pyserver.model.version import ModelVersion
 from pyserver.repository import loader as repository
 from pyserver.repository import remote
@@ -76,6 +76,8 @@ class ModelManager:
         # name -> the versions an unload took down (the index lists each,
         # while the model stays unloaded)
         self._unloaded_versions: dict[str, list[int]] = {}
+        # a model whose load failed in one version: that version (Triton's index names it)
+        self._failed_versions: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._override_dirs: dict[str, str] = {}
         # name -> what the model folder looked like when it was last loaded
@@ -176,7 +178,9 @@ class ModelManager:
                     rows.extend({"name": name, "version": str(v), "state": state,
                                  "reason": reason} for v in self._unloaded_versions[name])
                     continue
-                row = {"name": name, "version": "", "state": state}
+                failed = self._failed_versions.get(name) if state == "UNAVAILABLE" else None
+                row = {"name": name, "version": "" if failed is None else str(failed),
+                       "state": state}
                 if reason:
                     row["reason"] = reason
                 rows.append(row)
@@ -289,6 +293,7 @@ class ModelManager:
                 if from_folder and old_stamp is not None else set()
             self.states[name] = ("LOADING", "")
             self._unloaded_versions.pop(name, None)
+            self._failed_versions.pop(name, None)
             self._loading += 1
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
@@ -306,12 +311,20 @@ class ModelManager:
             except Exception as err:  # a broken model never takes the server down
                 if self.control_mode == "poll" and stamp is not None:
                     self._stamps[name] = stamp
-                if isinstance(err, ServerError):
-                    reason = self._public(err.message)
+                failed_version = None
+                if isinstance(err, VersionLoadError):
+                    # as Triton's core keeps and words it
+                    failed_version = err.version
+                    reason = self._public(err.state_reason)
+                    log.error("failed to load '%s' version %d: %s", name, err.version, reason)
+                    detail = f"version {err.version} is at UNAVAILABLE state: {reason};\n"
+                    err = ServerError(err.code, self._public(err.message))
+                elif isinstance(err, ServerError):
+                    reason = detail = self._public(err.message)
                     log.error("failed to load '%s': %s", name, reason)
                     err = ServerError(err.code, reason)
                 else:
-                    reason = self._public(f"{type(err).__name__}: {err}")
+                    reason = detail = self._public(f"{type(err).__name__}: {err}")
                     log.exception("failed to load '%s'", name)
                     err = ServerError(Code.INTERNAL, reason)
                 if serving:  # the old versions keep serving, and stay READY
@@ -320,8 +333,10 @@ class ModelManager:
                               ", ".join(map(str, sorted(self.versions[name]))))
                 else:
                     self.states[name] = ("UNAVAILABLE", reason)
+                    if failed_version is not None:
+                        self._failed_versions[name] = failed_version
                 if requested:
-                    err = ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {reason}")
+                    err = ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {detail}")
                 raise err from None
             finally:
                 self._loading -= 1

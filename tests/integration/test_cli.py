@@ -138,7 +138,8 @@ def test_startup_log_poll_mode_and_exit_on_error_false(tmp_path):
     rows = {cells[1].strip(): (cells[2].strip(), cells[3].strip())
             for cells in (line.split("|") for line in table[3:-1])}
     assert rows["good"] == ("1", "READY")
-    assert rows["broken"][0] == "-" and rows["broken"][1].startswith("UNAVAILABLE: ")
+    # the version that failed, and core's reason with its code's name
+    assert rows["broken"][0] == "1" and rows["broken"][1].startswith("UNAVAILABLE: ")
     assert f"Started HTTPService at 127.0.0.1:{ports[0]}" in out
     assert f"Started GRPCInferenceService at 127.0.0.1:{ports[1]}" in out
     assert f"Started Metrics Service at 127.0.0.1:{ports[2]}" in out

@@ -148,9 +148,14 @@ def test_failing_warmup_is_a_load_failure(tmp_path, start_server, caplog):
     assert "load failed for model 'failing'" in err.value.message()
     assert "failed to run warmup sample 'boom'" in err.value.message()
     assert "this model refuses warmup data" in err.value.message()
-    row = index(s.url)[("failing", "")]
+    # core's words: the version, its state, the reason with its code's name
+    assert err.value.message().startswith(
+        "load failed for model 'failing': version 1 is at UNAVAILABLE state: Invalid argument: "
+        "failed to run warmup sample 'boom': ")
+    assert err.value.message().endswith(";\n")
+    row = index(s.url)[("failing", "1")]
     assert row["state"] == "UNAVAILABLE"
-    assert row["reason"].startswith("failed to run warmup sample 'boom': ")
+    assert row["reason"].startswith("Invalid argument: failed to run warmup sample 'boom': ")
     assert "this model refuses warmup data" in caplog.text
     assert not client.is_model_ready("failing")
 
@@ -325,7 +330,7 @@ def test_exit_on_error_and_strict_readiness(tmp_path, start_server):
     client = httpclient.InferenceServerClient(s.url)
     assert client.is_server_live() and client.is_model_ready("good")
     assert not client.is_server_ready()  # strict: one model is not READY
-    row = index(s.url)[("bad", "")]
+    row = index(s.url)[("bad", "1")]
     assert row["state"] == "UNAVAILABLE" and "onnxruntime could not load" in row["reason"]
     lenient = start_server(tmp_path, exit_on_error=False, strict_readiness=False)
     assert httpclient.InferenceServerClient(lenient.url).is_server_ready()
@@ -377,8 +382,9 @@ def write_flaky(repo: Path) -> Path:
 def test_model_load_retry_count(tmp_path, start_server, caplog):
     model = write_flaky(tmp_path / "one_retry")
     s = start_server(tmp_path / "one_retry", exit_on_error=False, model_load_retry_count=1)
-    row = index(s.url)[("flaky", "")]
+    row = index(s.url)[("flaky", "1")]
     assert row["state"] == "UNAVAILABLE" and "not up yet (try 2)" in row["reason"]
+    assert row["reason"].startswith("Internal: ")
     assert (model / "tries").read_text() == "2"  # the load and one retry
     model = write_flaky(tmp_path / "two_retries")
     with caplog.at_level(logging.WARNING, logger="pyserver"):

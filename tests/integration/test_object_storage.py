@@ -409,11 +409,11 @@ def test_s3_half_written_models_leave_the_others_serving(bucket, tmp_path, start
     assert ready_names(s) == {"good"}
     rows = index(s)
     for name in ("empty", "nofile"):
-        row = rows[(name, "")]
+        row = rows[(name, "1")]
         assert row["state"] == "UNAVAILABLE"
         # the reason names the bucket, not the local cache
         assert str(tmp_path) not in row["reason"], row["reason"]
-    assert bucket.name in rows[("nofile", "")]["reason"]
+    assert bucket.name in rows[("nofile", "1")]["reason"]
     assert http_infer(s.url, "good")[0][0, 0] == 3.0
     # the upload completes: the next poll loads it
     model = next((tmp_path / "staging").glob("*/good/1/model.onnx")).read_bytes()
