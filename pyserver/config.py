@@ -157,8 +157,16 @@ def normalize(config: ModelConfig, model_name: str, gpu_count: int = 0) -> Model
         if config.model_transaction_policy.decoupled:
             raise ConfigError(decoupled_cache_error(model_name))
 
-    if not config.instance_group and config.platform != "ensemble":  # steps run elsewhere
-        config.instance_group.add()
+    if config.platform != "ensemble":  # (an ensemble's steps run elsewhere)
+        if not config.instance_group:  # named after the model, as Triton names it
+            config.instance_group.add(name=model_name)
+        # What Triton's normalized config says of pinned staging buffers
+        # (used where there is a GPU to stage for).
+        optimization = config.optimization
+        if not optimization.HasField("input_pinned_memory"):
+            optimization.input_pinned_memory.enable = True
+        if not optimization.HasField("output_pinned_memory"):
+            optimization.output_pinned_memory.enable = True
     for idx, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{model_name}_{idx}"

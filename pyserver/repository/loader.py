@@ -293,7 +293,11 @@ def prepare_config(model: ModelDir, config_override=None, options: LoadOptions |
             f"model '{model.name}': {where} names no platform or backend "
             "(e.g. platform: \"onnxruntime_onnx\")")
     available = version_folders(model.path)
-    filename = config.default_model_filename or DEFAULT_MODEL_FILENAMES.get(backend, "model")
+    if not config.default_model_filename and backend in DEFAULT_MODEL_FILENAMES:
+        # Triton's core fills it in for the backends it knows (the config
+        # it serves shows it), a backend's own library aside
+        config.default_model_filename = DEFAULT_MODEL_FILENAMES[backend]
+    filename = config.default_model_filename or "model"
     found = None
     if backend != "ensemble":
         found = find_backend(backend, config.runtime, BackendSearch(

@@ -266,7 +266,7 @@ def test_error_codes(tmp_path, start_server, python_mode):
 
 def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server, python_mode):
     server = start_server(repo_with(tmp_path, "errors", mode=python_mode))
-    prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
+    prefix = "Failed to process the request(s) for model 'errors_0', message: "
     err = run_error(server, "model_exception")
     assert err.status() == "500"
     assert err.message().startswith(prefix + "TritonModelException: the model refused")
@@ -284,7 +284,7 @@ def test_exceptions_fail_the_batch_with_tracebacks(tmp_path, start_server, pytho
 
 def test_wrong_responses(tmp_path, start_server, python_mode):
     server = start_server(repo_with(tmp_path, "errors", mode=python_mode))
-    prefix = "Failed to process the request(s) for model 'errors_0_0', message: "
+    prefix = "Failed to process the request(s) for model 'errors_0', message: "
     err = run_error(server, "two_responses")
     assert err.status() == "500"
     assert err.message() == prefix + (
@@ -596,7 +596,7 @@ def test_crash_fails_the_request_and_the_worker_restarts(tmp_path, start_server,
         infer_one(server.url, "crash", "IN", np.array([how], np.int32), "INT32")
     message = info.value.message()
     assert info.value.status() == "500"
-    assert "python model 'crash' instance 'crash_0_0'" in message
+    assert "python model 'crash' instance 'crash_0'" in message
     assert f"(pid {old_pid}) {expected} while executing a batch of 1 request(s)" in message
     if how == 11:
         assert "Fatal Python error" in message and "model.py" in message  # faulthandler's report
@@ -686,7 +686,7 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
     assert time.monotonic() - started < 10
     message = info.value.message()
     assert info.value.status() == "500"
-    assert (f"python model 'crash' instance 'crash_0_0': the worker process (pid {old_pid}) did "
+    assert (f"python model 'crash' instance 'crash_0': the worker process (pid {old_pid}) did "
             "not finish a batch within 1 s (pyserver_execute_timeout_seconds) and was killed "
             "while executing a batch of 1 request(s); it is being restarted") in message, message
     assert "Where its threads were when it was stopped:" in message
@@ -730,7 +730,7 @@ def test_a_worker_that_cannot_restart_fails_fast_then_recovers(tmp_path, start_s
     with pytest.raises(InferenceServerException) as info:
         infer_one(server.url, "crash", "IN", np.array([1], np.int32), "INT32")
     assert info.value.status() == "503"
-    assert "python model 'crash' instance 'crash_0_0' is not available: its worker process could " \
+    assert "python model 'crash' instance 'crash_0' is not available: its worker process could " \
            "not be restarted" in info.value.message()
     assert "TritonModelException: initialize refused" in info.value.message()
     assert not backend.healthy()

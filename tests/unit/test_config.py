@@ -45,9 +45,16 @@ def test_normalize_fills_triton_defaults():
     cfg = normalize(parse_config_text(GOOD), "m")
     assert list(cfg.dynamic_batching.preferred_batch_size) == [8]
     assert cfg.version_policy.latest.num_versions == 1
-    assert cfg.instance_group[0].name == "m_0"
+    assert cfg.instance_group[0].name == "m"  # no group in the config: one named after it
     assert cfg.instance_group[0].count == 1
     assert cfg.backend == "onnxruntime"
+    assert cfg.optimization.input_pinned_memory.enable
+    assert cfg.optimization.output_pinned_memory.enable
+    named = normalize(parse_config_text(GOOD + "instance_group [ { count: 2 }, { } ]\n"
+                                        "optimization { input_pinned_memory { enable: false } }"),
+                      "m")
+    assert [g.name for g in named.instance_group] == ["m_0", "m_1"]
+    assert not named.optimization.input_pinned_memory.enable
 
 
 def test_normalize_rejects_bad_values():
