@@ -437,6 +437,12 @@ def deprecated_trace_config(args) -> list[str]:
     return items
 
 
+# What Triton's command line takes for a trace level.
+_TRACE_LEVEL_WORDS = {"false": "OFF", "off": "OFF", "true": "TIMESTAMPS", "on": "TIMESTAMPS",
+                      "min": "TIMESTAMPS", "max": "TIMESTAMPS", "timestamps": "TIMESTAMPS",
+                      "tensors": "TENSORS"}
+
+
 def parse_trace_config(items: list[str]) -> dict:
     """--trace-config values ("[triton,]key=value") as a trace settings
     update; ValueError names what is wrong."""
@@ -456,8 +462,12 @@ def parse_trace_config(items: list[str]) -> dict:
             raise ValueError(f"--trace-config {item}: trace mode '{value}' is not supported "
                              "(only triton)")
         if name == "trace_level":  # repeatable, as in Triton: each adds a level
+            level = _TRACE_LEVEL_WORDS.get(value.lower())
+            if level is None:  # Triton's words for its command line
+                raise ValueError(f"--trace-config {item}: invalid value for trace level "
+                                 f"option: {value.lower()}")
             levels = [] if update.get(name) in (None, ["OFF"]) else update[name]
-            update[name] = ["OFF"] if value.upper() == "OFF" else [*levels, value.upper()]
+            update[name] = ["OFF"] if level == "OFF" else [*levels, level]
         else:
             update[name] = value
     return update

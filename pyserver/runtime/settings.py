@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 
 from pyserver.kernel.errors import invalid_arg
@@ -175,8 +176,30 @@ class LogSettings:
             console_handler.setFormatter(TritonLogFormatter(v["log_format"]))
 
 
-_TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _TRACE_COUNTERS = ("trace_rate", "trace_count", "log_frequency")
+_INT32_MIN, _INT32_MAX, _UINT32_MAX = -(1 << 31), (1 << 31) - 1, (1 << 32) - 1
+
+
+def _trace_number(key: str, value) -> str:
+    """A counter as Triton's handler reads it: std::stoi of the text (a
+    leading number, an int32), trace_count at least -1, and the unsigned
+    ones (trace_rate, log_frequency) wrapped as a uint32 takes an int."""
+    text = str(value)
+    match = re.match(r"\s*[+-]?\d+", text)
+    if match is None:
+        raise invalid_arg(f"Unable to parse '{key}', got: {text}")
+    number = int(match.group())
+    if key == "trace_count":
+        if not _INT32_MIN <= number <= _INT32_MAX:
+            raise invalid_arg(f"Unable to parse 'trace_count', value is out of range [ -1, "
+                              f"{_INT32_MAX} ], got: {text}")
+        if number < -1:
+            raise invalid_arg(f"Unable to parse 'trace_count'. Expecting value >= -1, got:{text}")
+        return str(number)
+    if not _INT32_MIN <= number <= _INT32_MAX:
+        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ 0, {_UINT32_MAX} "
+                          f"], got: {text}")
+    return str(number & _UINT32_MAX)
 
 
 class TraceSettings:
@@ -204,10 +227,15 @@ class TraceSettings:
             values["trace_count"] = str(count - 1)
 
     def update(self, model_name: str | None, update: dict) -> None:
+        """As Triton's trace settings handler: a key it does not read
+        (trace_mode among them: only the command line sets it) and a level
+        it does not know are passed over; numbers are read as std::stoi reads
+        them; the result must be a setting that can trace (a trace file, a
+        non-zero rate) unless it turns tracing off."""
         target = dict(self.model_values.get(model_name, {})) if model_name else dict(self.global_values)
         for key, value in update.items():
-            if key not in self.global_values:
-                raise invalid_arg(f"unknown trace setting '{key}'")
+            if key not in self.global_values or key == "trace_mode":
+                continue
             if value is None:
                 if not model_name:
                     raise invalid_arg(f"trace setting '{key}' can only be cleared for a model")
@@ -215,32 +243,27 @@ class TraceSettings:
                 continue
             if key == "trace_level":
                 levels = value if isinstance(value, list) else [value]
-                for level in levels:
-                    if level not in _TRACE_LEVELS:
-                        raise invalid_arg(f"unsupported trace level '{level}', expected one of "
-                                          f"{', '.join(_TRACE_LEVELS)}")
-                    if level == "OFF" and len(levels) != 1:
+                if "OFF" in levels:
+                    if len(levels) != 1:
                         # OFF beside a level would mean both traced and not
                         raise invalid_arg("Expect only one trace level 'OFF' is specified")
-                target[key] = list(levels)
+                    target[key] = ["OFF"]
+                    continue
+                known = [level for level in ("TIMESTAMPS", "TENSORS") if level in levels]
+                if known:
+                    target[key] = known
             elif key in _TRACE_COUNTERS:
-                try:
-                    number = int(str(value))
-                except ValueError:
-                    raise invalid_arg(f"Unable to parse '{key}', got: {value}") from None
-                if number < (-1 if key == "trace_count" else 0):
-                    raise invalid_arg(f"invalid value for '{key}': {value}")
-                target[key] = str(number)
-            elif key == "trace_mode":
-                # Triton's other mode, opentelemetry, exports spans to a
-                # collector, which this server does not: refused, not ignored
-                if value != "triton":
-                    raise invalid_arg(f"unsupported trace mode '{value}'")
-                target[key] = value
+                target[key] = _trace_number(key, value)
             else:
                 if not isinstance(value, str):
                     raise invalid_arg(f"Expect string value for '{key}', got {value!r}")
                 target[key] = value
+        values = dict(self.global_values, **target) if model_name else target
+        if values["trace_level"] != ["OFF"]:
+            reason = ("sample rate must be non-zero" if values["trace_rate"] == "0" else
+                      "trace file name is not given" if not values["trace_file"] else None)
+            if reason is not None:
+                raise invalid_arg(f"Attempting to set invalid trace setting :{reason}")
         if model_name:
             self.model_values[model_name] = target
         else:

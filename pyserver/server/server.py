@@ -512,8 +512,8 @@ class Server:
                        network: bool = False) -> dict:
         """The trace settings (of ``model_name``, or global), after
         ``update``; ``network`` as for log_settings, for the trace file."""
-        if model_name:
-            self._resolve(model_name, "")
+        if model_name and not self.model_ready(model_name):  # Triton's answer and text
+            raise invalid_arg(f"Request for unknown model : {model_name}")
         if update and network and "trace_file" in update:
             raise ServerError(Code.UNSUPPORTED, NETWORK_TRACE_FILE)
         if update:

@@ -280,8 +280,8 @@ def test_trace_settings(add_sub):
     assert client.get_trace_settings()["trace_count"] == "-1"
     cleared = client.update_trace_settings("add_sub", {"trace_count": None})
     assert cleared["trace_count"] == "-1"
-    expect_error(lambda: client.get_trace_settings("nope"), 404,
-                 "Request for unknown model: 'nope' is not found")
+    expect_error(lambda: client.get_trace_settings("nope"), 400,  # Triton's code and text
+                 "Request for unknown model : nope")
     with pytest.raises(InferenceServerException) as err:
         client.update_trace_settings(settings={"trace_rate": "fast"})
     assert err.value.status() == "400"

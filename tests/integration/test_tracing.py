@@ -181,9 +181,13 @@ def test_off_beside_another_trace_level_is_refused(tmp_path, start_grpc):  # noq
             assert err.value.status() == status
             assert "Expect only one trace level 'OFF' is specified" in str(err.value)
     assert client.get_trace_settings()["trace_level"] == ["OFF"]
-    assert client.update_trace_settings(
-        settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})["trace_level"] == \
-        ["TIMESTAMPS", "TENSORS"]
+    # a level alone, with no --trace-file to write to, is not a setting that
+    # can trace: Triton refuses it too
+    with pytest.raises(InferenceServerException) as err:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS", "TENSORS"]})
+    assert err.value.status() == "400"
+    assert "Attempting to set invalid trace setting :trace file name is not given" in \
+        str(err.value)
     gclient.close()
 
 

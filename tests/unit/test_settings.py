@@ -33,6 +33,12 @@ def test_trace_settings_global_and_model_override():
     t.update("m", {"trace_rate": "1"})
     assert t.as_dict("m")["trace_rate"] == "1"
     assert t.as_dict("m")["trace_level"] == ["OFF"]
+    # a level with nowhere to write: not a setting that can trace (Triton's text)
+    with pytest.raises(ServerError, match="^Attempting to set invalid trace setting :trace "
+                                          "file name is not given$"):
+        t.update(None, {"trace_level": ["TIMESTAMPS", "TENSORS"]})
+    assert t.as_dict()["trace_level"] == ["OFF"]
+    t.global_values["trace_file"] = "/tmp/trace.json"  # (the command line's)
     t.update(None, {"trace_level": ["TIMESTAMPS", "TENSORS"]})
     assert t.as_dict()["trace_level"] == ["TIMESTAMPS", "TENSORS"]
     t.update(None, {"trace_level": ["TIMESTAMPS"], "trace_count": "2"})
@@ -40,17 +46,25 @@ def test_trace_settings_global_and_model_override():
     assert t.as_dict("m")["trace_count"] == "1"
     t.update("m", {"trace_rate": None})
     assert t.as_dict("m")["trace_rate"] == "5"
-    with pytest.raises(ServerError):
-        t.update(None, {"trace_level": ["LOUD"]})
-    with pytest.raises(ServerError):
+    with pytest.raises(ServerError, match="sample rate must be non-zero"):
+        t.update(None, {"trace_rate": "0"})
+    # what Triton's handler passes over: unknown levels and keys, trace_mode
+    t.update(None, {"trace_level": ["LOUD"], "bogus": 1, "trace_mode": "opentelemetry"})
+    assert t.as_dict()["trace_level"] == ["TIMESTAMPS"] and t.as_dict()["trace_mode"] == "triton"
+    t.update(None, {"trace_level": ["LOUD", "TENSORS"]})
+    assert t.as_dict()["trace_level"] == ["TENSORS"]
+    # numbers as std::stoi reads them into Triton's types
+    t.update(None, {"trace_rate": "-1", "log_frequency": "7 per file"})
+    assert t.as_dict()["trace_rate"] == "4294967295" and t.as_dict()["log_frequency"] == "7"
+    with pytest.raises(ServerError, match="^Unable to parse 'trace_rate', got: often$"):
         t.update(None, {"trace_rate": "often"})
+    with pytest.raises(ServerError, match=r"out of range \[ 0, 4294967295 \], got: 9999999999"):
+        t.update(None, {"trace_rate": "9999999999"})
+    with pytest.raises(ServerError, match="^Unable to parse 'trace_count'. Expecting value >= "
+                                          "-1, got:-2$"):
+        t.update(None, {"trace_count": "-2"})
     with pytest.raises(ServerError):
         t.update(None, {"trace_rate": None})
-    # no OpenTelemetry exporter: that mode is refused rather than accepted and ignored
-    t.update(None, {"trace_mode": "triton"})
-    with pytest.raises(ServerError, match="unsupported trace mode 'opentelemetry'"):
-        t.update(None, {"trace_mode": "opentelemetry"})
-    assert t.as_dict()["trace_mode"] == "triton"
 
 
 def test_log_lines_are_tritons(monkeypatch):
