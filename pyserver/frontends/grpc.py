@@ -726,8 +726,11 @@ class GrpcFrontend:
         update = {}
         for key, setting in req.settings.items():
             kind = setting.WhichOneof("parameter_choice")
-            if kind is None:
-                raise ServerError(Code.INVALID_ARG, f"log setting '{key}' has no value")
+            expected = _LOG_SETTING_KINDS.get(key)
+            if expected is None:
+                continue  # not a setting Triton reads: passed over, as there
+            if kind != expected[0]:
+                raise ServerError(Code.INVALID_ARG, f"expect {expected[1]} for '{key}'")
             update[key] = getattr(setting, kind)
         settings = self._server.log_settings(update or None, network=True)
         resp = _m("inference.LogSettingsResponse")()
@@ -743,6 +746,17 @@ class GrpcFrontend:
 
 
 # ---------------------------------------------------------------- completion paths
+
+
+# The value each log setting must carry over gRPC, and Triton's word for it.
+_LOG_SETTING_KINDS = {
+    "log_file": ("string_param", "string"),
+    "log_info": ("bool_param", "boolean"),
+    "log_warning": ("bool_param", "boolean"),
+    "log_error": ("bool_param", "boolean"),
+    "log_verbose_level": ("uint32_param", "int32"),
+    "log_format": ("string_param", "string"),
+}
 
 
 def _finish_error(stream, exc: BaseException):

@@ -13,7 +13,7 @@ from pyserver.kernel.errors import invalid_arg
 
 log = logging.getLogger("pyserver")
 
-_LOG_FORMATS = ("default", "ISO8601")
+LOG_FORMATS = ("default", "ISO8601")
 _LEVEL_LETTERS = {logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "E"}
 # The console's handler (set by the command line), which log_format also shapes.
 console_handler: logging.Handler | None = None
@@ -119,10 +119,13 @@ class LogSettings:
         return dict(self.values)
 
     def update(self, update: dict) -> None:
+        """As Triton's handlers: a key they do not read, or one given null,
+        is passed over. (Each protocol's frontend checks the types first,
+        in its own words.)"""
         new = dict(self.values)
         for key, value in update.items():
-            if key not in new:
-                raise invalid_arg(f"Logging setting '{key}' is not supported")
+            if key not in new or value is None:
+                continue
             if key in ("log_info", "log_warning", "log_error"):
                 if not isinstance(value, bool):
                     raise invalid_arg(f"Expect boolean value for '{key}', got {value!r}")
@@ -132,10 +135,8 @@ class LogSettings:
                 if value < 0:
                     raise invalid_arg(f"Verbose logging level must be non-negative, got {value}")
             elif key == "log_format":
-                if value not in _LOG_FORMATS:
-                    raise invalid_arg(
-                        f"invalid value for log_format: '{value}', expected one of "
-                        f"{', '.join(repr(f) for f in _LOG_FORMATS)}")
+                if value not in LOG_FORMATS:
+                    raise invalid_arg(f"invalid argument for log_format, got: {value}")
             elif key == "log_file":
                 if not isinstance(value, str):
                     raise invalid_arg(f"Expect string value for 'log_file', got {value!r}")

@@ -622,8 +622,20 @@ def test_trace_and_log_settings(add_sub):
                                          as_json=True)["settings"]
     assert updated["log_verbose_level"]["uint32_param"] == 1
     client.update_log_settings({"log_verbose_level": 0})
-    expect_error(lambda: client.update_log_settings({"no_such_setting": True}),
-                 "StatusCode.INVALID_ARGUMENT")
+    # Triton's gRPC answers: a key it does not read passed over, a value of
+    # the wrong kind refused in its words
+    assert "no_such_setting" not in client.update_log_settings(
+        {"no_such_setting": True}, as_json=True)["settings"]
+    LogRequest = message_class("inference.LogSettingsRequest")
+    wrong = LogRequest()
+    wrong.settings["log_verbose_level"].string_param = "x"
+    with pytest.raises(grpc.RpcError) as err:
+        raw_call(add_sub.grpc_url, "/inference.GRPCInferenceService/LogSettings",
+                 wrong.SerializeToString())
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "expect int32 for 'log_verbose_level'"
+    expect_error(lambda: client.update_log_settings({"log_format": "bogus"}),
+                 "StatusCode.INVALID_ARGUMENT", "invalid argument for log_format, got: bogus")
     client.close()
 
 

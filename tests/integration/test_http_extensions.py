@@ -314,8 +314,15 @@ def test_log_settings(add_sub):
         updated = client.update_log_settings({"log_verbose_level": 2, "log_info": False})
         assert updated["log_verbose_level"] == 2 and updated["log_info"] is False
         assert client.get_log_settings() == updated
-        expect_error(lambda: client.update_log_settings({"log_verbose_level": -1}), 400,
-                     "Verbose logging level must be non-negative", exact=False)
+        # Triton's answers: TritonJson's type failures (500), its text for a
+        # format it lacks (503), and a key it does not read passed over
+        expect_error(lambda: client.update_log_settings({"log_verbose_level": -1}), 500,
+                     "attempt to access JSON non-unsigned-integer as unsigned-integer")
+        expect_error(lambda: client.update_log_settings({"log_info": "yes"}), 500,
+                     "attempt to access JSON non-boolean as boolean")
+        expect_error(lambda: client.update_log_settings({"log_format": "bogus"}), 503,
+                     "invalid argument for --log_format, got: bogus")
+        assert "bogus" not in client.update_log_settings({"bogus": 1, "log_info": None})
 
         async def aio():
             c = aioclient.InferenceServerClient(add_sub.url)

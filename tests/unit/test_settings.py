@@ -13,11 +13,13 @@ def test_log_settings_validate_and_apply(tmp_path):
     assert logging.getLogger("pyserver").level == logging.DEBUG
     s.update({"log_verbose_level": 0, "log_info": False})
     assert logging.getLogger("pyserver").level == logging.WARNING
-    for bad in ({"log_verbose_level": -1}, {"log_info": "yes"}, {"log_format": "xml"}, {"nope": 1}):
+    for bad in ({"log_verbose_level": -1}, {"log_info": "yes"}, {"log_format": "xml"}):
         with pytest.raises(ServerError) as err:
             s.update(bad)
         assert err.value.code == Code.INVALID_ARG
     assert s.as_dict()["log_info"] is False  # a refused update changes nothing
+    s.update({"nope": 1, "log_info": None})  # passed over, as Triton's handlers do
+    assert "nope" not in s.as_dict() and s.as_dict()["log_info"] is False
     path = tmp_path / "server.log"
     s.update({"log_file": str(path), "log_info": True})
     logging.getLogger("pyserver").info("hello file")

@@ -32,6 +32,7 @@ from pyserver.kernel.errors import (
     request_json_too_large,
     unknown_load_parameter,
 )
+from pyserver.runtime.settings import LOG_FORMATS
 from pyserver.runtime.shared_memory import CUDA_IPC_HANDLE_SIZE, SYSTEM
 
 # Triton parses sizes as an int32 (http_server.cc).
@@ -196,11 +197,31 @@ def trace_settings(conn, method, headers, body, keep_alive, model=None, version=
 
 def log_settings(conn, method, headers, body, keep_alive):
     return _settings(conn, method, body, keep_alive,
-                     functools.partial(conn.server.log_settings, network=True))
+                     functools.partial(conn.server.log_settings, network=True),
+                     check=_check_log_update)
 
 
-def _settings(conn, method, body, keep_alive, fn, *args):
-    """GET reads them, POST updates them; ``fn(*args, update)`` answers either way."""
+def _check_log_update(update: dict) -> None:
+    """The types Triton's handler reads the values as (TritonJson's
+    failures, INTERNAL), and its answer to an unknown log_format."""
+    for key, value in update.items():
+        if value is None:
+            continue
+        if key in ("log_info", "log_warning", "log_error") and type(value) is not bool:
+            raise json_type_error("attempt to access JSON non-boolean as boolean")
+        if key == "log_verbose_level" and not _is_uint(value):
+            raise json_type_error("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        if key == "log_format":
+            if type(value) is not str:
+                raise json_type_error("attempt to access JSON non-string as string")
+            if value not in LOG_FORMATS:
+                raise ServerError(Code.UNAVAILABLE, f"invalid argument for --log_format, got: "
+                                                    f"{value}")
+
+
+def _settings(conn, method, body, keep_alive, fn, *args, check=None):
+    """GET reads them, POST updates them (``check(update)`` first, when
+    given); ``fn(*args, update)`` answers either way."""
     update = None
     if method == "POST":
         try:
@@ -209,6 +230,8 @@ def _settings(conn, method, body, keep_alive, fn, *args):
                 update = {}
             elif type(update) is not dict:
                 raise json_type_error("attempt to get members for non-object")
+            if check is not None:
+                check(update)
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
     return conn.call(fn, (*args, update), keep_alive)
