@@ -30,6 +30,23 @@ cdef str _fmt_shape(shape):
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
+# Core's note on the shape error of a model that batches.
+_IMPLICIT_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size.")
+
+
+cdef object _shape_error(request, str input_name, str model_name, tuple expected, shape,
+                         bint batching):
+    """Core's text for an input whose shape the config does not allow."""
+    return invalid_arg(
+        f"{_rid(request)}unexpected shape for input '{input_name}' for model '{model_name}'. "
+        f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}. "
+        + (_IMPLICIT_BATCH_NOTE if batching else ""))
+
+
 cdef class RequestPath:
     """One model version's input specs and outputs, as the two steps need them."""
 
@@ -103,9 +120,7 @@ cdef class RequestPath:
             shape = t.shape
             if batching:
                 if not shape:
-                    raise invalid_arg(
-                        f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                        f"Expected {_fmt_shape((-1,) + spec.dims)}, got {_fmt_shape(shape)}")
+                    raise _shape_error(request, t.name, name, (-1,) + spec.dims, shape, True)
                 if not arrays:
                     batch_size = int(shape[0])
                 elif int(shape[0]) != batch_size:
@@ -116,10 +131,8 @@ cdef class RequestPath:
             else:
                 dims = shape
             if not spec.matches(dims):
-                expected = ((-1,) if batching else ()) + spec.dims
-                raise invalid_arg(
-                    f"{_rid(request)}unexpected shape for input '{t.name}' for model '{name}'. "
-                    f"Expected {_fmt_shape(expected)}, got {_fmt_shape(shape)}")
+                raise _shape_error(request, t.name, name,
+                                   ((-1,) if batching else ()) + spec.dims, shape, batching)
             data = t.data
             if spec.reshape is not None:
                 data = data.reshape(((batch_size,) if batching else ()) + spec.reshape)

@@ -188,10 +188,13 @@ def test_infer_errors_keep_triton_codes_and_texts(add_sub):
                  "failed to get model version from specified version string 'x1' (details: "
                  "stol), version should be an integral value > 0")  # Triton's text (#21)
     bad = np.zeros((1, 15), np.float32)
-    expect_error(lambda: client.infer("add_sub", make_inputs(bad, bad)),
-                 "StatusCode.INVALID_ARGUMENT",
-                 "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model "
-                 "'add_sub'. Expected [-1,16], got [1,15]")
+    err = expect_error(lambda: client.infer("add_sub", make_inputs(bad, bad)),
+                       "StatusCode.INVALID_ARGUMENT",
+                       contains="[request id: <id_unknown>] unexpected shape for input 'INPUT0' "
+                                "for model 'add_sub'. Expected [-1,16], got [1,15]. NOTE: Setting "
+                                "a non-zero max_batch_size in the model config requires a batch "
+                                "dimension to be prepended to each input shape.")
+    assert err.message().endswith("for more info on max_batch_size.")  # core's whole note
     inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32")]
     inputs[0].set_data_from_numpy(A)
     expect_error(lambda: client.infer("add_sub", inputs, request_id="x"),

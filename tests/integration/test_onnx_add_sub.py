@@ -114,7 +114,12 @@ def test_errors_have_triton_status_and_text(add_sub):
                  "Request for unknown model: 'nope' is not found")
     bad = np.zeros((1, 15), np.float32)
     expect_error(lambda: client.infer("add_sub", make_inputs(bad, bad)), 400,
-                 "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]")
+                 "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got "
+                 "[1,15]. NOTE: Setting a non-zero max_batch_size in the model config requires a "
+                 "batch dimension to be prepended to each input shape. If you want to specify the "
+                 "full shape including the batch dim in your input dims config, try setting "
+                 "max_batch_size to zero. See the model configuration docs for more info on "
+                 "max_batch_size.")
     big = np.zeros((9, 16), np.float32)
     expect_error(lambda: client.infer("add_sub", make_inputs(big, big)), 400,
                  "inference request batch-size must be <= 8 for 'add_sub'")
