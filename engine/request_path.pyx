@@ -100,6 +100,21 @@ cdef class RequestPath:
             return plain
         return self.walk(request)
 
+    def _count_error(self, InferRequest request, list given):
+        """Core's text for a request without every required input, or with
+        more inputs than the model has."""
+        got = ",".join(f"'{n}'" for n in given)
+        lack = ",".join(f"'{n}'" for n in self.required_inputs if n not in given)
+        n_req = len(self.required_inputs)
+        if self.has_optional:
+            expected = f"expected number of inputs between {n_req} and {len(self.specs)}"
+        else:
+            expected = f"expected {n_req} inputs"
+        raise invalid_arg(
+            f"{_rid(request)}{expected} but got {len(given)} inputs for model "
+            f"'{self.model_name}'. Got input(s) [{got}], but missing required input(s) [{lack}]. "
+            "Please provide all required input(s).")
+
     def walk(self, InferRequest request):
         """Every rule, in Triton's order, with its text: validate without its
         first stage (the differential tests compare the two)."""
@@ -107,12 +122,28 @@ cdef class RequestPath:
         arrays = {}
         batching = self.max_batch_size > 0
         batch_size = 0
+        # As core meets them: a tensor named twice (as the request is made),
+        # a requested output the model lacks, how many inputs came, then each
+        # input. Core's texts; the model-lookup ones carry no request id.
+        names = set()
+        for t in request.inputs:
+            if t.name in names:
+                raise invalid_arg(f"{_rid(request)}input '{t.name}' already exists in request")
+            names.add(t.name)
+        seen = set()
+        for out in request.outputs:
+            if out.name in seen:
+                raise invalid_arg(f"{_rid(request)}output '{out.name}' already exists in request")
+            seen.add(out.name)
+        for out in request.outputs:
+            if out.name not in self.output_types:
+                raise invalid_arg(f"unexpected inference output '{out.name}' for model '{name}'")
+        if len(names) > len(self.specs) or len(names) < len(self.required_inputs):
+            self._count_error(request, [t.name for t in request.inputs])
         for t in request.inputs:
             spec = self.specs.get(t.name)
             if spec is None:
-                raise invalid_arg(f"{_rid(request)}unexpected inference input '{t.name}' for model '{name}'")
-            if t.name in arrays:
-                raise invalid_arg(f"{_rid(request)}input '{t.name}' already exists in request")
+                raise invalid_arg(f"unexpected inference input '{t.name}' for model '{name}'")
             if t.datatype != spec.datatype:
                 raise invalid_arg(
                     f"{_rid(request)}inference input '{t.name}' data-type is '{t.datatype}', but model "
@@ -138,19 +169,8 @@ cdef class RequestPath:
                 data = data.reshape(((batch_size,) if batching else ()) + spec.reshape)
             arrays[t.name] = data
         if len(arrays) < len(self.specs):
-            missing = [n for n in self.required_inputs if n not in arrays]
-            if missing:
-                got = ",".join(f"'{n}'" for n in arrays)
-                lack = ",".join(f"'{n}'" for n in missing)
-                n_req = len(self.required_inputs)
-                if self.has_optional:
-                    expected = f"expected number of inputs between {n_req} and {len(self.specs)}"
-                else:
-                    expected = f"expected {n_req} inputs"
-                raise invalid_arg(
-                    f"{_rid(request)}{expected} but got {len(arrays)} inputs for model '{name}'. Got "
-                    f"input(s) [{got}], but missing required input(s) [{lack}]. Please provide "
-                    "all required input(s).")
+            if any(n not in arrays for n in self.required_inputs):
+                self._count_error(request, list(arrays))
         if batching and batch_size > self.max_batch_size:
             raise invalid_arg(
                 f"{_rid(request)}inference request batch-size must be <= {self.max_batch_size} for '{name}'")
@@ -158,14 +178,6 @@ cdef class RequestPath:
             # a batch of no rows has nothing to run and no outputs to shape
             raise invalid_arg(
                 f"{_rid(request)}inference request batch-size must be >= 1 for '{name}'")
-        seen = set()
-        for out in request.outputs:
-            if out.name not in self.output_types:
-                raise invalid_arg(f"{_rid(request)}unexpected inference output '{out.name}' "
-                                  f"for model '{name}'")
-            if out.name in seen:
-                raise invalid_arg(f"{_rid(request)}output '{out.name}' already exists in request")
-            seen.add(out.name)
         shape_key = 0
         if self.enforce_shapes and batching:
             key = tuple(tuple(arrays[n].shape[1:]) if n in arrays else None for n in self.enforced)

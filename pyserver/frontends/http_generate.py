@@ -46,7 +46,7 @@ def decode_generate_request(model: str, version: str, body: bytes, config: dict,
     try:
         # pairs, not dicts: a key given twice must not vanish
         doc = json.loads(body, object_pairs_hook=_Pairs) if body else _Pairs()
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise json_parse_error(e) from None
     if type(doc) is not _Pairs:
         raise _bad("generate request JSON must be an object")

@@ -181,15 +181,18 @@ _RAPIDJSON_WORDS = (
 
 def json_parse_error(err) -> ServerError:
     """A request body that is not JSON (``err``: a JSONDecodeError of orjson
-    or the standard library): TritonJson's text, "failed to parse the request
-    JSON buffer: <what> at <offset>", and its code, INTERNAL (HTTP 500)."""
-    what = err.msg
-    for words, rapidjson in _RAPIDJSON_WORDS:
-        if words in what:
-            what = rapidjson
-            break
-    return ServerError(Code.INTERNAL, f"failed to parse the request JSON buffer: {what} at "
-                                      f"{err.pos}")
+    or the standard library, or the UnicodeDecodeError of bytes that are not
+    UTF-8): TritonJson's text, "failed to parse the request JSON buffer:
+    <what> at <offset>", and its code, INTERNAL (HTTP 500)."""
+    if isinstance(err, UnicodeDecodeError):
+        what, pos = "Invalid value.", err.start
+    else:
+        what, pos = err.msg, err.pos
+        for words, rapidjson in _RAPIDJSON_WORDS:
+            if words in what:
+                what = rapidjson
+                break
+    return ServerError(Code.INTERNAL, f"failed to parse the request JSON buffer: {what} at {pos}")
 
 
 def request_json_too_large(size: int, limit: int) -> str:

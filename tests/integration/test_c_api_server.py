@@ -72,9 +72,8 @@ def test_a_c_program_serves_the_onnx_model_in_process(program, tmp_path):
     assert steps["unknown model metadata"] == [
         "Not found: Request for unknown model: 'no_such_model' is not found"]
     assert steps["infer"] == ["right"] * 3
-    assert steps["infer wrong input"] == [
-        "Invalid argument: [request id: c-program] unexpected inference input 'WRONG' for "
-        "model 'add_sub'"]
+    assert steps["infer wrong input"] == [  # core's model lookup: no request id in it
+        "Invalid argument: unexpected inference input 'WRONG' for model 'add_sub'"]
     assert steps["infer unknown model"][0].startswith("Not found: ")
     stats = json.loads(steps["statistics"][0])["model_stats"][0]
     assert stats["name"] == "add_sub" and stats["inference_count"] == 3

@@ -20,6 +20,8 @@ _ALLOWED_5XX = (
     # a JSON field of the wrong type: Triton's TritonJson failures are INTERNAL
     (500, "attempt to access"),
     (500, "attempt to get members for non-object"),
+    (500, "failed to parse the request JSON buffer"),  # TritonJson's parse failure too
+    (500, "hape does not match true shape"),  # and its 'data' reader's
     (500, "failed to poll from model repository"),  # a file override it cannot write
 )
 

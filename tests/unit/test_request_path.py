@@ -10,6 +10,7 @@ import pytest
 from pyserver.config import normalize, parse_config_text
 from pyserver.engine import CompletionQueue
 from pyserver.kernel.context import ServerContext
+from pyserver.kernel.errors import ServerError
 from pyserver.kernel.types import InferRequest, InferTensor, RequestedOutput
 from pyserver.model.version import ModelVersion, PendingRequest
 
@@ -112,3 +113,27 @@ def test_scatter_gives_each_request_its_rows():
     for i, p in enumerate(requests):
         np.testing.assert_array_equal(p.response.outputs[0].data, x[i:i + 1])
         assert p.response.outputs[1].shape == [1, 1]
+
+
+
+def test_walk_meets_the_errors_in_cores_order():
+    """Core's order and texts: a tensor named twice, an output the model
+    lacks, how many inputs came, then each input (the model lookups carry
+    no request id)."""
+    mv = model(PLAIN)
+
+    def error(inputs, outputs=()):
+        request = InferRequest("m", "", "r1", inputs, [RequestedOutput(o) for o in outputs], {})
+        with pytest.raises(ServerError) as err:
+            mv._path.walk(request)
+        return err.value.message
+
+    a, b = tensor("A", "FP32", [1, 2]), tensor("B", "INT32", [1, 2, 3])
+    c = tensor("C", "FP32", [1, 2])
+    assert error([a, b, c]) == (
+        "[request id: r1] expected 2 inputs but got 3 inputs for model 'm'. Got input(s) "
+        "['A','B','C'], but missing required input(s) []. Please provide all required input(s).")
+    assert error([a, c]) == "unexpected inference input 'C' for model 'm'"
+    assert error([a, c], ["NOPE"]) == "unexpected inference output 'NOPE' for model 'm'"
+    assert error([a, a, c], ["NOPE"]) == "[request id: r1] input 'A' already exists in request"
+    assert error([a, b], ["X", "X"]) == "[request id: r1] output 'X' already exists in request"
