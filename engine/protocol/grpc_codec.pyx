@@ -282,6 +282,20 @@ cdef int _check_shm_params(dict params, str tensor) except -1:
     return 0
 
 
+cdef int _check_classification(vector[Parameter]& params) except -1:
+    """Triton's gRPC frontend takes 'classification' as an int64 above 0
+    (grpc_utils.cc), refused before the request runs."""
+    cdef size_t i
+    for i in range(params.size()):
+        if _str(params[i].key) == "classification":
+            if params[i].kind != ParamKind.kInt64:
+                raise _bad("invalid value type for 'classification' parameter, expected "
+                           "int64_param")
+            if params[i].int64_value <= 0:
+                raise _bad("invalid value for 'classification' parameter, expected >= 0")
+    return 0
+
+
 cdef list _shape_list(vector[int64_t]& dims):
     cdef list out = []
     cdef size_t i
@@ -401,6 +415,8 @@ cdef tuple _decode_view(bytes msg, object contents_decoder):
         else:
             oparams = _params(view.outputs[i].parameters)
             _check_shm_params(oparams, _str(view.outputs[i].name))
+            if "classification" in oparams:
+                _check_classification(view.outputs[i].parameters)
             if "shared_memory_region" in oparams:
                 if flags is None:
                     flags = {}

@@ -459,8 +459,11 @@ def _parse_outputs(outputs, shm=None, leases=None, shm_outputs=None, request_id=
                     use_shm = True
                 if binary is not None and type(binary) is not bool:
                     raise json_type_error("Unable to parse 'binary_data': " + _NON_BOOL)
-                if "classification" in params and not _is_uint(params["classification"]):
-                    raise json_type_error("Unable to set 'classification': " + _NON_UINT)
+                if "classification" in params:
+                    if not _is_uint(params["classification"]):
+                        raise json_type_error("Unable to set 'classification': " + _NON_UINT)
+                    if params["classification"] == 0:  # Triton's HTTP: no classification
+                        params = {k: v for k, v in params.items() if k != "classification"}
         name = out.get("name")
         if type(name) is not str:
             raise _member_error("name", name)

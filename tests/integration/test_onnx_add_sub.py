@@ -2,6 +2,8 @@
 tritonclient over HTTP, sync and aio, with dynamic batching in the engine."""
 
 import asyncio
+import http.client
+import json
 
 import numpy as np
 import pytest
@@ -199,3 +201,13 @@ def test_classification_extension_with_labels(tmp_path, start_server):
     assert out.shape == (1, 3)
     assert [x.decode() if isinstance(x, bytes) else x for x in out[0]] == [
         "15.000000:15:label15", "14.000000:14:label14", "13.000000:13:label13"]
+    # classification 0 over HTTP: the plain tensor, as Triton's HTTP frontend answers
+    body = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 16], "data": v.ravel().tolist()}
+                       for n, v in (("INPUT0", a), ("INPUT1", b))],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 0}}]}
+    conn = http.client.HTTPConnection(*s.url.split(":"))
+    conn.request("POST", "/v2/models/cls/infer", json.dumps(body))
+    answer = json.loads(conn.getresponse().read())
+    conn.close()
+    assert answer["outputs"][0]["datatype"] == "FP32"
+    assert answer["outputs"][0]["data"] == a.ravel().tolist()

@@ -319,3 +319,17 @@ def test_parse_restricted_protocols():
     for spec in (["nonsense:k=v"], ["health"], ["health:k"], ["health:k=v", "health:k2=v"]):
         with pytest.raises(ValueError):
             parse_restricted_protocols(spec)
+
+
+def test_classification_is_an_int64_above_zero():
+    """As Triton's gRPC frontend (grpc_utils.cc), before the request runs."""
+    for kind, value, text in (
+            ("int64_param", 0, "invalid value for 'classification' parameter, expected >= 0"),
+            ("int64_param", -3, "invalid value for 'classification' parameter, expected >= 0"),
+            ("uint64_param", 2, "invalid value type for 'classification' parameter, expected "
+                                "int64_param"),
+            ("string_param", "2", "invalid value type for 'classification' parameter, expected "
+                                  "int64_param")):
+        req = request([("X", "FP32", (4,))], raw=[b"\0" * 16])
+        setattr(req.outputs.add(name="Y").parameters["classification"], kind, value)
+        bad(lambda: decode(req), text)
