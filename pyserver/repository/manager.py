@@ -76,8 +76,9 @@ class ModelManager:
         # name -> the versions an unload took down (the index lists each,
         # while the model stays unloaded)
         self._unloaded_versions: dict[str, list[int]] = {}
-        # a model whose load failed in one version: that version (Triton's index names it)
-        self._failed_versions: dict[str, int] = {}
+        # name -> (version, reason) of a load that failed in that version
+        # (Triton's index names it); it holds while the state keeps that reason
+        self._failed_versions: dict[str, tuple[int, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._override_dirs: dict[str, str] = {}
         # name -> what the model folder looked like when it was last loaded
@@ -178,8 +179,8 @@ class ModelManager:
                     rows.extend({"name": name, "version": str(v), "state": state,
                                  "reason": reason} for v in self._unloaded_versions[name])
                     continue
-                failed = self._failed_versions.get(name) if state == "UNAVAILABLE" else None
-                row = {"name": name, "version": "" if failed is None else str(failed),
+                version, why = self._failed_versions.get(name, (None, None))
+                row = {"name": name, "version": str(version) if why == reason else "",
                        "state": state}
                 if reason:
                     row["reason"] = reason
@@ -293,7 +294,6 @@ class ModelManager:
                 if from_folder and old_stamp is not None else set()
             self.states[name] = ("LOADING", "")
             self._unloaded_versions.pop(name, None)
-            self._failed_versions.pop(name, None)
             self._loading += 1
             # The models that will share the cores: those loaded and those loading.
             sharing = len(self.versions.keys() - {name}) + max(self._loading, self._reserved)
@@ -334,7 +334,7 @@ class ModelManager:
                 else:
                     self.states[name] = ("UNAVAILABLE", reason)
                     if failed_version is not None:
-                        self._failed_versions[name] = failed_version
+                        self._failed_versions[name] = (failed_version, reason)
                 if requested:
                     err = ServerError(Code.INVALID_ARG, f"load failed for model '{name}': {detail}")
                 raise err from None
