@@ -55,6 +55,14 @@ def test_generate_stream_sends_one_event_per_response(served):
     # Zero responses: the stream just ends.
     r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 0})
     assert r.status == 200 and events(body) == []
+    # A first response that is an error sets the status, as in Triton; an
+    # error after a good first one only shows as its event
+    r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 1, "mode": "return_list"})
+    assert r.status == 500, body
+    assert r.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+    assert "error" in events(body)[0]
+    r, body = post(served, "/v2/models/repeat/generate_stream", {"IN": 3, "mode": "error_mid"})
+    assert r.status == 200 and events(body)[1] == {"error": "second one failed"}
 
 
 def test_generate_returns_one_json_answer(served):
@@ -70,7 +78,7 @@ def test_generate_returns_one_json_answer(served):
     r, body = post(served, "/v2/models/repeat/generate", {"IN": 1})
     assert r.status == 200 and json.loads(body)["IDX"] == 0
     r, body = post(served, "/v2/models/repeat/generate", {"IN": 2})
-    assert r.status == 400
+    assert r.status == 200  # Triton's status goes with the first response, which was fine
     assert json.loads(body)["error"] == (  # Triton's text
         "generate expects model to produce exactly 1 response, use generate stream for model "
         "that generates various number of responses")

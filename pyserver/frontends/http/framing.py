@@ -57,12 +57,12 @@ def sse_event(doc) -> bytes:
     return b"data: " + encode_json(doc) + b"\n\n"
 
 
-def event_stream_head(keep_alive: bool, extra_headers: bytes = b"") -> bytes:
-    """The head of a 200 answer of server-sent events, sent chunked as the
+def event_stream_head(keep_alive: bool, extra_headers: bytes = b"", status: int = 200) -> bytes:
+    """The head of an answer of server-sent events, sent chunked as the
     events come (``extra_headers``: whole header lines to add)."""
     return b"%sContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n" \
            b"%sTransfer-Encoding: chunked\r\n%s\r\n" % (
-               status_line(200), b"" if keep_alive else CONN_CLOSE, extra_headers)
+               status_line(status), b"" if keep_alive else CONN_CLOSE, extra_headers)
 
 
 class StreamSlot(Slot):

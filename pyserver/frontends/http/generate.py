@@ -9,12 +9,13 @@ from pyserver.frontends.http.framing import (
     JSON_HEADERS,
     Slot,
     StreamSlot,
+    error_body,
     event_stream_head,
     sse_event,
 )
 from pyserver.frontends.http_generate import decode_generate_request, generate_response
 from pyserver.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, load_report
-from pyserver.kernel.errors import Code, ServerError
+from pyserver.kernel.errors import ServerError
 
 
 def generate(conn, method, headers, body, keep_alive, model, version):
@@ -55,10 +56,10 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     def on_response(response, error, final):
         nonlocal head_sent
         if stream:
-            if not head_sent:  # the head goes with the first response
+            if not head_sent:  # the head goes with the first response, its status too
                 head_sent = True
                 slot.chunks.append(_stream_head(keep_alive, load_report(
-                    report_format, server.custom_metrics)))
+                    report_format, server.custom_metrics), _status_of(error)))
             if error is not None:
                 slot.add(sse_event({"error": str(error)}))
             elif response is not None and response.outputs:
@@ -89,11 +90,19 @@ def _generate(conn, model: str, version: str, body: bytes, keep_alive: bool, str
     conn.answered()
 
 
-def _stream_head(keep_alive: bool, report: bytes | None) -> bytes:
+def _status_of(error) -> int:
+    """The answer's status as Triton sets it from its first response: that
+    response's error's, else 200 (later errors only show in the body)."""
+    if error is None:
+        return 200
+    return error.http_status if isinstance(error, ServerError) else 500
+
+
+def _stream_head(keep_alive: bool, report: bytes | None, status: int) -> bytes:
     """The stream's head, written with its first response as Triton does
     (the load report then says what that response left)."""
     return event_stream_head(keep_alive, b"" if report is None
-                             else b"%s: %s\r\n" % (REPORT_HEADER, report))
+                             else b"%s: %s\r\n" % (REPORT_HEADER, report), status)
 
 
 def _answer(conn, got: list, keep_alive: bool, http10: bool, report: bytes | None) -> list:
@@ -101,10 +110,12 @@ def _answer(conn, got: list, keep_alive: bool, http10: bool, report: bytes | Non
     if len(got) == 1 and got[0][1] is None:
         return conn.build(200, headers, encode_json(generate_response(got[0][0])),
                           keep_alive, http10)
-    errors = [e for _, e in got if e is not None]
-    if errors:
-        return conn.error_data(errors[0], keep_alive, http10, headers)
-    return conn.error_data(ServerError(
-        Code.INVALID_ARG, "generate expects model to produce exactly 1 response, use generate "
-                          "stream for model that generates various number of responses"),
-        keep_alive, http10, headers)
+    if got and got[0][1] is not None:  # the first response's error sets the status
+        return conn.error_data(got[0][1], keep_alive, http10, headers)
+    # Triton's status went with a first response that was no error: 200,
+    # and what went wrong after it in the body
+    later = [e for _, e in got if e is not None]
+    message = str(later[0]) if later else (
+        "generate expects model to produce exactly 1 response, use generate stream for model "
+        "that generates various number of responses")
+    return conn.build(200, headers, error_body(message), keep_alive, http10)
