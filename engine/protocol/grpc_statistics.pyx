@@ -45,25 +45,26 @@ cdef inline void _message(string& out, int field, const string& body) noexcept:
     out.append(body)
 
 
-cdef inline int _unsigned(string& out, int field, object value) except -1:
-    cdef uint64_t v
-    if value is None:
-        return 0
-    v = value
+cdef inline void _number(string& out, int field, uint64_t v) noexcept:
+    """A varint field, left out when zero (proto3)."""
     if v:
         _tag(out, field, VARINT)
         _varint(out, v)
+
+
+cdef inline int _unsigned(string& out, int field, object value) except -1:
+    cdef uint64_t v
+    if value is not None:
+        v = value  # OverflowError for a negative number
+        _number(out, field, v)
     return 0
 
 
 cdef inline int _signed(string& out, int field, object value) except -1:
     cdef int64_t v
-    if value is None:
-        return 0
-    v = value
-    if v:
-        _tag(out, field, VARINT)
-        _varint(out, <uint64_t>v)  # a negative int64 is ten bytes, as protobuf writes it
+    if value is not None:
+        v = value
+        _number(out, field, <uint64_t>v)  # a negative int64 is ten bytes, as protobuf writes it
     return 0
 
 
