@@ -97,15 +97,26 @@ def test_every_shared_memory_kind(tmp_path, start_server, monkeypatch, kind):
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
-@pytest.mark.parametrize("setting, policy", [(None, "SCHED_BATCH"), ("normal", "SCHED_OTHER")])
-def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, policy):
+@pytest.mark.parametrize("setting, parameter, policy", [
+    (None, None, "SCHED_BATCH"), ("normal", None, "SCHED_OTHER"),
+    (None, "normal", "SCHED_OTHER"), ("normal", " Batch", "SCHED_BATCH"),
+])
+def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, parameter,
+                                  policy):
     """Workers run SCHED_BATCH (a worker woken with work does not preempt
-    the event loop that sent it); PYSERVER_PYTHON_SCHED=normal opts out."""
+    the event loop that sent it); PYSERVER_PYTHON_SCHED=normal opts out for
+    every model, the model's pyserver_worker_scheduling parameter for its
+    own workers (it wins over the environment)."""
     if setting is None:
         monkeypatch.delenv("PYSERVER_PYTHON_SCHED", raising=False)
     else:
         monkeypatch.setenv("PYSERVER_PYTHON_SCHED", setting)
-    server = start_server(repo_with(tmp_path, "add_sub"))
+    repo = repo_with(tmp_path, "add_sub")
+    if parameter is not None:
+        config = repo / "add_sub" / "config.pbtxt"
+        config.write_text(config.read_text() + 'parameters { key: "pyserver_worker_scheduling" '
+                          f'value {{ string_value: "{parameter}" }} }}\n')
+    server = start_server(repo)
     pid = backends(server, "add_sub")[0].pid
     assert os.sched_getscheduler(pid) == getattr(os, policy)
     a = np.array([1, 2, 3, 4], np.float32)
@@ -706,6 +717,7 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
      "must be a number of seconds (0: no limit), got \"soon\""),
     ("pyserver_execute_timeout_seconds", "-1",
      "must be a number of seconds (0: no limit), got \"-1\""),
+    ("pyserver_worker_scheduling", "fifo", "must be \"batch\" or \"normal\", got \"fifo\""),
 ])
 def test_bad_python_settings_fail_the_load(tmp_path, start_server, key, value, expected):
     repo = repo_with(tmp_path, "add_sub")

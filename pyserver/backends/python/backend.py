@@ -348,6 +348,7 @@ class ProcessPythonBackend(ServedInstance):
         self.threads = max(1, int(threads))
         self.shm_kind = channel.shm_kind()
         self._env = _worker_env(self.threads, sum(instance_count(g) for g in config.instance_group))
+        self._env["PYSERVER_PYTHON_SCHED"] = worker_scheduling(config, self._env)
         # EXECUTION_ENV_PATH: the model's own Python environment.
         exec_env = execution_env(config, str(Path(self.model_path).parent.parent))
         self._python = sys.executable if exec_env is None else exec_env.python
@@ -935,6 +936,27 @@ def _crash_summary(text: str) -> str:
 def _fd_pair(socks: tuple) -> str:
     """How a worker is told the (read, write) descriptors of a channel."""
     return f"{socks[0].fileno()},{socks[1].fileno()}"
+
+
+SCHEDULING_PARAMETER = "pyserver_worker_scheduling"
+_SCHEDULING = ("batch", "normal")
+
+
+def worker_scheduling(config, env: dict) -> str:
+    """The Linux scheduling policy of the model's workers (stub.py): the
+    config's pyserver_worker_scheduling, else PYSERVER_PYTHON_SCHED, else
+    "batch" (SCHED_BATCH; "normal": SCHED_OTHER). README, Python models,
+    has what each costs."""
+    params = config.parameters
+    if SCHEDULING_PARAMETER not in params:
+        return env.get("PYSERVER_PYTHON_SCHED", "batch")
+    given = params[SCHEDULING_PARAMETER].string_value
+    value = given.strip().lower()
+    if value not in _SCHEDULING:
+        raise ServerError(Code.INVALID_ARG,
+                          f"model '{config.name}': parameter '{SCHEDULING_PARAMETER}' must be "
+                          f"\"batch\" or \"normal\", got \"{given}\"")
+    return value
 
 
 def _worker_env(threads: int, instances: int) -> dict:
