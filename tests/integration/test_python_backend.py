@@ -100,13 +100,14 @@ def test_every_shared_memory_kind(tmp_path, start_server, monkeypatch, kind):
 @pytest.mark.parametrize("setting, parameter, policy", [
     (None, None, "SCHED_BATCH"), ("normal", None, "SCHED_OTHER"),
     (None, "normal", "SCHED_OTHER"), ("normal", " Batch", "SCHED_BATCH"),
+    ("normal", "auto", "SCHED_BATCH"),
 ])
 def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, parameter,
                                   policy):
-    """Workers run SCHED_BATCH (a worker woken with work does not preempt
-    the event loop that sent it); PYSERVER_PYTHON_SCHED=normal opts out for
-    every model, the model's pyserver_worker_scheduling parameter for its
-    own workers (it wins over the environment)."""
+    """Workers start under SCHED_BATCH (a worker woken with work does not
+    preempt the event loop that sent it); PYSERVER_PYTHON_SCHED=normal opts
+    out for every model, the model's pyserver_worker_scheduling parameter
+    for its own workers (it wins over the environment)."""
     if setting is None:
         monkeypatch.delenv("PYSERVER_PYTHON_SCHED", raising=False)
     else:
@@ -120,6 +121,37 @@ def test_worker_scheduling_policy(tmp_path, start_server, monkeypatch, setting, 
     pid = backends(server, "add_sub")[0].pid
     assert os.sched_getscheduler(pid) == getattr(os, policy)
     a = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(infer_add_sub(server.url, "add_sub", a, a).as_numpy("OUTPUT0"),
+                                  a * 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
+def test_a_worker_whose_groups_start_late_leaves_sched_batch(tmp_path, start_server, monkeypatch,
+                                                             caplog):
+    """"auto" scheduling: the event loop times each group from its send to
+    the worker's start; past the watch's limit the worker (and any that
+    replaces it) runs SCHED_OTHER. Here every start counts as late."""
+    from pyserver.backends.python.backend import StartDelayWatch
+
+    monkeypatch.delenv("PYSERVER_PYTHON_SCHED", raising=False)
+    repo = repo_with(tmp_path, "add_sub")
+    _add_sub_copy(repo, "add_sub_pinned", '\nparameters { key: "pyserver_worker_scheduling" '
+                                          'value { string_value: "batch" } }\n')
+    server = start_server(repo)
+    auto, pinned = backends(server, "add_sub")[0], backends(server, "add_sub_pinned")[0]
+    assert pinned.start_watch is None  # a pinned policy is never watched
+    auto.start_watch = StartDelayWatch(window=100, late_ns=0, limit=2)
+    a = np.array([1, 2, 3, 4], np.float32)
+    with caplog.at_level(logging.INFO, logger="pyserver"):
+        for count in range(3):
+            assert os.sched_getscheduler(auto.pid) == os.SCHED_BATCH, count
+            infer_add_sub(server.url, "add_sub", a, a)
+            infer_add_sub(server.url, "add_sub_pinned", a, a)
+    assert os.sched_getscheduler(auto.pid) == os.SCHED_OTHER
+    assert os.sched_getscheduler(pinned.pid) == os.SCHED_BATCH
+    assert auto.start_watch is None and auto._env["PYSERVER_PYTHON_SCHED"] == "normal"
+    assert "python model 'add_sub' instance 'add_sub_0_0': its worker leaves SCHED_BATCH: more " \
+           "than 2 of 100 groups waited over 0 µs for a core" in caplog.text
     np.testing.assert_array_equal(infer_add_sub(server.url, "add_sub", a, a).as_numpy("OUTPUT0"),
                                   a * 2)
 
@@ -717,7 +749,8 @@ def test_a_hung_worker_is_stopped_with_its_stack_and_restarted(tmp_path, start_s
      "must be a number of seconds (0: no limit), got \"soon\""),
     ("pyserver_execute_timeout_seconds", "-1",
      "must be a number of seconds (0: no limit), got \"-1\""),
-    ("pyserver_worker_scheduling", "fifo", "must be \"batch\" or \"normal\", got \"fifo\""),
+    ("pyserver_worker_scheduling", "fifo",
+     "must be \"auto\", \"batch\" or \"normal\", got \"fifo\""),
 ])
 def test_bad_python_settings_fail_the_load(tmp_path, start_server, key, value, expected):
     repo = repo_with(tmp_path, "add_sub")

@@ -65,6 +65,7 @@ class WorkerLoopDriver(ExecutionDriver):
         self._worker = None  # the worker whose socket is watched
         self._watch_fd = -1  # our duplicate of its descriptor (see _watch)
         self._t_start = 0  # when the group in flight was sent
+        self._start_unseen = False  # its first answer not read yet (note_group_start)
         self._stopped = False
         # A dynamically batched model's batch waits for the end of the loop
         # iteration while the server holds this many requests or more (see
@@ -130,6 +131,7 @@ class WorkerLoopDriver(ExecutionDriver):
         self.idle.clear()
         self._t_start = now_ns()
         backend = self.backend
+        self._start_unseen = backend.start_watch is not None
         worker = backend.take_worker()
         if worker is None:  # down, restarting: the blocking path waits for it
             self.loop.run_in_executor(None, self._run_blocking, group)
@@ -179,6 +181,9 @@ class WorkerLoopDriver(ExecutionDriver):
                           "batch in it: %r", mv.name, self.instance.name, msg[:1])
                 continue
             batch = batches[0]
+            if self._start_unseen and msg[0] != "query":  # "auto" scheduling: its start's wait
+                self._start_unseen = False
+                backend.note_group_start(msg, self._t_start)
             try:
                 results = backend.on_main_message(worker, msg, batch.requests)
             except OSError:  # answering its question: it is gone

@@ -471,8 +471,11 @@ def main(argv):
     # that sent it (the event loop) but takes a free core or waits for the
     # next tick. Without it, on 2 cores the loop was preempted at ~1 of 4
     # sends and relayed 10-20 % fewer requests per second (add_sub, 2
-    # instances, 16 in flight). PYSERVER_PYTHON_SCHED=normal keeps SCHED_OTHER.
-    if os.environ.get("PYSERVER_PYTHON_SCHED", "batch") == "batch" and hasattr(os, "SCHED_BATCH"):
+    # instances, 16 in flight). PYSERVER_PYTHON_SCHED=normal keeps SCHED_OTHER;
+    # under "auto" (the default) the server moves a worker whose groups wait
+    # for a core too often back to SCHED_OTHER (backend.py StartDelayWatch).
+    if os.environ.get("PYSERVER_PYTHON_SCHED", "auto") in ("auto", "batch") and \
+            hasattr(os, "SCHED_BATCH"):
         try:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         except OSError:
