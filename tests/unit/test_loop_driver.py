@@ -96,6 +96,7 @@ class FakeBackend:
         self.worker = object()
 
     limit = None  # group_limit: as asked
+    start_watch = None  # "auto" scheduling off unless a test sets one
 
     def take_worker(self):
         return self.worker
@@ -128,6 +129,9 @@ class FakeBackend:
     @staticmethod
     def batch_start(msg, default):
         return default
+
+    def note_group_start(self, msg, sent_ns):
+        self.events.append(("started", msg[0], sent_ns))
 
 
 class FakeInstance:
@@ -192,6 +196,25 @@ def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first
     d._on_readable()
     assert events[5:] == [("answered", 3, 0), ("answered", 4, 0)]
     assert d.idle.is_set() and not d.batches
+
+
+def test_a_groups_first_answer_reports_its_start_once_when_watched(driver):
+    """"auto" scheduling: the backend hears of each group's first result or
+    failure, with the group's send time; a question comes first unnoticed."""
+    d, mv, backend, events = driver()
+    backend.start_watch = object()
+    mv.scheduler.queue = [FakeBatch(i) for i in range(2)]
+    d.dispatch()
+    sent_ns = d._t_start
+    backend.replies = [("query", "cancelled", 0), ("result", 0, [], 0), ("result", 0, [], 0)]
+    d._on_readable()
+    assert [e for e in events if e[0] == "started"] == [("started", "result", sent_ns)]
+    backend.start_watch = None  # unwatched (pinned, or already left): not reported
+    mv.scheduler.queue = [FakeBatch(2)]
+    d.dispatch()
+    backend.replies = [("result", 0, [], 0)]
+    d._on_readable()
+    assert len([e for e in events if e[0] == "started"]) == 1
 
 
 def test_detach_fails_every_batch_in_flight(driver):
