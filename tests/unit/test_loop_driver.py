@@ -3,6 +3,8 @@ and in which order it answers, with the scheduler and the worker faked."""
 
 import asyncio
 import socket
+import threading
+import time
 
 import pytest
 
@@ -183,7 +185,7 @@ def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first
     backend.replies = [("result", 0, [], 0), ("fail", "boom", 0)]
     d._on_readable()
     assert events[1:] == [("answered", 0, 0), ("answered", 1, int(Code.INTERNAL))]
-    assert not d.idle.is_set()
+    assert d.batches
     backend.replies = [("query", "cancelled", 0)]  # a question about batch 2
     d._on_readable()
     assert events[3:] == [("asked", ["r2"])]
@@ -195,7 +197,7 @@ def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first
     backend.replies = [("result", 0, [], 0), ("result", 0, [], 0)]
     d._on_readable()
     assert events[5:] == [("answered", 3, 0), ("answered", 4, 0)]
-    assert d.idle.is_set() and not d.batches
+    assert not d.batches
 
 
 def test_a_groups_first_answer_reports_its_start_once_when_watched(driver):
@@ -224,7 +226,40 @@ def test_detach_fails_every_batch_in_flight(driver):
     d.detach()
     assert events[1:] == [("answered", 0, int(Code.UNAVAILABLE)),
                           ("answered", 1, int(Code.UNAVAILABLE))]
-    assert d.idle.is_set()
+    assert not d.batches
+
+
+def test_stop_waits_for_the_batch_in_flight_then_detaches(driver):
+    """stop() from another thread, the loop running: the batch in the
+    worker is answered (not failed), then the driver detaches; with none in
+    flight it returns at once."""
+    d, mv, backend, events = driver()
+    loop = d.loop
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        mv.scheduler.queue = [FakeBatch(0)]
+        loop.call_soon_threadsafe(d.dispatch)
+        stopper = threading.Thread(target=d.stop, args=(10,))
+        time.sleep(0.05)
+        stopper.start()
+        time.sleep(0.2)
+        assert stopper.is_alive() and not d._stopped  # waiting on the batch in flight
+
+        def answer():
+            backend.replies = [("result", 0, [], 0)]
+            d._on_readable()
+
+        loop.call_soon_threadsafe(answer)
+        stopper.join(5)
+        assert not stopper.is_alive() and d._stopped
+        assert ("answered", 0, 0) in events  # answered, not failed by the detach
+        started = time.monotonic()
+        d.stop(10)  # nothing in flight: no wait
+        assert time.monotonic() - started < 1
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(5)
 
 
 def test_max_group_is_a_sane_bound():
