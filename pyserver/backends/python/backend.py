@@ -46,6 +46,7 @@ from pyserver.backends.python.instance import (
     code_of,
     execute_timeout,
     log_from_model,
+    word_parameter,
     worker_error,
 )
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
@@ -737,9 +738,7 @@ class ProcessPythonBackend(ServedInstance):
         scheduling): once its worker's groups start late too often, it
         leaves SCHED_BATCH, and so do the workers that replace it."""
         watch = self.start_watch
-        if watch is None or reply[0] not in ("result", "fail"):
-            return
-        if not watch.note(reply[-1] - sent_ns):
+        if watch is None or not watch.note(self.batch_start(reply, sent_ns) - sent_ns):
             return
         self.start_watch = None
         self._env["PYSERVER_PYTHON_SCHED"] = "normal"  # for restarts
@@ -976,16 +975,8 @@ def worker_scheduling(config, env: dict) -> str:
     "auto". "batch" is SCHED_BATCH, "normal" SCHED_OTHER, "auto" SCHED_BATCH
     until its wake-ups wait too often (StartDelayWatch). README, Python
     models, has what each costs."""
-    params = config.parameters
-    if SCHEDULING_PARAMETER not in params:
-        return env.get("PYSERVER_PYTHON_SCHED", "auto")
-    given = params[SCHEDULING_PARAMETER].string_value
-    value = given.strip().lower()
-    if value not in _SCHEDULING:
-        raise ServerError(Code.INVALID_ARG,
-                          f"model '{config.name}': parameter '{SCHEDULING_PARAMETER}' must be "
-                          f"\"auto\", \"batch\" or \"normal\", got \"{given}\"")
-    return value
+    return word_parameter(config, SCHEDULING_PARAMETER, _SCHEDULING,
+                          env.get("PYSERVER_PYTHON_SCHED", "auto"))
 
 
 class StartDelayWatch:

@@ -47,6 +47,7 @@ from pyserver.backends.python.instance import (
     code_of,
     execute_timeout,
     log_from_model,
+    word_parameter,
     worker_error,
 )
 from pyserver.backends.python.services import bls_request
@@ -64,16 +65,7 @@ _MODES = ("process", "thread")
 
 def execution_mode(config) -> str:
     """The config's pyserver_execution_mode: "process" (default) or "thread"."""
-    params = config.parameters
-    if EXECUTION_MODE_PARAMETER not in params:
-        return "process"
-    value = params[EXECUTION_MODE_PARAMETER].string_value.strip().lower()
-    if value not in _MODES:
-        raise ServerError(Code.INVALID_ARG,
-                          f"model '{config.name}': parameter '{EXECUTION_MODE_PARAMETER}' must be "
-                          f"\"process\" or \"thread\", got "
-                          f"\"{params[EXECUTION_MODE_PARAMETER].string_value}\"")
-    return value
+    return word_parameter(config, EXECUTION_MODE_PARAMETER, _MODES, "process")
 
 
 class _Router:

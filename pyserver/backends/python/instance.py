@@ -146,6 +146,22 @@ class ServedInstance:
             p.future.push(None, error, True)
 
 
+def word_parameter(config, key: str, words: tuple, default: str) -> str:
+    """The config's parameter ``key``: one of ``words`` (case and spaces
+    aside), or ``default`` where the config has none."""
+    params = config.parameters
+    if key not in params:
+        return default
+    given = params[key].string_value
+    value = given.strip().lower()
+    if value not in words:
+        choices = " or ".join(filter(None, (", ".join(f'"{w}"' for w in words[:-1]),
+                                            f'"{words[-1]}"')))
+        raise ServerError(Code.INVALID_ARG, f"model '{config.name}': parameter '{key}' must be "
+                                            f"{choices}, got \"{given}\"")
+    return value
+
+
 def execute_timeout(config) -> float:
     """The config's pyserver_execute_timeout_seconds (0: none)."""
     params = config.parameters

@@ -268,32 +268,27 @@ class WorkerLoopDriver(ExecutionDriver):
         if not loop.is_running() or running_loop() is loop:
             self.detach()
             return
-        idle = threading.Event()
 
-        def wait_for_idle():
+        def wait_for_idle(idle):
             if self.batches:
                 self._idle_waiter = idle
             else:
                 idle.set()
 
-        try:
-            loop.call_soon_threadsafe(wait_for_idle)
-        except RuntimeError:  # closed meanwhile
-            self.detach()
-            return
-        idle.wait(timeout)
-        detached = threading.Event()
-
-        def detach():
+        def detach(detached):
             self.detach()
             detached.set()
 
-        try:
-            loop.call_soon_threadsafe(detach)
-        except RuntimeError:  # closed meanwhile
-            self.detach()
-            return
-        if not detached.wait(timeout):
+        # each step on the loop, this thread waiting for its end
+        for step in (wait_for_idle, detach):
+            done = threading.Event()
+            try:
+                loop.call_soon_threadsafe(step, done)
+            except RuntimeError:  # closed meanwhile
+                self.detach()
+                return
+            finished = done.wait(timeout)
+        if not finished:  # the loop did not detach in time: from here
             self.detach()
 
     # -- executor threads -------------------------------------------------------
