@@ -76,9 +76,17 @@ struct SocketPump::Connection {
   bool eof = false;
   bool drain_watch = false;
   size_t drain_low = 0;
+  bool reader_full = false;     // not read until the reader's next Resume
+  bool resume_pending = false;  // Resume() called, not yet applied
+  bool resume_answered = false;
+  uint64_t resume_consumed = 0;
+  bool eof_held = false;        // EOF seen, its kEof held back by the reader
   // Worker thread only: registered with epoll, and the events armed.
   bool registered = false;
   uint32_t armed = 0;
+  // Set before the connection is shared; its calls are the worker's
+  // (Progress excepted, which readers make thread-safe).
+  std::unique_ptr<ConnectionReader> reader;
 };
 
 struct SocketPump::Worker {
@@ -150,12 +158,13 @@ SocketPump::~SocketPump() {
   if (notify_fd_ >= 0) ::close(notify_fd_);
 }
 
-uint64_t SocketPump::Attach(int fd) {
+uint64_t SocketPump::Attach(int fd, std::unique_ptr<ConnectionReader> reader) {
   int flags = ::fcntl(fd, F_GETFL, 0);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   auto conn = std::make_shared<Connection>();
   conn->id = next_id_.fetch_add(1);
   conn->fd = fd;
+  conn->reader = std::move(reader);
   conn->worker = workers_[conn->id % workers_.size()].get();
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
@@ -228,6 +237,23 @@ void SocketPump::SetReading(uint64_t connection, bool reading) {
     c->reading = reading;
     return true;
   });
+}
+
+void SocketPump::Resume(uint64_t connection, bool answered, uint64_t consumed) {
+  Update(connection, [answered, consumed](Connection* c) {
+    if (!c->reader) return false;
+    c->resume_pending = true;
+    c->resume_answered = c->resume_answered || answered;
+    if (consumed > c->resume_consumed) c->resume_consumed = consumed;
+    return true;
+  });
+}
+
+bool SocketPump::Progress(uint64_t connection, ReaderProgress* out) const {
+  auto conn = Find(connection);
+  if (!conn || !conn->reader) return false;
+  *out = conn->reader->Progress();
+  return true;
 }
 
 void SocketPump::Close(uint64_t connection) {
@@ -388,12 +414,20 @@ int SocketPump::Serve(Worker* w) {
 
 // What the host asked of a connection since it was last scheduled.
 void SocketPump::Apply(Worker* w, const std::shared_ptr<Connection>& conn) {
-  bool abort;
+  bool abort, resume = false, answered = false;
+  uint64_t consumed = 0;
   {
     std::lock_guard<std::mutex> lock(conn->mu);
     conn->scheduled = false;
     if (conn->closed) return;
     abort = conn->aborting;
+    if (conn->resume_pending) {
+      resume = true;
+      answered = conn->resume_answered;
+      consumed = conn->resume_consumed;
+      conn->resume_pending = false;
+      conn->resume_answered = false;
+    }
   }
   if (!conn->registered) {
     epoll_event ev{};
@@ -410,14 +444,49 @@ void SocketPump::Apply(Worker* w, const std::shared_ptr<Connection>& conn) {
     CloseNow(w, conn, 0);
     return;
   }
+  if (resume) ResumeReader(w, conn, answered, consumed);
   WriteSome(w, conn);
+}
+
+// Worker thread: the reader's Resume, then what it passes on, its held EOF
+// and reading again.
+void SocketPump::ResumeReader(Worker* w, const std::shared_ptr<Connection>& conn, bool answered,
+                              uint64_t consumed) {
+  std::string host;
+  conn->reader->Resume(conn->id, answered, consumed, &host);
+  bool post_eof = false;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    if (conn->eof_held && !conn->reader->HoldEof(&host)) {
+      conn->eof_held = false;
+      post_eof = true;
+    }
+    conn->reader_full = false;
+    if (conn->registered) Arm(w, conn.get());
+  }
+  PassOn(conn, host);
+  if (post_eof) Post(conn, PumpEvent::Kind::kEof, 0);
+}
+
+// Worker thread: bytes for the host, as a kData event.
+void SocketPump::PassOn(const std::shared_ptr<Connection>& conn, const std::string& bytes) {
+  if (bytes.empty()) return;
+  bool post;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    if (conn->closed) return;
+    conn->in.append(bytes);
+    post = !conn->data_posted;
+    conn->data_posted = true;
+  }
+  if (post) Post(conn, PumpEvent::Kind::kData, 0);
 }
 
 // Arms EPOLLIN while the connection is to be read and EPOLLOUT while bytes
 // wait for room in the socket. Called with conn->mu held.
 void SocketPump::Arm(Worker* w, Connection* conn) {
   uint32_t want = 0;
-  if (conn->reading && !conn->stalled && !conn->eof) want |= EPOLLIN;
+  if (conn->reading && !conn->stalled && !conn->eof && !conn->reader_full) want |= EPOLLIN;
   if (conn->out_pos < conn->out.size()) want |= EPOLLOUT;
   if (want == conn->armed) return;
   epoll_event ev{};
@@ -476,19 +545,30 @@ void SocketPump::ReadSome(Worker* w, const std::shared_ptr<Connection>& conn) {
     ssize_t n = ::read(conn->fd, buf, sizeof buf);
     if (n > 0) {
       total += static_cast<size_t>(n);
-      bool post;
+      const char* pass = buf;
+      size_t pass_size = static_cast<size_t>(n);
+      bool more = true;
+      std::string host;
+      if (conn->reader) {
+        more = conn->reader->Read(conn->id, buf, pass_size, &host);
+        pass = host.data();
+        pass_size = host.size();
+      }
+      bool post = false;
       {
         std::lock_guard<std::mutex> lock(conn->mu);
         if (conn->closed) return;
-        conn->in.append(buf, static_cast<size_t>(n));
-        post = !conn->data_posted;
-        conn->data_posted = true;
-        if (conn->in.size() > kMaxUndrained) {
-          conn->stalled = true;
-          Arm(w, conn.get());
+        if (pass_size > 0) {
+          conn->in.append(pass, pass_size);
+          post = !conn->data_posted;
+          conn->data_posted = true;
         }
+        if (conn->in.size() > kMaxUndrained) conn->stalled = true;
+        if (!more) conn->reader_full = true;
+        if (conn->stalled || !more) Arm(w, conn.get());
       }
       if (post) Post(conn, PumpEvent::Kind::kData, 0);
+      if (!more) break;
       if (static_cast<size_t>(n) < sizeof buf) break;  // the socket is empty now
       {
         std::lock_guard<std::mutex> lock(conn->mu);
@@ -497,12 +577,19 @@ void SocketPump::ReadSome(Worker* w, const std::shared_ptr<Connection>& conn) {
       continue;
     }
     if (n == 0) {
+      bool hold = false;
+      if (conn->reader) {
+        std::string host;
+        hold = conn->reader->HoldEof(&host);
+        PassOn(conn, host);
+      }
       {
         std::lock_guard<std::mutex> lock(conn->mu);
         conn->eof = true;
+        conn->eof_held = hold;
         Arm(w, conn.get());
       }
-      Post(conn, PumpEvent::Kind::kEof, 0);
+      if (!hold) Post(conn, PumpEvent::Kind::kEof, 0);
       return;
     }
     if (errno == EINTR) continue;

@@ -325,5 +325,139 @@ TEST(SocketPumpTest, AFailedThreadClosesItsConnectionsAndServesAgain) {
   EXPECT_EQ(ReadExactly(peer.peer, 2), "ok");
 }
 
+
+// A reader that keeps the bytes up to and including each '!' (one "request"
+// at a time, answered by Resume(answered)) and passes on a '?' and all after
+// it until the host has consumed them; it holds EOF while answering.
+class BangReader : public ConnectionReader {
+ public:
+  std::atomic<int> taken{0};
+  std::string kept;
+
+  bool Read(uint64_t, const char* data, size_t size, std::string* host) override {
+    if (to_host_) {
+      host->append(data, size);
+      given_ += size;
+      return true;
+    }
+    held_.append(data, size);
+    Scan(host);
+    return held_.size() < 64;
+  }
+  void Resume(uint64_t, bool answered, uint64_t consumed, std::string* host) override {
+    if (answering_ && answered) {
+      answering_ = false;
+      Scan(host);
+    } else if (to_host_ && consumed == given_) {
+      to_host_ = false;
+    }
+  }
+  bool HoldEof(std::string*) override { return answering_; }
+  ReaderProgress Progress() const override {
+    ReaderProgress p;
+    p.state = answering_flag_.load() ? ReaderProgress::kAnswering : ReaderProgress::kIdle;
+    return p;
+  }
+
+ private:
+  void Scan(std::string* host) {
+    while (!answering_ && !to_host_ && !held_.empty()) {
+      if (held_[0] == '?') {
+        host->append(held_);
+        given_ += held_.size();
+        held_.clear();
+        to_host_ = true;
+        return;
+      }
+      size_t bang = held_.find('!');
+      if (bang == std::string::npos) return;
+      kept += held_.substr(0, bang + 1);
+      held_.erase(0, bang + 1);
+      answering_ = true;
+      answering_flag_ = true;
+      ++taken;
+    }
+    answering_flag_ = answering_;
+  }
+  std::string held_;
+  bool answering_ = false, to_host_ = false;
+  std::atomic<bool> answering_flag_{false};
+  uint64_t given_ = 0;
+};
+
+TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  Pair pair;
+  auto owned = std::make_unique<BangReader>();
+  BangReader* reader = owned.get();
+  uint64_t id = pump->Attach(pair.pump_end, std::move(owned));
+  // two "requests": the first is taken, the second waits for its answer
+  ASSERT_EQ(::write(pair.peer, "one!two!", 8), 8);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (reader->taken.load() < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(reader->taken.load(), 1);
+  ReaderProgress progress;
+  ASSERT_TRUE(pump->Progress(id, &progress));
+  EXPECT_EQ(progress.state, ReaderProgress::kAnswering);
+  pump->Write(id, "A1", 2);
+  pump->Resume(id, true, 0);
+  EXPECT_EQ(ReadExactly(pair.peer, 2), "A1");
+  while (reader->taken.load() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(reader->taken.load(), 2);
+  pump->Resume(id, true, 0);
+  // a '?' goes to the host with what follows, until it hands the connection back
+  ASSERT_EQ(::write(pair.peer, "?ask", 4), 4);
+  auto got = WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, id) == "?ask"; });
+  EXPECT_EQ(DataOf(got, id), "?ask");
+  pump->Resume(id, false, 3);  // not all of it: still the host's
+  ASSERT_EQ(::write(pair.peer, "x!", 2), 2);
+  got = WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, id) == "x!"; });
+  EXPECT_EQ(DataOf(got, id), "x!");
+  pump->Resume(id, false, 6);  // all of it: the reader's again
+  ASSERT_EQ(::write(pair.peer, "three!", 6), 6);
+  while (reader->taken.load() < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(reader->taken.load(), 3);
+  EXPECT_EQ(reader->kept, "one!two!three!");
+  // EOF while answering is held until the answer is out
+  ::shutdown(pair.peer, SHUT_WR);
+  got = WaitFor(pump.get(), [&](const auto& ev) { return Has(ev, id, Kind::kEof); },
+                std::chrono::milliseconds(200));
+  EXPECT_FALSE(Has(got, id, Kind::kEof));
+  pump->Write(id, "A3", 2);
+  pump->Resume(id, true, 0);
+  got = WaitFor(pump.get(), [&](const auto& ev) { return Has(ev, id, Kind::kEof); });
+  EXPECT_TRUE(Has(got, id, Kind::kEof));
+  EXPECT_EQ(ReadExactly(pair.peer, 2), "A3");
+}
+
+TEST(SocketPumpTest, AFullReaderStopsReadsUntilResumed) {
+  std::unique_ptr<SocketPump> pump;
+  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
+  Pair pair;
+  auto owned = std::make_unique<BangReader>();
+  BangReader* reader = owned.get();
+  uint64_t id = pump->Attach(pair.pump_end, std::move(owned));
+  std::string burst = "a!" + std::string(100, 'b') + "!c!";
+  ASSERT_EQ(::write(pair.peer, burst.data(), burst.size()), static_cast<ssize_t>(burst.size()));
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (reader->taken.load() < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 2; i <= 3; ++i) {
+    pump->Resume(id, true, 0);
+    while (reader->taken.load() < i && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  EXPECT_EQ(reader->taken.load(), 3);
+  EXPECT_EQ(reader->kept, burst);
+}
 }  // namespace
 }  // namespace pyserver

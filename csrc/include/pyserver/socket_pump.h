@@ -8,6 +8,10 @@
 // thread that sleeps, none of one that is busy). Protocols stay the host's:
 // the pump moves bytes and reports end of stream, errors, close and drained
 // write buffers. Every host method is thread-safe and never blocks on I/O.
+//
+// A connection may be attached with a ConnectionReader: the pump thread then
+// shows it each read first, and the host sees only what the reader passes on
+// (a protocol handled on the pump's threads, with the host as its fallback).
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,33 @@ struct PumpEvent {
   int error = 0;
 };
 
+// What a connection's reader says of the bytes it holds, for the host's read
+// timeouts (steady-clock ns, pyserver/clock.h).
+struct ReaderProgress {
+  enum State : int { kIdle = 0, kHead = 1, kBody = 2, kAnswering = 3 };
+  int state = kIdle;     // kAnswering: a request it took is being answered
+  uint64_t since_ns = 0;  // when the request now held began to arrive
+  uint64_t last_read_ns = 0;
+};
+
+// A connection's first reader. Its pump thread alone calls Read, Resume and
+// HoldEof, one at a time; Progress is called from the host's thread.
+class ConnectionReader {
+ public:
+  virtual ~ConnectionReader() = default;
+  // `data` was read from `connection`: appends to *host the bytes the host
+  // is to get (a kData event). False: hold reading until the next Resume
+  // (the reader's buffer is at its bound).
+  virtual bool Read(uint64_t connection, const char* data, size_t size, std::string* host) = 0;
+  // After SocketPump::Resume(connection, answered, consumed) (see there).
+  virtual void Resume(uint64_t connection, bool answered, uint64_t consumed,
+                      std::string* host) = 0;
+  // The peer sent EOF. Appends to *host what the host must still get; true
+  // holds the kEof event back until a Resume after which this says false.
+  virtual bool HoldEof(std::string* host) = 0;
+  virtual ReaderProgress Progress() const = 0;
+};
+
 class SocketPump {
  public:
   // A pump with `threads` (>= 1) I/O threads.
@@ -54,8 +85,18 @@ class SocketPump {
   int threads() const { return static_cast<int>(workers_.size()); }
 
   // Takes a connected socket (the pump makes it non-blocking and closes it
-  // in the end); returns the connection's id (never 0).
-  uint64_t Attach(int fd);
+  // in the end); returns the connection's id (never 0). With `reader`, its
+  // bytes go through it (ConnectionReader).
+  uint64_t Attach(int fd, std::unique_ptr<ConnectionReader> reader = nullptr);
+
+  // Hands a connection back to its reader, on the reader's pump thread:
+  // `answered`, a request the reader took was answered; `consumed`, the
+  // bytes the host has processed of all it was given (the reader resumes
+  // only at the boundary it knows). No-op without a reader.
+  void Resume(uint64_t connection, bool answered, uint64_t consumed);
+
+  // The connection's reader's Progress(); false when it has none (or is gone).
+  bool Progress(uint64_t connection, ReaderProgress* out) const;
 
   // Queues bytes to send, after those already queued. Returns the bytes not
   // yet sent, these included; 0 when the connection is closing or gone (the
@@ -104,6 +145,9 @@ class SocketPump {
   void Restart(Worker* worker, const std::string& what, int error);
   void Apply(Worker* worker, const std::shared_ptr<Connection>& conn);
   void ReadSome(Worker* worker, const std::shared_ptr<Connection>& conn);
+  void ResumeReader(Worker* worker, const std::shared_ptr<Connection>& conn, bool answered,
+                    uint64_t consumed);
+  void PassOn(const std::shared_ptr<Connection>& conn, const std::string& bytes);
   void WriteSome(Worker* worker, const std::shared_ptr<Connection>& conn);
   void Arm(Worker* worker, Connection* conn);
   void CloseNow(Worker* worker, const std::shared_ptr<Connection>& conn, int error);
