@@ -332,6 +332,7 @@ TEST(SocketPumpTest, AFailedThreadClosesItsConnectionsAndServesAgain) {
 class BangReader : public ConnectionReader {
  public:
   std::atomic<int> taken{0};
+  std::atomic<bool> hosting{false};  // the host's since a '?'
   std::string kept;
 
   bool Read(uint64_t, const char* data, size_t size, std::string* host) override {
@@ -350,6 +351,7 @@ class BangReader : public ConnectionReader {
       Scan(host);
     } else if (to_host_ && consumed == given_) {
       to_host_ = false;
+      hosting = false;
     }
   }
   bool HoldEof(std::string*) override { return answering_; }
@@ -367,6 +369,7 @@ class BangReader : public ConnectionReader {
         given_ += held_.size();
         held_.clear();
         to_host_ = true;
+        hosting = true;
         return;
       }
       size_t bang = held_.find('!');
@@ -419,6 +422,9 @@ TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
   got = WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, id) == "x!"; });
   EXPECT_EQ(DataOf(got, id), "x!");
   pump->Resume(id, false, 6);  // all of it: the reader's again
+  while (reader->hosting.load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_EQ(::write(pair.peer, "three!", 6), 6);
   while (reader->taken.load() < 3 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
