@@ -15,6 +15,14 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         kClosed "pyserver::PumpEvent::Kind::kClosed"
         kThreadRestarted "pyserver::PumpEvent::Kind::kThreadRestarted"
 
+    cdef cppclass ReaderProgress:
+        int state
+        uint64_t since_ns
+        uint64_t last_read_ns
+
+    cdef cppclass ConnectionReader:
+        pass
+
     cdef cppclass PumpEvent:
         uint64_t connection
         PumpKind kind
@@ -27,6 +35,9 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         int notify_fd()
         int threads()
         uint64_t Attach(int fd)
+        uint64_t Attach(int fd, unique_ptr[ConnectionReader] reader)
+        void Resume(uint64_t connection, bint answered, uint64_t consumed)
+        bint Progress(uint64_t connection, ReaderProgress* out)
         size_t Write(uint64_t connection, const char* data, size_t size)
         size_t Unsent(uint64_t connection)
         void WatchDrain(uint64_t connection, size_t low_water)
@@ -37,12 +48,20 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         size_t Drain(vector[PumpEvent]* out)
 
 
+cdef class ReaderSource:
+    """What makes each connection's ConnectionReader (a protocol's first
+    look at its bytes, on its pump thread): engine/protocol/http_lane.pyx."""
+    cdef unique_ptr[ConnectionReader] new_reader(self)
+
+
 cdef class SocketPump:
     cdef unique_ptr[CSocketPump] c
     cdef readonly object loop
     cdef int fd
     cdef dict transports  # connection id -> PumpTransport
     cdef readonly int restarts  # threads that failed and were restarted
+
+    cdef int write_answer(self, uint64_t connection, list pieces) except -1
 
 
 cdef class PumpTransport:
@@ -58,6 +77,7 @@ cdef class PumpTransport:
     cdef bint eof_held   # the peer's EOF came after the held bytes
     cdef size_t high_water
     cdef size_t low_water
+    cdef readonly bint has_reader  # attached with a ConnectionReader
 
     cdef int _data(self, bytes data) except -1
     cdef int _eof(self) except -1

@@ -19,8 +19,10 @@ with the event loop's own transports.
 import logging
 import os
 
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint64_t
+from libcpp.memory cimport unique_ptr
 from libcpp.vector cimport vector
 
 from pyserver.engine.status cimport check_status
@@ -30,6 +32,15 @@ _log = logging.getLogger("pyserver")
 # asyncio's default write-buffer limits
 DEFAULT_HIGH_WATER = 64 * 1024
 DEFAULT_LOW_WATER = 16 * 1024
+
+
+cdef class ReaderSource:
+    cdef unique_ptr[ConnectionReader] new_reader(self):
+        return unique_ptr[ConnectionReader]()
+
+
+cdef double _seconds(uint64_t ns):
+    return ns / 1e9
 
 
 cdef class SocketPump:
@@ -50,9 +61,10 @@ cdef class SocketPump:
     def connections(self):
         return len(self.transports)
 
-    def attach(self, sock, protocol):
+    def attach(self, sock, protocol, ReaderSource readers=None):
         """Takes an accepted socket (the pump owns it from now on) for
-        ``protocol``; returns its transport."""
+        ``protocol``; returns its transport. With ``readers``, the
+        connection's bytes go through a reader of its making first."""
         if not self.c:
             sock.close()
             raise RuntimeError("the socket pump is closed")
@@ -69,7 +81,11 @@ cdef class SocketPump:
         t.extra = extra
         t.high_water = DEFAULT_HIGH_WATER
         t.low_water = DEFAULT_LOW_WATER
-        t.connection = self.c.get().Attach(fd)
+        if readers is None:
+            t.connection = self.c.get().Attach(fd)
+        else:
+            t.has_reader = True
+            t.connection = self.c.get().Attach(fd, readers.new_reader())
         self.transports[t.connection] = t
         protocol.connection_made(t)
         return t
@@ -104,6 +120,25 @@ cdef class SocketPump:
                     t._closed(events[i].error)
             except Exception:
                 _log.exception("connection protocol failed")
+
+    cdef int write_answer(self, uint64_t connection, list pieces) except -1:
+        """Queues ``pieces`` (bytes-like) on a connection whose reader took
+        the request they answer, and hands the connection back to it."""
+        cdef Py_buffer view
+        if not self.c:
+            return 0
+        for piece in pieces:
+            if type(piece) is bytes:
+                self.c.get().Write(connection, PyBytes_AS_STRING(piece),
+                                   <size_t>PyBytes_GET_SIZE(piece))
+            else:
+                PyObject_GetBuffer(piece, &view, PyBUF_C_CONTIGUOUS)
+                try:
+                    self.c.get().Write(connection, <const char*>view.buf, <size_t>view.len)
+                finally:
+                    PyBuffer_Release(&view)
+        self.c.get().Resume(connection, True, 0)
+        return 0
 
     def _break_thread_for_testing(self, int thread):
         """Makes pump thread ``thread`` fail as a descriptor closed under it
@@ -192,6 +227,23 @@ cdef class PumpTransport:
         if self.eof_held and not self.read_paused and not self.closing:
             self.eof_held = False
             self._eof()
+
+    def resume_reader(self, uint64_t consumed):
+        """The protocol has processed ``consumed`` bytes in all and waits
+        for more: the connection's reader takes over again if that is all
+        it was given."""
+        if self.has_reader and not self.closing and self.pump.c:
+            self.pump.c.get().Resume(self.connection, False, consumed)
+
+    def reader_progress(self):
+        """``(state, since, last_read)`` of the connection's reader, times
+        in seconds on the loop's monotonic clock (state: 0 idle, 1 a request
+        head arriving, 2 its body, 3 answering one), or None."""
+        cdef ReaderProgress p
+        if not self.has_reader or not self.pump.c \
+                or not self.pump.c.get().Progress(self.connection, &p):
+            return None
+        return p.state, _seconds(p.since_ns), _seconds(p.last_read_ns)
 
     def get_extra_info(self, name, default=None):
         return self.extra.get(name, default)

@@ -30,9 +30,6 @@ cdef class Slot:
     (the answer as written) is None until it is ready; ``close``: the
     connection closes after it."""
 
-    cdef public object data
-    cdef public bint close
-
     def __init__(self, bint close):
         self.data = None
         self.close = close
@@ -43,11 +40,6 @@ cdef class InferRoute:
     POST /v2/models/<model>[/versions/<v>]/infer on connection ``conn`` (a
     pyserver.frontends.http.connection.HttpConnection)."""
 
-    cdef object decompress  # (content-encoding, body, limit) -> body
-    cdef object response_encoding  # accept-encoding header -> "gzip"/"deflate"/None
-    cdef object compress  # (encoding, body) -> bytes
-    cdef readonly int pipeline_high
-
     def __init__(self, decompress, response_encoding, compress, int pipeline_high):
         self.decompress = decompress
         self.response_encoding = response_encoding
@@ -55,6 +47,22 @@ cdef class InferRoute:
         self.pipeline_high = pipeline_high
 
     def __call__(self, conn, method, dict headers, body, bint keep_alive, model, version):
+        try:
+            request, fut = self.begin(conn, headers, body, model, version, conn.recv_ns)
+        except Exception as e:
+            return conn.respond_exception(e, keep_alive)
+        cdef Slot slot = Slot(not keep_alive)
+        pending = conn.pending
+        pending.append(slot)
+        cdef InferDone done = InferDone(self, conn, slot, request,
+                                        self.encoding_of(headers), conn.http10)
+        _when_done(fut, done)
+        if len(pending) >= self.pipeline_high:
+            conn.update_reading()
+
+    cdef tuple begin(self, conn, dict headers, body, model, version, recv_ns):
+        """The request decoded and submitted: ``(request, future)``; raises
+        what the client is to be told (the request's shared memory let go)."""
         frontend = conn.frontend
         request = None
         try:
@@ -69,30 +77,48 @@ cdef class InferRoute:
             tracer = conn.tracer
             if tracer is not None and tracer.active:
                 received = now_ns()
-                tracer.frontend_received(request, "HTTP_RECV_START", conn.recv_ns or received,
+                tracer.frontend_received(request, "HTTP_RECV_START", recv_ns or received,
                                          "HTTP_RECV_END", received)
             # answered as the request's batch completes, not an iteration later
-            fut = conn.server.submitter(request, ImmediateFuture())
-        except Exception as e:
+            return request, conn.server.submitter(request, ImmediateFuture())
+        except BaseException:
             if request is not None:
                 release_shm(request)
-            return conn.respond_exception(e, keep_alive)
-        cdef Slot slot = Slot(not keep_alive)
-        pending = conn.pending
-        pending.append(slot)
+            raise
+
+    cdef object encoding_of(self, dict headers):
+        """The answer's Content-Encoding for the request's Accept-Encoding, or None."""
         accept = headers.get(b"accept-encoding")
-        cdef InferDone done = InferDone(self, conn, slot, request,
-                                        None if accept is None else self.response_encoding(accept),
-                                        conn.http10)
+        return None if accept is None else self.response_encoding(accept)
+
+    cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10):
+        """The answer to a request whose future is done, as written (its
+        error's, when it failed); lets its shared memory go."""
         try:
-            if fut.done():  # answered synchronously: no extra loop iteration
-                return done(fut)
-            fut.add_done_callback(done)
-        except AttributeError:  # a coroutine or other awaitable
-            fut = asyncio.ensure_future(fut)
-            fut.add_done_callback(done)
-        if len(pending) >= self.pipeline_high:
-            conn.update_reading()
+            response = settled_result(fut)
+            if encoding is None:
+                return answer_infer(response, request, keep_alive, http10)
+            headers, body = encode_infer_response(response, request)
+            headers = [*headers, (b"Content-Encoding", encoding.encode())]
+            return conn.build(200, headers, self.compress(encoding, body), keep_alive, http10)
+        except Exception as e:
+            return conn.error_data(e, keep_alive, http10)
+        finally:
+            release_shm(request)
+
+
+cdef int _when_done(fut, done) except -1:
+    """Calls ``done(fut)`` now when ``fut`` is done (no extra loop
+    iteration), else when it is."""
+    try:
+        if fut.done():
+            done(fut)
+            return 0
+        fut.add_done_callback(done)
+    except AttributeError:  # a coroutine or other awaitable
+        fut = asyncio.ensure_future(fut)
+        fut.add_done_callback(done)
+    return 0
 
 
 cpdef object settled_result(fut):
@@ -110,13 +136,6 @@ cdef class InferDone:
     """One infer request's done-callback: its answer (or error) into its
     slot, then the connection writes what is ready, in order."""
 
-    cdef InferRoute route
-    cdef object conn
-    cdef Slot slot
-    cdef object request
-    cdef object encoding
-    cdef bint http10
-
     def __init__(self, InferRoute route, conn, Slot slot, request, encoding, bint http10):
         self.route = route
         self.conn = conn
@@ -127,22 +146,10 @@ cdef class InferDone:
 
     def __call__(self, fut):
         cdef Slot slot = self.slot
-        cdef bint keep_alive = not slot.close
         conn = self.conn
         request = self.request
-        try:
-            response = settled_result(fut)
-            if self.encoding is None:
-                slot.data = answer_infer(response, request, keep_alive, self.http10)
-            else:
-                headers, body = encode_infer_response(response, request)
-                headers = [*headers, (b"Content-Encoding", self.encoding.encode())]
-                slot.data = conn.build(200, headers, self.route.compress(self.encoding, body),
-                                       keep_alive, self.http10)
-        except Exception as e:
-            slot.data = conn.error_data(e, keep_alive, self.http10)
-        finally:
-            release_shm(request)
+        slot.data = self.route.answer_data(conn, fut, request, self.encoding, not slot.close,
+                                           self.http10)
         if request.trace is None:
             conn.answered()
             return

@@ -61,6 +61,9 @@ class Listener:
         self._pump = None
         if io_threads > 0 and ssl is None:  # TLS stays on the loop's transports
             self._pump = SocketPump(loop, io_threads)
+        # set by the frontend: what makes each pump connection's reader
+        # (engine/socket_pump.ReaderSource), or None
+        self.readers = None
         self.sockets = sockets
         self._tasks: set = set()
         self._closed = asyncio.Event()
@@ -103,7 +106,7 @@ class Listener:
             log.exception("connection not set up")
             conn.close()
             return
-        self._pump.attach(conn, protocol)
+        self._pump.attach(conn, protocol, self.readers)
 
     def _resume(self, sock) -> None:
         if not self._closed.is_set():
@@ -124,6 +127,11 @@ class Listener:
         for sock in self.sockets:
             self._loop.remove_reader(sock.fileno())
             sock.close()
+
+    @property
+    def pump(self):
+        """The socket pump (engine/socket_pump.SocketPump), or None."""
+        return self._pump
 
     @property
     def io_threads(self) -> int:

@@ -116,6 +116,7 @@ class LaneReader final : public ConnectionReader {
     LaneRequest r;
     r.connection = connection;
     r.route = route_;
+    r.target.swap(url_);
     r.body.swap(body_);
     r.has_header_length = has_header_length_;
     r.header_length.swap(header_length_);

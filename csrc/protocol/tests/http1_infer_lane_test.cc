@@ -50,6 +50,7 @@ TEST_F(LaneTest, TakesAnInferRequestToAKnownTarget) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].connection, kConn);
   EXPECT_EQ(got[0].route, 3u);
+  EXPECT_EQ(got[0].target, "/v2/models/m/infer");
   EXPECT_EQ(got[0].body, body);
   EXPECT_TRUE(got[0].has_header_length);
   EXPECT_EQ(got[0].header_length, "13");

@@ -55,7 +55,7 @@ class HttpConnection(asyncio.Protocol):
     __slots__ = (
         "frontend", "server", "_transport", "_parser", "http10", "pending", "_closing",
         "_write_paused", "_read_paused", "_eof", "last_active", "head_started", "tracer",
-        "recv_ns",
+        "recv_ns", "_reader", "_fed", "_feeding",
     )
 
     def __init__(self, frontend):
@@ -79,6 +79,12 @@ class HttpConnection(asyncio.Protocol):
         # (HTTP_RECV_START), taken only while tracing is on
         self.tracer = getattr(self.server, "tracer", None)
         self.recv_ns = 0
+        # A pump transport whose reader (the infer lane) takes some requests
+        # before they reach us: we get the rest, and hand the connection
+        # back once we have answered all we were given (_fed bytes).
+        self._reader = None
+        self._fed = 0
+        self._feeding = False
 
     @property
     def raw_headers(self):
@@ -103,6 +109,8 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
             return
         self._transport = transport
+        if getattr(transport, "has_reader", False):
+            self._reader = transport
         frontend.connections.add(self)
         # the first request head is awaited from the connect on (a client
         # that connects and sends nothing is bounded like a slow one)
@@ -152,6 +160,10 @@ class HttpConnection(asyncio.Protocol):
         tracer = self.tracer
         if tracer is not None and tracer.active and not parser.receiving:
             self.recv_ns = now_ns()  # a request begins in these bytes
+        reader = self._reader
+        if reader is not None:
+            self._fed += len(data)
+            self._feeding = True
         try:
             parser.feed(data)
             if parser.receiving == 1:
@@ -175,6 +187,36 @@ class HttpConnection(asyncio.Protocol):
             else:
                 status, body = 400, self.error_body(f"malformed HTTP request: {e}")
             self.emit(build(status, JSON_HEADERS, body, False, False), True)
+        finally:
+            if reader is not None:
+                self._feeding = False
+                self._hand_back()
+
+    def _hand_back(self):
+        """With a reader: once every request we were given is answered and
+        no other has begun, the connection is the reader's again (it checks
+        that the bytes we had are all it gave)."""
+        if not self._feeding and not self.pending and not self._closing \
+                and not self._parser.receiving:
+            self._reader.resume_reader(self._fed)
+
+    def activity(self) -> tuple:
+        """``(busy, last_active, receiving, head_started)`` for the
+        frontend's sweep, in loop time, the reader's part included: busy
+        while an answer is owed, receiving as ``receiving``."""
+        busy = bool(self.pending)
+        last_active, receiving, head_started = self.last_active, self.receiving, \
+            self.head_started
+        if self._reader is not None:
+            progress = self._reader.reader_progress()
+            if progress is not None:
+                state, since, last_read = progress
+                last_active = max(last_active, last_read)
+                if state == 3:
+                    busy = True
+                elif state and not receiving:
+                    receiving, head_started = state, since
+        return busy, last_active, receiving, head_started
 
     def timed_out(self, what: str, seconds: float) -> None:
         """A request head or body did not arrive in time (the frontend's
@@ -239,10 +281,16 @@ class HttpConnection(asyncio.Protocol):
         if method not in route.methods:
             return self.respond(405, JSON_HEADERS, NOT_ALLOWED, keep_alive)
         if route.handler is infer and not restrictions:
-            routes = self.frontend.infer_routes
+            frontend = self.frontend
+            routes = frontend.infer_routes
+            lane = frontend.lane
             if len(routes) >= INFER_ROUTES_MAX:
                 routes.clear()
+                if lane is not None:
+                    lane.clear_routes()
             routes[url] = route.args
+            if lane is not None:
+                lane.add_route(url, *route.args)
         return route.handler(self, method, headers, body, keep_alive, *route.args)
 
     def _restricted(self, group: str, headers: dict, keep_alive: bool) -> bool:
@@ -278,6 +326,8 @@ class HttpConnection(asyncio.Protocol):
         if close or self._eof:
             self._closing = True
             t.close()
+        elif self._reader is not None:
+            self._hand_back()
 
     def answered(self):
         """A slot got its answer (or a chunk): write what is ready, in order."""
@@ -324,6 +374,8 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._read_paused:
             self.update_reading()
+        if self._reader is not None:
+            self._hand_back()
 
     def respond(self, status: int, headers, body, keep_alive: bool):
         self.emit(build(status, headers, body, keep_alive, self.http10), not keep_alive)

@@ -32,12 +32,15 @@ is answered 503 and closed.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 
 from pyserver.engine.protocol.http_codec import DEFAULT_MAX_INPUT_SIZE
+from pyserver.engine.protocol.http_lane import LaneHost
 from pyserver.frontends.header_forward import HeaderForwarder
 from pyserver.frontends.http.connection import HttpConnection
 from pyserver.frontends.http.framing import error_body
+from pyserver.frontends.http.infer import infer
 from pyserver.frontends.http.routes import RESTRICTED_API_GROUPS
 from pyserver.frontends.listener import listen
 from pyserver.runtime.shared_memory import SharedMemoryManager
@@ -74,6 +77,10 @@ class HttpFrontend:
     # what each accepted connection is (another endpoint over this HTTP
     # stack, the OpenAI frontend, brings its own routes)
     connection_class = HttpConnection
+    # With a socket pump, infer requests to targets already routed are read
+    # on its threads (engine/protocol/http_lane.pyx); PYSERVER_HTTP_LANE=0
+    # leaves every request to the connection.
+    infer_lane = True
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
                  max_input_size: int = DEFAULT_MAX_INPUT_SIZE, backlog: int = 1024,
@@ -111,6 +118,7 @@ class HttpFrontend:
         # request target -> (model, version) of infer routes already seen
         # (see HttpConnection.on_request); only without restricted APIs.
         self.infer_routes: dict = {}
+        self.lane = None  # the pump's infer lane (start())
         for group, (key, value) in (restricted_apis or {}).items():
             if group not in RESTRICTED_API_GROUPS:
                 raise ValueError(f"unknown restricted api '{group}' ")
@@ -138,6 +146,12 @@ class HttpFrontend:
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        pump = self._listener.pump
+        # The lane knows no header forwarding (the route reads every header).
+        if pump is not None and self.infer_lane and self.header_forwarder is None \
+                and os.environ.get("PYSERVER_HTTP_LANE", "1") != "0":
+            self.lane = LaneHost(pump, infer, self.max_header_size, self.max_body_size)
+            self._listener.readers = self.lane
         if self._sweep_period() is not None:
             self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
 
@@ -153,16 +167,16 @@ class HttpFrontend:
         now = loop.time()
         header, body, idle = self.header_timeout, self.body_timeout, self.idle_timeout
         for conn in list(self.connections):
-            if idle and not conn.pending and now - conn.last_active > idle:
+            busy, last_active, state, head_started = conn.activity()
+            if idle and not busy and now - last_active > idle:
                 conn.close()
                 self.connections.discard(conn)
                 continue
-            state = conn.receiving
             if state == 1:
-                if header and now - conn.head_started > header:
+                if header and now - head_started > header:
                     conn.timed_out("header", header)
             elif state == 2:
-                if body and now - conn.last_active > body:
+                if body and now - last_active > body:
                     conn.timed_out("body", body)
         if self._listener is not None:
             self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
@@ -175,6 +189,8 @@ class HttpFrontend:
             self._sweep_handle = None
         if listener is not None:
             listener.close()
+        if self.lane is not None:
+            self.lane.close()
         for conn in list(self.connections):
             conn.close()
         self.connections.clear()

@@ -82,6 +82,7 @@ class OpenAIFrontend(HttpFrontend):
     the one in its folder. Other keywords are HttpFrontend's."""
 
     connection_class = OpenAIConnection
+    infer_lane = False  # its routes are its own
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = DEFAULT_PORT, *,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS,

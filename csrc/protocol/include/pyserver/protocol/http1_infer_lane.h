@@ -33,6 +33,7 @@ namespace pyserver::http1 {
 struct LaneRequest {
   uint64_t connection = 0;
   uint32_t route = 0;  // the host's id of its target (AddRoute)
+  std::string target;  // as sent
   std::string body;
   bool has_header_length = false;  // Inference-Header-Content-Length, as sent
   std::string header_length;

@@ -1,0 +1,29 @@
+# engine/protocol/http_route.pyx: the HTTP infer route, which the pump's
+# infer lane (http_lane.pyx) shares.
+
+cdef class Slot:
+    cdef public object data
+    cdef public bint close
+
+
+cdef class InferRoute:
+    cdef object decompress  # (content-encoding, body, limit) -> body
+    cdef object response_encoding  # accept-encoding header -> "gzip"/"deflate"/None
+    cdef object compress  # (encoding, body) -> bytes
+    cdef readonly int pipeline_high
+
+    cdef tuple begin(self, conn, dict headers, body, model, version, recv_ns)
+    cdef object encoding_of(self, dict headers)
+    cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)
+
+
+cdef class InferDone:
+    cdef InferRoute route
+    cdef object conn
+    cdef Slot slot
+    cdef object request
+    cdef object encoding
+    cdef bint http10
+
+
+cdef int _when_done(fut, done) except -1

@@ -1,0 +1,228 @@
+"""The HTTP infer lane (engine/protocol/http_lane.pyx over csrc's InferLane):
+with a socket pump, an infer request to a target the connection has routed
+before is read on a pump thread and answered without the connection's
+parser. What a client sees must not change: the same answers and errors,
+byte for byte, in request order when requests of both kinds are pipelined
+on one connection, and the connection's limits and timeouts still apply.
+
+(test_socket_pump.py runs test_http_frontend's whole suite over a pump, so
+with the lane, too.)"""
+
+import gzip
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.unit.test_http_frontend import (
+    _clients,
+    add_sub_inputs,
+    connect,
+    infer_request_bytes,
+    random_pair,
+    read_response,
+    serve_fake,
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve_fake(io_threads=2) as fake:
+        assert fake.frontend.lane is not None
+        yield fake
+
+
+def taken(server) -> int:
+    return server.frontend.lane.taken
+
+
+def forget_routes(server) -> None:
+    """Every target unrouted again (as when the route cache is reset)."""
+    server.frontend.infer_routes.clear()
+    server.frontend.lane.clear_routes()
+
+
+def _exchange(f, s, data: bytes, count: int) -> list:
+    s.sendall(data)
+    return [read_response(f) for _ in range(count)]
+
+
+def test_repeated_infer_requests_take_the_lane(server):
+    client = httpclient.InferenceServerClient(server.url, network_timeout=10)
+    _clients.append(client)
+    a, b = random_pair()
+    before = taken(server)
+    for binary in (True, False, True):
+        for _ in range(5):
+            result = client.infer("add_sub", add_sub_inputs(a, b, binary=binary))
+            np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+            np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+    # the connection's first request to the target is routed by the
+    # connection; the ones after it are the lane's
+    assert taken(server) - before >= 13
+
+
+def test_the_lane_answers_as_the_connection_does(server):
+    """The first request to a target is the connection's, the same request
+    again is the lane's: both answers are the same bytes, errors included."""
+    a, b = random_pair(2)
+    cases = [
+        infer_request_bytes("add_sub", a, b, request_id="same"),
+        # an input of the wrong shape: the model's error
+        infer_request_bytes("add_sub", a[:, :8], b[:, :8], request_id="shape"),
+        # a body that is not JSON
+        b"POST /v2/models/add_sub/versions/1/infer HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Length: 5\r\n\r\n{nope",
+        # a model nobody serves: its target is routed all the same
+        infer_request_bytes("missing", a, b),
+        # a binary tensor header longer than the body
+        b"POST /v2/models/boom/infer HTTP/1.1\r\nHost: x\r\n"
+        b"Inference-Header-Content-Length: 99\r\nContent-Length: 2\r\n\r\n{}",
+        # a model whose submit raises
+        infer_request_bytes("boom", a, b),
+        # a future that resolves with an error
+        infer_request_bytes("async_error", a, b),
+    ]
+    for request in cases:
+        forget_routes(server)
+        s, f = connect(server)
+        try:
+            before = taken(server)
+            first = _exchange(f, s, request, 1)[0]
+            second = _exchange(f, s, request, 1)[0]
+            assert first == second, request[:60]
+            assert taken(server) == before + 1, request[:60]
+        finally:
+            s.close()
+
+
+def test_pipelined_requests_of_both_kinds_are_answered_in_order(server):
+    a, b = random_pair()
+    slow = lambda rid: infer_request_bytes("slow_add_sub", a, b, request_id=rid,  # noqa: E731
+                                           extra_params={"delay_ms": 30})
+    fast = lambda rid: infer_request_bytes("add_sub", a, b, request_id=rid)  # noqa: E731
+    ready = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    metadata = b"GET /v2/models/add_sub HTTP/1.1\r\nHost: x\r\n\r\n"
+    s, f = connect(server)
+    try:
+        for round_ in range(3):  # the first routes the targets, the others use the lane
+            before = taken(server)
+            batch = [slow(f"s{round_}a"), fast(f"f{round_}a"), ready, fast(f"f{round_}b"),
+                     metadata, slow(f"s{round_}b"), fast(f"f{round_}c")]
+            answers = _exchange(f, s, b"".join(batch), len(batch))
+            assert [status for status, _, _ in answers] == [200] * len(batch)
+            ids = [json.loads(body).get("id") if body else None for _, _, body in answers]
+            assert ids == [f"s{round_}a", f"f{round_}a", None, f"f{round_}b", None,
+                           f"s{round_}b", f"f{round_}c"]
+            assert json.loads(answers[4][2])["name"] == "add_sub"
+            if round_:
+                assert taken(server) > before
+    finally:
+        s.close()
+
+
+def test_compressed_answers(server):
+    a, b = random_pair()
+    request = infer_request_bytes("add_sub", a, b, request_id="z")
+    request = request.replace(b"Host: x\r\n", b"Host: x\r\nAccept-Encoding: gzip\r\n")
+    forget_routes(server)
+    s, f = connect(server)
+    try:
+        before = taken(server)
+        first = _exchange(f, s, request, 1)[0]
+        second = _exchange(f, s, request, 1)[0]
+        assert taken(server) == before + 1
+        for status, headers, body in (first, second):
+            assert status == 200 and headers["content-encoding"] == "gzip"
+            assert json.loads(gzip.decompress(body))["id"] == "z"
+    finally:
+        s.close()
+
+
+def test_connection_close_and_a_half_closed_client(server):
+    a, b = random_pair()
+    request = infer_request_bytes("add_sub", a, b, request_id="c")
+    s, f = connect(server)
+    try:
+        _exchange(f, s, request, 1)  # routes the target
+        before = taken(server)
+        # the client half-closes after its request: the answer still comes
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        status, _, body = read_response(f)
+        assert status == 200 and json.loads(body)["id"] == "c"
+        assert f.read() == b""  # then the server closes
+        assert taken(server) == before + 1
+    finally:
+        s.close()
+    s, f = connect(server)
+    try:
+        _exchange(f, s, request, 1)
+        # Connection: close is the connection's to answer, and it closes
+        closing = infer_request_bytes("add_sub", a, b, request_id="c", connection="close")
+        status, headers, body = _exchange(f, s, closing, 1)[0]
+        assert status == 200 and headers.get("connection") == "close"
+        assert f.read() == b""
+    finally:
+        s.close()
+
+
+def test_a_body_over_the_limit_is_refused_as_before():
+    with serve_fake(io_threads=1, max_body_size=4096) as fake:
+        a, b = random_pair()
+        s, f = connect(fake)
+        try:
+            _exchange(f, s, infer_request_bytes("add_sub", a, b), 1)
+            big = np.zeros((64, 16), np.float32)
+            status, _, body = _exchange(f, s, infer_request_bytes("add_sub", big, big), 1)[0]
+            assert status == 413 and b"exceeds the maximum allowed size" in body
+            assert fake.frontend.lane.taken == 0
+        finally:
+            s.close()
+
+
+def test_read_timeouts_count_what_the_lane_reads():
+    with serve_fake(io_threads=1, header_timeout=0.4, idle_timeout=0.8) as fake:
+        a, b = random_pair()
+        request = infer_request_bytes("add_sub", a, b)
+        # a connection kept busy by lane requests for longer than the idle
+        # bound stays open
+        s, f = connect(fake)
+        try:
+            _exchange(f, s, request, 1)
+            until = time.monotonic() + 2.0
+            while time.monotonic() < until:
+                assert _exchange(f, s, request, 1)[0][0] == 200
+                time.sleep(0.1)
+            assert fake.frontend.lane.taken > 5
+        finally:
+            s.close()
+        # a request head the lane holds, never finished: 408, then closed
+        s, f = connect(fake)
+        try:
+            _exchange(f, s, request, 1)
+            s.sendall(request[:30])
+            start = time.monotonic()
+            status, _, body = read_response(f)
+            assert status == 408 and b"header" in body
+            assert time.monotonic() - start < 5
+            assert f.read() == b""
+        finally:
+            s.close()
+
+
+def test_the_lane_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("PYSERVER_HTTP_LANE", "0")
+    with serve_fake(io_threads=1) as fake:
+        assert fake.frontend.lane is None
+        a, b = random_pair()
+        s, f = connect(fake)
+        try:
+            request = infer_request_bytes("add_sub", a, b, request_id="off")
+            for status, _, body in _exchange(f, s, request + request, 2):
+                assert status == 200 and json.loads(body)["id"] == "off"
+        finally:
+            s.close()
