@@ -226,3 +226,37 @@ def test_the_lane_can_be_turned_off(monkeypatch):
                 assert status == 200 and json.loads(body)["id"] == "off"
         finally:
             s.close()
+
+
+def test_a_real_server_traces_and_counts_what_the_lane_takes(tmp_path, start_server):
+    """ONNX add_sub on a Server: requests through the lane are traced with
+    the HTTP frontend's stamps and counted in the model's statistics."""
+    from pyserver.frontends.http import HttpFrontend
+    from pyserver.testing import write_add_sub
+    from tests.integration.test_tracing import HTTP_ORDER, _trace_everything, _written
+
+    write_add_sub(tmp_path / "models")
+    s = start_server(tmp_path / "models")
+    pumped = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=1)
+    s.call(pumped.start())
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{pumped.port}")
+        _clients.append(client)
+        trace_file = tmp_path / "trace.json"
+        _trace_everything(s, client, trace_file)
+        a, b = random_pair()
+        for rid in ("routed", "laned", "laned again"):
+            result = client.infer("add_sub", add_sub_inputs(a, b), request_id=rid)
+            np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+        assert pumped.lane.taken == 2
+        traces = {t["request_id"]: t for t in _written(client, trace_file)}
+        assert set(traces) == {"routed", "laned", "laned again"}
+        for t in traces.values():
+            names = [x["name"] for x in t["timestamps"]]
+            assert names == HTTP_ORDER, names
+            stamps = [x["ns"] for x in t["timestamps"]]
+            assert stamps == sorted(stamps)
+        stats = client.get_inference_statistics("add_sub")["model_stats"][0]
+        assert stats["inference_count"] == 3
+    finally:
+        s.call(pumped.stop())
