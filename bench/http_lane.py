@@ -4,19 +4,24 @@
   python bench/http_lane.py [--models add_sub_onnx add_sub add_sub_dyn]
                             [--concurrency 16 64] [--rounds 3] [--duration 3]
 
-Three servers on the same repository, started one after the other and
+Four servers on the same repository, started one after the other and
 driven in alternation, cell by cell, so that the machine's drift hits all
 alike:
 
-- loop: connections on the event loop's own transports (no pump);
-- pump: `--http-thread-count 1`, the lane off (`PYSERVER_HTTP_LANE=0`): the
-  pump's thread reads and writes, the connection parses on the loop;
-- lane: `--http-thread-count 1`: infer requests read on the pump's thread
-  and handed to the loop whole (engine/protocol/http_lane.pyx).
+- loop: connections on the event loop's own transports, the lane off
+  (`PYSERVER_HTTP_LANE=0`): every request parsed and routed by the
+  connection (HttpConnection);
+- lane: the default: the lane's reader in front of each connection on the
+  loop, infer requests to routed targets run without the connection's
+  Python (engine/protocol/http_lane.pyx);
+- pump: `--http-thread-count 1`, the lane off: the pump's thread reads and
+  writes, the connection parses on the loop;
+- pump-lane: `--http-thread-count 1`: infer requests read on the pump's
+  thread and handed to the loop whole.
 
 For each cell: infer/s, p99, the server's CPU per inference (its whole
-process tree, from /proc) and its busiest thread's, then the ratios lane /
-loop and lane / pump (medians of the rounds' back-to-back ratios). Models
+process tree, from /proc) and its busiest thread's, then each design's
+ratios against loop (medians of the rounds' back-to-back ratios). Models
 are bench/perf_analyzer.py's: add_sub_onnx (ONNX Runtime, run on the loop),
 add_sub (the Python backend) and add_sub_dyn (the same with dynamic
 batching).
@@ -39,9 +44,10 @@ from bench import loadgen  # noqa: E402
 from bench.perf_analyzer import MODELS, start, write_repo  # noqa: E402
 
 DESIGNS = {
-    "loop": ({}, []),
+    "loop": ({"PYSERVER_HTTP_LANE": "0"}, []),
+    "lane": ({}, []),
     "pump": ({"PYSERVER_HTTP_LANE": "0"}, ["--http-thread-count", "1"]),
-    "lane": ({}, ["--http-thread-count", "1"]),
+    "pump-lane": ({}, ["--http-thread-count", "1"]),
 }
 
 
@@ -121,17 +127,20 @@ def _ratio(a: list, b: list, key: str) -> float:
 
 def report_row(model: str, conc: int, runs: dict) -> None:
     print(f"\n{model} c{conc}")
-    print(f"  {'design':6} {'infer/s':>9} {'p99 ms':>7} {'tree µs/inf':>12} {'busiest µs/inf':>15}"
+    print(f"  {'design':9} {'infer/s':>9} {'p99 ms':>7} {'tree µs/inf':>12} {'busiest µs/inf':>15}"
           f" {'errors':>6}")
     for name, r in runs.items():
-        print(f"  {name:6} {_median(r, 'infer_per_s'):9.0f} {_median(r, 'p99_ms'):7.2f} "
+        print(f"  {name:9} {_median(r, 'infer_per_s'):9.0f} {_median(r, 'p99_ms'):7.2f} "
               f"{_median(r, 'tree_us'):12.1f} {_median(r, 'busiest_us'):15.1f} "
               f"{sum(x['errors'] for x in r):6d}")
-    for other in ("loop", "pump"):
-        print(f"  lane/{other}: infer/s {_ratio(runs['lane'], runs[other], 'infer_per_s'):.2f}x, "
-              f"tree CPU {_ratio(runs['lane'], runs[other], 'tree_us'):.2f}x, "
-              f"busiest {_ratio(runs['lane'], runs[other], 'busiest_us'):.2f}x, "
-              f"p99 {_ratio(runs['lane'], runs[other], 'p99_ms'):.2f}x")
+    base = runs["loop"]
+    for name, r in runs.items():
+        if name == "loop":
+            continue
+        print(f"  {name}/loop: infer/s {_ratio(r, base, 'infer_per_s'):.2f}x, "
+              f"tree CPU {_ratio(r, base, 'tree_us'):.2f}x, "
+              f"busiest {_ratio(r, base, 'busiest_us'):.2f}x, "
+              f"p99 {_ratio(r, base, 'p99_ms'):.2f}x")
     sys.stdout.flush()
 
 

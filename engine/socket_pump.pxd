@@ -21,7 +21,10 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         uint64_t last_read_ns
 
     cdef cppclass ConnectionReader:
-        pass
+        bint Read(uint64_t connection, const char* data, size_t size, string* host)
+        void Resume(uint64_t connection, bint answered, uint64_t consumed, string* host)
+        bint HoldEof(string* host)
+        ReaderProgress Progress()
 
     cdef cppclass PumpEvent:
         uint64_t connection

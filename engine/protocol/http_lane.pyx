@@ -1,30 +1,39 @@
 # cython: language_level=3
 """The event loop's side of the HTTP infer lane (csrc's InferLane): infer
-requests read whole on the socket pump's threads, run and answered here
-with no Python frame of the connection's.
+requests read whole by a C reader in front of each connection, run and
+answered here with no Python frame of the connection's.
 
-The frontend hands the listener a ``LaneHost`` as its pump's reader source,
-so every connection's bytes pass a lane reader on its pump thread first,
-and publishes each request target its router has sent to the infer route
-(``add_route``). A request the reader takes arrives here, one eventfd
-wake-up for all that are waiting; it goes through the infer route's own
+Each connection's bytes pass a lane reader first: on the socket pump's
+thread with a pump (``LaneHost(pump, ...)``, the listener's reader source;
+the requests it takes arrive here, many per eventfd wake-up), or, without
+one, in the connection's own ``data_received`` on the loop
+(``LaneHost(None, ...)``: ``wrap`` puts a ``LaneConnection`` in front of
+each HttpConnection, which drains what its reader took at once). The
+frontend publishes each request target its router has sent to the infer
+route (``add_route``). A taken request goes through the infer route's own
 steps (http_route.InferRoute: decode, submit, the answer or its error) on
-the connection's HttpConnection, and the answer is queued on the pump with
-the connection handed back to its reader in the same call. Everything the
-reader does not take reaches the HttpConnection as bytes, as without a
-lane; it hands the connection back once it has answered all it was given
+the connection's HttpConnection, and its answer is written with the
+connection handed back to its reader. Everything the reader does not take
+reaches the HttpConnection as bytes, as without a lane; it hands the
+connection back once it has answered all it was given
 (HttpConnection._hand_back).
 """
 import logging
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint32_t, uint64_t
 from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.protocol.http_route cimport InferRoute, _when_done
-from pyserver.engine.socket_pump cimport ConnectionReader, PumpTransport, ReaderSource, SocketPump
+from pyserver.engine.socket_pump cimport (
+    ConnectionReader,
+    PumpTransport,
+    ReaderProgress,
+    ReaderSource,
+    SocketPump,
+)
 from pyserver.engine.status cimport Status, check_status
 
 from pyserver.engine import now_ns
@@ -47,7 +56,7 @@ cdef extern from "pyserver/protocol/http1_infer_lane.h" namespace "pyserver::htt
     cdef cppclass InferLane:
         @staticmethod
         Status Create(size_t max_header_size, size_t max_body_size,
-                      shared_ptr[InferLane]* lane)
+                      shared_ptr[InferLane]* lane, bint notify)
         int notify_fd()
         void AddRoute(const string& target, uint32_t route)
         void ClearRoutes()
@@ -60,31 +69,66 @@ cdef inline bytes _bytes(const string& s):
     return PyBytes_FromStringAndSize(s.data(), <Py_ssize_t>s.size())
 
 
+cdef class AnswerSink:
+    """Where a lane request's answer goes: ``answer`` writes it and hands
+    the connection back to its reader."""
+
+    cdef int answer(self, uint64_t connection, list data) except -1:
+        raise NotImplementedError
+
+
+cdef class PumpSink(AnswerSink):
+    cdef SocketPump pump
+
+    cdef int answer(self, uint64_t connection, list data) except -1:
+        return self.pump.write_answer(connection, data)
+
+
 cdef class LaneHost(ReaderSource):
-    """The lane of one HTTP frontend's pump (see the module)."""
+    """The lane of one HTTP frontend (see the module)."""
 
     cdef shared_ptr[InferLane] lane
-    cdef SocketPump pump
+    cdef SocketPump pump  # None: readers on the loop (wrap)
+    cdef PumpSink pump_sink
     cdef InferRoute route
     cdef object loop
     cdef int fd
     cdef dict routes  # route id -> (model, version)
     cdef uint32_t next_route
+    cdef dict connections  # without a pump: connection id -> LaneConnection
+    cdef uint64_t next_connection
+    cdef bint running  # in run_pending
 
     def __cinit__(self, SocketPump pump, InferRoute route, Py_ssize_t max_header_size,
                   Py_ssize_t max_body_size):
         check_status(InferLane.Create(<size_t>max_header_size, <size_t>max_body_size,
-                                      &self.lane))
+                                      &self.lane, pump is not None))
         self.pump = pump
         self.route = route
-        self.loop = pump.loop
         self.routes = {}
-        self.next_route = 0
-        self.fd = self.lane.get().notify_fd()
-        self.loop.add_reader(self.fd, self._on_requests)
+        self.connections = {}
+        self.fd = -1
+        if pump is not None:
+            self.pump_sink = PumpSink.__new__(PumpSink)
+            self.pump_sink.pump = pump
+            self.loop = pump.loop
+            self.fd = self.lane.get().notify_fd()
+            self.loop.add_reader(self.fd, self.run_pending)
 
     cdef unique_ptr[ConnectionReader] new_reader(self):
         return self.lane.get().NewReader()
+
+    def wrap(self, conn):
+        """Without a pump: the protocol to give the loop for HttpConnection
+        ``conn``, its lane reader in front."""
+        cdef LaneConnection lc = LaneConnection.__new__(LaneConnection)
+        self.next_connection += 1
+        lc.id = self.next_connection
+        lc.host = self
+        lc.conn = conn
+        lc.reader = self.lane.get().NewReader()
+        self.connections[lc.id] = lc
+        return lc
 
     @property
     def taken(self):
@@ -103,29 +147,48 @@ cdef class LaneHost(ReaderSource):
         self.routes = {}
 
     def close(self):
-        """No more requests from the lane (its readers hand the rest of
-        their connections' bytes to the host, or go with the pump)."""
+        """No more requests through the lane: its readers pass every later
+        request to their connections."""
+        self.clear_routes()
         if self.fd >= 0:
             self.loop.remove_reader(self.fd)
             self.fd = -1
-            self.clear_routes()
 
-    def _on_requests(self):
+    def run_pending(self):
+        """Runs every request the readers have taken (once at a time: a
+        request answered at once, whose reader then takes the next, adds
+        to this loop rather than nesting)."""
+        if self.running:
+            return
         cdef vector[LaneRequest] requests
-        self.lane.get().Drain(&requests)
         cdef size_t i
-        for i in range(requests.size()):
-            try:
-                self._run(requests[i])
-            except Exception:
-                _log.exception("HTTP infer lane: request not answered")
+        self.running = True
+        try:
+            while self.lane.get().Drain(&requests):
+                for i in range(requests.size()):
+                    try:
+                        self._run(requests[i])
+                    except Exception:
+                        _log.exception("HTTP infer lane: request not answered")
+                requests.clear()
+        finally:
+            self.running = False
 
     cdef int _run(self, LaneRequest& r) except -1:
         cdef uint64_t connection = r.connection
-        t = self.pump.transports.get(connection)
-        if t is None or (<PumpTransport>t).closing:
-            return 0  # the connection is gone: nobody to answer
-        conn = (<PumpTransport>t).protocol
+        cdef AnswerSink sink
+        if self.pump is not None:
+            t = self.pump.transports.get(connection)
+            if t is None or (<PumpTransport>t).closing:
+                return 0  # the connection is gone: nobody to answer
+            sink = self.pump_sink
+            conn = (<PumpTransport>t).protocol
+        else:
+            lc = self.connections.get(connection)
+            if lc is None:
+                return 0
+            sink = <AnswerSink>lc
+            conn = (<LaneConnection>lc).conn
         headers = self._headers(r)
         body = _bytes(r.body)
         route = self.routes.get(r.route)
@@ -139,9 +202,9 @@ cdef class LaneHost(ReaderSource):
             request, fut = self.route.begin(conn, headers, body, model, version,
                                             r.received_ns)
         except Exception as e:
-            self.pump.write_answer(connection, conn.error_data(e, True, False))
+            sink.answer(connection, conn.error_data(e, True, False))
             return 0
-        _when_done(fut, LaneDone(self, connection, conn, request,
+        _when_done(fut, LaneDone(self.route, sink, connection, conn, request,
                                  self.route.encoding_of(headers)))
         return 0
 
@@ -157,14 +220,17 @@ cdef class LaneHost(ReaderSource):
 cdef class LaneDone:
     """One lane request's done-callback: its answer onto its connection."""
 
-    cdef LaneHost host
+    cdef InferRoute route
+    cdef AnswerSink sink
     cdef uint64_t connection
     cdef object conn
     cdef object request
     cdef object encoding
 
-    def __cinit__(self, LaneHost host, uint64_t connection, conn, request, encoding):
-        self.host = host
+    def __cinit__(self, InferRoute route, AnswerSink sink, uint64_t connection, conn, request,
+                  encoding):
+        self.route = route
+        self.sink = sink
         self.connection = connection
         self.conn = conn
         self.request = request
@@ -172,10 +238,119 @@ cdef class LaneDone:
 
     def __call__(self, fut):
         request = self.request
-        data = self.host.route.answer_data(self.conn, fut, request, self.encoding, True, False)
+        data = self.route.answer_data(self.conn, fut, request, self.encoding, True, False)
         if request.trace is None:
-            self.host.pump.write_answer(self.connection, data)
+            self.sink.answer(self.connection, data)
             return
         sending = now_ns()
-        self.host.pump.write_answer(self.connection, data)
+        self.sink.answer(self.connection, data)
         self.conn.tracer.sent(request, "HTTP_SEND_START", sending, "HTTP_SEND_END", now_ns())
+
+
+cdef class LaneConnection(AnswerSink):
+    """Without a pump: the asyncio protocol of one connection, its lane
+    reader in front of its HttpConnection (``conn``), which gets every
+    byte the reader does not take and every protocol event."""
+
+    cdef readonly uint64_t id
+    cdef LaneHost host
+    cdef unique_ptr[ConnectionReader] reader
+    cdef readonly object conn
+    cdef object transport
+    cdef bint closed
+    cdef bint eof_held  # the peer's EOF, held until the answer is out
+    cdef bint paused  # reading paused: the reader's buffer is full
+
+    def connection_made(self, transport):
+        self.transport = transport
+        conn = self.conn
+        conn.connection_made(transport)
+        if conn._transport is None:  # refused (over the connection cap)
+            self._forget()
+            return
+        conn._reader = self
+
+    def data_received(self, data):
+        if self.closed:
+            return
+        cdef string host
+        cdef const char* p = PyBytes_AS_STRING(data) if type(data) is bytes else NULL
+        if p == NULL:
+            data = bytes(data)
+            p = PyBytes_AS_STRING(data)
+        cdef bint more = self.reader.get().Read(self.id, p, <size_t>PyBytes_GET_SIZE(data),
+                                                &host)
+        if host.size():
+            self.conn.data_received(_bytes(host))
+        if not more and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self.host.run_pending()
+
+    def eof_received(self):
+        cdef string host
+        if self.closed:
+            return None
+        cdef bint hold = self.reader.get().HoldEof(&host)
+        if host.size():
+            self.conn.data_received(_bytes(host))
+        if hold:
+            self.eof_held = True
+            return True  # half open until the answer is out
+        return self.conn.eof_received()
+
+    def connection_lost(self, exc):
+        self._forget()
+        self.conn.connection_lost(exc)
+
+    def pause_writing(self):
+        self.conn.pause_writing()
+
+    def resume_writing(self):
+        self.conn.resume_writing()
+
+    cdef void _forget(self):
+        self.closed = True
+        self.host.connections.pop(self.id, None)
+
+    # -- the reader, as HttpConnection sees it (PumpTransport's two methods)
+
+    def resume_reader(self, uint64_t consumed):
+        if not self.closed:
+            self._resume(False, consumed)
+
+    def reader_progress(self):
+        cdef ReaderProgress p = self.reader.get().Progress()
+        return p.state, p.since_ns / 1e9, p.last_read_ns / 1e9
+
+    # -- answers
+
+    cdef int answer(self, uint64_t connection, list data) except -1:
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return 0
+        if len(data) == 1:
+            t.write(data[0])
+        else:
+            t.writelines(data)
+        self._resume(True, 0)
+        return 0
+
+    cdef int _resume(self, bint answered, uint64_t consumed) except -1:
+        cdef string host
+        self.reader.get().Resume(self.id, answered, consumed, &host)
+        if host.size():
+            self.conn.data_received(_bytes(host))
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        if self.eof_held:
+            host.clear()
+            if not self.reader.get().HoldEof(&host):
+                self.eof_held = False
+                if host.size():
+                    self.conn.data_received(_bytes(host))
+                if not self.conn.eof_received():
+                    self.transport.close()
+        self.host.run_pending()
+        return 0

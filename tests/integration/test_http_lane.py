@@ -1,12 +1,14 @@
 """The HTTP infer lane (engine/protocol/http_lane.pyx over csrc's InferLane):
-with a socket pump, an infer request to a target the connection has routed
-before is read on a pump thread and answered without the connection's
-parser. What a client sees must not change: the same answers and errors,
-byte for byte, in request order when requests of both kinds are pipelined
-on one connection, and the connection's limits and timeouts still apply.
+an infer request to a target the connection has routed before is read by a
+C reader (on a pump thread with a socket pump, else in the connection's own
+data_received) and answered without the connection's parser. What a client
+sees must not change: the same answers and errors, byte for byte, in
+request order when requests of both kinds are pipelined on one connection,
+and the connection's limits and timeouts still apply. Every test runs in
+both places.
 
-(test_socket_pump.py runs test_http_frontend's whole suite over a pump, so
-with the lane, too.)"""
+(test_http_frontend's whole suite runs through the lane on the loop, and
+test_socket_pump.py runs it again over a pump, so with the lane there.)"""
 
 import gzip
 import json
@@ -28,9 +30,15 @@ from tests.unit.test_http_frontend import (
 )
 
 
+# 0: the readers on the loop; 2: on a socket pump of 2 threads
+@pytest.fixture(scope="module", params=[0, 2], ids=["loop", "pump"])
+def io_threads(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def server():
-    with serve_fake(io_threads=2) as fake:
+def server(io_threads):
+    with serve_fake(io_threads=io_threads) as fake:
         assert fake.frontend.lane is not None
         yield fake
 
@@ -170,8 +178,8 @@ def test_connection_close_and_a_half_closed_client(server):
         s.close()
 
 
-def test_a_body_over_the_limit_is_refused_as_before():
-    with serve_fake(io_threads=1, max_body_size=4096) as fake:
+def test_a_body_over_the_limit_is_refused_as_before(io_threads):
+    with serve_fake(io_threads=io_threads, max_body_size=4096) as fake:
         a, b = random_pair()
         s, f = connect(fake)
         try:
@@ -184,8 +192,8 @@ def test_a_body_over_the_limit_is_refused_as_before():
             s.close()
 
 
-def test_read_timeouts_count_what_the_lane_reads():
-    with serve_fake(io_threads=1, header_timeout=0.4, idle_timeout=0.8) as fake:
+def test_read_timeouts_count_what_the_lane_reads(io_threads):
+    with serve_fake(io_threads=io_threads, header_timeout=0.4, idle_timeout=0.8) as fake:
         a, b = random_pair()
         request = infer_request_bytes("add_sub", a, b)
         # a connection kept busy by lane requests for longer than the idle
@@ -214,9 +222,9 @@ def test_read_timeouts_count_what_the_lane_reads():
             s.close()
 
 
-def test_the_lane_can_be_turned_off(monkeypatch):
+def test_the_lane_can_be_turned_off(monkeypatch, io_threads):
     monkeypatch.setenv("PYSERVER_HTTP_LANE", "0")
-    with serve_fake(io_threads=1) as fake:
+    with serve_fake(io_threads=io_threads) as fake:
         assert fake.frontend.lane is None
         a, b = random_pair()
         s, f = connect(fake)
@@ -228,7 +236,7 @@ def test_the_lane_can_be_turned_off(monkeypatch):
             s.close()
 
 
-def test_a_real_server_traces_and_counts_what_the_lane_takes(tmp_path, start_server):
+def test_a_real_server_traces_and_counts_what_the_lane_takes(tmp_path, start_server, io_threads):
     """ONNX add_sub on a Server: requests through the lane are traced with
     the HTTP frontend's stamps and counted in the model's statistics."""
     from pyserver.frontends.http import HttpFrontend
@@ -237,7 +245,7 @@ def test_a_real_server_traces_and_counts_what_the_lane_takes(tmp_path, start_ser
 
     write_add_sub(tmp_path / "models")
     s = start_server(tmp_path / "models")
-    pumped = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=1)
+    pumped = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=io_threads)
     s.call(pumped.start())
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{pumped.port}")

@@ -254,12 +254,12 @@ class LaneReader final : public ConnectionReader {
 };
 
 Status InferLane::Create(size_t max_header_size, size_t max_body_size,
-                         std::shared_ptr<InferLane>* lane) {
+                         std::shared_ptr<InferLane>* lane, bool notify) {
   std::shared_ptr<InferLane> l(new InferLane());
   l->max_header_size_ = max_header_size;
   l->max_body_size_ = max_body_size;
-  l->notify_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (l->notify_fd_ < 0) {
+  if (notify) l->notify_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (notify && l->notify_fd_ < 0) {
     return Status(StatusCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
   }
   *lane = std::move(l);
@@ -300,7 +300,7 @@ void InferLane::Push(LaneRequest&& request) {
     queue_.push_back(std::move(request));
     ++taken_;
   }
-  if (was_empty) {
+  if (was_empty && notify_fd_ >= 0) {
     uint64_t one = 1;
     ssize_t n = ::write(notify_fd_, &one, sizeof one);  // fails only when already signalled
     (void)n;
@@ -311,9 +311,11 @@ size_t InferLane::Drain(std::vector<LaneRequest>* out) {
   std::vector<LaneRequest> taken;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    uint64_t count;
-    ssize_t n = ::read(notify_fd_, &count, sizeof count);
-    (void)n;
+    if (notify_fd_ >= 0) {
+      uint64_t count;
+      ssize_t n = ::read(notify_fd_, &count, sizeof count);
+      (void)n;
+    }
     taken.swap(queue_);
   }
   for (LaneRequest& r : taken) out->push_back(std::move(r));

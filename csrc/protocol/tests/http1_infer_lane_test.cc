@@ -156,6 +156,19 @@ TEST_F(LaneTest, PipelinedBytesPastTheBoundStopReads) {
   EXPECT_FALSE(more);
 }
 
+TEST(LaneWithoutNotify, QueuesForTheCallerToDrain) {
+  std::shared_ptr<InferLane> lane;
+  ASSERT_TRUE(InferLane::Create(1024, 1 << 20, &lane, false).ok());
+  EXPECT_EQ(lane->notify_fd(), -1);
+  lane->AddRoute("/v2/models/m/infer", 1);
+  auto reader = lane->NewReader();
+  std::string req = Post("/v2/models/m/infer", "x"), host;
+  reader->Read(kConn, req.data(), req.size(), &host);
+  std::vector<LaneRequest> out;
+  EXPECT_EQ(lane->Drain(&out), 1u);
+  EXPECT_EQ(out[0].body, "x");
+}
+
 TEST_F(LaneTest, RoutesCanBeCleared) {
   lane->ClearRoutes();
   std::string req = Post("/v2/models/m/infer", "x");

@@ -77,9 +77,10 @@ class HttpFrontend:
     # what each accepted connection is (another endpoint over this HTTP
     # stack, the OpenAI frontend, brings its own routes)
     connection_class = HttpConnection
-    # With a socket pump, infer requests to targets already routed are read
-    # on its threads (engine/protocol/http_lane.pyx); PYSERVER_HTTP_LANE=0
-    # leaves every request to the connection.
+    # Infer requests to targets already routed are read by a C reader in
+    # front of each connection, on the socket pump's threads when there is
+    # a pump (engine/protocol/http_lane.pyx); PYSERVER_HTTP_LANE=0 leaves
+    # every request to the connection.
     infer_lane = True
 
     def __init__(self, server, host: str = "0.0.0.0", port: int = 8000, *,
@@ -140,20 +141,31 @@ class HttpFrontend:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.loop_time = loop.time
-        self._listener = await listen(lambda: self.connection_class(self), self.host, self.port,
+        # The lane knows no header forwarding (the route reads every header).
+        lane = self.infer_lane and self.header_forwarder is None \
+            and os.environ.get("PYSERVER_HTTP_LANE", "1") != "0"
+        factory = self._new_connection
+        if lane and not self.io_threads:  # its readers on the loop, in front of each connection
+            self.lane = LaneHost(None, infer, self.max_header_size, self.max_body_size)
+            factory = self._new_lane_connection
+        self._listener = await listen(factory, self.host, self.port,
                                       backlog=self._backlog, reuse_port=self._reuse_port,
                                       io_threads=self.io_threads)
         sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
         pump = self._listener.pump
-        # The lane knows no header forwarding (the route reads every header).
-        if pump is not None and self.infer_lane and self.header_forwarder is None \
-                and os.environ.get("PYSERVER_HTTP_LANE", "1") != "0":
+        if lane and pump is not None:  # its readers on the pump's threads
             self.lane = LaneHost(pump, infer, self.max_header_size, self.max_body_size)
             self._listener.readers = self.lane
         if self._sweep_period() is not None:
             self._sweep_handle = loop.call_later(self._sweep_period(), self._sweep, loop)
+
+    def _new_connection(self):
+        return self.connection_class(self)
+
+    def _new_lane_connection(self):
+        return self.lane.wrap(self.connection_class(self))
 
     def _sweep_period(self) -> float | None:
         bounds = [t for t in (self.idle_timeout, self.header_timeout, self.body_timeout) if t]

@@ -46,14 +46,16 @@ struct LaneRequest {
 class InferLane : public std::enable_shared_from_this<InferLane> {
  public:
   // `max_header_size`, `max_body_size`: a request over either goes to the
-  // host, whose parser refuses it.
+  // host, whose parser refuses it. `notify`: with an eventfd (readers on
+  // the pump's threads); without, for readers the host calls itself and
+  // drains after each call (notify_fd() is then -1).
   static Status Create(size_t max_header_size, size_t max_body_size,
-                       std::shared_ptr<InferLane>* lane);
+                       std::shared_ptr<InferLane>* lane, bool notify = true);
   ~InferLane();
   InferLane(const InferLane&) = delete;
   InferLane& operator=(const InferLane&) = delete;
 
-  // Readable (an eventfd) while requests wait for Drain().
+  // Readable (an eventfd) while requests wait for Drain(); -1 without notify.
   int notify_fd() const { return notify_fd_; }
 
   // A request target (as sent, query included) that the host routes to its
