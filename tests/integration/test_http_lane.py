@@ -268,3 +268,24 @@ def test_a_real_server_traces_and_counts_what_the_lane_takes(tmp_path, start_ser
         assert stats["inference_count"] == 3
     finally:
         s.call(pumped.stop())
+
+
+def test_many_pipelined_requests_answered_at_once_stay_in_order(server):
+    """Requests answered as they are submitted (the fake's add_sub) free
+    the reader to take the next at once: 1,500 of them in one write are
+    answered in order (and without nesting a call per request)."""
+    a, b = random_pair()
+    request = infer_request_bytes("add_sub", a, b, request_id="p")
+    s, f = connect(server)
+    try:
+        _exchange(f, s, request, 1)  # routes the target
+        before = taken(server)
+        many = b"".join(infer_request_bytes("add_sub", a, b, request_id=f"p{i}")
+                        for i in range(1500))
+        s.settimeout(30)
+        answers = _exchange(f, s, many, 1500)
+        assert [json.loads(body)["id"] for _, _, body in answers] == \
+            [f"p{i}" for i in range(1500)]
+        assert taken(server) - before >= 1000
+    finally:
+        s.close()

@@ -18,6 +18,12 @@ namespace {
 // Bytes a reader holds behind a request being answered (pipelined) before
 // it stops the connection's reads until the answer is out.
 constexpr size_t kHoldLimit = 4 << 20;
+// The largest body the lane takes. A larger one is the host's, which reads
+// it into one buffer of its size that goes back to the system when freed
+// (engine/protocol/http1.pyx); the lane's copies would keep the memory.
+constexpr uint64_t kMaxBody = 256 << 10;
+// A buffer left over this capacity is given back once it is nearly empty.
+constexpr size_t kKeepCapacity = 64 << 10;
 
 bool NameIs(const std::string& name, const char* lower) {
   return name.size() == std::strlen(lower) && ::strncasecmp(name.data(), lower, name.size()) == 0;
@@ -83,6 +89,12 @@ class LaneReader final : public ConnectionReader {
 
   static LaneReader* Of(llhttp_t* p) { return static_cast<LaneReader*>(p->data); }
 
+  void Compact() {
+    if (buf_.capacity() > kKeepCapacity && buf_.size() < kKeepCapacity / 4) {
+      std::string(buf_).swap(buf_);
+    }
+  }
+
   void ResetParser() {
     llhttp_init(&parser_, HTTP_REQUEST, &settings_);
     parser_.data = this;
@@ -94,6 +106,12 @@ class LaneReader final : public ConnectionReader {
     while (mode_ == Mode::kLane && fed_ < buf_.size()) {
       llhttp_errno_t err = llhttp_execute(&parser_, buf_.data() + fed_, buf_.size() - fed_);
       if (err == HPE_OK) {
+        if (take_) {  // the request is the lane's: what was read is in body_ now
+          buf_.clear();
+          fed_ = 0;
+          Compact();
+          return;
+        }
         fed_ = buf_.size();
         // a head that never ends, or ends past the bound: the host refuses it
         if (in_head_ && buf_.size() > lane_->max_header_size_) ToHost(host);
@@ -106,6 +124,7 @@ class LaneReader final : public ConnectionReader {
       size_t end = static_cast<size_t>(llhttp_get_error_pos(&parser_) - buf_.data());
       Take(connection);
       buf_.erase(0, end);
+      Compact();
       ResetParser();
       return;
     }
@@ -134,6 +153,7 @@ class LaneReader final : public ConnectionReader {
     host->append(buf_);
     given_ += buf_.size();
     buf_.clear();
+    Compact();
     mode_ = Mode::kHost;
     in_head_ = false;
     state_.store(ReaderProgress::kIdle, std::memory_order_relaxed);  // the host's to time now
@@ -216,7 +236,7 @@ class LaneReader final : public ConnectionReader {
                 llhttp_get_http_major(p) == 1 && llhttp_get_http_minor(p) == 1 &&
                 !llhttp_get_upgrade(p) && llhttp_should_keep_alive(p) &&
                 (p->flags & F_CONTENT_LENGTH) != 0 &&
-                p->content_length <= r->lane_->max_body_size_ &&
+                p->content_length <= r->lane_->max_body_size_ && p->content_length <= kMaxBody &&
                 r->head_size_ <= r->lane_->max_header_size_ &&
                 r->lane_->FindRoute(r->url_, &r->route_);
     if (!take) return HPE_PAUSED;  // the host reads this request

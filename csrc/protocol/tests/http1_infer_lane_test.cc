@@ -120,6 +120,7 @@ TEST_F(LaneTest, DeclinesWhatTheHostMustDecide) {
       "POST /v2/models/m/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
       "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n\r\n",  // no Content-Length
       "POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n",  // over the body bound
+      Post("/v2/models/m/infer", std::string(300 << 10, 'b')),  // a large body: the host's
       Post("/v2/models/m/infer", "x", "X-Big: " + std::string(2000, 'h') + "\r\n"),
       "BREW /v2/models/m/infer HTTP/1.1\r\n\r\n",  // not HTTP llhttp knows
   };
