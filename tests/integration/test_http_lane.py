@@ -289,3 +289,12 @@ def test_many_pipelined_requests_answered_at_once_stay_in_order(server):
         assert taken(server) - before >= 1000
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"restricted_apis": {"inference": ("key", "value")}},  # no target is ever published
+    {"header_forward_pattern": "x-.*"},  # the route reads every header
+], ids=["restricted", "forwarding"])
+def test_no_lane_where_the_connection_must_see_every_request(kwargs, io_threads):
+    with serve_fake(io_threads=io_threads, **kwargs) as fake:
+        assert fake.frontend.lane is None

@@ -141,8 +141,9 @@ class HttpFrontend:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.loop_time = loop.time
-        # The lane knows no header forwarding (the route reads every header).
-        lane = self.infer_lane and self.header_forwarder is None \
+        # The lane knows no header forwarding (the route reads every header),
+        # and with restricted APIs no target is ever published to it.
+        lane = self.infer_lane and self.header_forwarder is None and not self.restrictions \
             and os.environ.get("PYSERVER_HTTP_LANE", "1") != "0"
         factory = self._new_connection
         if lane and not self.io_threads:  # its readers on the loop, in front of each connection
