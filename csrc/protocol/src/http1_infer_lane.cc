@@ -25,6 +25,13 @@ constexpr uint64_t kMaxBody = 256 << 10;
 // A buffer left over this capacity is given back once it is nearly empty.
 constexpr size_t kKeepCapacity = 64 << 10;
 
+// RFC 9110's token characters, the only ones a header name may hold. This
+// llhttp lets a space inside a name through; the host's parser refuses it.
+bool IsToken(unsigned char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
+}
+
 bool NameIs(const std::string& name, const char* lower) {
   return name.size() == std::strlen(lower) && ::strncasecmp(name.data(), lower, name.size()) == 0;
 }
@@ -196,6 +203,7 @@ class LaneReader final : public ConnectionReader {
     }
     r->field_.append(at, n);
     r->head_size_ += n;
+    for (size_t i = 0; i < n; ++i) r->decline_ |= !IsToken(static_cast<unsigned char>(at[i]));
     return 0;
   }
 
@@ -209,6 +217,7 @@ class LaneReader final : public ConnectionReader {
 
   static int OnHeaderValueComplete(llhttp_t* p) {
     LaneReader* r = Of(p);
+    r->head_size_ += 4;  // ": " and CRLF, as the host's limit counts them
     const std::string& f = r->field_;
     if (NameIs(f, "inference-header-content-length")) {
       r->decline_ |= r->has_header_length_;  // twice: the host's rules

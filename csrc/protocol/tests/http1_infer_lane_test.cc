@@ -123,6 +123,14 @@ TEST_F(LaneTest, DeclinesWhatTheHostMustDecide) {
       Post("/v2/models/m/infer", std::string(300 << 10, 'b')),  // a large body: the host's
       Post("/v2/models/m/infer", "x", "X-Big: " + std::string(2000, 'h') + "\r\n"),
       "BREW /v2/models/m/infer HTTP/1.1\r\n\r\n",  // not HTTP llhttp knows
+      Post("/v2/models/m/infer", "x", "Bad Name: 1\r\n"),  // not a token: the host's 400
+      // a head within the bound by its text, over it with ": " and CRLF
+      // counted per header, as the host counts it
+      Post("/v2/models/m/infer", "x", [] {
+        std::string h;
+        for (int i = 0; i < 250; ++i) h += "a" + std::to_string(i % 10) + ":" + "v\r\n";
+        return h;
+      }()),
   };
   for (const std::string& req : declined) {
     reader = lane->NewReader();
