@@ -51,6 +51,11 @@ cdef extern from "pyserver/socket_pump.h" namespace "pyserver" nogil:
         size_t Drain(vector[PumpEvent]* out)
 
 
+# (state, since, last_read): a reader's progress as PumpTransport.reader_progress
+# gives it, times in seconds on the steady clock.
+cdef tuple progress_tuple(ReaderProgress p)
+
+
 cdef class ReaderSource:
     """What makes each connection's ConnectionReader (a protocol's first
     look at its bytes, on its pump thread): engine/protocol/http_lane.pyx."""

@@ -39,8 +39,8 @@ cdef class ReaderSource:
         return unique_ptr[ConnectionReader]()
 
 
-cdef double _seconds(uint64_t ns):
-    return ns / 1e9
+cdef tuple progress_tuple(ReaderProgress p):
+    return p.state, p.since_ns / 1e9, p.last_read_ns / 1e9
 
 
 cdef class SocketPump:
@@ -243,7 +243,7 @@ cdef class PumpTransport:
         if not self.has_reader or not self.pump.c \
                 or not self.pump.c.get().Progress(self.connection, &p):
             return None
-        return p.state, _seconds(p.since_ns), _seconds(p.last_read_ns)
+        return progress_tuple(p)
 
     def get_extra_info(self, name, default=None):
         return self.extra.get(name, default)

@@ -388,19 +388,41 @@ class BangReader : public ConnectionReader {
   uint64_t given_ = 0;
 };
 
-TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
-  std::unique_ptr<SocketPump> pump;
-  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
-  Pair pair;
-  auto owned = std::make_unique<BangReader>();
-  BangReader* reader = owned.get();
-  uint64_t id = pump->Attach(pair.pump_end, std::move(owned));
-  // two "requests": the first is taken, the second waits for its answer
-  ASSERT_EQ(::write(pair.peer, "one!two!", 8), 8);
+// Polls `done` (what the reader's thread changes) for up to 5 s.
+template <typename Done>
+void WaitUntil(Done done) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (reader->taken.load() < 1 && std::chrono::steady_clock::now() < until) {
+  while (!done() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// A one-thread pump with one connection, read by a BangReader.
+struct ReadPump {
+  std::unique_ptr<SocketPump> pump;
+  Pair pair;
+  BangReader* reader = nullptr;
+  uint64_t id = 0;
+  ReadPump() {
+    EXPECT_TRUE(SocketPump::Create(1, &pump).ok());
+    auto owned = std::make_unique<BangReader>();
+    reader = owned.get();
+    id = pump->Attach(pair.pump_end, std::move(owned));
+  }
+  void WaitTaken(int n) {
+    WaitUntil([&] { return reader->taken.load() >= n; });
+  }
+};
+
+TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
+  ReadPump rp;
+  std::unique_ptr<SocketPump>& pump = rp.pump;
+  Pair& pair = rp.pair;
+  BangReader* reader = rp.reader;
+  uint64_t id = rp.id;
+  // two "requests": the first is taken, the second waits for its answer
+  ASSERT_EQ(::write(pair.peer, "one!two!", 8), 8);
+  rp.WaitTaken(1);
   ASSERT_EQ(reader->taken.load(), 1);
   ReaderProgress progress;
   ASSERT_TRUE(pump->Progress(id, &progress));
@@ -408,9 +430,7 @@ TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
   pump->Write(id, "A1", 2);
   pump->Resume(id, true, 0);
   EXPECT_EQ(ReadExactly(pair.peer, 2), "A1");
-  while (reader->taken.load() < 2 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  rp.WaitTaken(2);
   EXPECT_EQ(reader->taken.load(), 2);
   pump->Resume(id, true, 0);
   // a '?' goes to the host with what follows, until it hands the connection back
@@ -422,13 +442,9 @@ TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
   got = WaitFor(pump.get(), [&](const auto& ev) { return DataOf(ev, id) == "x!"; });
   EXPECT_EQ(DataOf(got, id), "x!");
   pump->Resume(id, false, 6);  // all of it: the reader's again
-  while (reader->hosting.load() && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return !reader->hosting.load(); });
   ASSERT_EQ(::write(pair.peer, "three!", 6), 6);
-  while (reader->taken.load() < 3 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  rp.WaitTaken(3);
   EXPECT_EQ(reader->taken.load(), 3);
   EXPECT_EQ(reader->kept, "one!two!three!");
   // EOF while answering is held until the answer is out
@@ -444,26 +460,17 @@ TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
 }
 
 TEST(SocketPumpTest, AFullReaderStopsReadsUntilResumed) {
-  std::unique_ptr<SocketPump> pump;
-  ASSERT_TRUE(SocketPump::Create(1, &pump).ok());
-  Pair pair;
-  auto owned = std::make_unique<BangReader>();
-  BangReader* reader = owned.get();
-  uint64_t id = pump->Attach(pair.pump_end, std::move(owned));
+  ReadPump rp;
   std::string burst = "a!" + std::string(100, 'b') + "!c!";
-  ASSERT_EQ(::write(pair.peer, burst.data(), burst.size()), static_cast<ssize_t>(burst.size()));
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (reader->taken.load() < 1 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_EQ(::write(rp.pair.peer, burst.data(), burst.size()),
+            static_cast<ssize_t>(burst.size()));
+  rp.WaitTaken(1);
   for (int i = 2; i <= 3; ++i) {
-    pump->Resume(id, true, 0);
-    while (reader->taken.load() < i && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    rp.pump->Resume(rp.id, true, 0);
+    rp.WaitTaken(i);
   }
-  EXPECT_EQ(reader->taken.load(), 3);
-  EXPECT_EQ(reader->kept, burst);
+  EXPECT_EQ(rp.reader->taken.load(), 3);
+  EXPECT_EQ(rp.reader->kept, burst);
 }
 }  // namespace
 }  // namespace pyserver

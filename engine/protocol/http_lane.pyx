@@ -26,13 +26,13 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyserver.engine.protocol.http_route cimport InferRoute, _when_done
+from pyserver.engine.protocol.http_route cimport InferRoute, when_done
 from pyserver.engine.socket_pump cimport (
     ConnectionReader,
     PumpTransport,
-    ReaderProgress,
     ReaderSource,
     SocketPump,
+    progress_tuple,
 )
 from pyserver.engine.status cimport Status, check_status
 
@@ -204,7 +204,7 @@ cdef class LaneHost(ReaderSource):
         except Exception as e:
             sink.answer(connection, conn.error_data(e, True, False))
             return 0
-        _when_done(fut, LaneDone(self.route, sink, connection, conn, request,
+        when_done(fut, LaneDone(self.route, sink, connection, conn, request,
                                  self.route.encoding_of(headers)))
         return 0
 
@@ -320,8 +320,7 @@ cdef class LaneConnection(AnswerSink):
             self._resume(False, consumed)
 
     def reader_progress(self):
-        cdef ReaderProgress p = self.reader.get().Progress()
-        return p.state, p.since_ns / 1e9, p.last_read_ns / 1e9
+        return progress_tuple(self.reader.get().Progress())
 
     # -- answers
 

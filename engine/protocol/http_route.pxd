@@ -26,4 +26,4 @@ cdef class InferDone:
     cdef bint http10
 
 
-cdef int _when_done(fut, done) except -1
+cdef int when_done(fut, done) except -1

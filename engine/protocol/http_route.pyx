@@ -56,7 +56,7 @@ cdef class InferRoute:
         pending.append(slot)
         cdef InferDone done = InferDone(self, conn, slot, request,
                                         self.encoding_of(headers), conn.http10)
-        _when_done(fut, done)
+        when_done(fut, done)
         if len(pending) >= self.pipeline_high:
             conn.update_reading()
 
@@ -107,7 +107,7 @@ cdef class InferRoute:
             release_shm(request)
 
 
-cdef int _when_done(fut, done) except -1:
+cdef int when_done(fut, done) except -1:
     """Calls ``done(fut)`` now when ``fut`` is done (no extra loop
     iteration), else when it is."""
     try:

@@ -58,6 +58,21 @@ def _exchange(f, s, data: bytes, count: int) -> list:
     return [read_response(f) for _ in range(count)]
 
 
+def routed_then_laned(server, request: bytes) -> tuple:
+    """``request`` sent twice on a new connection, its target unrouted:
+    the connection's answer, then the lane's (checked to be the lane's)."""
+    forget_routes(server)
+    s, f = connect(server)
+    try:
+        before = taken(server)
+        first = _exchange(f, s, request, 1)[0]
+        second = _exchange(f, s, request, 1)[0]
+        assert taken(server) == before + 1, request[:60]
+        return first, second
+    finally:
+        s.close()
+
+
 def test_repeated_infer_requests_take_the_lane(server):
     client = httpclient.InferenceServerClient(server.url, network_timeout=10)
     _clients.append(client)
@@ -95,16 +110,8 @@ def test_the_lane_answers_as_the_connection_does(server):
         infer_request_bytes("async_error", a, b),
     ]
     for request in cases:
-        forget_routes(server)
-        s, f = connect(server)
-        try:
-            before = taken(server)
-            first = _exchange(f, s, request, 1)[0]
-            second = _exchange(f, s, request, 1)[0]
-            assert first == second, request[:60]
-            assert taken(server) == before + 1, request[:60]
-        finally:
-            s.close()
+        first, second = routed_then_laned(server, request)
+        assert first == second, request[:60]
 
 
 def test_pipelined_requests_of_both_kinds_are_answered_in_order(server):
@@ -136,18 +143,9 @@ def test_compressed_answers(server):
     a, b = random_pair()
     request = infer_request_bytes("add_sub", a, b, request_id="z")
     request = request.replace(b"Host: x\r\n", b"Host: x\r\nAccept-Encoding: gzip\r\n")
-    forget_routes(server)
-    s, f = connect(server)
-    try:
-        before = taken(server)
-        first = _exchange(f, s, request, 1)[0]
-        second = _exchange(f, s, request, 1)[0]
-        assert taken(server) == before + 1
-        for status, headers, body in (first, second):
-            assert status == 200 and headers["content-encoding"] == "gzip"
-            assert json.loads(gzip.decompress(body))["id"] == "z"
-    finally:
-        s.close()
+    for status, headers, body in routed_then_laned(server, request):
+        assert status == 200 and headers["content-encoding"] == "gzip"
+        assert json.loads(gzip.decompress(body))["id"] == "z"
 
 
 def test_connection_close_and_a_half_closed_client(server):

@@ -179,7 +179,6 @@ class LaneReader final : public ConnectionReader {
     r->accept_encoding_.clear();
     r->has_header_length_ = r->has_accept_encoding_ = false;
     r->decline_ = r->take_ = false;
-    r->in_value_ = false;
     r->in_head_ = true;
     r->head_size_ = 0;
     r->since_ns_.store(NowNs(), std::memory_order_relaxed);
@@ -196,11 +195,6 @@ class LaneReader final : public ConnectionReader {
 
   static int OnHeaderField(llhttp_t* p, const char* at, size_t n) {
     LaneReader* r = Of(p);
-    if (r->in_value_) {
-      r->field_.clear();
-      r->value_.clear();
-      r->in_value_ = false;
-    }
     r->field_.append(at, n);
     r->head_size_ += n;
     for (size_t i = 0; i < n; ++i) r->decline_ |= !IsToken(static_cast<unsigned char>(at[i]));
@@ -209,7 +203,6 @@ class LaneReader final : public ConnectionReader {
 
   static int OnHeaderValue(llhttp_t* p, const char* at, size_t n) {
     LaneReader* r = Of(p);
-    r->in_value_ = true;
     r->value_.append(at, n);
     r->head_size_ += n;
     return 0;
@@ -233,7 +226,6 @@ class LaneReader final : public ConnectionReader {
     }
     r->field_.clear();
     r->value_.clear();
-    r->in_value_ = false;
     return 0;
   }
 
@@ -273,7 +265,7 @@ class LaneReader final : public ConnectionReader {
   std::string url_, field_, value_, body_;
   std::string header_length_, accept_encoding_;
   bool has_header_length_ = false, has_accept_encoding_ = false;
-  bool in_value_ = false, in_head_ = false, decline_ = false, take_ = false;
+  bool in_head_ = false, decline_ = false, take_ = false;
   size_t head_size_ = 0;
   uint32_t route_ = 0;
 
