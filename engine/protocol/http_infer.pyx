@@ -29,13 +29,13 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
-from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
     ParamsState,
@@ -65,12 +65,6 @@ from pyserver.engine.types cimport (
 cnp.import_array()
 
 
-cdef extern from "numpy/arrayobject.h":
-    PyTypeObject PyArray_Type
-    # Steals a reference to ``descr``.
-    object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.dtype descr, int nd,
-                                cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
-                                int flags, PyObject* obj)
 
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty

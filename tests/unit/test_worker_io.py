@@ -2,6 +2,7 @@
 input region and its answers written into the output region, checked
 against the server's side of the same regions (engine/region_io.pyx)."""
 
+import json
 import os
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 
 from pyserver.backends.python import channel, runner
 from pyserver.backends.python import triton_python_backend_utils as pb
-from pyserver.engine.region_io import pack_inputs, read_results
+from pyserver.engine.region_io import pack_batches, pack_inputs, read_results
+from pyserver.engine.types import InferRequest, PendingRequest, RequestedOutput
 from pyserver.engine.worker_io import requests_in, responses_out
 
 DTYPES = {8: np.dtype(np.int32), 9: np.dtype(np.int64), 11: np.dtype(np.float32),
@@ -139,3 +141,107 @@ def test_errors_missing_answers_and_released_requests(regions):
     assert end == 0
     assert encoded == [("err", "INVALID_ARG", "no"), ("err", "INTERNAL", runner.MISSING_RESPONSE),
                        AGAIN]
+
+
+# -- worker_wire: the common messages as bytes rather than pickled tuples ----------------
+
+def _pending(queue_id, arrays, request_id="r", parameters=None, outputs=None, trace=None):
+    request = InferRequest("m", id=request_id, parameters=parameters, timeout_us=7,
+                           outputs=[RequestedOutput(n) for n in outputs or ()])
+    pending = PendingRequest(request, None, arrays, 1)
+    pending.id = queue_id
+    pending.trace = trace
+    return pending
+
+
+def _pack(writer, batches, codes):
+    return pack_batches(writer, batches, codes, lambda a: 9, BYTES, ["OUT0", "OUT1"], ())
+
+
+def test_plain_batches_travel_as_bytes_and_build_the_same_requests(regions):
+    writer, reader = regions
+    big = np.arange(3000, dtype=np.float32).reshape(3, 1000)  # grows the region
+    strided = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]  # not row-major
+    batches = [
+        [_pending(11, {"X": big, "Y": strided}, "a", outputs=["OUT1"]),
+         _pending(12, {"X": big[:1], "C": np.array([7], np.int64)}, "b",
+                  parameters={"sequence_id": 42, "sequence_start": True, "user": "é"},
+                  trace={"id": 5})],
+        [_pending(13, {"E": np.zeros((0, 4), np.float32), "S": np.array(5.5)}, "")],
+    ]
+    groups = _pack(writer, batches, {"X": 11, "Y": 8, "E": 11, "S": 12})
+    assert all(type(g) is bytes for g in groups)
+    reader.follow(writer.size)
+    a, b = _requests(groups[0], reader.mm)
+    (c,) = _requests(groups[1], reader.mm)
+    assert [r.request_id() for r in (a, b, c)] == ["a", "b", ""]
+    assert [r._key for r in (a, b, c)] == [11, 12, 13] and (a._index, b._index) == (0, 1)
+    assert a.requested_output_names() == ["OUT1"]
+    assert b.requested_output_names() == ["OUT0", "OUT1"]  # none named: all of them
+    assert b.correlation_id() == 42 and b.flags() == pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert json.loads(b.parameters()) == {"user": "é"} and a.parameters() == "{}"
+    assert b._trace is not None and a._trace is None and a.timeout() == 7
+    x = pb.get_input_tensor_by_name(a, "X")
+    np.testing.assert_array_equal(x.as_numpy(), big)
+    assert x.triton_dtype() == 11
+    np.testing.assert_array_equal(pb.get_input_tensor_by_name(a, "Y").as_numpy(), strided)
+    np.testing.assert_array_equal(pb.get_input_tensor_by_name(b, "X").as_numpy(), big[:1])
+    assert pb.get_input_tensor_by_name(b, "C").triton_dtype() == 9  # typed by the callback
+    empty, scalar = (t.as_numpy() for t in c.inputs())
+    assert empty.shape == (0, 4) and scalar.shape == () and scalar[()] == 5.5
+    # The same batches as tuples build the same requests (the layouts agree).
+    tuples = [[(r.request_id(), r.correlation_id(), r.flags(), r.timeout(), r.parameters(),
+                r.requested_output_names(), [(t.name(), t.triton_dtype(), t.as_numpy().shape,
+                                              -1, 0, t.as_numpy()) for t in r.inputs()],
+                r._key, 0) for r in (a, b)]]
+    again = _requests(tuples[0], reader.mm)
+    assert [(r.request_id(), r.correlation_id(), r.flags(), r.parameters()) for r in again] == \
+        [(r.request_id(), r.correlation_id(), r.flags(), r.parameters()) for r in (a, b)]
+
+
+@pytest.mark.parametrize("unusual", [
+    {"arrays": {"S": np.array([b"x"], dtype=np.object_)}},  # BYTES travel pickled
+    {"arrays": {"X": np.zeros(2, np.float32)}, "parameters": {"sequence_id": "corr-7"}},
+])
+def test_a_batch_that_does_not_fit_the_layout_travels_as_tuples(regions, unusual):
+    writer, reader = regions
+    plain = _pending(1, {"X": np.ones(2, np.float32)})
+    other = _pending(2, unusual["arrays"], parameters=unusual.get("parameters"))
+    groups = _pack(writer, [[plain], [other]], {"X": 11, "S": BYTES})
+    assert all(type(g) is list for g in groups)  # one message, one layout
+    reader.follow(writer.size)
+    (r,) = _requests(groups[1], reader.mm)
+    assert r.correlation_id() == unusual.get("parameters", {}).get("sequence_id", 0)
+
+
+def test_a_truncated_group_is_refused(regions):
+    writer, reader = regions
+    (group,) = _pack(writer, [[_pending(1, {"X": np.ones(2, np.float32)})]], {"X": 11})
+    reader.follow(writer.size)
+    for cut in (1, 8, len(group) - 1):
+        with pytest.raises(ValueError, match="ends early"):
+            _requests(group[:cut], reader.mm)
+
+
+def test_plain_answers_travel_as_bytes(regions):
+    writer, reader = regions
+    big = np.arange(4096, dtype=np.float64)  # 32 KiB: the region grows for it
+    strided = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
+    requests = [_request(["BIG", "STRIDED"]), _request(["EMPTY"]), _request([])]
+    responses = [
+        pb.InferenceResponse([pb.Tensor("BIG", big), pb.Tensor("STRIDED", strided),
+                              pb.Tensor("UNASKED", big)]),
+        pb.InferenceResponse([pb.Tensor("EMPTY", np.zeros((2, 0), np.int64))]),
+        pb.InferenceResponse([]),
+    ]
+    end, encoded = _answer(requests, responses, writer, offset=10)
+    assert type(encoded) is bytes and writer.size >= end > big.nbytes
+    reader.follow(writer.size)
+    first, second, third = read_results(reader.mm, encoded, DTYPES, None)
+    assert list(first) == ["BIG", "STRIDED"]  # UNASKED pruned, as Triton does
+    np.testing.assert_array_equal(first["BIG"], big)
+    np.testing.assert_array_equal(first["STRIDED"], strided)
+    assert first["BIG"].base is None  # a copy, not a view of the region
+    assert second["EMPTY"].shape == (2, 0) and third == {}
+    with pytest.raises(ValueError, match="ends early"):
+        read_results(reader.mm, encoded[:-3], DTYPES, None)
