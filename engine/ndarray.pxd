@@ -20,7 +20,7 @@ cdef extern from "numpy/arrayobject.h":
 
 
 cdef enum:
-    NDARRAY_MAX_DIMS = 32  # numpy's own limit (NPY_MAXDIMS in 1.x)
+    NDARRAY_MAX_DIMS = 64  # numpy's own limit (NPY_MAXDIMS: 64 since 2.0, 32 before)
 
 
 cdef inline cnp.ndarray new_array(cnp.dtype dtype, int nd, const int64_t* shape):

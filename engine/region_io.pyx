@@ -55,43 +55,43 @@ cdef inline Py_ssize_t _aligned(Py_ssize_t n) noexcept:
 
 cdef class _Placement:
     """Where each input array goes in a region (back to back from offset 0,
-    each aligned), held as buffers until ``copy_into`` copies them all."""
-    cdef vector[Py_buffer] bufs
+    each aligned), the arrays held until ``copy_into`` copies them all."""
+    cdef list arrays  # keeps what ``sources`` point into
+    cdef vector[const char*] sources
+    cdef vector[Py_ssize_t] sizes
     cdef vector[Py_ssize_t] starts
     cdef Py_ssize_t end
 
+    def __cinit__(self):
+        self.arrays = []
+
     cdef Py_ssize_t place(self, object array) except -1:
-        cdef Py_buffer b
-        try:
-            PyObject_GetBuffer(array, &b, PyBUF_C_CONTIGUOUS)
-        except (BufferError, ValueError):  # not in row-major order
-            PyObject_GetBuffer(np.ascontiguousarray(array), &b, PyBUF_C_CONTIGUOUS)
-        self.bufs.push_back(b)
+        if not (cnp.PyArray_Check(array) and cnp.PyArray_IS_C_CONTIGUOUS(array)):
+            array = np.ascontiguousarray(array)
+        self.arrays.append(array)
+        cdef Py_ssize_t size = cnp.PyArray_NBYTES(array)
         cdef Py_ssize_t start = _aligned(self.end)
+        self.sources.push_back(<const char*>cnp.PyArray_DATA(array))
+        self.sizes.push_back(size)
         self.starts.push_back(start)
-        self.end = start + b.len
+        self.end = start + size
         return start
 
     cdef int copy_into(self, object region) except -1:
         cdef Py_buffer dst
         cdef Py_ssize_t i
         region.ensure(self.end)
-        if not self.bufs.size():
+        if not self.sources.size():
             return 0
         PyObject_GetBuffer(region.mm, &dst, PyBUF_WRITABLE)
         try:
             with nogil:
-                for i in range(<Py_ssize_t>self.bufs.size()):
-                    if self.bufs[i].len:
-                        memcpy(<char*>dst.buf + self.starts[i], self.bufs[i].buf,
-                               self.bufs[i].len)
+                for i in range(<Py_ssize_t>self.sources.size()):
+                    if self.sizes[i]:
+                        memcpy(<char*>dst.buf + self.starts[i], self.sources[i], self.sizes[i])
         finally:
             PyBuffer_Release(&dst)
         return 0
-
-    def __dealloc__(self):
-        for i in range(<Py_ssize_t>self.bufs.size()):
-            PyBuffer_Release(&self.bufs[i])
 
 
 def pack_inputs(region, list arrays_per_request, dict codes, object code_of, int bytes_code):
@@ -149,8 +149,9 @@ cpdef tuple request_item(PendingRequest pending, object all_outputs, object inpu
 
 
 cdef bint _wire_fits(list requests, list fields):
-    """Whether every request can travel in worker_wire's layout: no BYTES
-    input, integer IDs and timeout, at most WIRE_MAX_DIMS dimensions."""
+    """Whether every request can travel in worker_wire's layout: numpy
+    arrays for inputs, none of them BYTES, integer IDs and timeout, at most
+    WIRE_MAX_DIMS dimensions."""
     cdef PendingRequest p
     cdef Py_ssize_t i
     for i in range(len(requests)):
@@ -164,7 +165,8 @@ cdef bint _wire_fits(list requests, list fields):
         if type(p.id) is not int or type(item[6]) is not int:  # its queue id, its trace id
             return False
         for array in (<dict>p.arrays).values():
-            if array.dtype.hasobject or array.ndim > WIRE_MAX_DIMS:
+            if not cnp.PyArray_Check(array) or cnp.PyArray_ISOBJECT(array) \
+                    or cnp.PyArray_NDIM(array) > WIRE_MAX_DIMS:
                 return False
     return True
 
@@ -225,7 +227,9 @@ cdef list _pack_wire(region, list batches, list fields, dict codes, object code_
                 code = codes.get(name)
                 if code is None:
                     code = code_of(array)
-                put_tensor(out, name, code, array.shape, placement.place(array), array.size)
+                put_tensor(out, name, code, cnp.PyArray_NDIM(array),
+                           <const Py_ssize_t*>cnp.PyArray_DIMS(array), placement.place(array),
+                           cnp.PyArray_SIZE(array))
         groups.append(PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size()))
     placement.copy_into(region)
     return groups

@@ -213,8 +213,9 @@ cdef Py_ssize_t _write_output(_Writable out, cnp.ndarray array, Py_ssize_t* offs
 
 
 cdef bint _all_plain(list responses, list requests, int bytes_code, int reschedule_flags):
-    """Whether every answer is outputs only (no error, no parameters, no
-    BYTES output, not released to run again): worker_wire's layout."""
+    """Whether every answer is outputs only (numpy arrays, none BYTES; no
+    error, no parameters, not released to run again): worker_wire's
+    layout."""
     cdef Py_ssize_t i
     for i in range(len(requests)):
         request = requests[i]
@@ -224,7 +225,7 @@ cdef bint _all_plain(list responses, list requests, int bytes_code, int reschedu
         if response is None or response._error is not None or response._parameters_dict:
             return False
         for t in response._output_tensors:
-            if t._dtype == bytes_code:
+            if t._dtype == bytes_code or not cnp.PyArray_Check(t._array):
                 return False
     return True
 
@@ -276,7 +277,8 @@ cdef tuple _responses_wire(list responses, list requests, _Writable out, Py_ssiz
             if not cnp.PyArray_IS_C_CONTIGUOUS(array):
                 array = np.ascontiguousarray(array)
             start = _write_output(out, array, &offset)
-            put_tensor(wire, name, t._dtype, (<object>array).shape, start,
+            put_tensor(wire, name, t._dtype, cnp.PyArray_NDIM(array),
+                       <const Py_ssize_t*>cnp.PyArray_DIMS(array), start,
                        cnp.PyArray_NBYTES(array))
             count += 1
         memcpy(&wire[count_at], &count, sizeof(count))

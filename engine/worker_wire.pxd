@@ -31,7 +31,7 @@ cdef extern from "Python.h":
 
 
 cdef enum:
-    WIRE_MAX_DIMS = 32  # numpy's own limit (1.x); more: the tuples
+    WIRE_MAX_DIMS = 64  # numpy's own limit since 2.0
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -125,14 +125,14 @@ cdef inline str get_tensor(WireReader* r, WireTensor* t):
     return name
 
 
-cdef inline int put_tensor(string& out, str name, uint32_t code, tuple shape, int64_t offset,
-                           int64_t count) except -1:
-    cdef Py_ssize_t i
+cdef inline int put_tensor(string& out, str name, uint32_t code, int nd,
+                           const Py_ssize_t* dims, int64_t offset, int64_t count) except -1:
+    cdef int i
     put_str(out, name)
     put_u32(out, code)
-    put_u32(out, <uint32_t>len(shape))
-    for i in range(len(shape)):
-        put_i64(out, <int64_t>shape[i])
+    put_u32(out, <uint32_t>nd)
+    for i in range(nd):
+        put_i64(out, <int64_t>dims[i])
     put_i64(out, offset)
     put_i64(out, count)
     return 0

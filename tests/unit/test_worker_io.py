@@ -245,3 +245,17 @@ def test_plain_answers_travel_as_bytes(regions):
     assert second["EMPTY"].shape == (2, 0) and third == {}
     with pytest.raises(ValueError, match="ends early"):
         read_results(reader.mm, encoded[:-3], DTYPES, None)
+
+
+def test_tensors_of_more_than_32_dimensions_cross_both_ways(regions):
+    writer, reader = regions
+    deep = np.arange(2, dtype=np.int32).reshape((1,) * 39 + (2,))  # numpy 2 allows 64
+    (group,) = _pack(writer, [[_pending(1, {"X": deep})]], {"X": 8})
+    reader.follow(writer.size)
+    (request,) = _requests(group, reader.mm)
+    np.testing.assert_array_equal(request.inputs()[0].as_numpy(), deep)
+    end, encoded = _answer([_request(["Y"])], [pb.InferenceResponse([pb.Tensor("Y", deep)])],
+                           writer)
+    reader.follow(writer.size)
+    (outputs,) = read_results(reader.mm, encoded, DTYPES, None)
+    np.testing.assert_array_equal(outputs["Y"], deep)
