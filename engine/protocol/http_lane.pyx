@@ -191,14 +191,13 @@ cdef class LaneHost(ReaderSource):
             conn = (<LaneConnection>lc).conn
         headers = self._headers(r)
         body = _bytes(r.body)
-        route = self.routes.get(r.route)
-        if route is None:
-            # its target was forgotten since it was read (the route cache
-            # was reset): the connection routes it as it would any request
-            conn.on_request("POST", _bytes(r.target), headers, body, True, False)
-            return 0
-        model, version = route
         try:
+            route = self.routes.get(r.route)
+            if route is None:
+                # its target was forgotten since it was read (the route
+                # cache was reset): the connection routes it again
+                route = conn.infer_route(_bytes(r.target))
+            model, version = route
             request, fut = self.route.begin(conn, headers, body, model, version,
                                             r.received_ns)
         except Exception as e:

@@ -13,6 +13,7 @@ test_socket_pump.py runs it again over a pump, so with the lane there.)"""
 import gzip
 import json
 import socket
+import threading
 import time
 
 import numpy as np
@@ -135,6 +136,44 @@ def test_pipelined_requests_of_both_kinds_are_answered_in_order(server):
             assert json.loads(answers[4][2])["name"] == "add_sub"
             if round_:
                 assert taken(server) > before
+    finally:
+        s.close()
+
+
+def test_a_request_taken_before_its_route_was_forgotten(server, io_threads):
+    """With a pump, a thread of it takes the request and the loop runs it
+    later. Routes reset in between (the route cache filled up) leave the
+    request's route unknown to the loop: the connection routes the target
+    again, the client gets the same answer, and the connection goes on
+    (it once waited for an answer the lane never saw)."""
+    if not io_threads:
+        pytest.skip("on the loop a taken request runs at once: no such window")
+    a, b = random_pair(2)
+    request = infer_request_bytes("add_sub", a, b, request_id="late")
+    forget_routes(server)
+    s, f = connect(server)
+    try:
+        first = _exchange(f, s, request, 1)[0]  # the connection's: it routes the target
+        before = taken(server)
+        holding = threading.Event()
+
+        def hold_the_loop():
+            # the loop waits here while a pump thread takes the request,
+            # then forgets the routes before it runs it
+            holding.set()
+            deadline = time.monotonic() + 10
+            while taken(server) == before and time.monotonic() < deadline:
+                time.sleep(0.001)
+            forget_routes(server)
+
+        server.loop.call_soon_threadsafe(hold_the_loop)
+        assert holding.wait(5)
+        second = _exchange(f, s, request, 1)[0]
+        assert taken(server) == before + 1  # the lane took it ...
+        assert second == first  # ... and the connection answered it
+        # the connection goes on, and the target was routed again: the lane's
+        assert _exchange(f, s, request * 2, 2) == [first, first]
+        assert taken(server) == before + 3
     finally:
         s.close()
 

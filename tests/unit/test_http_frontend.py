@@ -165,6 +165,7 @@ def serve_fake(**frontend_kwargs):
     thread.start()
     frontend = HttpFrontend(fake, host="127.0.0.1", port=0, **frontend_kwargs)
     fake.frontend = frontend
+    fake.loop = loop
     asyncio.run_coroutine_threadsafe(frontend.start(), loop).result(10)
     assert frontend.port != 0
     fake.port = frontend.port

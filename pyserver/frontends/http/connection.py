@@ -35,7 +35,7 @@ from pyserver.frontends.http.framing import (
 )
 from pyserver.frontends.http.infer import infer
 from pyserver.frontends.http.routes import match
-from pyserver.kernel.errors import ServerError
+from pyserver.kernel.errors import Code, ServerError
 
 _POST = "POST"
 # Infer targets remembered per frontend (a client making up URLs only resets them).
@@ -281,17 +281,33 @@ class HttpConnection(asyncio.Protocol):
         if method not in route.methods:
             return self.respond(405, JSON_HEADERS, NOT_ALLOWED, keep_alive)
         if route.handler is infer and not restrictions:
-            frontend = self.frontend
-            routes = frontend.infer_routes
-            lane = frontend.lane
-            if len(routes) >= INFER_ROUTES_MAX:
-                routes.clear()
-                if lane is not None:
-                    lane.clear_routes()
-            routes[url] = route.args
-            if lane is not None:
-                lane.add_route(url, *route.args)
+            self._publish(url, route.args)
         return route.handler(self, method, headers, body, keep_alive, *route.args)
+
+    def _publish(self, url: bytes, args: tuple) -> None:
+        """Remembers ``url`` as an infer target (``args``: its model and
+        version), for the next request to it and for the lane."""
+        frontend = self.frontend
+        routes = frontend.infer_routes
+        lane = frontend.lane
+        if len(routes) >= INFER_ROUTES_MAX:
+            routes.clear()
+            if lane is not None:
+                lane.clear_routes()
+        routes[url] = args
+        if lane is not None:
+            lane.add_route(url, *args)
+
+    def infer_route(self, url: bytes) -> tuple:
+        """(model, version) of an infer target the lane took and then
+        forgot the route of (the cache was reset before the loop ran the
+        request), routed and remembered again as _dispatch does."""
+        route = match(url)
+        if route is None or route.handler is not infer:
+            raise ServerError(Code.INTERNAL, f"the infer lane took a request for {url!r}, "
+                                             "which is not an infer target")
+        self._publish(url, route.args)
+        return route.args
 
     def _restricted(self, group: str, headers: dict, keep_alive: bool) -> bool:
         """RETURN_AND_RESPOND_IF_RESTRICTED: True when answered with 403."""
