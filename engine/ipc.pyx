@@ -8,12 +8,22 @@ bounded time with the GIL released; the caller then reads (at once, when it
 returned True) or falls back to its blocking read. ``SpinPolicy`` does so
 only while such spins have paid lately.
 
-``send_held`` makes one non-blocking send without releasing the GIL:
-Python's socket.send releases and retakes it around the call, and taking it
-back from a busy event loop thread can wait for the interpreter's switch
-interval (5 ms), while a non-blocking send of a short message never waits.
+``send_frame`` sends a message with its length ahead of it in one
+non-blocking send without releasing the GIL: Python's socket.send releases
+and retakes it around the call, and taking it back from a busy event loop
+thread can wait for the interpreter's switch interval (5 ms), while a
+non-blocking send of a short message never waits. ``FrameReader`` splits
+what arrives back into messages, with a non-blocking read of the same kind
+for a reader on an event loop (pyserver/backends/python/channel.py: a u32
+length, then a pickle).
 """
-from libc.stdint cimport uint64_t
+import pickle
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy, memmove
 
 from pyserver.engine.adaptive_spin cimport AdaptiveSpin, kSpinPaysNs
 
@@ -30,12 +40,34 @@ cdef extern from "<poll.h>" nogil:
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t send(int fd, const void* buf, size_t n, int flags)
+    ssize_t recv(int fd, void* buf, size_t n, int flags)
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+    struct msghdr:
+        void* msg_name
+        unsigned int msg_namelen
+        iovec* msg_iov
+        size_t msg_iovlen
+        void* msg_control
+        size_t msg_controllen
+        int msg_flags
+    ssize_t sendmsg(int fd, const msghdr* msg, int flags)
     int MSG_DONTWAIT
     int MSG_NOSIGNAL
 
 
 cdef extern from "<errno.h>" nogil:
     int errno
+    int EAGAIN
+    int EWOULDBLOCK
+    int EINTR
+    int ECONNRESET
+    int EPIPE
+
+
+cdef extern from "Python.h":
+    int PyBUF_READ
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -128,11 +160,108 @@ cdef class SpinPolicy:
 SPIN_PAYS_NS = kSpinPaysNs
 
 
-def send_held(int fd, const unsigned char[::1] data):
-    """One non-blocking send of ``data`` with the GIL held: the bytes sent,
-    or -errno (-EAGAIN when the socket buffer is full)."""
+def send_frame(int fd, bytes data):
+    """``data`` with its length ahead of it (a u32), in one non-blocking
+    send with the GIL held: the bytes sent of the len(data) + 4, or -errno
+    (-EAGAIN when the socket buffer is full)."""
+    cdef uint32_t size = <uint32_t>PyBytes_GET_SIZE(data)
+    cdef iovec parts[2]
+    cdef msghdr msg
     cdef ssize_t n
-    if data.shape[0] == 0:
-        return 0
-    n = send(fd, &data[0], data.shape[0], MSG_DONTWAIT | MSG_NOSIGNAL)
+    parts[0].iov_base = &size
+    parts[0].iov_len = sizeof(size)
+    parts[1].iov_base = PyBytes_AS_STRING(data)
+    parts[1].iov_len = size
+    msg.msg_name = NULL
+    msg.msg_namelen = 0
+    msg.msg_iov = parts
+    msg.msg_iovlen = 2
+    msg.msg_control = NULL
+    msg.msg_controllen = 0
+    msg.msg_flags = 0
+    n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL)
     return n if n >= 0 else -errno
+
+
+INCOMPLETE = object()  # FrameReader.take(): no whole message buffered yet
+_loads = pickle.loads
+
+
+cdef class FrameReader:
+    """Length-prefixed pickled messages out of what a stream socket gave.
+
+    ``take()`` is the next whole message or INCOMPLETE; ``drain(fd)`` every
+    whole message after one non-blocking read of ``fd`` (EOFError once the
+    peer is gone). A blocking reader reads into ``space()`` itself (with
+    its socket's timeout) and says how much with ``filled(n)``."""
+
+    cdef bytearray buf
+    cdef Py_ssize_t start
+    cdef Py_ssize_t end
+
+    def __cinit__(self, Py_ssize_t size=1 << 16):
+        self.buf = bytearray(size)
+
+    cpdef object take(self):
+        cdef Py_ssize_t avail = self.end - self.start
+        cdef uint32_t size
+        cdef char* base = PyByteArray_AS_STRING(self.buf)
+        if avail >= 4:
+            memcpy(&size, base + self.start, 4)
+            if avail >= 4 + <Py_ssize_t>size:
+                obj = _loads(PyMemoryView_FromMemory(base + self.start + 4, size, PyBUF_READ))
+                self.start += 4 + size
+                if self.start == self.end:
+                    self.start = self.end = 0
+                return obj
+            self._make_room(4 + size)
+        elif PyByteArray_GET_SIZE(self.buf) - self.start < 4:
+            self._make_room(4)
+        return INCOMPLETE
+
+    def space(self):
+        """The free end of the buffer, for a blocking recv_into."""
+        return memoryview(self.buf)[self.end:]
+
+    def filled(self, Py_ssize_t n):
+        """``n`` bytes were read into ``space()``; 0: the peer closed."""
+        if n == 0:
+            raise EOFError("peer closed the channel")
+        self.end += n
+
+    def drain(self, int fd):
+        cdef ssize_t n
+        cdef char* base = PyByteArray_AS_STRING(self.buf)
+        while True:
+            n = recv(fd, base + self.end, PyByteArray_GET_SIZE(self.buf) - self.end,
+                     MSG_DONTWAIT)
+            if n >= 0 or errno != EINTR:
+                break
+        if n == 0 or (n < 0 and (errno == ECONNRESET or errno == EPIPE)):
+            raise EOFError("peer closed the channel")
+        if n < 0 and errno != EAGAIN and errno != EWOULDBLOCK:
+            raise OSError(errno, "reading a worker channel")
+        if n > 0:
+            self.end += n
+        cdef list out = []
+        while True:
+            obj = self.take()
+            if obj is INCOMPLETE:
+                return out
+            out.append(obj)
+
+    cdef int _make_room(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t avail = self.end - self.start
+        cdef bytearray bigger
+        if need <= PyByteArray_GET_SIZE(self.buf) - self.start:
+            return 0
+        if need <= PyByteArray_GET_SIZE(self.buf):
+            memmove(PyByteArray_AS_STRING(self.buf), PyByteArray_AS_STRING(self.buf) + self.start,
+                    avail)
+        else:
+            bigger = bytearray(max(need, 2 * PyByteArray_GET_SIZE(self.buf)))
+            memcpy(PyByteArray_AS_STRING(bigger), PyByteArray_AS_STRING(self.buf) + self.start,
+                   avail)
+            self.buf = bigger
+        self.start, self.end = 0, avail
+        return 0

@@ -4,6 +4,7 @@ memory regions (pyserver/backends/python/channel.py)."""
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -238,19 +239,35 @@ def test_drain_takes_every_message_that_has_arrived():
         right.close()
 
 
+def test_drain_gathers_a_message_larger_than_its_buffer_over_several_reads():
+    a, b = socket.socketpair()
+    left, right = channel.Channel(a), channel.Channel(b)
+    big = ("blob", os.urandom(200_000))  # the reader's buffer starts at 64 KiB
+    sender = threading.Thread(target=left.send, args=(big,))
+    sender.start()
+    got, deadline = [], time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        got = right.drain()
+    sender.join()
+    assert got == [big]
+    right.close()
+    with pytest.raises(OSError):  # closed: never a read of whatever reuses its number
+        right.drain()
+    left.close()
+
+
 def test_send_reports_a_full_socket_buffer_by_blocking_not_dropping():
-    """send_held returns -EAGAIN on a full buffer: the rest then goes out
+    """send_frame returns -EAGAIN on a full buffer: the rest then goes out
     with a blocking sendall, so a message is never cut."""
-    from pyserver.engine.ipc import send_held
+    from pyserver.engine.ipc import send_frame
 
     a, b = socket.socketpair()
     try:
         a.setblocking(False)
         chunk = b"y" * 4096
-        while (n := send_held(a.fileno(), chunk)) > 0:
-            pass
+        while (n := send_frame(a.fileno(), chunk)) > 0:
+            assert n == len(chunk) + 4 or n < len(chunk) + 4  # whole, or cut by a full buffer
         assert n < 0 and -n in (11, 35)  # EAGAIN / EWOULDBLOCK
-        assert send_held(a.fileno(), b"") == 0
     finally:
         a.close()
         b.close()

@@ -69,7 +69,8 @@ def engine_module(name: str):
 
 
 _ipc = engine_module("ipc")
-_send_held = _ipc.send_held
+_send_frame = _ipc.send_frame
+_INCOMPLETE = _ipc.INCOMPLETE  # FrameReader.take(): no whole message buffered yet
 _SpinPolicy = _ipc.SpinPolicy
 SPIN_PAYS_NS = _ipc.SPIN_PAYS_NS
 
@@ -107,8 +108,6 @@ DEFAULT_REGION_SIZE = 1 << 20
 _DEVSHM_MIN_FREE = 256 << 20
 
 
-_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0x40)
-_INCOMPLETE = object()  # _take(): no whole message buffered yet
 
 
 class Channel:
@@ -122,7 +121,7 @@ class Channel:
     reader waiting for data on that same socket wakes for nothing.
 
     A message that fits the socket buffer goes out in one non-blocking send
-    made without releasing the GIL (engine/ipc.pyx send_held): Python's
+    made without releasing the GIL (engine/ipc.pyx send_frame): Python's
     socket.send releases and retakes it around the syscall, and under load
     taking it back from the event loop thread can wait for the
     interpreter's switch interval (5 ms).
@@ -138,10 +137,7 @@ class Channel:
         # it spins only while such spins have caught their message lately.
         self.spin_ns = spin_ns
         self._spins: dict[tuple, object] = {}
-        self._buf = bytearray(1 << 16)
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
+        self._frames = _ipc.FrameReader()
         self._send_lock = threading.Lock()
         self._fd = self.send_sock.fileno()  # written; -1 once closed
         self._read_fd = sock.fileno()
@@ -150,17 +146,16 @@ class Channel:
         data = pickle.dumps(obj, _PICKLE)
         with self._send_lock:
             if len(data) < 65536:
-                frame = _HEADER.pack(len(data)) + data
                 if self._fd < 0:
                     raise OSError(errno.EBADF, "channel closed")
-                sent = _send_held(self._fd, frame)
-                if sent == len(frame):
+                sent = _send_frame(self._fd, data)
+                if sent == len(data) + 4:
                     return
                 if sent < 0:
                     if -sent not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                         raise OSError(-sent, os.strerror(-sent))
                     sent = 0
-                self.send_sock.sendall(frame[sent:])
+                self.send_sock.sendall((_HEADER.pack(len(data)) + data)[sent:])
             else:
                 self.send_sock.sendall(_HEADER.pack(len(data)))
                 self.send_sock.sendall(data)
@@ -171,8 +166,9 @@ class Channel:
         count (engine/ipc.pyx SpinPolicy; by default anywhere in the spin)."""
         if spin_ns is None:
             spin_ns = self.spin_ns
+        frames = self._frames
         while True:
-            obj = self._take()
+            obj = frames.take()
             if obj is not _INCOMPLETE:
                 return obj
             if spin_ns:
@@ -180,61 +176,19 @@ class Channel:
                 if policy is None:
                     policy = self._spins[(spin_ns, pay_ns)] = _SpinPolicy(spin_ns, pay_ns)
                 policy.wait_readable(self._read_fd)  # then the read rarely sleeps
-            self._fill(0)
+            try:  # the socket's own blocking read, its timeout included
+                got = self.sock.recv_into(frames.space())
+            except (ConnectionResetError, BrokenPipeError):
+                got = 0
+            frames.filled(got)
 
     def drain(self) -> list:
         """Every message that has all arrived, after one non-blocking read
         of what the socket holds, for a reader on an event loop. EOFError
         when the peer is gone."""
-        try:
-            self._fill(_MSG_DONTWAIT)
-        except BlockingIOError:
-            pass
-        out = []
-        while True:
-            obj = self._take()
-            if obj is _INCOMPLETE:
-                return out
-            out.append(obj)
-
-    def _take(self):
-        """A whole buffered message, or _INCOMPLETE (with room made for it)."""
-        avail = self._end - self._start
-        if avail >= 4:
-            (size,) = _HEADER.unpack_from(self._buf, self._start)
-            if avail >= 4 + size:
-                begin = self._start + 4
-                obj = pickle.loads(self._view[begin:begin + size])
-                self._start = begin + size
-                if self._start == self._end:
-                    self._start = self._end = 0
-                return obj
-            self._make_room(4 + size)
-        elif len(self._buf) - self._start < 4:
-            self._make_room(4)
-        return _INCOMPLETE
-
-    def _fill(self, flags: int) -> None:
-        try:
-            got = self.sock.recv_into(self._view[self._end:], 0, flags)
-        except (ConnectionResetError, BrokenPipeError):
-            got = 0
-        if got == 0:
-            raise EOFError("peer closed the channel")
-        self._end += got
-
-    def _make_room(self, need: int) -> None:
-        avail = self._end - self._start
-        if need <= len(self._buf) - self._start:
-            return
-        if need <= len(self._buf):
-            self._buf[0:avail] = self._buf[self._start:self._end]
-        else:
-            bigger = bytearray(max(need, 2 * len(self._buf)))
-            bigger[0:avail] = self._buf[self._start:self._end]
-            self._buf = bigger
-            self._view = memoryview(bigger)
-        self._start, self._end = 0, avail
+        if self.sock.fileno() < 0:  # closed: its number may be another file's now
+            raise OSError(errno.EBADF, "channel closed")
+        return self._frames.drain(self._read_fd)
 
     def fileno(self) -> int:
         """The descriptor that becomes readable when a message arrives."""
