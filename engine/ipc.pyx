@@ -20,10 +20,12 @@ length, then a pickle).
 import pickle
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy, memmove
+from libcpp.string cimport string
 
 from pyserver.engine.adaptive_spin cimport AdaptiveSpin, kSpinPaysNs
 
@@ -68,6 +70,7 @@ cdef extern from "<errno.h>" nogil:
 
 cdef extern from "Python.h":
     int PyBUF_READ
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -186,6 +189,111 @@ def send_frame(int fd, bytes data):
 INCOMPLETE = object()  # FrameReader.take(): no whole message buffered yet
 _loads = pickle.loads
 
+# A frame is a pickle, whose first byte is PROTO (0x80), or one of the two
+# messages every batch makes, as bytes (a pickle's own setup cost more than
+# the rest of them): "R", a ("result", output region size, answers in
+# worker_wire's layout, start ns) as u64, u64, the answers; "E", an ("exec",
+# input region size, [one bytes object per batch], model name, version,
+# load) as u64, u32 load, the name and version (u32 length, UTF-8), u32
+# batch count, then per batch a u32 length and its bytes.
+cdef enum:
+    _RESULT_MARK = 0x52  # "R"
+    _RESULT_HEAD = 1 + 2 * 8
+    _EXEC_MARK = 0x45  # "E"
+
+
+def result_payload(uint64_t out_size, bytes answers, uint64_t started_ns):
+    """The frame's payload that FrameReader reads back as ("result",
+    out_size, answers, started_ns)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(answers)
+    out = PyBytes_FromStringAndSize(NULL, _RESULT_HEAD + n)
+    cdef char* p = PyBytes_AS_STRING(out)
+    p[0] = _RESULT_MARK
+    memcpy(p + 1, &out_size, 8)
+    memcpy(p + 9, &started_ns, 8)
+    memcpy(p + _RESULT_HEAD, PyBytes_AS_STRING(answers), n)
+    return out
+
+
+def exec_payload(uint64_t in_size, list groups, str model_name, str version, uint32_t load):
+    """The frame's payload that FrameReader reads back as ("exec", in_size,
+    groups, model_name, version, load); ``groups``: bytes objects."""
+    cdef string out
+    cdef uint32_t n
+    out.push_back(<char>_EXEC_MARK)
+    out.append(<const char*>&in_size, 8)
+    out.append(<const char*>&load, 4)
+    _put_text(out, model_name)
+    _put_text(out, version)
+    n = <uint32_t>len(groups)
+    out.append(<const char*>&n, 4)
+    for group in groups:
+        n = <uint32_t>PyBytes_GET_SIZE(<bytes?>group)
+        out.append(<const char*>&n, 4)
+        out.append(PyBytes_AS_STRING(group), n)
+    return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+
+
+cdef void _put_text(string& out, str text) except *:
+    cdef Py_ssize_t size
+    cdef const char* data = PyUnicode_AsUTF8AndSize(text, &size)
+    cdef uint32_t n = <uint32_t>size
+    out.append(<const char*>&n, 4)
+    out.append(data, size)
+
+
+cdef struct _Cursor:
+    const char* at
+    const char* end
+
+
+cdef const char* _advance(_Cursor* c, Py_ssize_t n) except NULL:
+    """The next ``n`` bytes of an "E" frame (ValueError past its end)."""
+    cdef const char* at = c.at
+    if c.end - c.at < n:
+        raise ValueError("an exec frame ends early")
+    c.at += n
+    return at
+
+
+cdef uint32_t _u32(_Cursor* c) except? 0xFFFFFFFF:
+    cdef uint32_t v
+    memcpy(&v, _advance(c, 4), 4)
+    return v
+
+
+cdef object _text(_Cursor* c):
+    cdef uint32_t n = _u32(c)
+    return PyUnicode_DecodeUTF8(_advance(c, n), n, NULL)
+
+
+cdef tuple _exec_message(const char* p, Py_ssize_t size):
+    cdef _Cursor c
+    cdef uint64_t in_size
+    cdef uint32_t load, count, n, i
+    c.at = p + 1
+    c.end = p + size
+    memcpy(&in_size, _advance(&c, 8), 8)
+    load = _u32(&c)
+    model_name = _text(&c)
+    version = _text(&c)
+    count = _u32(&c)
+    cdef list groups = []
+    for i in range(count):
+        n = _u32(&c)
+        groups.append(PyBytes_FromStringAndSize(_advance(&c, n), n))
+    return ("exec", in_size, groups, model_name, version, load)
+
+
+cdef tuple _result_message(const char* p, Py_ssize_t size):
+    cdef uint64_t out_size, started_ns
+    if size < _RESULT_HEAD:
+        raise ValueError("a result frame ends early")
+    memcpy(&out_size, p + 1, 8)
+    memcpy(&started_ns, p + 9, 8)
+    return ("result", out_size, PyBytes_FromStringAndSize(p + _RESULT_HEAD, size - _RESULT_HEAD),
+            started_ns)
+
 
 cdef class FrameReader:
     """Length-prefixed pickled messages out of what a stream socket gave.
@@ -209,7 +317,12 @@ cdef class FrameReader:
         if avail >= 4:
             memcpy(&size, base + self.start, 4)
             if avail >= 4 + <Py_ssize_t>size:
-                obj = _loads(PyMemoryView_FromMemory(base + self.start + 4, size, PyBUF_READ))
+                if size and base[self.start + 4] == _RESULT_MARK:
+                    obj = _result_message(base + self.start + 4, size)
+                elif size and base[self.start + 4] == _EXEC_MARK:
+                    obj = _exec_message(base + self.start + 4, size)
+                else:
+                    obj = _loads(PyMemoryView_FromMemory(base + self.start + 4, size, PyBUF_READ))
                 self.start += 4 + size
                 if self.start == self.end:
                     self.start = self.end = 0

@@ -256,6 +256,33 @@ def test_drain_gathers_a_message_larger_than_its_buffer_over_several_reads():
     left.close()
 
 
+def test_results_and_execs_arrive_as_the_same_tuples_framed_either_way():
+    """send_result and send_exec frame what is in worker_wire's layout
+    (bytes) without a pickle, anything else pickled; the reader gives the
+    same tuple."""
+    a, b = socket.socketpair()
+    left, right = channel.Channel(a), channel.Channel(b)
+    try:
+        answers = [b"\x01\x00\x00\x00" + os.urandom(100), b"", [("err", "INTERNAL", "no")]]
+        for i, encoded in enumerate(answers):
+            left.send_result(4096 + i, encoded, 2**63 + i)
+        left.send(("query", "cancelled", 0))  # the pickled kind, between them
+        left.send_result(1, b"R", 0)
+        expected = [("result", 4096 + i, e, 2**63 + i) for i, e in enumerate(answers)]
+        expected += [("query", "cancelled", 0), ("result", 1, b"R", 0)]
+        assert [right.recv() for _ in range(3)] == expected[:3]
+        assert right.drain() == expected[3:]
+        # the server's exec message: bytes batches framed so, tuples pickled
+        groups = [os.urandom(70), b"", b"E" * 3]
+        left.send_exec(2**40, groups, "módel", "1", 2)
+        left.send_exec(64, [[("a", 0)]], "m", "7", 0)
+        assert right.recv() == ("exec", 2**40, groups, "módel", "1", 2)
+        assert right.recv() == ("exec", 64, [[("a", 0)]], "m", "7", 0)
+    finally:
+        left.close()
+        right.close()
+
+
 def test_send_reports_a_full_socket_buffer_by_blocking_not_dropping():
     """send_frame returns -EAGAIN on a full buffer: the rest then goes out
     with a blocking sendall, so a message is never cut."""

@@ -731,7 +731,7 @@ class ProcessPythonBackend(ServedInstance):
             self._open_requests([p for pending in batches for p in pending], now_ns())
         worker.outstanding += len(groups)
         worker.progress = time.monotonic()
-        worker.main.send(("exec", worker.inp.size, groups, self.model_name, self.version, load))
+        worker.main.send_exec(worker.inp.size, groups, self.model_name, self.version, load)
 
     def note_group_start(self, reply, sent_ns: int) -> None:
         """The first answer of a group sent at ``sent_ns`` ("auto"

@@ -143,7 +143,28 @@ class Channel:
         self._read_fd = sock.fileno()
 
     def send(self, obj) -> None:
-        data = pickle.dumps(obj, _PICKLE)
+        self._send_payload(pickle.dumps(obj, _PICKLE))
+
+    def send_result(self, out_size: int, answers, started_ns: int) -> None:
+        """A worker's ("result", out_size, answers, started_ns) for one
+        batch: as bytes when ``answers`` are (engine/worker_wire.pxd's
+        layout), pickled otherwise; recv() gives the tuple either way."""
+        if type(answers) is bytes:
+            self._send_payload(_ipc.result_payload(out_size, answers, started_ns))
+        else:
+            self.send(("result", out_size, answers, started_ns))
+
+    def send_exec(self, in_size: int, groups: list, model_name: str, version: str,
+                  load: int) -> None:
+        """The server's ("exec", in_size, groups, model_name, version, load)
+        for a group of batches: as bytes when every batch is
+        (engine/worker_wire.pxd's layout), pickled otherwise."""
+        if all(type(g) is bytes for g in groups):
+            self._send_payload(_ipc.exec_payload(in_size, groups, model_name, version, load))
+        else:
+            self.send(("exec", in_size, groups, model_name, version, load))
+
+    def _send_payload(self, data: bytes) -> None:
         with self._send_lock:
             if len(data) < 65536:
                 if self._fd < 0:

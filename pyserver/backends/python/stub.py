@@ -402,7 +402,11 @@ class Worker:
         main = self.main
         for items in groups:
             started = time.monotonic_ns()
-            main.send(self.execute(items, model_name, model_version) + (started,))
+            answer = self.execute(items, model_name, model_version)
+            if answer[0] == "result":
+                main.send_result(answer[1], answer[2], started)
+            else:
+                main.send(answer + (started,))
 
     def execute(self, items, model_name, model_version):
         pb = self.pb
