@@ -1,11 +1,11 @@
 from collections.abc import Callable
 from typing import Any
 
-def requests_in(items: list, mm: Any, dtypes: dict, copy: bool,
+def requests_in(items: list | bytes, mm: Any, dtypes: dict, copy: bool,
                 wrap_tensor: Callable, new_request: Callable,
                 model_name: str, model_version: Any) -> list: ...
 
 
 def responses_out(responses: list, requests: list, region: Any, offset: int,
                   bytes_code: int, reschedule_flags: int, again: tuple, missing: str,
-                  bytes_array: Callable) -> tuple[int, list]: ...
+                  bytes_array: Callable) -> tuple[int, list | bytes]: ...

@@ -31,6 +31,7 @@ from pyserver.engine import (
 )
 from pyserver.engine.admission import Route
 from pyserver.engine.batch_execution import gather_inputs, run_plain
+from pyserver.engine.batch_results import BatchResults
 from pyserver.engine.completion import CompletionSpin
 from pyserver.engine.request_path import RequestPath
 from pyserver.engine.timer import DueTimer
@@ -279,6 +280,9 @@ class ModelVersion:
         # Loaded while tracing is on (set at startup, or before a poll or
         # explicit load): its batches stamp their traces too.
         self.tracing = bool(tracer is not None and tracer.active)
+        # a batch a loop driver's backend answered per request, finished in one call
+        self.batch_results = BatchResults(self, self._path.responses, self._other_result,
+                                          self.scheduler)
         loop_drivers = []
         drivers = []
         # Rate-limited instances wait for resources: on their own threads.
@@ -514,10 +518,13 @@ class ModelVersion:
             return self.failed_batch(t_start, err)
         return self.requests_outcome(batch.requests, results, t_start)
 
-    def requests_outcome(self, requests: list, results: list, t_start: int) -> BatchOutcome:
+    def requests_outcome(self, requests: list, results: list, t_start: int,
+                         t_output: int | None = None) -> BatchOutcome:
         """Each request's response from its backend's result; the batch's
-        times (what Scheduler.complete takes)."""
-        t_output = now_ns()
+        times (what Scheduler.complete takes; ``t_output``: when the results
+        were in hand, by default now)."""
+        if t_output is None:
+            t_output = now_ns()
         try:
             if len(results) != len(requests):
                 raise ServerError(

@@ -296,3 +296,69 @@ def test_a_request_its_backend_answers_after_the_batch_stays_in_flight_until_ans
         assert held.future.cancelled() and ledger.inflight == 0 and ledger.handles == {}
     finally:
         loop.close()
+
+
+# -- a batch answered per request by its backend (engine/batch_results.pyx) --------------
+
+class PerRequestModel:
+    """What BatchResults asks of a ModelVersion, recording its own steps."""
+
+    def __init__(self, answer):
+        self.tracing = False
+        self.context = type("Context", (), {"answer": answer})()
+        self.finished = []
+
+    def failed_batch(self, t_start, err):
+        return (t_start, t_start, t_start, t_start, int(Code.INTERNAL), str(err))
+
+    def finish_on_loop(self, batch, outcome):
+        self.finished.append((len(batch.requests), outcome[4], outcome[5]))
+
+
+def _responses(requests, results, other):
+    for p, result in zip(requests, results):
+        if isinstance(result, Exception):
+            raise result
+        p.response = result
+
+
+def test_batch_results_answer_the_common_case_and_decline_the_rest():
+    from pyserver.engine.batch_results import BatchResults
+
+    sched, stats = dynamic(max_batch_size=2)
+    answered = []
+    model = PerRequestModel(lambda batch, code, message: answered.append((len(batch), code)))
+    results = BatchResults(model, _responses, None, sched)
+    for v in range(2):
+        sched.enqueue(pending(float(v)), 1)
+    batch = sched.try_next_batch()
+    start = now_ns()
+    # the model's own steps where it is not the common case, nothing done here
+    model.tracing = True
+    assert results.finish(batch, [{"Y": 1}, {"Y": 2}], start, start + 1) is False
+    model.tracing = False
+    assert results.finish(batch, [{"Y": 1}], start, start + 1) is False  # a result missing
+    assert results.finish(batch, ({"Y": 1}, {"Y": 2}), start, start + 1) is False  # not a list
+    model.context.answer = None  # no server answers this model's batches
+    assert results.finish(batch, [{"Y": 1}, {"Y": 2}], start, start + 1) is False
+    assert answered == [] and all(p.response is None for p in batch.requests)
+    assert stats.snapshot()["execution_count"] == 0
+    # the common case: responses made, the batch recorded and answered
+    model.context.answer = lambda b, code, message: answered.append((len(b), code))
+    assert results.finish(batch, [{"Y": 1}, {"Y": 2}], start, start + 1) is True
+    assert [p.response for p in batch.requests] == [{"Y": 1}, {"Y": 2}]
+    assert answered == [(2, 0)] and model.finished == []
+    snap = stats.snapshot()
+    assert snap["execution_count"] == 1 and snap["inference_count"] == 2
+
+
+def test_batch_results_hand_a_failure_to_the_models_failure_path():
+    from pyserver.engine.batch_results import BatchResults
+
+    sched, _ = dynamic()
+    model = PerRequestModel(lambda batch, code, message: None)
+    results = BatchResults(model, _responses, None, sched)
+    sched.enqueue(pending(1.0), 1)
+    batch = sched.try_next_batch()
+    assert results.finish(batch, [ValueError("bad result")], now_ns(), now_ns()) is True
+    assert model.finished == [(1, int(Code.INTERNAL), "bad result")]

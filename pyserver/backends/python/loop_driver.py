@@ -76,6 +76,7 @@ class WorkerLoopDriver(ExecutionDriver):
             self._requests is not None and mv.max_batch_size > 0
             and mv.config.HasField("dynamic_batching")) else 0
         self._send_scheduled = False
+        self._finish_results = mv.batch_results.finish  # the common case, compiled
 
     # -- the loop thread ----------------------------------------------------------
 
@@ -184,6 +185,7 @@ class WorkerLoopDriver(ExecutionDriver):
             if self._start_unseen and msg[0] != "query":  # "auto" scheduling: its start's wait
                 self._start_unseen = False
                 backend.note_group_start(msg, self._t_start)
+            outcome = None
             try:
                 results = backend.on_main_message(worker, msg, batch.requests)
             except OSError:  # answering its question: it is gone
@@ -193,25 +195,24 @@ class WorkerLoopDriver(ExecutionDriver):
             else:
                 if results is None:
                     continue  # a question about the batch, answered
-                outcome = mv.requests_outcome(batch.requests, results,
-                                              backend.batch_start(msg, self._t_start))
+            start_ns = backend.batch_start(msg, self._t_start)
+            output_ns = now_ns()
             batches.popleft()
-            if batches:
-                mv.finish_on_loop(batch, outcome)
-            else:
+            if not batches:
                 backend.release_worker()
-                self._finish(batch, outcome)
-
-    def _finish(self, batch, outcome: BatchOutcome) -> None:
-        # The next group goes to the worker before this batch's answers go
-        # out: writing an answer to a client on loopback runs the client's
-        # side of TCP and may hand it the core, and the worker would idle
-        # meanwhile. (When dispatch waits for the iteration's end, the
-        # answers go first.)
-        self.dispatch()
-        self.mv.finish_on_loop(batch, outcome)
-        if not self.batches:
-            self._idle()
+                # The next group goes to the worker before this batch's
+                # answers go out: writing an answer to a client on loopback
+                # runs the client's side of TCP and may hand it the core, and
+                # the worker would idle meanwhile. (When dispatch waits for
+                # the iteration's end, the answers go first.)
+                self.dispatch()
+            if outcome is not None:
+                mv.finish_on_loop(batch, outcome)
+            elif not self._finish_results(batch, results, start_ns, output_ns):
+                mv.finish_on_loop(batch, mv.requests_outcome(batch.requests, results, start_ns,
+                                                              output_ns))
+            if not self.batches:
+                self._idle()
 
     def _finish_all(self, outcome: BatchOutcome) -> None:
         """Every batch in flight ends with ``outcome`` (a failure)."""
