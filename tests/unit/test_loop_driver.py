@@ -61,10 +61,19 @@ class FakeContext:
         self.requests = FakeRequests()
 
 
+class DeclinedResults:
+    """ModelVersion.batch_results here: always the model's own steps."""
+
+    @staticmethod
+    def finish(batch, results, start_ns, output_ns):
+        return False
+
+
 class FakeModel:
     name = "m"
     tracing = False
     batch_timer = None
+    batch_results = DeclinedResults()
 
     def __init__(self, events, drivers, max_batch_size=0):
         self.scheduler = FakeScheduler(events)
@@ -78,7 +87,7 @@ class FakeModel:
         if self.scheduler.next_due_ns:
             self.events.append(("wake at", self.scheduler.next_due_ns))
 
-    def requests_outcome(self, requests, results, t_start):
+    def requests_outcome(self, requests, results, t_start, t_output=None):
         return BatchOutcome(t_start, t_start, t_start, t_start)
 
     def failed_batch(self, t_start, err):
