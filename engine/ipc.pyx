@@ -22,10 +22,21 @@ import pickle
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy, memmove
 from libcpp.string cimport string
+
+from pyserver.engine.worker_wire cimport (
+    WireReader,
+    get_bytes,
+    get_str,
+    get_u32,
+    get_u64,
+    put_bytes,
+    put_str,
+    put_u32,
+    put_u64,
+)
 
 from pyserver.engine.adaptive_spin cimport AdaptiveSpin, kSpinPaysNs
 
@@ -70,7 +81,6 @@ cdef extern from "<errno.h>" nogil:
 
 cdef extern from "Python.h":
     int PyBUF_READ
-    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -198,101 +208,55 @@ _loads = pickle.loads
 # batch count, then per batch a u32 length and its bytes.
 cdef enum:
     _RESULT_MARK = 0x52  # "R"
-    _RESULT_HEAD = 1 + 2 * 8
     _EXEC_MARK = 0x45  # "E"
 
 
 def result_payload(uint64_t out_size, bytes answers, uint64_t started_ns):
     """The frame's payload that FrameReader reads back as ("result",
     out_size, answers, started_ns)."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(answers)
-    out = PyBytes_FromStringAndSize(NULL, _RESULT_HEAD + n)
-    cdef char* p = PyBytes_AS_STRING(out)
-    p[0] = _RESULT_MARK
-    memcpy(p + 1, &out_size, 8)
-    memcpy(p + 9, &started_ns, 8)
-    memcpy(p + _RESULT_HEAD, PyBytes_AS_STRING(answers), n)
-    return out
+    cdef string out
+    out.push_back(<char>_RESULT_MARK)
+    put_u64(out, out_size)
+    put_u64(out, started_ns)
+    out.append(PyBytes_AS_STRING(answers), <size_t>PyBytes_GET_SIZE(answers))
+    return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
 
 def exec_payload(uint64_t in_size, list groups, str model_name, str version, uint32_t load):
     """The frame's payload that FrameReader reads back as ("exec", in_size,
     groups, model_name, version, load); ``groups``: bytes objects."""
     cdef string out
-    cdef uint32_t n
     out.push_back(<char>_EXEC_MARK)
-    out.append(<const char*>&in_size, 8)
-    out.append(<const char*>&load, 4)
-    _put_text(out, model_name)
-    _put_text(out, version)
-    n = <uint32_t>len(groups)
-    out.append(<const char*>&n, 4)
+    put_u64(out, in_size)
+    put_u32(out, load)
+    put_str(out, model_name)
+    put_str(out, version)
+    put_u32(out, <uint32_t>len(groups))
     for group in groups:
-        n = <uint32_t>PyBytes_GET_SIZE(<bytes?>group)
-        out.append(<const char*>&n, 4)
-        out.append(PyBytes_AS_STRING(group), n)
+        put_bytes(out, group)
     return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
 
-cdef void _put_text(string& out, str text) except *:
-    cdef Py_ssize_t size
-    cdef const char* data = PyUnicode_AsUTF8AndSize(text, &size)
-    cdef uint32_t n = <uint32_t>size
-    out.append(<const char*>&n, 4)
-    out.append(data, size)
-
-
-cdef struct _Cursor:
-    const char* at
-    const char* end
-
-
-cdef const char* _advance(_Cursor* c, Py_ssize_t n) except NULL:
-    """The next ``n`` bytes of an "E" frame (ValueError past its end)."""
-    cdef const char* at = c.at
-    if c.end - c.at < n:
-        raise ValueError("an exec frame ends early")
-    c.at += n
-    return at
-
-
-cdef uint32_t _u32(_Cursor* c) except? 0xFFFFFFFF:
-    cdef uint32_t v
-    memcpy(&v, _advance(c, 4), 4)
-    return v
-
-
-cdef object _text(_Cursor* c):
-    cdef uint32_t n = _u32(c)
-    return PyUnicode_DecodeUTF8(_advance(c, n), n, NULL)
+cdef tuple _result_message(const char* p, Py_ssize_t size):
+    cdef WireReader r
+    r.at = p + 1  # past the mark
+    r.end = p + size
+    out_size = get_u64(&r)
+    started_ns = get_u64(&r)
+    return ("result", out_size, PyBytes_FromStringAndSize(r.at, r.end - r.at), started_ns)
 
 
 cdef tuple _exec_message(const char* p, Py_ssize_t size):
-    cdef _Cursor c
-    cdef uint64_t in_size
-    cdef uint32_t load, count, n, i
-    c.at = p + 1
-    c.end = p + size
-    memcpy(&in_size, _advance(&c, 8), 8)
-    load = _u32(&c)
-    model_name = _text(&c)
-    version = _text(&c)
-    count = _u32(&c)
-    cdef list groups = []
-    for i in range(count):
-        n = _u32(&c)
-        groups.append(PyBytes_FromStringAndSize(_advance(&c, n), n))
-    return ("exec", in_size, groups, model_name, version, load)
-
-
-cdef tuple _result_message(const char* p, Py_ssize_t size):
-    cdef uint64_t out_size, started_ns
-    if size < _RESULT_HEAD:
-        raise ValueError("a result frame ends early")
-    memcpy(&out_size, p + 1, 8)
-    memcpy(&started_ns, p + 9, 8)
-    return ("result", out_size, PyBytes_FromStringAndSize(p + _RESULT_HEAD, size - _RESULT_HEAD),
-            started_ns)
+    cdef WireReader r
+    cdef uint32_t count, i
+    r.at = p + 1  # past the mark
+    r.end = p + size
+    in_size = get_u64(&r)
+    load = get_u32(&r)
+    model_name = get_str(&r)
+    version = get_str(&r)
+    count = get_u32(&r)
+    return ("exec", in_size, [get_bytes(&r) for i in range(count)], model_name, version, load)
 
 
 cdef class FrameReader:

@@ -19,7 +19,7 @@ element count. A ``result`` message's answers: u32 request count, then per
 request u32 output count and per output: str name, u32 type code, u32
 ndim, i64 per dim, i64 region offset, i64 byte size.
 """
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -53,6 +53,12 @@ cdef inline int put_str(string& out, str s) except -1:
     cdef const char* data = PyUnicode_AsUTF8AndSize(s, &size)
     put_u32(out, <uint32_t>size)
     out.append(data, <size_t>size)
+    return 0
+
+
+cdef inline int put_bytes(string& out, bytes data) except -1:
+    put_u32(out, <uint32_t>PyBytes_GET_SIZE(data))
+    out.append(PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
     return 0
 
 
@@ -101,6 +107,14 @@ cdef inline str get_str(WireReader* r):
     s = PyUnicode_DecodeUTF8(r.at, size, NULL)
     r.at += size
     return s
+
+
+cdef inline bytes get_bytes(WireReader* r):
+    cdef uint32_t size = get_u32(r)
+    _need(r, size)
+    data = PyBytes_FromStringAndSize(r.at, size)
+    r.at += size
+    return data
 
 
 cdef struct WireTensor:

@@ -10,6 +10,7 @@ both places.
 (test_http_frontend's whole suite runs through the lane on the loop, and
 test_socket_pump.py runs it again over a pump, so with the lane there.)"""
 
+import contextlib
 import gzip
 import json
 import socket
@@ -59,19 +60,26 @@ def _exchange(f, s, data: bytes, count: int) -> list:
     return [read_response(f) for _ in range(count)]
 
 
+@contextlib.contextmanager
+def routed(server, request: bytes):
+    """A new connection that has sent ``request`` once, so its target is
+    routed: (socket, its file, the connection's answer)."""
+    s, f = connect(server)
+    try:
+        yield s, f, _exchange(f, s, request, 1)[0]
+    finally:
+        s.close()
+
+
 def routed_then_laned(server, request: bytes) -> tuple:
     """``request`` sent twice on a new connection, its target unrouted:
     the connection's answer, then the lane's (checked to be the lane's)."""
     forget_routes(server)
-    s, f = connect(server)
-    try:
+    with routed(server, request) as (s, f, first):
         before = taken(server)
-        first = _exchange(f, s, request, 1)[0]
         second = _exchange(f, s, request, 1)[0]
         assert taken(server) == before + 1, request[:60]
         return first, second
-    finally:
-        s.close()
 
 
 def test_repeated_infer_requests_take_the_lane(server):
@@ -151,9 +159,7 @@ def test_a_request_taken_before_its_route_was_forgotten(server, io_threads):
     a, b = random_pair(2)
     request = infer_request_bytes("add_sub", a, b, request_id="late")
     forget_routes(server)
-    s, f = connect(server)
-    try:
-        first = _exchange(f, s, request, 1)[0]  # the connection's: it routes the target
+    with routed(server, request) as (s, f, first):
         before = taken(server)
         holding = threading.Event()
 
@@ -174,8 +180,6 @@ def test_a_request_taken_before_its_route_was_forgotten(server, io_threads):
         # the connection goes on, and the target was routed again: the lane's
         assert _exchange(f, s, request * 2, 2) == [first, first]
         assert taken(server) == before + 3
-    finally:
-        s.close()
 
 
 def test_compressed_answers(server):
@@ -190,9 +194,7 @@ def test_compressed_answers(server):
 def test_connection_close_and_a_half_closed_client(server):
     a, b = random_pair()
     request = infer_request_bytes("add_sub", a, b, request_id="c")
-    s, f = connect(server)
-    try:
-        _exchange(f, s, request, 1)  # routes the target
+    with routed(server, request) as (s, f, _):
         before = taken(server)
         # the client half-closes after its request: the answer still comes
         s.sendall(request)
@@ -201,18 +203,12 @@ def test_connection_close_and_a_half_closed_client(server):
         assert status == 200 and json.loads(body)["id"] == "c"
         assert f.read() == b""  # then the server closes
         assert taken(server) == before + 1
-    finally:
-        s.close()
-    s, f = connect(server)
-    try:
-        _exchange(f, s, request, 1)
+    with routed(server, request) as (s, f, _):
         # Connection: close is the connection's to answer, and it closes
         closing = infer_request_bytes("add_sub", a, b, request_id="c", connection="close")
         status, headers, body = _exchange(f, s, closing, 1)[0]
         assert status == 200 and headers.get("connection") == "close"
         assert f.read() == b""
-    finally:
-        s.close()
 
 
 def test_a_body_over_the_limit_is_refused_as_before(io_threads):
@@ -313,9 +309,7 @@ def test_many_pipelined_requests_answered_at_once_stay_in_order(server):
     answered in order (and without nesting a call per request)."""
     a, b = random_pair()
     request = infer_request_bytes("add_sub", a, b, request_id="p")
-    s, f = connect(server)
-    try:
-        _exchange(f, s, request, 1)  # routes the target
+    with routed(server, request) as (s, f, _):
         before = taken(server)
         many = b"".join(infer_request_bytes("add_sub", a, b, request_id=f"p{i}")
                         for i in range(1500))
@@ -324,8 +318,6 @@ def test_many_pipelined_requests_answered_at_once_stay_in_order(server):
         assert [json.loads(body)["id"] for _, _, body in answers] == \
             [f"p{i}" for i in range(1500)]
         assert taken(server) - before >= 1000
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("kwargs", [
