@@ -27,6 +27,9 @@ from pyserver.engine.ndarray cimport (
     PyArray_SetBaseObject,
     PyArray_Type,
 )
+from pyserver.engine.pb_objects cimport (
+    InferenceResponse, RequestBase, Tensor, new_request, new_tensor,
+)
 from pyserver.engine.worker_wire cimport (
     WireReader,
     WireTensor,
@@ -90,20 +93,19 @@ cdef class _InputRegion:
         return array
 
 
-def requests_in(items, object mm, dict dtypes, bint copy, object wrap_tensor,
-                object new_request, object model_name, object model_version):
+def requests_in(items, object mm, dict dtypes, bint copy, type request_class,
+                object make_trace, object model_name, object model_version):
     """The requests of one batch (an ``exec`` message's group: bytes in
     worker_wire's layout, or a list of item tuples), their inputs viewed in
     the input region ``mm`` (an mmap), or copied out of it where ``copy`` (a
     decoupled model may answer after the next batch reuses the region).
     BYTES inputs arrive as arrays already. ``dtypes``: type code -> numpy
-    dtype; ``wrap_tensor(name, array, code)`` and ``new_request(index, id,
-    correlation_id, flags, timeout, parameters, requested_outputs, tensors,
-    model_name, model_version, key, trace)`` make pb_utils' objects
-    (Tensor._wrap, InferenceRequest._incoming)."""
+    dtype; the requests are of ``request_class`` (pb_utils.InferenceRequest),
+    their inputs pb_utils.Tensor, a traced request's trace
+    ``make_trace(trace_id)``."""
     cdef _InputRegion region = _InputRegion(mm)
     if type(items) is bytes:
-        return _requests_from_wire(items, region, dtypes, copy, wrap_tensor, new_request,
+        return _requests_from_wire(items, region, dtypes, copy, request_class, make_trace,
                                    model_name, model_version)
     cdef list requests = []
     cdef list tensors
@@ -122,15 +124,16 @@ def requests_in(items, object mm, dict dtypes, bint copy, object wrap_tensor,
                 data = region.view(dtypes[code], <int>nd, dims, offset, count)
                 if copy:
                     data = data.copy()
-            tensors.append(wrap_tensor(name, data, code))
-        requests.append(new_request(index, rid, corr, flags, timeout, params, wanted, tensors,
-                                    model_name, model_version, key, trace))
+            tensors.append(new_tensor(name, data, code))
+        requests.append(new_request(request_class, index, rid, corr, flags, timeout, params,
+                                    wanted, tensors, model_name, model_version, key,
+                                    make_trace(trace) if trace else None))
         index += 1
     return requests
 
 
 cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bint copy,
-                              object wrap_tensor, object new_request, object model_name,
+                              type request_class, object make_trace, object model_name,
                               object model_version):
     cdef WireReader r = wire_reader(items)
     cdef list requests = []
@@ -155,9 +158,10 @@ cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bin
             data = region.view(dtypes[t.code], t.nd, t.dims, t.offset, t.count)
             if copy:
                 data = data.copy()
-            tensors.append(wrap_tensor(name, data, t.code))
-        requests.append(new_request(index, rid, corr, flags, timeout, params, wanted, tensors,
-                                    model_name, model_version, key, trace))
+            tensors.append(new_tensor(name, data, t.code))
+        requests.append(new_request(request_class, index, rid, corr, flags, timeout, params,
+                                    wanted, tensors, model_name, model_version, key,
+                                    make_trace(trace) if trace else None))
     return requests
 
 
@@ -191,7 +195,7 @@ cdef class _Writable:
         self.release()
 
 
-cdef inline object _answer_of(object request, object response):
+cdef inline object _answer_of(RequestBase request, object response):
     """execute()'s response for ``request``, or the one it sent through its
     response sender instead (None: neither)."""
     if response is None and request._sender is not None:
@@ -217,14 +221,21 @@ cdef bint _all_plain(list responses, list requests, int bytes_code, int reschedu
     error, no parameters, not released to run again): worker_wire's
     layout."""
     cdef Py_ssize_t i
+    cdef RequestBase request
+    cdef InferenceResponse response
+    cdef Tensor t
     for i in range(len(requests)):
-        request = requests[i]
+        request = <RequestBase?>requests[i]
         if request._release_flags == reschedule_flags:
             return False
-        response = _answer_of(request, responses[i])
-        if response is None or response._error is not None or response._parameters_dict:
+        answer = _answer_of(request, responses[i])
+        if answer is None:
             return False
-        for t in response._output_tensors:
+        response = <InferenceResponse?>answer
+        if response._error is not None or response._parameters_dict:
+            return False
+        for tensor in response._output_tensors:
+            t = <Tensor?>tensor
             if t._dtype == bytes_code or not cnp.PyArray_Check(t._array):
                 return False
     return True
@@ -261,15 +272,19 @@ cdef tuple _responses_wire(list responses, list requests, _Writable out, Py_ssiz
     cdef uint32_t count
     cdef size_t count_at
     cdef cnp.ndarray array
+    cdef RequestBase request
+    cdef InferenceResponse response
+    cdef Tensor t
     put_u32(wire, <uint32_t>len(requests))
     for i in range(len(requests)):
-        request = requests[i]
-        response = _answer_of(request, responses[i])
+        request = <RequestBase>requests[i]
+        response = <InferenceResponse>_answer_of(request, responses[i])
         wanted = request._requested_output_names
         count_at = wire.size()
         put_u32(wire, 0)  # the output count, set below
         count = 0
-        for t in response._output_tensors:
+        for tensor in response._output_tensors:
+            t = <Tensor>tensor
             name = t._name
             if name not in wanted:
                 continue

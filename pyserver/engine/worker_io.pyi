@@ -2,7 +2,7 @@ from collections.abc import Callable
 from typing import Any
 
 def requests_in(items: list | bytes, mm: Any, dtypes: dict, copy: bool,
-                wrap_tensor: Callable, new_request: Callable,
+                request_class: type, make_trace: Callable,
                 model_name: str, model_version: Any) -> list: ...
 
 

@@ -31,6 +31,23 @@ def test_dtype_codes(dtype, code):
     assert pb.Tensor("x", np.zeros(2, dtype=dtype)).triton_dtype() == code
 
 
+def test_every_integer_type_number_and_byte_order():
+    # The compiled Tensor reads numpy's type number: C's long and long long
+    # are both 64-bit here, int and long both 32-bit on other ABIs; a
+    # non-native byte order is a type Triton's tensors do not have.
+    for char, code in (("q", 9), ("l", 9), ("Q", 5), ("L", 5), ("i", 8), ("I", 4), ("h", 7),
+                       ("H", 3), ("b", 6), ("B", 2), ("e", 10), ("d", 12), ("?", 1)):
+        assert pb.Tensor("x", np.zeros(2, dtype=char)).triton_dtype() == code, char
+        assert pb.numpy_to_triton_type(char) == code, char
+    swapped = np.zeros(2, dtype=np.dtype(np.float32).newbyteorder())
+    with pytest.raises(pb.TritonModelException, match="NumPy dtype is not supported."):
+        pb.Tensor("x", swapped)
+    assert pb.numpy_to_triton_type(swapped.dtype) is None
+    assert pb.numpy_to_triton_type("not a type") is None
+    assert pb.Tensor("x", [1.5, 2.5]).triton_dtype() == pb.TYPE_FP64  # not an array: made one
+    assert type(pb.Tensor("x", np.zeros(1))) is pb.Tensor
+
+
 def test_tensor_makes_non_contiguous_arrays_contiguous():
     base = np.arange(12, dtype=np.int32).reshape(3, 4)
     t = pb.Tensor("x", base[:, ::2])
@@ -85,6 +102,12 @@ def test_lookup_helpers():
     request = pb.InferenceRequest(model_name="m", inputs=[a, b], requested_output_names=["OUT"])
     assert pb.get_input_tensor_by_name(request, "B") is b
     assert pb.get_input_tensor_by_name(request, "C") is None
+
+    class Duck:  # any object with inputs() and tensors with name() will do
+        def inputs(self):
+            return [b]
+    assert pb.get_input_tensor_by_name(Duck(), "B") is b
+    assert pb.get_input_tensor_by_name(Duck(), "A") is None
     response = pb.InferenceResponse(output_tensors=[a])
     assert pb.get_output_tensor_by_name(response, "A") is a
     assert pb.get_output_tensor_by_name(response, "B") is None
@@ -130,6 +153,10 @@ def test_response_parameters_and_errors():
     assert not response.has_error() and response.error() is None
     assert json.loads(response.parameters()) == {"a": True, "b": 2, "c": "x"}
     assert pb.InferenceResponse().parameters() == "{}"
+    assert pb.InferenceResponse(parameters={}).parameters() == "{}"
+    assert pb.InferenceResponse(parameters={})._parameters_dict is None
+    with pytest.raises(pb.TritonModelException, match="Expect dict"):
+        pb.InferenceResponse(parameters=[("a", 1)])
     error = pb.TritonError("nope", pb.TritonError.NOT_FOUND)
     failed = pb.InferenceResponse(error=error)
     assert failed.has_error() and failed.error() is error

@@ -36,7 +36,7 @@ def _items(packed, ids=("a", "b")):
 
 
 def _requests(items, mm, copy=False):
-    return requests_in(items, mm, DTYPES, copy, pb.Tensor._wrap, pb.InferenceRequest._incoming,
+    return requests_in(items, mm, DTYPES, copy, pb.InferenceRequest, pb.InferenceTrace,
                        "m", 1)
 
 

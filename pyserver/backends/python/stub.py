@@ -65,7 +65,10 @@ def _load_module(name, filename):
 
 
 channel = _load_module("_pyserver_python_channel", "channel.py")
-# The per-request work of a batch, compiled (engine/worker_io.pyx).
+# The compiled core of pb_utils' per-request objects, which pb_utils and
+# worker_io find loaded (engine/pb_objects.pyx), then the per-request work of
+# a batch (engine/worker_io.pyx).
+channel.engine_module("pb_objects")
 _worker_io = channel.engine_module("worker_io")
 # What models import as pb_utils: Triton's API alone.
 pb_utils = _load_module("triton_python_backend_utils", "triton_python_backend_utils.py")
@@ -411,7 +414,7 @@ class Worker:
     def execute(self, items, model_name, model_version):
         pb = self.pb
         requests = _worker_io.requests_in(items, self.inp.mm, _DTYPE_OF, self.decoupled,
-                                          pb.Tensor._wrap, pb.InferenceRequest._incoming,
+                                          pb.InferenceRequest, pb.InferenceTrace,
                                           model_name, model_version)
         decoupled = self.decoupled
         runtime = pb._runtime

@@ -4,7 +4,11 @@ import as ``pb_utils``.
 It offers the names Triton's stub offers (its pure-Python helpers and the
 classes its C++ stub binds: Tensor, InferenceRequest, InferenceResponse,
 TritonError, TritonModelException, Logger, ...) with the same signatures and
-behaviour, written here in plain Python. Inside a pyserver worker process the
+behaviour. What a model handles per request is compiled, as Triton binds it
+from C++: Tensor, InferenceResponse, the errors and get_input_tensor_by_name
+are engine/pb_objects.pyx's, and InferenceRequest subclasses its core there
+(fields and plain accessors) with what needs the server. Inside a pyserver
+worker process the
 worker installs a runtime hook (``_runtime``) that connects the few calls that
 need the server (request cancellation, logging); outside a worker the module
 still imports and works for building and inspecting objects (unit tests).
@@ -19,6 +23,7 @@ execute() returns, the BLS plumbing) is runner.py's.
 from __future__ import annotations
 
 import enum
+import importlib
 import json
 import os
 import struct
@@ -26,6 +31,13 @@ import sys
 import time
 
 import numpy as np
+
+# The compiled objects (engine/pb_objects.pyx). A worker has loaded the
+# extension by its file before this module (stub.py, channel.engine_module:
+# the worker loads no pyserver package); in the server's process it is the
+# engine's module.
+_objects = sys.modules.get("pyserver.engine.pb_objects") \
+    or importlib.import_module("pyserver.engine.pb_objects")
 
 # -- constants ----------------------------------------------------------------
 
@@ -62,7 +74,6 @@ _CODE_TO_NUMPY = {
     TYPE_INT64: np.int64, TYPE_FP16: np.float16, TYPE_FP32: np.float32, TYPE_FP64: np.float64,
     TYPE_BYTES: np.object_,
 }
-_NUMPY_TO_CODE = {np.dtype(v): k for k, v in _CODE_TO_NUMPY.items()}
 
 # Wire datatype names (KServe v2) <-> TRITONSERVER_DataType numbers.
 WIRE_TO_CODE = {
@@ -76,62 +87,9 @@ CODE_TO_WIRE = {v: k for k, v in WIRE_TO_CODE.items()}
 
 # -- errors ---------------------------------------------------------------------
 
-class TritonModelException(Exception):
-    """Raise from initialize, execute or finalize to fail them with a message."""
-
-
-class _ErrorCode(enum.IntEnum):
-    # TRITONSERVER_Error_Code numbering.
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-
-class TritonError(Exception):
-    """An error for one response: ``TritonError(message, code=TritonError.INTERNAL)``.
-
-    Give it to ``InferenceResponse(error=...)``; the client receives the
-    message with the status the code maps to (INVALID_ARG -> HTTP 400 ...).
-    """
-
-    UNKNOWN = _ErrorCode.UNKNOWN
-    INTERNAL = _ErrorCode.INTERNAL
-    NOT_FOUND = _ErrorCode.NOT_FOUND
-    INVALID_ARG = _ErrorCode.INVALID_ARG
-    UNAVAILABLE = _ErrorCode.UNAVAILABLE
-    UNSUPPORTED = _ErrorCode.UNSUPPORTED
-    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
-    CANCELLED = _ErrorCode.CANCELLED
-
-    def __init__(self, message, code=_ErrorCode.INTERNAL):
-        if message is None:
-            raise TypeError("TritonError(): message must be a string, not None")
-        if code is None:
-            raise TypeError("TritonError(): code must be a TritonError code, not None")
-        try:
-            code = _ErrorCode(int(code))
-        except (TypeError, ValueError):
-            raise TypeError(f"TritonError(): unknown error code {code!r}") from None
-        super().__init__(str(message))
-        self._message = str(message)
-        self._code = code
-
-    def code(self):
-        return self._code
-
-    def message(self):
-        return self._message
-
-    def __str__(self):
-        return self._message
-
-    def __repr__(self):
-        return f"TritonError({self._message!r}, TritonError.{self._code.name})"
+# The core raises and checks these: they are its classes.
+TritonModelException = _objects.TritonModelException
+TritonError = _objects.TritonError
 
 
 # -- helpers (the pure-Python part of Triton's module) ----------------------------
@@ -183,12 +141,7 @@ def _bytes_items(array):
     return out
 
 
-def get_input_tensor_by_name(inference_request, name):
-    """The input Tensor called ``name`` of a request, or None."""
-    for tensor in inference_request.inputs():
-        if tensor.name() == name:
-            return tensor
-    return None
+get_input_tensor_by_name = _objects.get_input_tensor_by_name
 
 
 def get_output_tensor_by_name(inference_response, name):
@@ -231,12 +184,9 @@ def triton_to_numpy_type(data_type):
 def numpy_to_triton_type(data_type):
     """numpy dtype -> TRITONSERVER_DataType number (None when unsupported)."""
     try:
-        dtype = np.dtype(data_type)
+        return _objects.dtype_code(data_type) or None
     except TypeError:
         return None
-    if dtype.type == np.bytes_:
-        return TYPE_BYTES
-    return _NUMPY_TO_CODE.get(dtype)
 
 
 def triton_string_to_numpy(triton_type_string):
@@ -252,120 +202,7 @@ def get_model_dir():
 
 # -- tensors ------------------------------------------------------------------------
 
-class Tensor:
-    """A named tensor: ``Tensor(name, numpy_array)``.
-
-    ``as_numpy()`` gives the array (BYTES tensors as object arrays of bytes);
-    ``to_dlpack()`` / ``Tensor.from_dlpack(name, obj)`` exchange CPU tensors
-    with other frameworks without a copy.
-    """
-
-    __slots__ = ("_name", "_array", "_dtype")
-
-    def __init__(self, name, numpy_array):
-        if name is None or name == "":
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
-        dtype = _NUMPY_TO_CODE.get(array.dtype)  # the common types, without a call
-        if dtype is None:
-            dtype = numpy_to_triton_type(array.dtype)
-            if dtype is None:
-                raise TritonModelException("NumPy dtype is not supported.")
-        if not array.flags.c_contiguous:
-            array = np.ascontiguousarray(array)
-        self._name = name
-        self._array = array
-        self._dtype = dtype
-
-    @classmethod
-    def _wrap(cls, name, array, dtype):
-        # An input tensor built by the worker: no checks, no copy.
-        t = cls.__new__(cls)
-        t._name = name
-        t._array = array
-        t._dtype = dtype
-        return t
-
-    def name(self):
-        return self._name
-
-    def as_numpy(self):
-        return self._array
-
-    def triton_dtype(self):
-        return self._dtype
-
-    def shape(self):
-        return list(self._array.shape)
-
-    def is_cpu(self):
-        return True
-
-    def to_dlpack(self):
-        if self._dtype == TYPE_BYTES:
-            raise TritonModelException("DLPack does not have support for string tensors.")
-        return self._array.__dlpack__()
-
-    def __dlpack__(self, stream=None):
-        return self.to_dlpack()
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU, device 0
-
-    @staticmethod
-    def from_dlpack(name, dlpack_tensor):
-        """A Tensor over a DLPack capsule or an object with ``__dlpack__``
-        (torch, cupy, jax, numpy ...), sharing its memory. CPU tensors only
-        in this version; they must be contiguous in C order."""
-        if name is None or name == "":
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        source = dlpack_tensor
-        if type(dlpack_tensor).__name__ == "PyCapsule":
-            source = _CapsuleSource(dlpack_tensor)
-        device = source.__dlpack_device__() if hasattr(source, "__dlpack_device__") else (1, 0)
-        if int(device[0]) not in (1, 3):  # kDLCPU, kDLCUDAHost
-            raise TritonModelException(
-                "Tensor.from_dlpack: only CPU tensors are supported by this pyserver version "
-                f"(got DLPack device type {int(device[0])})")
-        try:
-            array = np.from_dlpack(source)
-        except (TypeError, BufferError, RuntimeError) as err:
-            raise TritonModelException(f"Tensor.from_dlpack: {err}") from None
-        if not array.flags.c_contiguous:
-            raise TritonModelException(
-                "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are "
-                "stored in C-Order are supported.")
-        return Tensor(name, array)
-
-    def __repr__(self):
-        return f"Tensor({self._name!r}, dtype={CODE_TO_WIRE.get(self._dtype)}, shape={self.shape()})"
-
-
-class _CapsuleSource:
-    """Lets numpy.from_dlpack read a bare DLPack capsule (it wants an object
-    with __dlpack__ and __dlpack_device__)."""
-
-    def __init__(self, capsule):
-        self._capsule = capsule
-
-    def __dlpack__(self, stream=None, **_kwargs):
-        return self._capsule
-
-    def __dlpack_device__(self):
-        return _capsule_device(self._capsule)
-
-
-def _capsule_device(capsule):
-    """(device_type, device_id) read from a 'dltensor' capsule."""
-    import ctypes
-
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    ptr = get(capsule, b"dltensor")
-    # DLManagedTensor starts with DLTensor: void* data; DLDevice {int32 type; int32 id}
-    device = (ctypes.c_int32 * 2).from_address(ptr + ctypes.sizeof(ctypes.c_void_p))
-    return (int(device[0]), int(device[1]))
+Tensor = _objects.Tensor
 
 
 # -- requests and responses -------------------------------------------------------------
@@ -401,31 +238,15 @@ class InferenceTrace:
         return None
 
 
-def _parameters_json(parameters, compact=False):
-    if not parameters:
-        if parameters is None or isinstance(parameters, dict):
-            return "{}"
-    if not isinstance(parameters, dict):
-        raise TritonModelException(f"Expect dict, got {type(parameters)}")
-    for key, value in parameters.items():
-        if not isinstance(key, str):
-            raise TritonModelException(
-                f"Expect parameters keys to have type str, found type {type(key)}")
-        if not isinstance(value, (bool, int, str)):
-            raise TritonModelException(
-                f"Expect parameters values to have type bool/int/str, found type {type(value)}")
-    if compact:
-        return json.dumps(parameters, separators=(",", ":"))
-    return json.dumps(parameters)
+_parameters_json = _objects.parameters_json
 
 
-class InferenceRequest:
+class InferenceRequest(_objects.RequestBase):
     """A request: the ones ``execute`` receives, or (BLS) one a model builds
-    with ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``."""
+    with ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``.
+    Its fields and plain accessors are the compiled base's."""
 
-    __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested_output_names",
-                 "_model_name", "_model_version", "_flags", "_timeout", "_preferred_memory",
-                 "_trace", "_parameters", "_release_flags", "_index", "_key", "_sender")
+    __slots__ = ()
 
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
                  model_name=None, model_version=-1, flags=0, timeout=0,
@@ -457,66 +278,20 @@ class InferenceRequest:
     def _incoming(cls, index, request_id, correlation_id, flags, timeout, parameters_json,
                   requested_output_names, inputs, model_name, model_version, key=None,
                   trace_id=0):
-        # A request handed to execute(): built by the worker, no checks.
-        r = cls.__new__(cls)
-        r._request_id = request_id
-        r._correlation_id = correlation_id
-        r._inputs = inputs
-        r._requested_output_names = requested_output_names
-        r._model_name = model_name
-        r._model_version = model_version
-        r._flags = flags
-        r._timeout = timeout
-        r._preferred_memory = None
-        r._trace = InferenceTrace(trace_id) if trace_id else None
-        r._parameters = parameters_json
-        r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        r._index = index
-        r._key = key
-        r._sender = None
-        return r
-
-    def inputs(self):
-        return self._inputs
-
-    def request_id(self):
-        return self._request_id
-
-    def correlation_id(self):
-        return self._correlation_id
-
-    def flags(self):
-        return self._flags
-
-    def set_flags(self, flags):
-        self._flags = flags
-
-    def timeout(self):
-        return self._timeout
-
-    def parameters(self):
-        return self._parameters
+        # A request handed to execute(): built by the server's side, no checks.
+        return _objects.make_request(cls, index, request_id, correlation_id, flags, timeout,
+                                     parameters_json, requested_output_names, inputs,
+                                     model_name, model_version, key,
+                                     InferenceTrace(trace_id) if trace_id else None)
 
     def trace(self):
         return self._trace if self._trace is not None else InferenceTrace()
-
-    def requested_output_names(self):
-        return self._requested_output_names
-
-    def model_name(self):
-        return self._model_name
 
     def is_cancelled(self):
         runtime = _runtime
         if runtime is None or self._index < 0:
             return False
         return runtime.is_cancelled(self._index, self._key)
-
-    def set_release_flags(self, flags):
-        self._release_flags = flags
-
-    def release_flags(self):
-        return self._release_flags
 
     def get_response_sender(self):
         """The sender of this request's responses (one per request)."""
@@ -548,39 +323,7 @@ class InferenceRequest:
                 f"inputs={[t.name() for t in self._inputs]})")
 
 
-class InferenceResponse:
-    """The response to one request: ``InferenceResponse(output_tensors=[...],
-    error=None, parameters=None)``. With an error, the tensors are ignored."""
-
-    __slots__ = ("_output_tensors", "_error", "_parameters", "_parameters_dict")
-
-    def __init__(self, output_tensors=None, error=None, parameters=None):
-        if output_tensors is None:
-            output_tensors = []
-        if error is not None and not isinstance(error, TritonError):
-            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, "
-                            f"got {type(error)}")
-        output_tensors = list(output_tensors)
-        for t in output_tensors:
-            if not isinstance(t, Tensor):
-                raise TypeError(f"InferenceResponse(): output_tensors must hold pb_utils.Tensor "
-                                f"objects, got {type(t)}")
-        self._output_tensors = output_tensors
-        self._error = error
-        self._parameters = _parameters_json(parameters)
-        self._parameters_dict = dict(parameters) if parameters else None
-
-    def output_tensors(self):
-        return self._output_tensors
-
-    def has_error(self):
-        return self._error is not None
-
-    def error(self):
-        return self._error
-
-    def parameters(self):
-        return self._parameters
+InferenceResponse = _objects.InferenceResponse
 
 
 def _need_runtime(what):
