@@ -216,6 +216,23 @@ cdef Py_ssize_t _write_output(_Writable out, cnp.ndarray array, Py_ssize_t* offs
     return start
 
 
+def answers_fit(responses, list requests, int reschedule_flags):
+    """Whether execute()'s answer is plainly right: a list with one
+    InferenceResponse per request, none released to run again and none
+    sent through a response sender. False leaves the verdict, and every
+    error text, to runner.check_responses."""
+    if type(responses) is not list or len(<list>responses) != len(requests):
+        return False
+    cdef Py_ssize_t i
+    cdef RequestBase request
+    for i in range(len(requests)):
+        request = <RequestBase?>requests[i]
+        if request._sender is not None or request._release_flags == reschedule_flags \
+                or not isinstance((<list>responses)[i], InferenceResponse):
+            return False
+    return True
+
+
 cdef bint _all_plain(list responses, list requests, int bytes_code, int reschedule_flags):
     """Whether every answer is outputs only (numpy arrays, none BYTES; no
     error, no parameters, not released to run again): worker_wire's

@@ -12,7 +12,7 @@ from pyserver.backends.python import channel, runner
 from pyserver.backends.python import triton_python_backend_utils as pb
 from pyserver.engine.region_io import pack_batches, pack_inputs, read_results
 from pyserver.engine.types import InferRequest, PendingRequest, RequestedOutput
-from pyserver.engine.worker_io import requests_in, responses_out
+from pyserver.engine.worker_io import answers_fit, requests_in, responses_out
 
 DTYPES = {8: np.dtype(np.int32), 9: np.dtype(np.int64), 11: np.dtype(np.float32),
           12: np.dtype(np.float64)}
@@ -129,6 +129,27 @@ def test_answers_round_trip_through_the_output_region(regions):
     outputs, params = results[1]
     np.testing.assert_array_equal(outputs["BIG"], big[:3])
     assert params == {"p": 1}
+
+
+def test_answers_fit_vouches_only_for_the_plain_answer():
+    # What it declines goes to runner.check_responses, which decides (and
+    # words every error); what it accepts, that check would accept too.
+    reschedule = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    requests = [_request(["OUT"]), _request(["OUT"])]
+    plain = [pb.InferenceResponse([]), pb.InferenceResponse([])]
+    assert answers_fit(plain, requests, reschedule)
+    runner.check_responses(plain, requests)
+    declined = [tuple(plain), plain[:1], [plain[0], None], [plain[0], "text"], None]
+    for answer in declined:
+        assert not answers_fit(answer, requests, reschedule)
+    released = [_request(["OUT"]), _request(["OUT"])]
+    released[1].set_release_flags(reschedule)
+    assert not answers_fit(plain, released, reschedule)
+    with pytest.raises(runner.Reported, match="reschduled request"):
+        runner.check_responses(plain, released)
+    sent = [_request(["OUT"]), _request(["OUT"])]
+    sent[0]._sender = pb.InferenceResponseSender(sent[0])
+    assert not answers_fit(plain, sent, reschedule)
 
 
 def test_errors_missing_answers_and_released_requests(regions):

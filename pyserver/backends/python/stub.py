@@ -428,7 +428,9 @@ class Worker:
                 return ("result", 0, [_AGAIN if runner.rescheduled(r) else None for r in requests])
             if type(result) is not list and runner.awaitable(result):
                 result = self.runner.run(result)
-            runner.check_responses(result, requests)
+            if not _worker_io.answers_fit(result, requests,  # else all is well
+                                          pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+                runner.check_responses(result, requests)
             return ("result",) + self._encode(result, requests)
         except Exception as err:
             if decoupled:
