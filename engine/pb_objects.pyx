@@ -87,10 +87,6 @@ class TritonError(Exception):
         return f"TritonError({self._message!r}, TritonError.{self._code.name})"
 
 
-for _cls in (TritonModelException, _ErrorCode, TritonError):
-    _cls.__module__ = "triton_python_backend_utils"
-
-
 def parameters_json(parameters, bint compact=False):
     """A request's or response's parameters (a dict of str to bool, int or
     str) as JSON text; TritonModelException for anything else."""

@@ -281,3 +281,24 @@ def test_model_config_conflicts():
         config.set_model_transaction_policy({"decoupled": False})
     with pytest.raises(ValueError, match="contains property other than 'decoupled'"):
         config.set_model_transaction_policy({"other": 1})
+
+
+def test_the_objects_pickle_and_copy():
+    # A model may hand them to multiprocessing or copy them: the compiled
+    # classes keep what the Python ones offered.
+    import copy
+    import pickle
+
+    t = pb.Tensor("x", np.arange(3, dtype=np.float32))
+    back = pickle.loads(pickle.dumps(t))
+    assert (back.name(), back.triton_dtype(), back.as_numpy().tolist()) == ("x", 11, [0, 1, 2])
+    assert copy.copy(t).as_numpy() is t.as_numpy()
+    response = pickle.loads(pickle.dumps(pb.InferenceResponse([t], parameters={"a": 1})))
+    assert response.output_tensors()[0].name() == "x" and response.parameters() == '{"a": 1}'
+    error = pickle.loads(pickle.dumps(pb.TritonError("boom", pb.TritonError.NOT_FOUND)))
+    assert (error.message(), error.code()) == ("boom", pb.TritonError.NOT_FOUND)
+    assert str(pickle.loads(pickle.dumps(pb.TritonModelException("no")))) == "no"
+    request = pickle.loads(pickle.dumps(
+        pb.InferenceRequest(model_name="m", inputs=[t], requested_output_names=["y"])))
+    assert type(request) is pb.InferenceRequest and request.inputs()[0].name() == "x"
+    assert repr(t) == "Tensor('x', dtype=FP32, shape=[3])"
