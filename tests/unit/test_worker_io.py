@@ -152,6 +152,32 @@ def test_answers_fit_vouches_only_for_the_plain_answer():
     assert not answers_fit(plain, sent, reschedule)
 
 
+def test_answers_of_subclasses_and_tampered_lists(regions):
+    # A model's own subclasses of pb_utils' classes are answers like any
+    # other; a list of outputs changed behind the response's back to hold
+    # something else fails the batch with an error, not the worker.
+    writer, reader = regions
+
+    class Named(pb.Tensor):
+        pass
+
+    class Answer(pb.InferenceResponse):
+        pass
+
+    requests = [_request(["OUT"])]
+    data = np.arange(4, dtype=np.float32)
+    responses = [Answer([Named("OUT", data)])]
+    assert answers_fit(responses, requests, pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    end, encoded = _answer(requests, responses, writer)
+    reader.follow(writer.size)
+    (outputs,) = read_results(reader.mm, encoded, DTYPES, None)
+    np.testing.assert_array_equal(outputs["OUT"], data)
+    tampered = pb.InferenceResponse([pb.Tensor("OUT", data)])
+    tampered.output_tensors().append("not a tensor")
+    with pytest.raises(TypeError):
+        _answer(requests, [tampered], writer)
+
+
 def test_errors_missing_answers_and_released_requests(regions):
     writer, _ = regions
     released = _request(["OUT"])
