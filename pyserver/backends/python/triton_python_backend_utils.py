@@ -7,11 +7,12 @@ TritonError, TritonModelException, Logger, ...) with the same signatures and
 behaviour. What a model handles per request is compiled, as Triton binds it
 from C++: Tensor, InferenceResponse, the errors and get_input_tensor_by_name
 are engine/pb_objects.pyx's, and InferenceRequest subclasses its core there
-(fields and plain accessors) with what needs the server. Inside a pyserver
-worker process the
-worker installs a runtime hook (``_runtime``) that connects the few calls that
-need the server (request cancellation, logging); outside a worker the module
-still imports and works for building and inspecting objects (unit tests).
+(fields and plain accessors) with what needs the server.
+
+Inside a pyserver worker process the worker installs a runtime hook
+(``_runtime``) that connects the few calls that need the server (request
+cancellation, logging); outside a worker the module still imports and works
+for building and inspecting objects (unit tests).
 
 Calls that need the server (response senders of decoupled models, BLS
 ``exec``/``async_exec``, custom metrics, model control) go through the
