@@ -1022,16 +1022,20 @@ def _worker_env(threads: int, instances: int) -> dict:
     for key in THREAD_ENV:
         if key not in env:
             env[key] = str(threads)
-    # How long a worker spins for its next batch (stub.py): while the
-    # model's workers leave a core free, 300 µs; once they would take every
-    # core, not at all, as spinning then takes the event loop's CPU (2
-    # cores, add_sub HTTP at c16: 1 instance 2.9k infer/s without the spin,
-    # 4.2k with; 2 instances 3.8-4.5k without, 3.6-3.8k at 100 µs). Within
-    # that bound it spins only while its spins catch the next batch
-    # (channel.py, csrc adaptive_spin.h): at c1 the next batch is a
-    # client's round trip away, and the spin stops.
+    # How long a worker spins for its next batch under load (stub.py):
+    # while the model's workers leave a core free, 100 µs (about what a
+    # wake-up saved is worth here: adaptive_spin.h's kSpinPaysNs); once they
+    # would take every core, not at all, as spinning then takes the event
+    # loop's CPU (2 cores, add_sub HTTP at c16: 2 instances 3.8-4.5k infer/s
+    # without, 3.6-3.8k at 100 µs). A longer spin catches its batch too, but
+    # late, and the core it holds is the client's and the loop's: 300 µs
+    # against 100, bench/python_backend.py c16 unbatched (wrk, h2load),
+    # 0.68-0.75x the infer/s at 1.2-1.8x the tree's CPU per inference;
+    # under perf_analyzer 1.02-1.18x the CPU in 11 of 12 cells (README,
+    # issue #28's eighth step). Within the bound it spins only while its
+    # spins catch the next batch (channel.py, csrc adaptive_spin.h).
     env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US",
-                   "300" if instances < (os.cpu_count() or 1) else "0")
+                   "100" if instances < (os.cpu_count() or 1) else "0")
     env["PYTHONUNBUFFERED"] = "1"  # a model's print() shows up at once, as in Triton
     return env
 

@@ -91,10 +91,10 @@ def spin_after(load: int, spin_ns: int, low_load_spin_ns: int) -> tuple:
     its instances fill the cores and it would not spin under load. Alone in
     the server (c1), the spin wins no throughput: it pays only where its
     catch comes within about twice a wake-up's cost (SPIN_PAYS_NS; csrc
-    adaptive_spin.h). Otherwise any catch pays: a worker kept awake spares
-    the event loop, then the busy thread, a wake-up per group
-    (bench/python_backend.py --batching, HTTP c16: 29k against 38-39k
-    infer/s with that bound there too, at 50 µs)."""
+    adaptive_spin.h). Otherwise any catch within the spin pays: a worker
+    kept awake spares the event loop, then the busy thread, a wake-up per
+    group; under load the spin is the channel's own, which the server keeps
+    about that short (backend._worker_env)."""
     if not load:
         return None, None
     return (max(low_load_spin_ns, spin_ns),

@@ -495,11 +495,11 @@ def main(argv):
     # handler, so a thread stuck with the GIL held does not keep them back.
     faulthandler.register(signal.SIGUSR1, file=crash_fd, all_threads=True)
     # Between batches the worker spins briefly for the next one: under load
-    # it comes within microseconds, and a sleeping worker's wake-up was the
-    # largest part of a request's round trip (bench/python_backend.py: +30-40%
-    # at c16 on 2 cores). PYSERVER_PYTHON_EXEC_SPIN_US=0 turns it off.
+    # it often comes within microseconds, and a wake-up costs tens. How long
+    # is the server's decision (backend._worker_env sets it);
+    # PYSERVER_PYTHON_EXEC_SPIN_US=0 turns it off.
     main_ch = channel.Channel(socket.socket(fileno=main_fds[0]),
-                              spin_ns=int(os.environ.get("PYSERVER_PYTHON_EXEC_SPIN_US", "300")) * 1000,
+                              spin_ns=int(os.environ.get("PYSERVER_PYTHON_EXEC_SPIN_US", "0")) * 1000,
                               send_sock=socket.socket(fileno=main_fds[1]))
     ctrl_ch = channel.Channel(socket.socket(fileno=ctrl_fds[0]),
                               send_sock=socket.socket(fileno=ctrl_fds[1]))
