@@ -5,6 +5,7 @@ and h2load (gRPC, a prepared ModelInfer body).
   python bench/python_backend.py [--duration 3] [--rounds 3] [--concurrency 1 16 64 128]
                                  [--instances 1 2] [--size 16] [--batching]
                                  [--systems pyserver triton] [--protocols http grpc]
+                                 [--env pyserver-NAME:KEY=VALUE ...]
 
 Both systems load the same files: tests/models/python/add_sub/1/model.py
 (Triton's add_sub example in our words: one response per request, output
@@ -19,7 +20,11 @@ alternation, row by row, so background-load drift hits both alike: each load
 generator at each concurrency, a warm-up, then a fixed window, --rounds
 times. Prints infer/s, p50, p99, errors, c_max/peak (of the median rounds)
 and, at c16, pyserver/Triton per protocol (the median of the rounds' ratios,
-each round's pair run back to back); the JSON document at the end.
+each round's pair run back to back); the JSON document at the end. Each row
+also has the server's CPU per inference (its whole process tree, from /proc,
+over the inferences its statistics counted). A system pyserver-NAME is this
+checkout again with its own environment (--env pyserver-NAME:KEY=VALUE), for
+an A/B of a setting in one run: its ratios against pyserver are printed too.
 Non-2xx answers, socket errors and gRPC calls without an answer are counted,
 never hidden. Needs `wrk` and `h2load` (`make bench` installs them).
 """
@@ -87,7 +92,11 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
             repo = tmp / f"models-{system}-{instances}"
             write_repo(repo, args, instances)
             log_path = tmp / f"{system}-{instances}.log"
-            server = systems.STARTERS[system](repo, log_path, ["add_sub"])
+            if system.startswith("pyserver"):
+                server = systems.start_pyserver(repo, log_path, ["add_sub"],
+                                                extra_env=args.envs.get(system), name=system)
+            else:
+                server = systems.STARTERS[system](repo, log_path, ["add_sub"])
             run = runs[system] = {"system": system, "instances": instances, "rows": []}
             try:
                 run["seconds_to_ready"] = round(server.wait_ready(120), 3)
@@ -97,7 +106,7 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
                 server.stop()
                 continue
             servers[system] = server
-            if system == "pyserver":
+            if system.startswith("pyserver"):
                 text = log_path.read_text(errors="replace")
                 shm = re.search(r"tensors through (\w+) shared memory", text)
                 run.update(worker_start_ms=[float(m) for m in re.findall(r"ready in (\d+) ms", text)],
@@ -110,16 +119,22 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
             for round_no in range(args.rounds):
                 for conns in args.concurrency:
                     for system, server in servers.items():
+                        count0, cpu0 = server.model_counts("add_sub")[0], server.thread_cpu()
                         r = drive(server, protocol, conns, args, tmp, bodies, answers[system])
+                        cpu1, count = server.thread_cpu(), server.model_counts("add_sub")[0] - count0
                         server.settle()
                         row = {"protocol": protocol, "concurrency": conns, "round": round_no,
                                "infer_per_s": r["infer_per_s"], "p50_ms": r["p50_ms"],
-                               "p99_ms": r["p99_ms"], "errors": r["errors"]}
+                               "p99_ms": r["p99_ms"], "errors": r["errors"],
+                               "cpu_us_per_infer": round(sum(v - cpu0.get(k, 0) for k, v in
+                                                             cpu1.items()) * 1e6 / count, 1)
+                               if count else None}
                         runs[system]["rows"].append(row)
                         print(f"{system:>8} instances {instances} {protocol:<4} c{conns:<4} "
                               f"round {round_no + 1} {row['infer_per_s']:>9.0f} infer/s  "
                               f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  "
-                              f"errors {row['errors']}", file=sys.stderr)
+                              f"errors {row['errors']}  CPU {row['cpu_us_per_infer']} us/inf",
+                              file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()
@@ -136,29 +151,35 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
     return list(runs.values())
 
 
-def ratios_at(runs: list[dict], conc: int) -> list[dict]:
-    """pyserver/Triton (infer/s) at one concurrency, per instance count and
-    protocol: each round's pair (run back to back) gives a ratio; the median
-    round counts, so a slow minute that hits one system's window moves one
-    ratio, not the answer."""
+def ratios_at(runs: list[dict], conc: int, system: str = "pyserver",
+              base: str = "triton") -> list[dict]:
+    """``system``/``base`` (infer/s, and the CPU per inference where both
+    have it) at one concurrency, per instance count and protocol: each
+    round's pair (run back to back) gives a ratio; the median round counts,
+    so a slow minute that hits one system's window moves one ratio, not the
+    answer."""
     found = {}
     for run in runs:
         for r in run.get("rows", []):
             if r["concurrency"] == conc:
                 found[(run["system"], run["instances"], r["protocol"], r.get("round", 0))] = r
     pairs = {}
-    for (system, instances, protocol, round_no), py in found.items():
-        tri = found.get(("triton", instances, protocol, round_no))
-        if system == "pyserver" and tri and tri["infer_per_s"]:
+    for (name, instances, protocol, round_no), py in found.items():
+        tri = found.get((base, instances, protocol, round_no))
+        if name == system and tri and tri["infer_per_s"]:
             pairs.setdefault((instances, protocol), []).append((py, tri))
     out = []
     for (instances, protocol), rounds in sorted(pairs.items()):
         ratios = sorted(py["infer_per_s"] / tri["infer_per_s"] for py, tri in rounds)
+        cpu = [py["cpu_us_per_infer"] / tri["cpu_us_per_infer"] for py, tri in rounds
+               if py.get("cpu_us_per_infer") and tri.get("cpu_us_per_infer")]
         out.append({"instances": instances, "protocol": protocol, "concurrency": conc,
-                    "pyserver_over_triton": round(statistics.median(ratios), 2),
+                    "system": system, "base": base,
+                    "over_base": round(statistics.median(ratios), 2),
                     "rounds": [round(x, 2) for x in ratios],
-                    "p99_ms": {"pyserver": statistics.median(py["p99_ms"] for py, _ in rounds),
-                               "triton": statistics.median(tri["p99_ms"] for _, tri in rounds)}})
+                    "cpu_over_base": round(statistics.median(cpu), 2) if cpu else None,
+                    "p99_ms": {system: statistics.median(py["p99_ms"] for py, _ in rounds),
+                               base: statistics.median(tri["p99_ms"] for _, tri in rounds)}})
     return out
 
 
@@ -173,9 +194,20 @@ def main():
     p.add_argument("--size", type=int, default=16, help="elements per input (FP32)")
     p.add_argument("--batching", action="store_true",
                    help="max_batch_size 64 + dynamic_batching (the model then gets lists of requests)")
-    p.add_argument("--systems", nargs="+", default=["pyserver", "triton"], choices=["pyserver", "triton"])
+    p.add_argument("--systems", nargs="+", default=["pyserver", "triton"],
+                   help="pyserver, triton, or pyserver-NAME (this checkout with its own --env)")
     p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
+    p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
+                   help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
     args = p.parse_args()
+    for system in args.systems:
+        if system != "triton" and not system.startswith("pyserver"):
+            p.error(f"unknown system {system!r}: pyserver, triton or pyserver-NAME")
+    args.envs = {}
+    for item in args.env:
+        system, pair = item.split(":", 1)
+        key, value = pair.split("=", 1)
+        args.envs.setdefault(system, {})[key] = value
     for tool in ("wrk", "h2load"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install wrk nghttp2-client; `make bench` does it)")
@@ -194,13 +226,18 @@ def main():
         runs = [run for n in args.instances for run in bench_instances(args, tmp, n, bodies)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    pairs = [(s, "triton") for s in args.systems if s != "triton" and "triton" in args.systems]
+    pairs += [(s, "pyserver") for s in args.systems
+              if s.startswith("pyserver-") and "pyserver" in args.systems]
     results = {"model": f"python add_sub FP32[{args.size}] ({MODEL_PY.relative_to(ROOT)})",
                "batching": "dynamic" if args.batching else "none", "runs": runs,
-               "pyserver_over_triton_c16": ratios_at(runs, 16)}
-    for r in results["pyserver_over_triton_c16"]:
-        print(f"pyserver/Triton c16 instances {r['instances']} {r['protocol']:<4} "
-              f"{r['pyserver_over_triton']:.2f}x median of {r['rounds']}  (p99 {r['p99_ms']['pyserver']} vs "
-              f"{r['p99_ms']['triton']} ms; target >= 1.5x)", file=sys.stderr)
+               "ratios_c16": [r for system, base in pairs for r in ratios_at(runs, 16, system, base)]}
+    for r in results["ratios_c16"]:
+        system, base = r["system"], r["base"]
+        print(f"{system}/{base} c16 instances {r['instances']} {r['protocol']:<4} "
+              f"{r['over_base']:.2f}x median of {r['rounds']}, CPU per inference "
+              f"{r['cpu_over_base']}x  (p99 {r['p99_ms'][system]} vs {r['p99_ms'][base]} ms)",
+              file=sys.stderr)
     print(json.dumps(results, indent=2))
 
 

@@ -1030,10 +1030,10 @@ def _worker_env(threads: int, instances: int) -> dict:
     # without, 3.6-3.8k at 100 µs). A longer spin catches its batch too, but
     # late, and the core it holds is the client's and the loop's: 300 µs
     # against 100, bench/python_backend.py c16 unbatched (wrk, h2load),
-    # 0.68-0.75x the infer/s at 1.2-1.8x the tree's CPU per inference;
-    # under perf_analyzer 1.02-1.18x the CPU in 11 of 12 cells (README,
-    # issue #28's eighth step). Within the bound it spins only while its
-    # spins catch the next batch (channel.py, csrc adaptive_spin.h).
+    # 0.69-0.74x the infer/s at 1.15-1.63x the tree's CPU per inference,
+    # batched level (README, issue #28's eighth step). Within the bound it
+    # spins only while its spins catch the next batch (channel.py, csrc
+    # adaptive_spin.h).
     env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US",
                    "100" if instances < (os.cpu_count() or 1) else "0")
     env["PYTHONUNBUFFERED"] = "1"  # a model's print() shows up at once, as in Triton
