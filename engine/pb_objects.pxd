@@ -33,8 +33,8 @@ cdef class InferenceResponse:
 
 
 cdef Tensor new_tensor(object name, object array, int code)
-cdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
-                             object correlation_id, object flags, object timeout,
-                             object parameters_json, object requested_output_names,
-                             object inputs, object model_name, object model_version, object key,
-                             object trace)
+cpdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
+                              object correlation_id, object flags, object timeout,
+                              object parameters_json, object requested_output_names,
+                              object inputs, object model_name, object model_version, object key,
+                              object trace)

@@ -153,9 +153,11 @@ cdef inline int _array_code(cnp.ndarray array) except -1:
     return code
 
 
-_WIRE_NAMES = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64", 6: "INT8",
-               7: "INT16", 8: "INT32", 9: "INT64", 10: "FP16", 11: "FP32", 12: "FP64",
-               13: "BYTES", 14: "BF16"}
+# TRITONSERVER_DataType numbers -> wire datatype names (KServe v2); pb_utils
+# takes its tables from here.
+CODE_TO_WIRE = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64", 6: "INT8",
+                7: "INT16", 8: "INT32", 9: "INT64", 10: "FP16", 11: "FP32", 12: "FP64",
+                13: "BYTES", 14: "BF16"}
 
 
 # -- tensors --------------------------------------------------------------------------
@@ -235,7 +237,7 @@ cdef class Tensor:
         return Tensor(name, array)
 
     def __repr__(self):
-        return (f"Tensor({self._name!r}, dtype={_WIRE_NAMES.get(self._dtype)}, "
+        return (f"Tensor({self._name!r}, dtype={CODE_TO_WIRE.get(self._dtype)}, "
                 f"shape={self.shape()})")
 
 
@@ -304,13 +306,14 @@ cdef class RequestBase:
         return self._release_flags
 
 
-cdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
-                             object correlation_id, object flags, object timeout,
-                             object parameters_json, object requested_output_names,
-                             object inputs, object model_name, object model_version, object key,
-                             object trace):
+cpdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
+                              object correlation_id, object flags, object timeout,
+                              object parameters_json, object requested_output_names,
+                              object inputs, object model_name, object model_version, object key,
+                              object trace):
     """A request of ``cls`` (pb_utils.InferenceRequest) handed to execute():
-    built by the worker, no checks; ``index`` its place in the batch."""
+    built by the worker (worker_io, or pb_utils' InferenceRequest._incoming),
+    no checks; ``index`` its place in the batch."""
     cdef RequestBase r = <RequestBase>RequestBase.__new__(cls)
     r._request_id = request_id
     r._correlation_id = correlation_id
@@ -329,13 +332,6 @@ cdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
     r._sender = None
     return r
 
-
-def make_request(type cls, Py_ssize_t index, request_id, correlation_id, flags, timeout,
-                 parameters_json, requested_output_names, inputs, model_name, model_version,
-                 key, trace):
-    """new_request, for Python callers (pb_utils' InferenceRequest._incoming)."""
-    return new_request(cls, index, request_id, correlation_id, flags, timeout, parameters_json,
-                       requested_output_names, inputs, model_name, model_version, key, trace)
 
 
 cdef class InferenceResponse:

@@ -31,6 +31,8 @@ class TritonError(Exception):
 def parameters_json(parameters: Any, compact: bool = False) -> str: ...
 def dtype_code(dtype: Any) -> int: ...
 
+CODE_TO_WIRE: dict[int, str]
+
 class Tensor:
     _name: str
     _array: np.ndarray
@@ -77,7 +79,7 @@ class RequestBase:
     def set_release_flags(self, flags: Any) -> None: ...
     def release_flags(self) -> Any: ...
 
-def make_request(cls: type, index: int, request_id: Any, correlation_id: Any, flags: Any,
+def new_request(cls: type, index: int, request_id: Any, correlation_id: Any, flags: Any,
                  timeout: Any, parameters_json: Any, requested_output_names: Any, inputs: Any,
                  model_name: Any, model_version: Any, key: Any, trace: Any) -> Any: ...
 

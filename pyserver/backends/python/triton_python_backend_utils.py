@@ -77,13 +77,8 @@ _CODE_TO_NUMPY = {
 }
 
 # Wire datatype names (KServe v2) <-> TRITONSERVER_DataType numbers.
-WIRE_TO_CODE = {
-    "BOOL": TYPE_BOOL, "UINT8": TYPE_UINT8, "UINT16": TYPE_UINT16, "UINT32": TYPE_UINT32,
-    "UINT64": TYPE_UINT64, "INT8": TYPE_INT8, "INT16": TYPE_INT16, "INT32": TYPE_INT32,
-    "INT64": TYPE_INT64, "FP16": TYPE_FP16, "FP32": TYPE_FP32, "FP64": TYPE_FP64,
-    "BYTES": TYPE_BYTES, "BF16": TYPE_BF16,
-}
-CODE_TO_WIRE = {v: k for k, v in WIRE_TO_CODE.items()}
+CODE_TO_WIRE = _objects.CODE_TO_WIRE
+WIRE_TO_CODE = {v: k for k, v in CODE_TO_WIRE.items()}
 
 
 # -- errors ---------------------------------------------------------------------
@@ -239,9 +234,6 @@ class InferenceTrace:
         return None
 
 
-_parameters_json = _objects.parameters_json
-
-
 class InferenceRequest(_objects.RequestBase):
     """A request: the ones ``execute`` receives, or (BLS) one a model builds
     with ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``.
@@ -269,7 +261,7 @@ class InferenceRequest(_objects.RequestBase):
         self._timeout = timeout
         self._preferred_memory = preferred_memory or PreferredMemory(TRITONSERVER_MEMORY_CPU, 0)
         self._trace = trace or InferenceTrace()
-        self._parameters = _parameters_json(parameters)
+        self._parameters = _objects.parameters_json(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._index = -1
         self._key = None
@@ -280,10 +272,10 @@ class InferenceRequest(_objects.RequestBase):
                   requested_output_names, inputs, model_name, model_version, key=None,
                   trace_id=0):
         # A request handed to execute(): built by the server's side, no checks.
-        return _objects.make_request(cls, index, request_id, correlation_id, flags, timeout,
-                                     parameters_json, requested_output_names, inputs,
-                                     model_name, model_version, key,
-                                     InferenceTrace(trace_id) if trace_id else None)
+        return _objects.new_request(cls, index, request_id, correlation_id, flags, timeout,
+                                    parameters_json, requested_output_names, inputs,
+                                    model_name, model_version, key,
+                                    InferenceTrace(trace_id) if trace_id else None)
 
     def trace(self):
         return self._trace if self._trace is not None else InferenceTrace()
