@@ -56,6 +56,7 @@ import numpy as np
 
 from pyserver.engine.types cimport (
     InferRequest,
+    InferResponse,
     InferTensor,
     new_output,
     new_request,
@@ -297,13 +298,16 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     http_message(encode_infer_response(...)) puts on the wire, byte for byte, as one
     bytes object, followed by the binary outputs' bytes (views) when some
     go as binary data; written by csrc's json_writer. Else None."""
-    if response.parameters:
+    if type(response) is not InferResponse:
+        return None
+    cdef InferResponse r = <InferResponse>response
+    if r.parameters:
         return None
     cdef bint default_binary = request.parameters.get("binary_data_output") is True
     cdef dict out_params = _requested_params(request)
     cdef string body
     body.reserve(512)
-    rid = response.id or request.id
+    rid = r.id or request.id
     if rid:
         body.append(b'{"id":')
         if not _append_str(rid, &body):
@@ -311,16 +315,17 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
         body.append(b',"model_name":')
     else:
         body.append(b'{"model_name":')
-    if not _append_str(response.model_name, &body):
+    if not _append_str(r.model_name, &body):
         return None
     body.append(b',"model_version":')
-    if not _append_str(str(response.model_version), &body):
+    version = r.model_version
+    if not _append_str(version if type(version) is str else str(version), &body):
         return None
     body.append(b',"outputs":[')
     cdef list raws = []
     cdef bint binary
     first = True
-    for item in response.outputs:
+    for item in r.outputs:
         if type(item) is not InferTensor:
             return None
         binary = _is_binary(out_params, (<InferTensor>item).name, default_binary)

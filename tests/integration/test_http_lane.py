@@ -327,3 +327,69 @@ def test_many_pipelined_requests_answered_at_once_stay_in_order(server):
 def test_no_lane_where_the_connection_must_see_every_request(kwargs, io_threads):
     with serve_fake(io_threads=io_threads, **kwargs) as fake:
         assert fake.frontend.lane is None
+
+
+def _binary_request(a, b, request_id: str) -> bytes:
+    """add_sub with binary inputs and binary outputs."""
+    header = json.dumps({
+        "id": request_id,
+        "inputs": [{"name": n, "shape": list(x.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes}}
+                   for n, x in (("INPUT0", a), ("INPUT1", b))],
+        "parameters": {"binary_data_output": True}}).encode()
+    body = header + a.tobytes() + b.tobytes()
+    return (f"POST /v2/models/big/infer HTTP/1.1\r\nHost: x\r\n"
+            f"Inference-Header-Content-Length: {len(header)}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def test_answers_larger_than_the_socket_takes_arrive_whole_and_in_order(
+        tmp_path, start_server, io_threads):
+    """A client that reads nothing until every request is answered: the
+    first answers fill the socket (the lane's direct send is cut short and
+    the transport writes the rest), the later ones queue behind them; each
+    arrives whole, in order."""
+    from pyserver.frontends.http import HttpFrontend
+    from pyserver.testing import write_add_sub
+
+    # 64 KiB per tensor: a request the lane takes (its bodies stay under
+    # 256 KiB), an answer of 128 KiB sent as views of the outputs; 48 of
+    # them (6 MiB) are more than loopback's socket buffers hold
+    size, count = 1 << 14, 48
+    write_add_sub(tmp_path / "models", name="big", size=size, max_batch_size=0)
+    s = start_server(tmp_path / "models")
+    front = HttpFrontend(s.server, "127.0.0.1", 0, io_threads=io_threads)
+    s.call(front.start())
+    try:
+        rng = np.random.default_rng(3)
+        pairs = [(rng.random(size, dtype=np.float32), rng.random(size, dtype=np.float32))
+                 for _ in range(count)]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", front.port))
+        f = sock.makefile("rb")
+        try:
+            # the first routes the target; the rest are the lane's
+            sock.sendall(_binary_request(*pairs[0], "r"))
+            assert read_response(f)[0] == 200
+            before = front.lane.taken
+            sender = threading.Thread(target=sock.sendall, args=(b"".join(
+                _binary_request(a, b, f"r{i}") for i, (a, b) in enumerate(pairs)),))
+            sender.start()
+            time.sleep(0.5)  # the answers pile up unread meanwhile
+            for i, (a, b) in enumerate(pairs):
+                status, headers, body = read_response(f)
+                assert status == 200
+                hlen = int(headers["inference-header-content-length"])
+                assert json.loads(body[:hlen])["id"] == f"r{i}"
+                out = np.frombuffer(body[hlen:], np.float32)
+                np.testing.assert_array_equal(out[:size], a + b)
+                np.testing.assert_array_equal(out[size:], a - b)
+            sender.join(10)
+            assert front.lane.taken - before == count
+        finally:
+            f.close()
+            sock.close()
+    finally:
+        s.call(front.stop())
