@@ -574,10 +574,8 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
     hval = header_length
     if hval is None:
         hlen = total  # Triton: no header means "all JSON"; an empty body is raw
-        src = body
     else:
         hlen = _header_length(hval, total)
-        src = body if hlen == total else memoryview(body)[:hlen]
     if hlen == 0:
         if model_config is None:
             raise _bad(
@@ -596,7 +594,8 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
         if request is not None:
             return request
     try:
-        doc = _loads(src)
+        # the JSON alone (a view: the reader above needed no slice)
+        doc = _loads(body if hlen == total else memoryview(body)[:hlen])
     except _JSONDecodeError as e:
         raise json_parse_error(e) from None
     if type(doc) is not dict:

@@ -28,7 +28,12 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyserver.engine.protocol.http_route cimport InferRoute, when_done
+from pyserver.engine.protocol.http_route cimport (
+    InferRoute,
+    RouteFrontend,
+    route_frontend,
+    when_done,
+)
 from pyserver.engine.socket_pump cimport (
     ConnectionReader,
     PumpTransport,
@@ -98,6 +103,7 @@ cdef class LaneHost(ReaderSource):
     cdef SocketPump pump  # None: readers on the loop (wrap)
     cdef PumpSink pump_sink
     cdef InferRoute route
+    cdef RouteFrontend frontend  # the connections' frontend's, from its first request
     cdef object loop
     cdef int fd
     cdef dict routes  # route id -> (model, version)
@@ -209,7 +215,9 @@ cdef class LaneHost(ReaderSource):
                 # cache was reset): the connection routes it again
                 route = conn.infer_route(_bytes(r.target))
             model, version = route
-            request, fut = self.route.begin(conn, headers, body, model, version,
+            if self.frontend is None:
+                self.frontend = route_frontend(conn.frontend)
+            request, fut = self.route.begin(conn, self.frontend, headers, body, model, version,
                                             r.received_ns)
         except Exception as e:
             sink.answer(connection, conn.error_data(e, True, False))

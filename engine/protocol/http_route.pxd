@@ -6,13 +6,25 @@ cdef class Slot:
     cdef public bint close
 
 
+cdef class RouteFrontend:
+    cdef readonly object max_input_size
+    cdef readonly object shared_memory
+    cdef readonly object model_config
+    cdef readonly object header_forwarder
+    cdef readonly object submitter
+
+
+cdef RouteFrontend route_frontend(frontend)
+
+
 cdef class InferRoute:
     cdef object decompress  # (content-encoding, body, limit) -> body
     cdef object response_encoding  # accept-encoding header -> "gzip"/"deflate"/None
     cdef object compress  # (encoding, body) -> bytes
     cdef readonly int pipeline_high
 
-    cdef tuple begin(self, conn, dict headers, body, model, version, recv_ns)
+    cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     recv_ns)
     cdef object encoding_of(self, dict headers)
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)
 

@@ -102,6 +102,9 @@ class HttpFrontend:
         self.port = port
         self.max_input_size = max_input_size
         self.max_header_size = max_header_size
+        # what the infer route reads of this frontend and its server, made on
+        # the first infer request (engine/protocol/http_route.RouteFrontend)
+        self.route_frontend = None
         # Triton reads Content-Length as an int32; bodies are buffered whole.
         self.max_body_size = _INT32_MAX if max_body_size is None else max_body_size
         self.idle_timeout = idle_timeout or None
