@@ -12,7 +12,14 @@ reshape, optional or variable-size inputs) runs the general walk, which
 decides. A model whose inputs are not all plain skips the first stage.
 """
 
-from pyserver.engine.types cimport InferRequest, InferTensor, new_response, new_tensor
+from pyserver.engine.types cimport (
+    InferRequest,
+    InferTensor,
+    PendingRequest,
+    RequestedOutput,
+    new_response,
+    new_tensor,
+)
 
 from pyserver.kernel.errors import Code, ServerError
 
@@ -237,7 +244,7 @@ cdef class RequestPath:
                 names.add(name)
         return (arrays, batch_size, 0)
 
-    cdef object _tensor(self, out, value, datatype):
+    cdef object _tensor(self, RequestedOutput out, value, datatype):
         """One requested output as sent back: as is, or (asked for
         classification) through ModelVersion._output_tensor."""
         if out.parameters and "classification" in out.parameters:
@@ -286,8 +293,9 @@ cdef class RequestPath:
         as it is, None (answered through its stream) stays None; any other
         result is ``other(p, result)``'s to set."""
         cdef Py_ssize_t i
+        cdef PendingRequest p
         for i in range(len(requests)):
-            p = requests[i]
+            p = <PendingRequest?>requests[i]
             result = results[i]
             kind = type(result)
             if kind is dict:
@@ -301,14 +309,16 @@ cdef class RequestPath:
             else:
                 other(p, result)
 
-    def response(self, p, dict outputs, parameters):
+    cpdef object response(self, p, dict outputs, parameters):
         """The response of pending request ``p`` from the outputs its backend
         made for it alone (a backend that answers per request): those it
         asked for (all, when it named none) that the backend gave, in its
         order, typed by their arrays."""
-        cdef InferRequest req = <InferRequest?>p.request
+        cdef InferRequest req = <InferRequest?>(<PendingRequest?>p).request
         cdef list tensors = []
-        for out in (req.outputs or self.all_outputs):
+        cdef RequestedOutput out
+        for item in (req.outputs or self.all_outputs):
+            out = <RequestedOutput?>item
             name = out.name
             value = outputs.get(name)
             if value is None:

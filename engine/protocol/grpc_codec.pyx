@@ -19,7 +19,13 @@ from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.status cimport check_status
-from pyserver.engine.types cimport new_output, new_request, new_tensor
+from pyserver.engine.types cimport (
+    InferResponse,
+    InferTensor,
+    new_output,
+    new_request,
+    new_tensor,
+)
 
 from pyserver.kernel.dtypes import serialize_bytes_tensor
 from pyserver.engine.types import ImmediateFuture
@@ -486,11 +492,14 @@ cdef int _fill_params(dict params, vector[Parameter]* out, list keep) except -1:
     return 0
 
 
-cdef int _fill_response(object response, object request, InferResponseView* view,
+cdef int _fill_response(object response_, object request, InferResponseView* view,
                         list keep, vector[Py_buffer]* bufs) except -1:
     cdef OutputTensorView* o
     cdef Py_buffer buf
     cdef size_t i, n
+    # the engine's types, read through their fields (no lookups by name)
+    cdef InferResponse response = <InferResponse?>response_
+    cdef InferTensor t
     view.model_name = _sv(response.model_name, keep)
     view.model_version = _sv(response.model_version, keep)
     rid = response.id
@@ -505,7 +514,7 @@ cdef int _fill_response(object response, object request, InferResponseView* view
     view.outputs.resize(n)
     bufs.reserve(n)
     for i in range(n):
-        t = outputs[i]
+        t = <InferTensor?>outputs[i]
         o = &view.outputs[i]
         o.name = _sv(t.name, keep)
         datatype = t.datatype
