@@ -94,7 +94,8 @@ def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]
             log_path = tmp / f"{system}-{instances}.log"
             if system.startswith("pyserver"):
                 server = systems.start_pyserver(repo, log_path, ["add_sub"],
-                                                extra_env=args.envs.get(system), name=system)
+                                                extra_env=args.envs.get(system), name=system,
+                                                checkout=args.checkouts.get(system))
             else:
                 server = systems.STARTERS[system](repo, log_path, ["add_sub"])
             run = runs[system] = {"system": system, "instances": instances, "rows": []}
@@ -195,11 +196,16 @@ def main():
     p.add_argument("--batching", action="store_true",
                    help="max_batch_size 64 + dynamic_batching (the model then gets lists of requests)")
     p.add_argument("--systems", nargs="+", default=["pyserver", "triton"],
-                   help="pyserver, triton, or pyserver-NAME (this checkout with its own --env)")
+                   help="pyserver, triton, or pyserver-NAME (this checkout with its own --env, "
+                        "or another with --checkout)")
     p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
     p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
                    help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
+    p.add_argument("--checkout", nargs="*", default=[], metavar="SYSTEM:PATH",
+                   help="run one pyserver system from another source tree, its extensions "
+                        "built in place (an A/B of two commits: see systems.start_pyserver)")
     args = p.parse_args()
+    args.checkouts = dict(item.split(":", 1) for item in args.checkout)
     for system in args.systems:
         if system != "triton" and not system.startswith("pyserver"):
             p.error(f"unknown system {system!r}: pyserver, triton or pyserver-NAME")

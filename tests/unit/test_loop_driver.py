@@ -275,16 +275,24 @@ def test_max_group_is_a_sane_bound():
     assert 1 < loop_driver.MAX_GROUP <= 64
 
 
-@pytest.mark.parametrize("drivers, queued, inflight, load", [
-    (1, 1, 1, LOAD_ALONE), (1, 1, 5, LOAD_LOW), (2, 1, 1, LOAD_ALONE), (2, 1, 3, LOAD_LOW),
-    (1, 3, 3, LOAD_BUSY), (2, 2, 2, LOAD_BUSY)])
-def test_a_lone_request_tells_the_worker_the_load_is_low(drivers, queued, inflight, load, driver):
-    """A group of one with nothing left queued: the worker then spins for
-    its next message (a client's round trip away) rather than sleeping; with
-    no other request in the server either, only while such spins pay."""
+@pytest.mark.parametrize("drivers, queued, size, inflight, load", [
+    (1, 1, 1, 1, LOAD_ALONE), (1, 1, 1, 2, LOAD_LOW), (2, 1, 1, 1, LOAD_ALONE),
+    (2, 1, 1, 2, LOAD_LOW), (1, 1, 5, 5, LOAD_ALONE), (1, 1, 5, 10, LOAD_LOW),
+    # more requests elsewhere in the server than the batch holds: the loop's
+    # work, from which the next batch comes (a light client at c16)
+    (1, 1, 1, 5, LOAD_BUSY), (2, 1, 1, 3, LOAD_BUSY), (1, 1, 5, 16, LOAD_BUSY),
+    (1, 3, 1, 3, LOAD_BUSY), (2, 2, 1, 2, LOAD_BUSY)])
+def test_a_lone_batch_tells_the_worker_the_load_is_low(drivers, queued, size, inflight, load,
+                                                       driver):
+    """A group of one with nothing left queued and few other requests in
+    the server: the worker then spins for its next message (a client's
+    round trip away) rather than sleeping; with no other request in the
+    server either, only while such spins pay."""
     d, mv, backend, events = driver(drivers)
     mv.context.requests.inflight = inflight
     mv.scheduler.queue = [FakeBatch(i) for i in range(queued)]
+    for batch in mv.scheduler.queue:
+        batch.requests = [f"r{batch.n}.{k}" for k in range(size)]
     d.dispatch()
     assert backend.load == load
 
