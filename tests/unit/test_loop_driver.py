@@ -69,6 +69,13 @@ class DeclinedResults:
         return False
 
 
+class FakeSibling:
+    """Another instance's driver, as a driver sees it: its batches in flight."""
+
+    def __init__(self):
+        self.batches = []
+
+
 class FakeModel:
     name = "m"
     tracing = False
@@ -77,7 +84,9 @@ class FakeModel:
 
     def __init__(self, events, drivers, max_batch_size=0):
         self.scheduler = FakeScheduler(events)
-        self.loop_drivers = [None] * drivers
+        # the siblings of the driver under test (which the fixture puts
+        # first): free unless a test gives them a batch in flight
+        self.loop_drivers = [None] + [FakeSibling() for _ in range(drivers - 1)]
         self.events = events
         self.max_batch_size = max_batch_size
         self.config = FakeConfig(max_batch_size > 0)
@@ -163,6 +172,7 @@ def driver():
         mv = FakeModel(events, drivers, max_batch_size)
         backend = FakeBackend(events)
         d = WorkerLoopDriver(mv, FakeInstance(backend), asyncio.new_event_loop())
+        mv.loop_drivers[0] = d
         made.append(d)
         return d, mv, backend, events
 
@@ -184,6 +194,18 @@ def test_a_free_worker_gets_its_share_of_the_queue_in_one_message(drivers, queue
     assert mv.scheduler.queued_count == queued - taken
     d.dispatch()  # busy: nothing more goes to it
     assert len(events) == 1
+
+
+@pytest.mark.parametrize("busy, taken", [(0, 4), (1, 5), (2, 10)])
+def test_a_busy_siblings_share_is_not_kept_for_it(busy, taken, driver):
+    """The share is split among the instances free now: one whose worker
+    is busy takes what is queued when it is free again."""
+    d, mv, backend, events = driver(3)
+    for sibling in mv.loop_drivers[1:1 + busy]:
+        sibling.batches.append(FakeBatch(99))
+    mv.scheduler.queue = [FakeBatch(i) for i in range(10)]
+    d.dispatch()
+    assert events == [("sent", [f"r{i}" for i in range(taken)])]
 
 
 def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first(driver):

@@ -51,8 +51,8 @@ class WorkerLoopDriver(ExecutionDriver):
     worker still runs each batch as its own execute() call and answers each
     as it ends, but the send, the worker's wake-up and the loop's reads are
     paid once per group rather than once per request. Each instance takes
-    its share of the queue (queued / instances), so a group never keeps
-    work from an idle sibling instance for long."""
+    its share of the queue (queued / the instances free now), so a group
+    never keeps work from an idle sibling instance for long."""
 
     def __init__(self, mv, instance, loop):
         self.mv = mv
@@ -81,10 +81,15 @@ class WorkerLoopDriver(ExecutionDriver):
     # -- the loop thread ----------------------------------------------------------
 
     def _take_group(self) -> list:
-        """This instance's share of what is queued: 1/instances of it (at
-        least one batch, at most MAX_GROUP, or what the backend allows)."""
+        """This instance's share of what is queued: split evenly among the
+        instances free to take work now, this one included (at least one
+        batch, at most MAX_GROUP, or what the backend allows). A busy
+        sibling takes what is queued when it is free again, so a share kept
+        for it would only wait."""
         scheduler = self.mv.scheduler
-        share = -(-scheduler.queued_count // len(self.mv.loop_drivers))
+        drivers = self.mv.loop_drivers
+        free = 1 if len(drivers) == 1 else sum(1 for d in drivers if not d.batches)
+        share = -(-scheduler.queued_count // max(free, 1))
         group = []
         for _ in range(min(max(share, 1), self.backend.group_limit(MAX_GROUP))):
             batch = scheduler.try_next_batch()
