@@ -139,6 +139,7 @@ cdef class LaneHost(ReaderSource):
         lc.id = self.next_connection
         lc.host = self
         lc.conn = conn
+        lc.fd = -1  # until connection_made knows the socket
         lc.reader = self.lane.get().NewReader()
         self.connections[lc.id] = lc
         return lc
