@@ -58,6 +58,7 @@ from pyserver.engine.types cimport (
     InferRequest,
     InferResponse,
     InferTensor,
+    RequestedOutput,
     new_output,
     new_request,
     new_tensor,
@@ -112,7 +113,13 @@ cdef dict _requested_params(InferRequest req):
     """Each requested output's parameters by name (None: no outputs named)."""
     if not req.outputs:
         return None
-    return {o.name: o.parameters for o in req.outputs}
+    cdef dict named = {}
+    for o in req.outputs:
+        if type(o) is RequestedOutput:  # its fields, not lookups by name
+            named[(<RequestedOutput>o).name] = (<RequestedOutput>o).parameters
+        else:
+            named[o.name] = o.parameters
+    return named
 
 
 cdef bint _is_binary(dict out_params, name, bint default_binary) except -1:
@@ -121,7 +128,11 @@ cdef bint _is_binary(dict out_params, name, bint default_binary) except -1:
     if out_params is None:
         return default_binary
     p = out_params.get(name)
-    return p.get("binary_data") is True if p is not None else default_binary
+    if p is None:
+        return default_binary
+    if type(p) is dict:
+        return (<dict>p).get("binary_data") is True
+    return p.get("binary_data") is True
 
 
 cpdef list binary_entry(list outputs_json, list buffers, InferTensor t, datatype, raw):
@@ -239,7 +250,7 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
     parameters)."""
     datatype = t.datatype
     arr = t.data
-    if t.parameters or type(arr) is not np.ndarray or datatype == "BYTES" \
+    if t.parameters or type(arr) is not _ndarray or datatype == "BYTES" \
             or datatype == "BF16" or type(t.shape) is not list:
         return False
     cdef Py_buffer view
@@ -303,7 +314,10 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     cdef InferResponse r = <InferResponse>response
     if r.parameters:
         return None
-    cdef bint default_binary = request.parameters.get("binary_data_output") is True
+    params = request.parameters
+    cdef bint default_binary = (
+        (<dict>params).get("binary_data_output") if type(params) is dict
+        else params.get("binary_data_output")) is True
     cdef dict out_params = _requested_params(request)
     cdef string body
     body.reserve(512)
