@@ -322,21 +322,12 @@ def main() -> None:
                    help="pyserver, triton, or pyserver-NAME (another pyserver, "
                         "with --pyserver-NAME-env)")
     p.add_argument("--sync", action="store_true", help="perf_analyzer's sync API (default async)")
-    p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
-                   help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
+    systems.add_variant_options(p)
     p.add_argument("--flag", nargs="*", default=[], metavar="SYSTEM:--FLAG=VALUE",
                    help="an extra command-line flag of one pyserver system "
                         "(e.g. pyserver-io1:--http-thread-count=1)")
-    p.add_argument("--checkout", nargs="*", default=[], metavar="SYSTEM:PATH",
-                   help="run one pyserver system from another source tree, its extensions "
-                        "built in place (an A/B of two commits: see systems.start_pyserver)")
     args = p.parse_args()
-    args.checkouts = dict(item.split(":", 1) for item in args.checkout)
-    envs = {}
-    for item in args.env:
-        system, pair = item.split(":", 1)
-        key, value = pair.split("=", 1)
-        envs.setdefault(system, {})[key] = value
+    envs, args.checkouts = systems.variant_options(args)
     flags = {}
     for item in args.flag:
         system, flag = item.split(":", 1)

@@ -199,21 +199,12 @@ def main():
                    help="pyserver, triton, or pyserver-NAME (this checkout with its own --env, "
                         "or another with --checkout)")
     p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
-    p.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
-                   help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
-    p.add_argument("--checkout", nargs="*", default=[], metavar="SYSTEM:PATH",
-                   help="run one pyserver system from another source tree, its extensions "
-                        "built in place (an A/B of two commits: see systems.start_pyserver)")
+    systems.add_variant_options(p)
     args = p.parse_args()
-    args.checkouts = dict(item.split(":", 1) for item in args.checkout)
     for system in args.systems:
         if system != "triton" and not system.startswith("pyserver"):
             p.error(f"unknown system {system!r}: pyserver, triton or pyserver-NAME")
-    args.envs = {}
-    for item in args.env:
-        system, pair = item.split(":", 1)
-        key, value = pair.split("=", 1)
-        args.envs.setdefault(system, {})[key] = value
+    args.envs, args.checkouts = systems.variant_options(args)
     for tool in ("wrk", "h2load"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install wrk nghttp2-client; `make bench` does it)")

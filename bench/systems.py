@@ -224,6 +224,26 @@ def http_status(port: int, path: str) -> int | None:
         return None
 
 
+def add_variant_options(parser) -> None:
+    """--env and --checkout: what makes a system pyserver-NAME differ from
+    pyserver (an A/B of a setting, or of two commits, in one run)."""
+    parser.add_argument("--env", nargs="*", default=[], metavar="SYSTEM:KEY=VALUE",
+                        help="extra environment of one pyserver system (e.g. pyserver-old:KEY=1)")
+    parser.add_argument("--checkout", nargs="*", default=[], metavar="SYSTEM:PATH",
+                        help="run one pyserver system from another source tree, its extensions "
+                             "built in place (an A/B of two commits: see start_pyserver)")
+
+
+def variant_options(args) -> tuple[dict, dict]:
+    """add_variant_options' values: ({system: {KEY: VALUE}}, {system: PATH})."""
+    envs = {}
+    for item in args.env:
+        system, pair = item.split(":", 1)
+        key, value = pair.split("=", 1)
+        envs.setdefault(system, {})[key] = value
+    return envs, dict(item.split(":", 1) for item in args.checkout)
+
+
 def _ports_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(extra or {})

@@ -113,12 +113,11 @@ cdef dict _requested_params(InferRequest req):
     """Each requested output's parameters by name (None: no outputs named)."""
     if not req.outputs:
         return None
+    cdef RequestedOutput o
     cdef dict named = {}
-    for o in req.outputs:
-        if type(o) is RequestedOutput:  # its fields, not lookups by name
-            named[(<RequestedOutput>o).name] = (<RequestedOutput>o).parameters
-        else:
-            named[o.name] = o.parameters
+    for item in req.outputs:
+        o = <RequestedOutput?>item  # its fields, not lookups by name
+        named[o.name] = o.parameters
     return named
 
 
@@ -128,11 +127,7 @@ cdef bint _is_binary(dict out_params, name, bint default_binary) except -1:
     if out_params is None:
         return default_binary
     p = out_params.get(name)
-    if p is None:
-        return default_binary
-    if type(p) is dict:
-        return (<dict>p).get("binary_data") is True
-    return p.get("binary_data") is True
+    return p.get("binary_data") is True if p is not None else default_binary
 
 
 cpdef list binary_entry(list outputs_json, list buffers, InferTensor t, datatype, raw):
@@ -314,10 +309,7 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     cdef InferResponse r = <InferResponse>response
     if r.parameters:
         return None
-    params = request.parameters
-    cdef bint default_binary = (
-        (<dict>params).get("binary_data_output") if type(params) is dict
-        else params.get("binary_data_output")) is True
+    cdef bint default_binary = request.parameters.get("binary_data_output") is True
     cdef dict out_params = _requested_params(request)
     cdef string body
     body.reserve(512)

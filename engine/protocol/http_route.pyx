@@ -134,9 +134,6 @@ cdef class InferRoute:
 cdef int when_done(fut, done) except -1:
     """Calls ``done(fut)`` now when ``fut`` is done (no extra loop
     iteration), else when it is."""
-    if type(fut) is ImmediateFuture and (<ImmediateFuture>fut)._state != 0:
-        done(fut)  # the common case: answered as it was submitted, or typed
-        return 0
     try:
         if fut.done():
             done(fut)
