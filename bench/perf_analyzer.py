@@ -7,6 +7,7 @@ servers' CPU per inference.
                                 [--protocols grpc http] [--systems pyserver triton]
                                 [--sync] [--env SYSTEM:KEY=VALUE ...]
                                 [--request-rate R ...]
+                                [--server-cpus 0 --client-cpus 1]
 
 Models (both systems load the same files): ``add_sub`` (FP32[16], no
 batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
@@ -44,8 +45,13 @@ add_sub's p50; the JSON document last on stdout. --quick: one round of
 run: --systems pyserver pyserver-old triton --env pyserver-old:KEY=VALUE
 (every pyserver-NAME is this checkout with its own environment), or
 --flag pyserver-io1:--http-thread-count=1 (its own command-line flags); of
-two commits: --checkout pyserver-old:PATH (another source tree). Not a
-test: timings vary with the machine.
+two commits: --checkout pyserver-old:PATH (another source tree).
+--server-cpus 0 --client-cpus 1 keeps each server (every thread and
+worker process) on the first CPU and perf_analyzer on the second: at c1 a
+request's latency depends on which CPU the scheduler wakes each thread on
+(a wake-up on an idle CPU of a VM costs more, and a worker woken beside
+the event loop finds its data in cache), which pinning takes out of the
+comparison. Not a test: timings vary with the machine.
 """
 
 from __future__ import annotations
@@ -138,7 +144,7 @@ def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
     if system.startswith("pyserver"):
         return systems.start_pyserver(repo, log, models, extra_env=env, name=system,
                                       extra_args=flags, prefix=prefix, checkout=checkout)
-    return systems.start_triton(repo, log, models)
+    return systems.start_triton(repo, log, models, prefix)
 
 
 def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int = 0) -> dict:
@@ -150,7 +156,8 @@ def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int 
     counts0, threads0 = server.model_counts(model), server.thread_cpu()
     t0 = time.monotonic()
     result = perf_analyzer_client.run(tool, url, protocol, model, conc, args.window_ms,
-                                      args.trials, use_async=not args.sync, request_rate=rate)
+                                      args.trials, use_async=not args.sync, request_rate=rate,
+                                      prefix=cpus_prefix(getattr(args, "client_cpus", None)))
     wall = time.monotonic() - t0
     threads1, counts1 = server.thread_cpu(), server.model_counts(model)
     spent = [threads1[k] - threads0.get(k, 0.0) for k in threads1]
@@ -234,6 +241,12 @@ def table(med: dict, ratio_rows: list[dict], system_names: list[str]) -> str:
                          f"{r.get('busiest_us_per_infer', 0):.2f}×")
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def cpus_prefix(cpus: str | None) -> list:
+    """The words that run a command on ``cpus`` only (taskset's list), or
+    none."""
+    return ["taskset", "-c", cpus] if cpus else []
 
 
 def cell_loads(args) -> list[tuple[int, int]]:
@@ -326,6 +339,10 @@ def main() -> None:
     p.add_argument("--flag", nargs="*", default=[], metavar="SYSTEM:--FLAG=VALUE",
                    help="an extra command-line flag of one pyserver system "
                         "(e.g. pyserver-io1:--http-thread-count=1)")
+    p.add_argument("--server-cpus", metavar="LIST",
+                   help="run every server on these CPUs only (taskset -c LIST), e.g. 0")
+    p.add_argument("--client-cpus", metavar="LIST",
+                   help="run perf_analyzer on these CPUs only (taskset -c LIST), e.g. 1")
     args = p.parse_args()
     envs, args.checkouts = systems.variant_options(args)
     flags = {}
@@ -343,7 +360,9 @@ def main() -> None:
         failed = systems.ensure_venvs(["triton"], lambda m: print(m, file=sys.stderr))
         if failed:
             sys.exit(f"Triton unavailable: {failed['triton'][-500:]}")
-    rows, info = run_cells(args, args.systems, tool, envs, flags)
+    prefixes = {s: cpus_prefix(args.server_cpus) for s in args.systems} if args.server_cpus \
+        else None
+    rows, info = run_cells(args, args.systems, tool, envs, flags, prefixes)
     good = [r for r in rows if "error" not in r]
     med = medians(good)
     base = "triton" if "triton" in args.systems else args.systems[-1]

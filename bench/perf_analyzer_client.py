@@ -57,20 +57,20 @@ def parse_csv(text: str) -> dict:
 
 def run(tool: tuple[str, dict], url: str, protocol: str, model: str, concurrency: int,
         window_ms: int, trials: int = 3, use_async: bool = True, timeout: float = 300,
-        request_rate: int = 0) -> dict:
+        request_rate: int = 0, prefix: list | None = None) -> dict:
     """One perf_analyzer run at one concurrency, or at one fixed request
     rate (``request_rate`` > 0: requests sent on a constant schedule
     whatever is in flight, so that two servers get the same load):
     ``trials`` windows of ``window_ms`` (the stability check is off: the
     benchmark alternates the systems and takes medians itself). Returns
     parse_csv's numbers; RuntimeError with perf_analyzer's output when it
-    fails."""
+    fails. ``prefix``: words before the command (``taskset -c 1``)."""
     path, env = tool
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
         report = Path(tmp) / "report.csv"
         load = ["--request-rate-range", str(request_rate)] if request_rate > 0 else \
             ["--concurrency-range", str(concurrency)]
-        cmd = [path, "-m", model, "-u", url, "-i", protocol, *load,
+        cmd = [*(prefix or []), path, "-m", model, "-u", url, "-i", protocol, *load,
                "--measurement-interval", str(window_ms),
                "--max-trials", str(trials), "-s", "1000", "--percentile", "50", "-f", str(report)]
         if use_async:

@@ -274,7 +274,8 @@ def triton_home() -> Path:
     return Path(out) / "tritonserver"
 
 
-def start_triton(repo: Path, log: Path, models: list) -> Server:
+def start_triton(repo: Path, log: Path, models: list, prefix: list | None = None) -> Server:
+    """``prefix``: as start_pyserver's."""
     home = triton_home()
     stub = home / "backends" / "python" / "triton_python_backend_stub"
     if not stub.exists():
@@ -287,7 +288,7 @@ def start_triton(repo: Path, log: Path, models: list) -> Server:
     env["PATH"] = f"{VENVS / 'triton' / 'bin'}:{env.get('PATH', '')}"
     env["LD_LIBRARY_PATH"] = f"{libdir}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
     env.pop("PYTHONPATH", None)
-    cmd = [str(home / "bin" / "tritonserver"), f"--model-repository={repo}",
+    cmd = [*(prefix or []), str(home / "bin" / "tritonserver"), f"--model-repository={repo}",
            f"--backend-directory={home / 'backends'}",
            "--http-address=127.0.0.1", f"--http-port={env['BENCH_HTTP_PORT']}",
            "--grpc-address=127.0.0.1", f"--grpc-port={env['BENCH_GRPC_PORT']}",
