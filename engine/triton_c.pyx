@@ -169,7 +169,8 @@ cdef extern from "pyserver/triton/library.h" namespace "pyserver::triton" nogil:
         const string& path, const string& name, const string& config_json,
         unique_ptr[CBackendLibrary]* out)
     Status CreateInstance "pyserver::triton::Instance::Create"(
-        CModel* model, const string& name, int kind, int device_id, unique_ptr[CInstance]* out)
+        CModel* model, const string& name, int kind, int device_id,
+        const string& host_policy_json, unique_ptr[CInstance]* out)
 
 
 cdef extern from "pyserver/triton/memory_manager.h" nogil:
@@ -451,14 +452,14 @@ cdef class Instance:
     cdef object held_changed
 
     def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
-                 str model_name=""):
+                 str model_name="", str host_policy_json=""):
         self.owner = model
         self.held_changed = threading.Condition()
         for state in state_names or ():
             self.state_names.push_back(state.encode())
         self.model_name = model_name.encode()
         check_status(CreateInstance(model.model.get(), name.encode(), kind, device_id,
-                                    &self.instance))
+                                    host_policy_json.encode(), &self.instance))
 
     def set_output_rules(self, str model_name, bint batching, list outputs):
         """The config's outputs, as ``[(name, reshape.shape or None, dims)]``:

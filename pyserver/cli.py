@@ -29,7 +29,6 @@ NO_EFFECT_FLAGS = {
                                           "and the frameworks' allocators"),
     "--min-supported-compute-capability": (False, "every GPU the frameworks accept is used"),
     "--enable-peer-access": (False, "GPUs exchange no tensors directly"),
-    "--host-policy": (True, "instances are not pinned to NUMA nodes or cores"),
     "--sagemaker-port": (False, "there is no SageMaker endpoint"),
     "--sagemaker-safe-port-range": (False, "there is no SageMaker endpoint"),
     "--sagemaker-thread-count": (False, "there is no SageMaker endpoint"),
@@ -165,6 +164,12 @@ def build_parser(prog: str = "pyserver") -> argparse.ArgumentParser:
     # Accepted when off; what they would turn on is not here.
     for flag, reason in OFF_ONLY_FLAGS.items():
         p.add_argument(flag, type=parse_bool, default=False, help=f"only false: {reason}")
+    p.add_argument("--host-policy", action="append", default=[],
+                   metavar="NAME,SETTING=VALUE",
+                   help="a setting of the host policy NAME (repeatable): cpu-cores=LOW-HIGH[,...] "
+                   "pins the instances that take it to those CPUs, numa-node=N binds their "
+                   "memory to that NUMA node; an instance takes the policy its instance_group's "
+                   "host_policy names, else 'cpu', 'gpu_<device>' or 'model' by its kind")
     p.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
                    metavar="GPU:BYTES",
                    help="the CUDA memory pool of a GPU (repeatable; default 64 MiB each): "
@@ -183,6 +188,7 @@ async def serve(args) -> int:
     from pyserver.frontends.metrics import MetricsConfig, MetricsConfigError
     from pyserver.kernel.errors import ServerError
     from pyserver.runtime.device_memory import parse_cuda_memory_pool_sizes
+    from pyserver.runtime.host_policy import parse_host_policy_flags
     from pyserver.server.response_cache import CacheConfigError, parse_cache_config
     from pyserver.server.server import Server
 
@@ -206,6 +212,7 @@ async def serve(args) -> int:
         trace_update = parse_trace_config(deprecated_trace_config(args) + args.trace_config)
         cuda_pool_sizes = parse_cuda_memory_pool_sizes(args.cuda_memory_pool_byte_size)
         rate_limit_resources = parse_rate_limit_resources(args.rate_limit_resource)
+        host_policies = parse_host_policy_flags(args.host_policy)
         if args.http_header_forward_pattern:  # checked before the models load
             HeaderForwarder(args.http_header_forward_pattern)
         if args.grpc_header_forward_pattern:
@@ -241,7 +248,8 @@ async def serve(args) -> int:
                     cuda_memory_pool_byte_size=cuda_pool_sizes,
                     rate_limit=args.rate_limit, rate_limit_resources=rate_limit_resources,
                     response_cache_byte_size=cache_bytes,
-                    backend_directory=args.backend_directory, backend_config=backend_config)
+                    backend_directory=args.backend_directory, backend_config=backend_config,
+                    host_policies=host_policies)
     for reason in server.device_memory.unusable_sizes():
         log.warning("%s", reason)
     try:  # the settings the log and trace APIs also change, from the command line

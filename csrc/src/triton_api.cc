@@ -609,11 +609,16 @@ API TRITONBACKEND_InputBufferForHostPolicy(TRITONBACKEND_Input* input, const cha
 API TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* instance,
                                           TRITONSERVER_Message** host_policy) {
   CHECK_ARG(instance);
-  // One member, named as Triton names an instance's default host policy.
-  std::string name = instance->kind == TRITONSERVER_INSTANCEGROUPKIND_GPU
-                         ? "gpu_" + std::to_string(instance->device_id)
-                         : "cpu";
-  *host_policy = new TRITONSERVER_Message{"{\"" + name + "\":{}}"};
+  CHECK_ARG(host_policy);
+  // The server names the policy and its settings (--host-policy); an
+  // instance made without one has the default policy of its kind, empty.
+  std::string json = instance->host_policy_json;
+  if (json.empty()) {
+    json = instance->kind == TRITONSERVER_INSTANCEGROUPKIND_GPU
+               ? "{\"gpu_" + std::to_string(instance->device_id) + "\":{}}"
+               : "{\"cpu\":{}}";
+  }
+  *host_policy = new TRITONSERVER_Message{json};
   return nullptr;
 }
 

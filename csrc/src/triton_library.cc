@@ -104,13 +104,14 @@ Model::~Model() {
 }
 
 Status Instance::Create(Model* model, const std::string& name, int kind, int32_t device_id,
-                        std::unique_ptr<Instance>* out) {
+                        const std::string& host_policy_json, std::unique_ptr<Instance>* out) {
   std::unique_ptr<Instance> instance(new Instance());
   TRITONBACKEND_ModelInstance& i = instance->instance_;
   i.model = model->model();
   i.name = name;
   i.kind = static_cast<TRITONSERVER_InstanceGroupKind>(kind);
   i.device_id = device_id;
+  i.host_policy_json = host_policy_json;
   const EntryPoints& e = i.model->backend->entry;
   if (e.instance_initialize != nullptr) {
     PYSERVER_RETURN_IF_ERROR(FromError(e.instance_initialize(&i)));

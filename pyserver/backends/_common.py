@@ -11,6 +11,7 @@ from pyserver.config import instance_count
 from pyserver.kernel.dtypes import config_type_name
 from pyserver.kernel.errors import Code, ServerError
 from pyserver.kernel.flags import PARAMETER_WORDS, bool_word
+from pyserver.runtime.host_policy import Placement, placement_for
 
 _KINDS = ModelConfig.DESCRIPTOR.fields_by_name["instance_group"].message_type \
     .enum_types_by_name["Kind"]
@@ -81,6 +82,15 @@ def instance_group(config, instance_name: str):
         if suffix.isdigit() and int(suffix) < max(1, instance_count(group)):
             return group
     return None
+
+
+def instance_host_placement(config, instance_name: str, policies) -> Placement:
+    """The host policy (--host-policy's ``policies``) the instance named
+    ``instance_name`` takes: its group's ``host_policy``, else the default
+    for its kind and device (runtime/host_policy.py)."""
+    kind, device = instance_placement(config, instance_name)
+    group = instance_group(config, instance_name)
+    return placement_for(policies, kind, device, group.host_policy if group is not None else "")
 
 
 def instance_placement(config, instance_name: str) -> tuple[str, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from pyserver._proto import ModelConfig
-from pyserver.backends._common import data_type_name, instance_placement
+from pyserver.backends._common import data_type_name, instance_host_placement, instance_placement
 from pyserver.backends.base import ANSWERED_LATER, Capability, TimedResults
 from pyserver.backends.triton_bls import server_handle
 from pyserver.config import config_to_json
@@ -155,9 +155,11 @@ class TritonCBackend:
         gpu = kind == "KIND_GPU"
         _share_memory_pools(context, device_id if gpu else None)
         try:
+            placement = instance_host_placement(config, instance_name,
+                                                getattr(context, "host_policies", None))
             self.instance = triton_c.Instance(entry[0], instance_name, _KIND_CODES[kind],
                                               device_id, [out for _, out in self._states],
-                                              config.name)
+                                              config.name, json.dumps(placement.message()))
         except BaseException:
             self._release_model()
             raise

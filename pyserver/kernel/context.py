@@ -26,6 +26,7 @@ class ServerContext:
     host_memory     the pinned host memory pool (HostMemory), or None: a backend makes its own
     device_memory   the per-GPU device memory pools (DeviceMemory), or None: likewise
     custom_metrics  the store of models' own metrics (pb_utils.MetricFamily), or None
+    host_policies   --host-policy's {policy name: {setting: value}} (runtime/host_policy.py)
     requests        what a model may ask of the server while it runs (BLS, model control):
                     ``submit``, ``submit_stream``, ``cancel_stream``, ``is_decoupled``,
                     ``model_ready``, ``load_model``, ``unload_model``, ``inflight`` (requests
@@ -33,10 +34,11 @@ class ServerContext:
     """
 
     __slots__ = ("loop", "completions", "answer", "answer_late", "tracer", "rate_limiter", "host_memory",
-                 "device_memory", "custom_metrics", "requests")
+                 "device_memory", "custom_metrics", "requests", "host_policies")
 
     def __init__(self, completions, *, loop=None, answer=None, answer_late=None, tracer=None,
-                 rate_limiter=None, host_memory=None, device_memory=None, custom_metrics=None, requests=None):
+                 rate_limiter=None, host_memory=None, device_memory=None, custom_metrics=None, requests=None,
+                 host_policies=None):
         self.completions = completions
         self.loop = loop
         self.answer = answer
@@ -47,3 +49,4 @@ class ServerContext:
         self.device_memory = device_memory
         self.custom_metrics = custom_metrics
         self.requests = requests
+        self.host_policies = host_policies or {}

@@ -71,12 +71,16 @@ def can_inline(mv) -> bool:
     """Whether ``mv`` may run on the event loop: every instance's backend is
     in-process on the CPU (Capability.RUNS_INLINE), no sequences, and
     nothing needs the completion queue's ordering (preserve_ordering) or a
-    response stream. A batching delay is kept by the model's batch_timer."""
+    response stream, and no host policy places an instance (--host-policy:
+    it runs on its instance threads, which the policy pins, not on the
+    loop). A batching delay is kept by the model's batch_timer."""
     if not mv.instances or inline_setting(mv.config) == "off":
         return False
     if mv.sequence is not None or mv.decoupled:
         return False
     if mv.config.dynamic_batching.preserve_ordering:
+        return False
+    if any(i.placement for i in mv.instances):  # a host policy places it: its own threads
         return False
     return all(Capability.RUNS_INLINE in i.capabilities for i in mv.instances)
 

@@ -15,12 +15,14 @@ class ModelInstance:
     """One instance of a model version: its backend object, its name, and
     the rate limiter's hold on it; an ExecutionDriver feeds it batches."""
 
-    __slots__ = ("model", "name", "backend", "capabilities", "rate_limit")
+    __slots__ = ("model", "name", "backend", "capabilities", "rate_limit", "placement")
 
-    def __init__(self, model, name: str, backend):
+    def __init__(self, model, name: str, backend, placement=None):
         self.model = model
         self.name = name
         self.backend = backend
+        # its host policy (runtime/host_policy.Placement), or None: anywhere
+        self.placement = placement
         self.capabilities = capabilities_of(backend)
         # --rate-limit=execution_count: (limiter, id) while its group lists
         # resources, held for each batch it executes
@@ -47,6 +49,8 @@ class ThreadDriver(ExecutionDriver):
     def _run(self):
         model = self.model
         instance = self.instance
+        if instance.placement:  # as Triton's instance thread: its CPUs and memory node
+            instance.placement.apply_to_thread()
         scheduler = model.scheduler
         # Backends that implement Triton's execute(requests) API take the
         # batch as separate requests; the others take gathered tensors.

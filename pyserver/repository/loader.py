@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyserver._proto import ModelConfig
 from pyserver.backends import DEFAULT_BACKEND_DIRECTORY, BackendSearch, find_backend, instance_class
-from pyserver.backends._common import compute_cores, instance_device
+from pyserver.backends._common import compute_cores, instance_device, instance_host_placement
 from pyserver.backends._cuda import visible_gpus
 from pyserver.backends.base import Capability, capabilities_of
 from pyserver.config import (
@@ -32,6 +32,7 @@ from pyserver.model import warmup
 from pyserver.model.custom_batching import find_strategy
 from pyserver.model.ensemble import EnsemblePlan
 from pyserver.model.version import ModelVersion
+from pyserver.runtime.host_policy import HostPolicyError
 
 log = logging.getLogger("pyserver")
 
@@ -202,8 +203,17 @@ def load_model(model: ModelDir, context: ServerContext, config_override=None,
                     for i in range(instance_count(group)):
                         name = f"{group.name}_{i}"
                         device = instance_device(config, name)
-                        mv.add_instance(name, cls(str(model_path), config, name, device, threads,
-                                                  **extra), group)
+                        # made under its host policy, as Triton makes an
+                        # instance: what the backend starts inherits it
+                        placement = instance_host_placement(config, name, context.host_policies)
+                        try:
+                            with placement.applied():
+                                made = cls(str(model_path), config, name, device, threads,
+                                           **extra)
+                        except HostPolicyError as err:
+                            raise ServerError(Code.INTERNAL, f"model '{model.name}' instance "
+                                                             f"'{name}': {err}") from None
+                        mv.add_instance(name, made, group, placement)
                 warmup.run(mv, samples)  # READY only once every instance ran its samples
             except ServerError as err:  # this version's (Triton's index names it)
                 raise VersionLoadError(number, err.code, err.message) from None

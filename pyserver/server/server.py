@@ -37,6 +37,7 @@ from pyserver.repository.manager import ModelManager
 from pyserver.runtime.custom_metrics import CustomMetrics
 from pyserver.runtime.device_memory import DeviceMemory
 from pyserver.runtime.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
+from pyserver.runtime.host_policy import HostPolicyError, check_setting
 from pyserver.runtime.settings import LogSettings, TraceSettings
 from pyserver.runtime.shared_memory import SharedMemoryManager
 from pyserver.runtime.tracing import Tracer
@@ -77,7 +78,8 @@ class Server:
                  rate_limit: str = "off", rate_limit_resources=(),
                  response_cache_byte_size: int = 0, histogram_latencies: bool = False,
                  backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
-                 backend_config: dict[str, dict[str, str]] | None = None):
+                 backend_config: dict[str, dict[str, str]] | None = None,
+                 host_policies: dict[str, dict[str, str]] | None = None):
         self.repositories = [model_repository] if isinstance(model_repository, (str, bytes)) \
             or hasattr(model_repository, "__fspath__") else list(model_repository)
         self.repositories = [str(r) for r in self.repositories]
@@ -113,6 +115,15 @@ class Server:
         self.response_cache = ServerResponseCache(response_cache_byte_size) \
             if response_cache_byte_size > 0 else None
         self.custom_metrics = CustomMetrics()  # pb_utils.MetricFamily, shown on /metrics
+        # --host-policy: {policy name: {setting: value}} (runtime/host_policy.py)
+        self.host_policies = {name: dict(settings)
+                              for name, settings in (host_policies or {}).items()}
+        for settings in self.host_policies.values():
+            for setting, value in settings.items():
+                try:
+                    check_setting(setting, value)
+                except HostPolicyError as err:
+                    raise invalid_arg(str(err)) from None
         self.models: ModelManager | None = None
         self.context: ServerContext | None = None  # built by start()
         self._completions: CompletionQueue | None = None
@@ -155,7 +166,8 @@ class Server:
             self._completions, loop=self._loop, answer=self.resolve_now,
             answer_late=self.answer_late, tracer=self.tracer,
             rate_limiter=self.rate_limiter, host_memory=self.host_memory,
-            device_memory=self.device_memory, custom_metrics=self.custom_metrics, requests=self)
+            device_memory=self.device_memory, custom_metrics=self.custom_metrics, requests=self,
+            host_policies=self.host_policies)
         self.models = ModelManager(self.repositories, self.context,
                                    self.model_load_thread_count, self.model_control_mode,
                                    self.load_options, self.model_load_retry_count)

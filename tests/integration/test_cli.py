@@ -264,6 +264,13 @@ def test_tritonserver_logging_tracing_and_thread_flags(tmp_path):
 @pytest.mark.parametrize("flag, message", [
     ("--rate-limit-resource=R", "--rate-limit-resource option format is "
      "'<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R"),
+    # --host-policy: Triton's texts (runtime/host_policy.py)
+    ("--host-policy=cpu", "--host-policy option format is '<policy name>,<setting>=<value>'. "
+     "Got cpu"),
+    ("--host-policy=cpu,cpus=0-1", "Unsupported host policy setting 'cpus' is specified, "
+     "supported settings are 'numa-node', 'cpu-cores'"),
+    ("--host-policy=cpu,cpu-cores=0", "host policy setting 'cpu-cores' format is "
+     "'<lower_cpu_core_id>-<upper_cpu_core_id>'. Got 0"),
     ("--trace-config=opentelemetry,url=localhost:4318", "trace mode 'opentelemetry' is not supported"),
     ("--trace-config=mode=opentelemetry", "trace mode 'opentelemetry' is not supported"),
     ("--trace-config=speed=3", "expected [triton,]KEY=VALUE"),
@@ -347,5 +354,4 @@ def test_reused_ports_deprecated_trace_flags_and_flags_without_effect(tmp_path):
             second.communicate(timeout=30)
     assert "'--trace-file' is deprecated: use '--trace-config triton,file=<value>'" in log
     assert "--repoagent-directory has no effect on this server" in log
-    assert "--host-policy has no effect on this server" in log
 

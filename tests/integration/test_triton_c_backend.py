@@ -943,3 +943,25 @@ def test_a_running_request_sees_its_cancellation(tmp_path, start_grpc):  # noqa:
         assert "params: cancelled while running" in log_file.read_text()
     finally:
         s.run(s.server.log_settings, {"log_file": ""})
+
+
+def test_an_instance_reads_its_host_policy(tmp_path, start_server, capfd):
+    """TRITONBACKEND_ModelInstanceHostPolicy gives the policy --host-policy
+    set for the instance (its group's, or the default 'cpu'), which
+    identity.c logs as it initializes; an instance with no policy set gets
+    its kind's default name with no settings, and its thread runs anywhere."""
+    backends, repo = tmp_path / "backends", tmp_path / "models"
+    build_backend(backends, "identity")
+    write_model(repo, "identity", IDENTITY.replace(
+        "count: 2 kind: KIND_CPU", 'count: 1 kind: KIND_CPU host_policy: "numa0"'))
+    write_model(repo, "identity_default", IDENTITY.replace("count: 2", "count: 1"))
+    s = start_server(repo, backend_directory=str(backends),
+                     host_policies={"numa0": {"numa-node": "0"}})
+    logged = capfd.readouterr().err  # the backend's log, in Triton's format on stderr
+    assert 'identity: host policy {\\"numa0\\": {\\"numa-node\\": \\"0\\"}}' in logged
+    assert 'identity: host policy {\\"cpu\\": {}}' in logged
+    x = np.ones(3, dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(x[None])
+    out = httpclient.InferenceServerClient(s.url).infer("identity", [inp]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(out, x[None])

@@ -12,6 +12,7 @@ sequences behave as over the network."""
 import asyncio
 import gc
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -123,6 +124,30 @@ def test_options_of_the_wrong_type_raise_type_error(repo):
         tritonserver.Server(model_repository=1).start()
     with pytest.raises(TypeError):
         tritonserver.Server(model_repository=str(repo), exit_timeout="5").start()
+
+
+def test_host_policies_pin_instances_and_bad_ones_raise(tmp_path):
+    """Options.host_policies as --host-policy (tests/integration/
+    test_host_policy.py): a setting Triton does not know raises
+    UnsupportedError, a value that does not parse InvalidArgumentError, and
+    a good policy pins the instance thread of the model it names."""
+    with pytest.raises(tritonserver.UnsupportedError, match="Unsupported host policy setting"):
+        tritonserver.Server(model_repository=str(tmp_path),
+                            host_policies={"cpu": {"cores": "0-0"}}).start()
+    with pytest.raises(tritonserver.InvalidArgumentError, match="'cpu-cores' format is"):
+        tritonserver.Server(model_repository=str(tmp_path),
+                            host_policies={"cpu": {"cpu-cores": "0"}}).start()
+    cpu = min(os.sched_getaffinity(0))
+    write_add_sub(tmp_path, max_batch_size=0)
+    server = tritonserver.Server(model_repository=str(tmp_path),
+                                 host_policies={"cpu": {"cpu-cores": f"{cpu}-{cpu}"}})
+    server.start(wait_until_ready=True)
+    try:
+        thread = next(t for t in threading.enumerate() if t.name == "instance:add_sub_0_0")
+        status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+        assert f"Cpus_allowed_list:\t{cpu}\n" in status
+    finally:
+        server.stop()
 
 
 def test_repository_missing_or_not_given(tmp_path):

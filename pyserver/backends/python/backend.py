@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from pyserver.backends._common import instance_host_placement
 from pyserver.backends.base import RESCHEDULED, Capability
 from pyserver.backends.python import channel
 from pyserver.backends.python.execution_env import execution_env
@@ -367,6 +368,7 @@ class ProcessPythonBackend(ServedInstance):
         self._restart_thread: threading.Thread | None = None
         self._worker: _Worker | None = None
         self.execute_timeout = execute_timeout(config)
+        self._host_policies = context.host_policies if context is not None else None
         worker = _prestarted.claim(self.model_path, config, instance_name)
         if worker is None:
             worker = self._launch(instance_name)
@@ -405,8 +407,12 @@ class ProcessPythonBackend(ServedInstance):
     # -- worker lifecycle ---------------------------------------------------------------
 
     def _launch(self, instance_name: str) -> _Worker:
-        """Starts a worker and sends it its initialize request (no waiting)."""
-        worker = _Worker("instance", instance_name, self._env, python=self._python)
+        """Starts a worker and sends it its initialize request (no waiting).
+        It starts under the instance's host policy (--host-policy), which it
+        and every thread it makes inherit: where they run and allocate."""
+        placement = instance_host_placement(self.config, instance_name, self._host_policies)
+        with placement.applied():
+            worker = _Worker("instance", instance_name, self._env, python=self._python)
         worker.on_log = functools.partial(log_from_model, instance_name)
         worker.on_message = self._on_worker_message
         info = {"model_path": self.model_path, "runtime_model": self.runtime_model,

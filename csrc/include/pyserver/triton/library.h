@@ -56,8 +56,10 @@ class Model {
 
 class Instance {
  public:
+  // host_policy_json: TRITONBACKEND_ModelInstanceHostPolicy's message,
+  // {"<policy name>": {"<setting>": "<value>", ...}}.
   static Status Create(Model* model, const std::string& name, int kind, int32_t device_id,
-                       std::unique_ptr<Instance>* out);
+                       const std::string& host_policy_json, std::unique_ptr<Instance>* out);
   ~Instance();  // TRITONBACKEND_ModelInstanceFinalize
   // TRITONBACKEND_ModelInstanceExecute over the batch. On an error the
   // backend returned, the requests are still ours (Triton's rule): the

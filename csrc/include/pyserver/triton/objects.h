@@ -175,6 +175,7 @@ struct TRITONBACKEND_ModelInstance {
   std::string name;
   TRITONSERVER_InstanceGroupKind kind = TRITONSERVER_INSTANCEGROUPKIND_CPU;
   int32_t device_id = 0;
+  std::string host_policy_json;  // its host policy, as ModelInstanceHostPolicy gives it
   void* state = nullptr;
   // What the backend last reported with ModelInstanceReportBatchStatistics
   // (steady-clock ns, as pyserver's own stamps): the batch's times.
