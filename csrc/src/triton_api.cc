@@ -610,15 +610,9 @@ API TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* instance,
                                           TRITONSERVER_Message** host_policy) {
   CHECK_ARG(instance);
   CHECK_ARG(host_policy);
-  // The server names the policy and its settings (--host-policy); an
-  // instance made without one has the default policy of its kind, empty.
-  std::string json = instance->host_policy_json;
-  if (json.empty()) {
-    json = instance->kind == TRITONSERVER_INSTANCEGROUPKIND_GPU
-               ? "{\"gpu_" + std::to_string(instance->device_id) + "\":{}}"
-               : "{\"cpu\":{}}";
-  }
-  *host_policy = new TRITONSERVER_Message{json};
+  // The server's message, as Triton's: the backend neither changes nor
+  // deletes it (Instance::Create sets it).
+  *host_policy = &instance->host_policy;
   return nullptr;
 }
 

@@ -300,6 +300,23 @@ TEST(TritonApi, TheBackendConfigMessageStaysTheServers) {
   EXPECT_EQ(std::string(base, size), backend.config.json);
 }
 
+TEST(TritonApi, AnInstancesHostPolicyIsTheServersMessage) {
+  // As BackendConfig's: the same server-owned message on every call.
+  TRITONBACKEND_ModelInstance instance;
+  instance.host_policy.json = "{\"numa0\":{\"numa-node\":\"0\"}}";
+  TRITONSERVER_Message* first;
+  TRITONSERVER_Message* second;
+  ASSERT_EQ(TRITONBACKEND_ModelInstanceHostPolicy(&instance, &first), nullptr);
+  ASSERT_EQ(TRITONBACKEND_ModelInstanceHostPolicy(&instance, &second), nullptr);
+  EXPECT_EQ(first, &instance.host_policy);
+  EXPECT_EQ(second, first);
+  const char* base;
+  size_t size;
+  ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(first, &base, &size), nullptr);
+  EXPECT_EQ(std::string(base, size), instance.host_policy.json);
+  EXPECT_NE(TRITONBACKEND_ModelInstanceHostPolicy(&instance, nullptr), nullptr);
+}
+
 TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
   TRITONSERVER_MetricFamily* gauges;
   ASSERT_EQ(TRITONSERVER_MetricFamilyNew(&gauges, TRITONSERVER_METRIC_KIND_GAUGE, "g", "a gauge"),

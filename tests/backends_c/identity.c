@@ -118,7 +118,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(inst, &model));
   RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
   ++*(int*)state;
-  /* its host policy in the log, as a backend that places its work reads it */
+  /* its host policy in the log, as a backend that places its work reads it
+     (the message stays the server's: not deleted) */
   TRITONSERVER_Message* policy;
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceHostPolicy(inst, &policy));
   const char* policy_json;
@@ -127,7 +128,6 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   char line[512];
   snprintf(line, sizeof(line), "identity: host policy %s", policy_json);
   TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, line);
-  RETURN_IF_ERROR(TRITONSERVER_MessageDelete(policy));
   const size_t usage[1][2] = {{TRITONSERVER_MEMORY_CPU, 1024}};
   TRITONSERVER_BufferAttributes* attrs[1];
   RETURN_IF_ERROR(Usage(attrs, usage, 1));

@@ -175,7 +175,9 @@ struct TRITONBACKEND_ModelInstance {
   std::string name;
   TRITONSERVER_InstanceGroupKind kind = TRITONSERVER_INSTANCEGROUPKIND_CPU;
   int32_t device_id = 0;
-  std::string host_policy_json;  // its host policy, as ModelInstanceHostPolicy gives it
+  // Its host policy, {"<name>": {"<setting>": "<value>", ...}}: the
+  // message ModelInstanceHostPolicy gives, which stays the server's.
+  TRITONSERVER_Message host_policy;
   void* state = nullptr;
   // What the backend last reported with ModelInstanceReportBatchStatistics
   // (steady-clock ns, as pyserver's own stamps): the batch's times.
