@@ -159,7 +159,10 @@ class TritonCBackend:
                                                 getattr(context, "host_policies", None))
             self.instance = triton_c.Instance(entry[0], instance_name, _KIND_CODES[kind],
                                               device_id, [out for _, out in self._states],
-                                              config.name, json.dumps(placement.message()))
+                                              config.name,
+                                              # Triton's layout: compact, settings by name
+                                              json.dumps(placement.message(), sort_keys=True,
+                                                         separators=(",", ":")))
         except BaseException:
             self._release_model()
             raise

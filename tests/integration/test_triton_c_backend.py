@@ -955,11 +955,14 @@ def test_an_instance_reads_its_host_policy(tmp_path, start_server, capfd):
     write_model(repo, "identity", IDENTITY.replace(
         "count: 2 kind: KIND_CPU", 'count: 1 kind: KIND_CPU host_policy: "numa0"'))
     write_model(repo, "identity_default", IDENTITY.replace("count: 2", "count: 1"))
+    cpu = min(os.sched_getaffinity(0))
     s = start_server(repo, backend_directory=str(backends),
-                     host_policies={"numa0": {"numa-node": "0"}})
+                     host_policies={"numa0": {"numa-node": "0", "cpu-cores": f"{cpu}-{cpu}"}})
     logged = capfd.readouterr().err  # the backend's log, in Triton's format on stderr
-    assert 'identity: host policy {\\"numa0\\": {\\"numa-node\\": \\"0\\"}}' in logged
-    assert 'identity: host policy {\\"cpu\\": {}}' in logged
+    # in Triton's layout (nvidia-pytriton's tritonserver logs the same line for this backend)
+    assert ('identity: host policy {\\"numa0\\":{\\"cpu-cores\\":\\"%d-%d\\",'
+            '\\"numa-node\\":\\"0\\"}}' % (cpu, cpu)) in logged
+    assert 'identity: host policy {\\"cpu\\":{}}' in logged
     x = np.ones(3, dtype=np.float32)
     inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
     inp.set_data_from_numpy(x[None])
