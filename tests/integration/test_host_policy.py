@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from pyserver.kernel.errors import ServerError
 from pyserver.server.server import Server
 from pyserver.testing import write_add_sub
+from tests.integration.conftest import use_execution_mode
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "python"
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
@@ -129,15 +130,23 @@ def test_a_restarted_worker_keeps_its_policy(tmp_path, start_server, two_cpus):
     infer_add_sub(server.url, "add_sub")
 
 
+@pytest.mark.parametrize("kind", ["onnx", "python_thread_mode"])
 def test_an_instance_thread_runs_under_its_policy_not_on_the_loop(tmp_path, start_server,
-                                                                    two_cpus):
-    """An in-process model that would run on the event loop runs on its
-    instance thread instead, which its policy pins; the loop keeps every CPU."""
+                                                                    two_cpus, kind):
+    """An in-process model that would run on the event loop (ONNX Runtime,
+    a Python model in thread mode) runs on its instance thread instead,
+    which its policy pins; the loop keeps every CPU."""
     second = two_cpus[1]
-    write_add_sub(tmp_path, "onnx_add_sub", max_batch_size=0)
+    if kind == "onnx":
+        write_add_sub(tmp_path, "model", max_batch_size=0)
+        size = 16
+    else:
+        python_model(tmp_path, "model")
+        use_execution_mode(tmp_path, "thread")
+        size = 4
     server = start_server(tmp_path, host_policies={"cpu": {"cpu-cores": f"{second}-{second}"}})
-    infer_add_sub(server.url, "onnx_add_sub", size=16)
-    mv = server.server.models.resolve("onnx_add_sub", "")
+    infer_add_sub(server.url, "model", size=size)
+    mv = server.server.models.resolve("model", "")
     assert mv.inline is None
     name = f"instance:{mv.instances[0].name}"
     thread = next(t for t in threading.enumerate() if t.name == name)
