@@ -314,7 +314,9 @@ TEST(TritonApi, AnInstancesHostPolicyIsTheServersMessage) {
   size_t size;
   ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(first, &base, &size), nullptr);
   EXPECT_EQ(std::string(base, size), instance.host_policy.json);
-  EXPECT_NE(TRITONBACKEND_ModelInstanceHostPolicy(&instance, nullptr), nullptr);
+  TRITONSERVER_Error* refused = TRITONBACKEND_ModelInstanceHostPolicy(&instance, nullptr);
+  EXPECT_EQ(TRITONSERVER_ErrorCode(refused), TRITONSERVER_ERROR_INVALID_ARG);
+  TRITONSERVER_ErrorDelete(refused);
 }
 
 TEST(TritonApi, CustomMetricsOfEachKindTakeWhatTheirKindAllows) {
