@@ -249,10 +249,10 @@ class ModelVersion:
     def add_instance(self, name: str, backend, group=None, placement=None):
         """``group``: the instance's instance_group (a passive one's instances
         load but take no work); ``placement``: its host policy
-        (runtime/host_policy.Placement; its thread runs under it). Under --rate-limit=execution_count an
-        instance whose group lists rate_limiter resources registers with the
-        server's limiter (ServerError with Triton's text when they cannot
-        work)."""
+        (runtime/host_policy.Placement; its thread runs under it). Under
+        --rate-limit=execution_count an instance whose group lists
+        rate_limiter resources registers with the server's limiter
+        (ServerError with Triton's text when they cannot work)."""
         instance = ModelInstance(self, name, backend, placement)
         if group is not None and group.passive:
             self.passive_instances.append(instance)
