@@ -282,38 +282,41 @@ TEST(TritonApi, MessagesAndTheMemoryManager) {
   }
 }
 
-TEST(TritonApi, TheBackendConfigMessageStaysTheServers) {
-  // Triton's rule: the message TRITONBACKEND_BackendConfig returns is owned
-  // by the server; the backend neither changes nor deletes it. Each call
-  // gives the same message (a backend that asks twice leaks nothing).
-  TRITONBACKEND_Backend backend;
-  backend.config.json = "{\"cmdline\":{\"k\":\"v\"}}";
+// What a getter of a server-owned message must do: give ``own`` itself on
+// every call (a backend that asks twice leaks nothing), reading as its JSON.
+template <typename Get>
+void ExpectTheServersMessage(Get get, TRITONSERVER_Message* own) {
   TRITONSERVER_Message* first;
   TRITONSERVER_Message* second;
-  ASSERT_EQ(TRITONBACKEND_BackendConfig(&backend, &first), nullptr);
-  ASSERT_EQ(TRITONBACKEND_BackendConfig(&backend, &second), nullptr);
-  EXPECT_EQ(first, &backend.config);
+  ASSERT_EQ(get(&first), nullptr);
+  ASSERT_EQ(get(&second), nullptr);
+  EXPECT_EQ(first, own);
   EXPECT_EQ(second, first);
   const char* base;
   size_t size;
   ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(first, &base, &size), nullptr);
-  EXPECT_EQ(std::string(base, size), backend.config.json);
+  EXPECT_EQ(std::string(base, size), own->json);
+}
+
+TEST(TritonApi, TheBackendConfigMessageStaysTheServers) {
+  // Triton's rule: the message TRITONBACKEND_BackendConfig returns is owned
+  // by the server; the backend neither changes nor deletes it.
+  TRITONBACKEND_Backend backend;
+  backend.config.json = "{\"cmdline\":{\"k\":\"v\"}}";
+  ExpectTheServersMessage(
+      [&](TRITONSERVER_Message** m) { return TRITONBACKEND_BackendConfig(&backend, m); },
+      &backend.config);
 }
 
 TEST(TritonApi, AnInstancesHostPolicyIsTheServersMessage) {
   // As BackendConfig's: the same server-owned message on every call.
   TRITONBACKEND_ModelInstance instance;
   instance.host_policy.json = "{\"numa0\":{\"numa-node\":\"0\"}}";
-  TRITONSERVER_Message* first;
-  TRITONSERVER_Message* second;
-  ASSERT_EQ(TRITONBACKEND_ModelInstanceHostPolicy(&instance, &first), nullptr);
-  ASSERT_EQ(TRITONBACKEND_ModelInstanceHostPolicy(&instance, &second), nullptr);
-  EXPECT_EQ(first, &instance.host_policy);
-  EXPECT_EQ(second, first);
-  const char* base;
-  size_t size;
-  ASSERT_EQ(TRITONSERVER_MessageSerializeToJson(first, &base, &size), nullptr);
-  EXPECT_EQ(std::string(base, size), instance.host_policy.json);
+  ExpectTheServersMessage(
+      [&](TRITONSERVER_Message** m) {
+        return TRITONBACKEND_ModelInstanceHostPolicy(&instance, m);
+      },
+      &instance.host_policy);
   TRITONSERVER_Error* refused = TRITONBACKEND_ModelInstanceHostPolicy(&instance, nullptr);
   EXPECT_EQ(TRITONSERVER_ErrorCode(refused), TRITONSERVER_ERROR_INVALID_ARG);
   TRITONSERVER_ErrorDelete(refused);

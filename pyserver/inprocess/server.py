@@ -28,8 +28,6 @@ from pyserver.inprocess.model import Model
 from pyserver.kernel.errors import ServerError
 from pyserver.runtime import settings
 from pyserver.runtime.custom_metrics import CustomMetricError, CustomMetrics
-from pyserver.runtime.host_policy import SETTINGS as HOST_POLICY_SETTINGS
-from pyserver.runtime.host_policy import HostPolicyError, check_setting
 
 __all__ = ["Metric", "MetricFamily", "ModelDictionary", "ModelLoadDeviceLimit", "Options",
            "RateLimiterResource", "Server"]
@@ -137,15 +135,6 @@ class Options:
                 raise InvalidArgumentError(f"unsupported cache '{name}': this server has the "
                                            "'local' cache")
             cache_bytes = int(cache_settings.get("size", 0))
-        policies = {name: {k: str(v) for k, v in policy.items()}
-                    for name, policy in self.host_policies.items()}
-        for policy in policies.values():
-            for setting, value in policy.items():
-                try:
-                    check_setting(setting, value)
-                except HostPolicyError as err:  # Triton refuses an unknown setting as unsupported
-                    raise (InvalidArgumentError if setting in HOST_POLICY_SETTINGS
-                           else UnsupportedError)(str(err)) from None
         default_mbs = 4
         for backend_settings in self.backend_configuration.values():
             if "default-max-batch-size" in backend_settings:
@@ -168,7 +157,8 @@ class Options:
             backend_directory=self.backend_directory,
             backend_config={name: {k: str(v) for k, v in settings.items()}
                             for name, settings in self.backend_configuration.items()},
-            host_policies=policies,
+            host_policies={name: {k: str(v) for k, v in policy.items()}  # the server checks them
+                           for name, policy in self.host_policies.items()},
             # poll mode polls when asked (poll_model_repository), as Triton's API does
             repository_poll_secs=0,
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import platform
 
@@ -161,6 +162,7 @@ def placement_for(policies: dict[str, dict[str, str]] | None, kind: str, device_
     return Placement(name, (policies or {}).get(name))
 
 
+@functools.cache
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 

@@ -37,6 +37,7 @@ from pyserver.repository.manager import ModelManager
 from pyserver.runtime.custom_metrics import CustomMetrics
 from pyserver.runtime.device_memory import DeviceMemory
 from pyserver.runtime.host_memory import DEFAULT_PINNED_POOL_BYTES, HostMemory
+from pyserver.runtime.host_policy import SETTINGS as HOST_POLICY_SETTINGS
 from pyserver.runtime.host_policy import HostPolicyError, check_setting
 from pyserver.runtime.settings import LogSettings, TraceSettings
 from pyserver.runtime.shared_memory import SharedMemoryManager
@@ -122,8 +123,9 @@ class Server:
             for setting, value in settings.items():
                 try:
                     check_setting(setting, value)
-                except HostPolicyError as err:
-                    raise invalid_arg(str(err)) from None
+                except HostPolicyError as err:  # Triton refuses an unknown setting as unsupported
+                    raise ServerError(Code.INVALID_ARG if setting in HOST_POLICY_SETTINGS
+                                      else Code.UNSUPPORTED, str(err)) from None
         self.models: ModelManager | None = None
         self.context: ServerContext | None = None  # built by start()
         self._completions: CompletionQueue | None = None
