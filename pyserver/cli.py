@@ -233,23 +233,27 @@ async def serve(args) -> int:
         if key == "default-max-batch-size":
             default_mbs = int(value)
         backend_config.setdefault(backend, {})[key] = value
-    server = Server(args.model_repository, auto_complete_config=auto_complete,
-                    default_max_batch_size=default_mbs,
-                    summary_latencies=metrics_config.summary_latencies,
-                    histogram_latencies=metrics_config.histogram_latencies, server_id=args.server_id,
-                    exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
-                    model_load_thread_count=args.model_load_thread_count,
-                    model_load_retry_count=args.model_load_retry_count,
-                    model_control_mode=args.model_control_mode, load_models=args.load_model,
-                    allow_client_shm=args.allow_client_shm,
-                    repository_poll_secs=args.repository_poll_secs,
-                    model_config_name=args.model_config_name,
-                    pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
-                    cuda_memory_pool_byte_size=cuda_pool_sizes,
-                    rate_limit=args.rate_limit, rate_limit_resources=rate_limit_resources,
-                    response_cache_byte_size=cache_bytes,
-                    backend_directory=args.backend_directory, backend_config=backend_config,
-                    host_policies=host_policies)
+    try:
+        server = Server(args.model_repository, auto_complete_config=auto_complete,
+                        default_max_batch_size=default_mbs,
+                        summary_latencies=metrics_config.summary_latencies,
+                        histogram_latencies=metrics_config.histogram_latencies, server_id=args.server_id,
+                        exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
+                        model_load_thread_count=args.model_load_thread_count,
+                        model_load_retry_count=args.model_load_retry_count,
+                        model_control_mode=args.model_control_mode, load_models=args.load_model,
+                        allow_client_shm=args.allow_client_shm,
+                        repository_poll_secs=args.repository_poll_secs,
+                        model_config_name=args.model_config_name,
+                        pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
+                        cuda_memory_pool_byte_size=cuda_pool_sizes,
+                        rate_limit=args.rate_limit, rate_limit_resources=rate_limit_resources,
+                        response_cache_byte_size=cache_bytes,
+                        backend_directory=args.backend_directory, backend_config=backend_config,
+                        host_policies=host_policies)
+    except ServerError as err:  # a setting it refuses (a host policy's value)
+        log.error("%s", err.message)
+        return 1
     for reason in server.device_memory.unusable_sizes():
         log.warning("%s", reason)
     try:  # the settings the log and trace APIs also change, from the command line

@@ -43,9 +43,10 @@ class HostPolicyError(ValueError):
 
 
 def parse_host_policy_flags(values: list[str]) -> dict[str, dict[str, str]]:
-    """``--host-policy`` values into {policy name: {setting: value}}, each
-    setting checked now (HostPolicyError with Triton's text), later values
-    of a setting replacing earlier ones as in Triton."""
+    """``--host-policy`` values into {policy name: {setting: value}}, later
+    values of a setting replacing earlier ones as in Triton. Only the flag's
+    shape is checked here (HostPolicyError with Triton's text); the server
+    checks each setting and value, for the in-process API too."""
     policies: dict[str, dict[str, str]] = {}
     for arg in values:
         name, comma, rest = arg.partition(",")
@@ -53,14 +54,13 @@ def parse_host_policy_flags(values: list[str]) -> dict[str, dict[str, str]]:
         if not (comma and equals and name and setting and value):
             raise HostPolicyError("--host-policy option format is "
                                   f"'<policy name>,<setting>=<value>'. Got {arg}")
-        check_setting(setting, value)
         policies.setdefault(name, {})[setting] = value
     return policies
 
 
 def check_setting(setting: str, value: str) -> None:
     """HostPolicyError when ``setting`` is not one Triton knows or its value
-    does not parse (the in-process API's options are checked here too)."""
+    does not parse (Server checks every policy it is given with this)."""
     if setting not in SETTINGS:
         raise HostPolicyError(f"Unsupported host policy setting '{setting}' is specified, "
                               "supported settings are 'numa-node', 'cpu-cores'")

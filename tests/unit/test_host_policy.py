@@ -11,6 +11,7 @@ from pyserver.config import parse_config_text
 from pyserver.runtime.host_policy import (
     HostPolicyError,
     Placement,
+    check_setting,
     parse_cpu_cores,
     parse_host_policy_flags,
     policy_name,
@@ -57,8 +58,12 @@ def test_policy_names_and_flags_read_as_tritons():
     for bad in ("p", "p,", "p,cpu-cores", "p,=1", ",cpu-cores=0-1", "p,cpu-cores="):
         with pytest.raises(HostPolicyError, match="--host-policy option format is"):
             parse_host_policy_flags([bad])
+    # settings and values are the server's to check (check_setting), once
+    assert parse_host_policy_flags(["p,gpu=0"]) == {"p": {"gpu": "0"}}
     with pytest.raises(HostPolicyError, match="Unsupported host policy setting 'gpu'"):
-        parse_host_policy_flags(["p,gpu=0"])
+        check_setting("gpu", "0")
     with pytest.raises(HostPolicyError, match="Got 1"):
-        parse_host_policy_flags(["p,cpu-cores=0-0,1"])
+        check_setting("cpu-cores", "0-0,1")
+    with pytest.raises(HostPolicyError, match="Can't parse 'x' to integer"):
+        check_setting("numa-node", "x")
     assert not Placement("cpu") and Placement("cpu", {"numa-node": "0"})
