@@ -122,7 +122,7 @@ cdef class Admission:
                                              request.timeout_us, validated[2])
         ledger.handles[future] = (route.scheduler, pending.id)
         ledger.inflight += 1
-        if route.dispatch is not None:
+        if route.dispatch is not None and not route.scheduler.wait_holds:
             route.dispatch()
         if ledger.inflight == 1:
             self.spin(model)

@@ -48,7 +48,7 @@ cdef extern from "pyserver/scheduler.h" namespace "pyserver" nogil:
         uint64_t compute_end_ns
 
     cdef cppclass CScheduler "pyserver::Scheduler":
-        Status Enqueue(const RequestInfo& info, uint64_t* id)
+        Status EnqueueForTaker(const RequestInfo& info, uint64_t* id, cbool* wait_holds)
         cbool NextBatch(CBatch* batch)
         cbool TryNextBatch(CBatch* batch, uint64_t* due_ns)
         void ParkInstances(cbool parked)
@@ -157,6 +157,9 @@ cdef class Scheduler:
     # what the last try_next_batch() said: when to ask again (the engine's
     # clock, ns) if nothing arrives before; 0: only an arrival makes a batch
     cdef readonly uint64_t next_due_ns
+    # what the last enqueue() said: that wait still stands with its request
+    # queued, so the loop need not ask before next_due_ns (its timer will)
+    cdef readonly bint wait_holds
 
     cpdef object try_next_batch(self)
     cpdef record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,

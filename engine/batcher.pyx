@@ -145,12 +145,15 @@ cdef class Scheduler:
     def enqueue(self, object request, uint32_t batch_size=0, uint64_t priority=0,
                 uint64_t timeout_us=0, uint64_t shape_key=0, uint64_t correlation_id=0,
                 uint32_t sequence_flags=0, str correlation_label=None, uintptr_t view=0):
-        """Queues ``request``; returns its id (for ``cancel``). Raises
-        ServerError when the queue refuses it (full, stopping). ``view``:
+        """Queues ``request``; returns its id (for ``cancel``) and sets
+        ``wait_holds`` (the last try_next_batch()'s wait still stands: the
+        loop's drivers need not be asked now). Raises ServerError when the
+        queue refuses it (full, stopping). ``view``:
         the address of what the model's BatchStrategy reads of the request,
         kept alive by ``request`` while it is queued."""
         cdef RequestInfo info
         cdef uint64_t rid = 0
+        cdef cbool holds = False
         cdef Status st
         Py_INCREF(request)
         info.token = <Token><uintptr_t><PyObject*>request
@@ -169,7 +172,8 @@ cdef class Scheduler:
         # GIL kept: Enqueue only takes the queue lock for an O(1) push, and
         # csrc never waits for the GIL, so this cannot deadlock; releasing it
         # here would hand the GIL to a busy instance thread on every request.
-        st = self.c.get().Enqueue(info, &rid)
+        st = self.c.get().EnqueueForTaker(info, &rid, &holds)
+        self.wait_holds = holds
         if not st.ok():
             Py_DECREF(request)
             check_status(st)

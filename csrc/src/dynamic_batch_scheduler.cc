@@ -86,6 +86,13 @@ bool DynamicBatchScheduler::IsPreferred(uint32_t size) const {
 }
 
 Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
+  bool wait_holds;
+  return EnqueueForTaker(info, id, &wait_holds);
+}
+
+Status DynamicBatchScheduler::EnqueueForTaker(const RequestInfo& info, uint64_t* id,
+                                              bool* wait_holds) {
+  *wait_holds = false;
   QueuedRequest r;
   r.token = info.token;
   r.id = NextRequestId();
@@ -112,10 +119,14 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
         deadline_cv_.notify_one();
       }
     }
-    // Wake the waiting leader only when this request can change its decision.
-    wake = leader_waiting_ && !parked_ &&
-           (queued_batch_size_ >= wake_threshold_ || deadline != 0 ||
-            config_.priority_levels > 0 || config_.enforce_equal_shapes || delay_count_ > 0);
+    // Wake the waiting leader (or tell the waiting taker to ask) only when
+    // this request can change its decision.
+    const bool may_decide = queued_batch_size_ >= wake_threshold_ || deadline != 0 ||
+                            config_.priority_levels > 0 || config_.enforce_equal_shapes ||
+                            delay_count_ > 0;
+    wake = leader_waiting_ && !parked_ && may_decide;
+    // A custom strategy may end the batch at any request.
+    *wait_holds = taker_waiting_ && !may_decide && !has_strategy_;
   }
   if (wake) leader_cv_.notify_one();
   *id = r.id;
@@ -125,6 +136,7 @@ Status DynamicBatchScheduler::Enqueue(const RequestInfo& info, uint64_t* id) {
 DynamicBatchScheduler::Decision DynamicBatchScheduler::FormBatch(
     uint64_t now_ns, size_t* count, bool* saturated, uint64_t* wake_at_ns,
     std::vector<QueuedRequest>* rejected) {
+  taker_waiting_ = false;
   ExpireDue(now_ns, rejected);
   if (queue_.empty()) return Decision::kEmpty;
 
@@ -348,6 +360,7 @@ bool DynamicBatchScheduler::TryNextBatch(Batch* batch, uint64_t* due_ns) {
       got = true;
     } else if (decision == Decision::kWait && due_ns != nullptr && rejected.empty()) {
       *due_ns = wake_at;
+      taker_waiting_ = true;
     }
   }
   if (!rejected.empty()) {

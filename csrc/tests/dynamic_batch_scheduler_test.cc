@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "pyserver/clock.h"
+#include "pyserver/pass_through_scheduler.h"
 #include "test_util.h"
 
 namespace pyserver {
@@ -712,6 +713,71 @@ TEST(DynamicBatcher, TryNextBatchSaysWhenTheDelayEnds) {
   ASSERT_TRUE(s->TryNextBatch(&b, &due));  // due: the delay is over
   EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2}));
   EXPECT_EQ(due, 0u);
+}
+
+// The loop's driver is asked after an enqueue only when the request can
+// end the wait TryNextBatch() reported: reaching the next preferred or the
+// maximum size, or carrying a deadline. Any other evaluation of the queue
+// ends what the taker was told.
+TEST(DynamicBatcher, EnqueueSaysWhenTheTakersWaitStillHolds) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;
+  c.preferred_batch_sizes = {4};
+  c.max_queue_delay_us = kLongDelayUs;
+  auto s = Make(h, c);
+  uint64_t id, due = 0;
+  bool holds = true;
+  ASSERT_TRUE(s->EnqueueForTaker(Req(1), &id, &holds).ok());
+  EXPECT_FALSE(holds);  // nobody was told to wait yet
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b, &due));
+  EXPECT_NE(due, 0u);
+  ASSERT_TRUE(s->EnqueueForTaker(Req(2), &id, &holds).ok());
+  EXPECT_TRUE(holds);  // 2 of the preferred 4: the wait stands
+  ASSERT_TRUE(s->EnqueueForTaker(Req(3), &id, &holds).ok());
+  EXPECT_TRUE(holds);
+  ASSERT_TRUE(s->EnqueueForTaker(Req(4), &id, &holds).ok());
+  EXPECT_FALSE(holds);  // the preferred size: a batch forms now
+  ASSERT_TRUE(s->TryNextBatch(&b, &due));
+  EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
+
+  ASSERT_TRUE(s->EnqueueForTaker(Req(5), &id, &holds).ok());
+  EXPECT_FALSE(holds);  // that evaluation sent a batch: no wait told
+  EXPECT_FALSE(s->TryNextBatch(&b, &due));
+  EXPECT_FALSE(s->TryNextBatch(&b, nullptr));  // asked without a due time
+  ASSERT_TRUE(s->EnqueueForTaker(Req(6), &id, &holds).ok());
+  EXPECT_FALSE(holds);  // a caller that arms no timer is not waiting
+}
+
+TEST(DynamicBatcher, EnqueueNeverHoldsAWaitForSchedulersWithoutOne) {
+  Harness h;
+  DynamicBatcherConfig c;
+  c.max_batch_size = 8;  // no delay: TryNextBatch sends what is queued
+  auto s = Make(h, c);
+  uint64_t id, due = 0;
+  bool holds = true;
+  Batch b;
+  EXPECT_FALSE(s->TryNextBatch(&b, &due));
+  ASSERT_TRUE(s->EnqueueForTaker(Req(1), &id, &holds).ok());
+  EXPECT_FALSE(holds);
+  // requests with a deadline (a queue policy's timeout) may expire first
+  Harness h_timed;
+  c.max_queue_delay_us = kLongDelayUs;
+  c.default_policy.default_timeout_us = kLongDelayUs;
+  auto timed = Make(h_timed, c);
+  Enqueue(timed.get(), Req(1));
+  EXPECT_FALSE(timed->TryNextBatch(&b, &due));
+  EXPECT_NE(due, 0u);
+  holds = true;
+  ASSERT_TRUE(timed->EnqueueForTaker(Req(2), &id, &holds).ok());
+  EXPECT_FALSE(holds);
+  timed->Stop();
+  std::unique_ptr<Scheduler> plain(new PassThroughScheduler(h.stats, h.completions, false));
+  holds = true;
+  ASSERT_TRUE(plain->EnqueueForTaker(Req(2), &id, &holds).ok());
+  EXPECT_FALSE(holds);
+  plain->Stop();
 }
 
 TEST(DynamicBatcher, TryNextBatchRejectsExpiredRequests) {

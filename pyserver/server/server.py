@@ -636,7 +636,7 @@ class Server:
             pending = mv.submit(request, future, None, validated)
         self._handles[future] = (mv.scheduler, pending.id)
         self._ledger.inflight += 1
-        if mv.loop_drivers:
+        if mv.loop_drivers and not mv.scheduler.wait_holds:  # else its batch_timer asks
             mv.dispatch()
         if self._ledger.inflight == 1:
             self._maybe_spin(mv)

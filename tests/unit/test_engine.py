@@ -118,6 +118,24 @@ def test_batch_forms_within_its_delay():
     assert 0.045 <= waited < 2.0
 
 
+def test_enqueue_says_whether_the_loops_batching_wait_still_holds():
+    # The event loop asks for a batch after an enqueue only when the request
+    # may end the wait try_next_batch() reported (its timer asks at the end).
+    sched, _, _ = make(preferred_batch_size=[3], max_queue_delay_microseconds=10_000_000)
+    items = [Item(k) for k in range(4)]
+    sched.enqueue(items[0], 1)
+    assert not sched.wait_holds  # no one was told to wait
+    assert sched.try_next_batch() is None and sched.next_due_ns
+    sched.enqueue(items[1], 1)
+    assert sched.wait_holds  # 2 of the preferred 3
+    sched.enqueue(items[2], 1)
+    assert not sched.wait_holds  # the preferred size: a batch forms now
+    assert len(sched.try_next_batch()) == 3
+    sched.enqueue(items[3], 1)
+    assert not sched.wait_holds  # that evaluation sent a batch
+    sched.stop()
+
+
 def test_delay_scheduler_hook():
     sched, _, _ = make(delay_scheduler_count=3)
     out = []

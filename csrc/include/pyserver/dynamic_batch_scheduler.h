@@ -73,6 +73,7 @@ class DynamicBatchScheduler : public Scheduler {
   ~DynamicBatchScheduler() override;
 
   Status Enqueue(const RequestInfo& info, uint64_t* id) override;
+  Status EnqueueForTaker(const RequestInfo& info, uint64_t* id, bool* wait_holds) override;
   bool NextBatch(Batch* batch) override;
   // A batch if the rules send one now (never while a batching delay runs).
   bool TryNextBatch(Batch* batch, uint64_t* due_ns) override;
@@ -131,6 +132,9 @@ class DynamicBatchScheduler : public Scheduler {
   bool parked_ = false;  // see Scheduler::ParkInstances
   bool leader_present_ = false;
   bool leader_waiting_ = false;
+  // TryNextBatch()'s caller was told to wait for a batching delay (and
+  // asks again as it ends); cleared by the next evaluation of the queue.
+  bool taker_waiting_ = false;
   uint64_t wake_threshold_ = 1;   // queued batch size that re-wakes the leader
   uint64_t queued_batch_size_ = 0;
   uint64_t next_deadline_ns_ = 0;  // earliest request deadline, 0 = none

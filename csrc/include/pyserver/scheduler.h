@@ -90,6 +90,17 @@ class Scheduler {
   // success *id identifies the request for Cancel().
   virtual Status Enqueue(const RequestInfo& info, uint64_t* id) = 0;
 
+  // Enqueue(), and *wait_holds: true when the batching wait that the last
+  // TryNextBatch() reported (its *due_ns) still stands with this request
+  // queued, so a TryNextBatch() before that time would form no batch and
+  // the event loop, whose timer asks again then, need not ask now (the
+  // request reaches no preferred or maximum size and carries no deadline,
+  // see DynamicBatchScheduler). Default: never; the loop asks each time.
+  virtual Status EnqueueForTaker(const RequestInfo& info, uint64_t* id, bool* wait_holds) {
+    *wait_holds = false;
+    return Enqueue(info, id);
+  }
+
   // Blocks until a batch is ready for this (idle) instance. Returns false once
   // the scheduler is stopped and has nothing more to hand out.
   virtual bool NextBatch(Batch* batch) = 0;
