@@ -611,6 +611,45 @@ def test_the_loop_keeps_the_batching_delay_and_sizes(tmp_path, start_server):
     assert executions("long_batcher") == 1
 
 
+def test_requests_arriving_during_the_loops_wait_end_it_only_when_they_can(tmp_path,
+                                                                            start_server):
+    """While the loop waits out a batching delay, a request that cannot end
+    the wait does not ask the loop for a batch (the scheduler says so); one
+    that reaches the preferred size ends it at once, and one that arrives
+    after it joins nothing and waits its own delay."""
+    repo = repo_with(tmp_path, "add_sub")
+    _add_sub_copy(repo, "preferring", "\nmax_batch_size: 8\ndynamic_batching { "
+                                      "preferred_batch_size: [ 3 ] "
+                                      "max_queue_delay_microseconds: 30000000 }\n")
+    server = start_server(repo)
+
+    def call(k):
+        a = np.full((1, 4), k, np.float32)
+        start = time.monotonic()
+        r = infer_add_sub(server.url, "preferring", a, np.ones((1, 4), np.float32))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + 1)
+        return time.monotonic() - start
+
+    def queued(n):
+        deadline = time.monotonic() + 10
+        while server.run(lambda: server.server.inflight) < n:
+            assert time.monotonic() < deadline, f"{n} requests never queued"
+            time.sleep(0.01)
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(call, 1)
+        queued(1)  # the loop was told to wait (30 s)
+        second = pool.submit(call, 2)
+        queued(2)  # below the preferred size: the wait stands
+        time.sleep(0.2)
+        assert not first.done() and not second.done()
+        third = pool.submit(call, 3)  # the preferred size: all three go now
+        took = [f.result(timeout=20) for f in (first, second, third)]
+    assert max(took) < 15, took
+    stats = server.run(server.server.model_statistics, "preferring")
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 3
+
+
 def test_unload_lets_the_batch_in_the_worker_finish(tmp_path, start_server):
     server = start_server(repo_with(tmp_path, "parallel"), model_control_mode="explicit",
                           load_models=["parallel"])
