@@ -451,8 +451,10 @@ cdef class Instance:
     cdef int held
     cdef object held_changed
 
-    def __init__(self, Model model, str name, int kind, int device_id, list state_names=None,
-                 str model_name="", str host_policy_json=""):
+    def __init__(self, Model model, str name, int kind, int device_id, str host_policy_json,
+                 list state_names=None, str model_name=""):
+        """``host_policy_json``: the instance's host policy as the backend
+        reads it (TRITONBACKEND_ModelInstanceHostPolicy)."""
         self.owner = model
         self.held_changed = threading.Condition()
         for state in state_names or ():

@@ -111,11 +111,7 @@ Status Instance::Create(Model* model, const std::string& name, int kind, int32_t
   i.name = name;
   i.kind = static_cast<TRITONSERVER_InstanceGroupKind>(kind);
   i.device_id = device_id;
-  i.host_policy.json = host_policy_json.empty()
-                           ? (i.kind == TRITONSERVER_INSTANCEGROUPKIND_GPU
-                                  ? "{\"gpu_" + std::to_string(device_id) + "\":{}}"
-                                  : "{\"cpu\":{}}")
-                           : host_policy_json;
+  i.host_policy.json = host_policy_json;
   const EntryPoints& e = i.model->backend->entry;
   if (e.instance_initialize != nullptr) {
     PYSERVER_RETURN_IF_ERROR(FromError(e.instance_initialize(&i)));

@@ -715,6 +715,15 @@ TEST(DynamicBatcher, TryNextBatchSaysWhenTheDelayEnds) {
   EXPECT_EQ(due, 0u);
 }
 
+// Whether the wait the loop was told of still holds once `token` is queued.
+bool WaitHoldsAfter(Scheduler* s, Token token) {
+  uint64_t id;
+  bool holds = true;
+  Status st = s->EnqueueForTaker(Req(token), &id, &holds);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return holds;
+}
+
 // The loop's driver is asked after an enqueue only when the request can
 // end the wait TryNextBatch() reported: reaching the next preferred or the
 // maximum size, or carrying a deadline. Any other evaluation of the queue
@@ -726,28 +735,21 @@ TEST(DynamicBatcher, EnqueueSaysWhenTheTakersWaitStillHolds) {
   c.preferred_batch_sizes = {4};
   c.max_queue_delay_us = kLongDelayUs;
   auto s = Make(h, c);
-  uint64_t id, due = 0;
-  bool holds = true;
-  ASSERT_TRUE(s->EnqueueForTaker(Req(1), &id, &holds).ok());
-  EXPECT_FALSE(holds);  // nobody was told to wait yet
+  uint64_t due = 0;
+  EXPECT_FALSE(WaitHoldsAfter(s.get(), 1));  // nobody was told to wait yet
   Batch b;
   EXPECT_FALSE(s->TryNextBatch(&b, &due));
   EXPECT_NE(due, 0u);
-  ASSERT_TRUE(s->EnqueueForTaker(Req(2), &id, &holds).ok());
-  EXPECT_TRUE(holds);  // 2 of the preferred 4: the wait stands
-  ASSERT_TRUE(s->EnqueueForTaker(Req(3), &id, &holds).ok());
-  EXPECT_TRUE(holds);
-  ASSERT_TRUE(s->EnqueueForTaker(Req(4), &id, &holds).ok());
-  EXPECT_FALSE(holds);  // the preferred size: a batch forms now
+  EXPECT_TRUE(WaitHoldsAfter(s.get(), 2));  // 2 of the preferred 4: the wait stands
+  EXPECT_TRUE(WaitHoldsAfter(s.get(), 3));
+  EXPECT_FALSE(WaitHoldsAfter(s.get(), 4));  // the preferred size: a batch forms now
   ASSERT_TRUE(s->TryNextBatch(&b, &due));
   EXPECT_EQ(Tokens(b), (std::vector<Token>{1, 2, 3, 4}));
 
-  ASSERT_TRUE(s->EnqueueForTaker(Req(5), &id, &holds).ok());
-  EXPECT_FALSE(holds);  // that evaluation sent a batch: no wait told
+  EXPECT_FALSE(WaitHoldsAfter(s.get(), 5));  // that evaluation sent a batch: no wait told
   EXPECT_FALSE(s->TryNextBatch(&b, &due));
   EXPECT_FALSE(s->TryNextBatch(&b, nullptr));  // asked without a due time
-  ASSERT_TRUE(s->EnqueueForTaker(Req(6), &id, &holds).ok());
-  EXPECT_FALSE(holds);  // a caller that arms no timer is not waiting
+  EXPECT_FALSE(WaitHoldsAfter(s.get(), 6));    // a caller that arms no timer is not waiting
 }
 
 TEST(DynamicBatcher, EnqueueNeverHoldsAWaitForSchedulersWithoutOne) {
@@ -755,12 +757,10 @@ TEST(DynamicBatcher, EnqueueNeverHoldsAWaitForSchedulersWithoutOne) {
   DynamicBatcherConfig c;
   c.max_batch_size = 8;  // no delay: TryNextBatch sends what is queued
   auto s = Make(h, c);
-  uint64_t id, due = 0;
-  bool holds = true;
+  uint64_t due = 0;
   Batch b;
   EXPECT_FALSE(s->TryNextBatch(&b, &due));
-  ASSERT_TRUE(s->EnqueueForTaker(Req(1), &id, &holds).ok());
-  EXPECT_FALSE(holds);
+  EXPECT_FALSE(WaitHoldsAfter(s.get(), 1));
   // requests with a deadline (a queue policy's timeout) may expire first
   Harness h_timed;
   c.max_queue_delay_us = kLongDelayUs;
@@ -769,14 +769,10 @@ TEST(DynamicBatcher, EnqueueNeverHoldsAWaitForSchedulersWithoutOne) {
   Enqueue(timed.get(), Req(1));
   EXPECT_FALSE(timed->TryNextBatch(&b, &due));
   EXPECT_NE(due, 0u);
-  holds = true;
-  ASSERT_TRUE(timed->EnqueueForTaker(Req(2), &id, &holds).ok());
-  EXPECT_FALSE(holds);
+  EXPECT_FALSE(WaitHoldsAfter(timed.get(), 2));
   timed->Stop();
   std::unique_ptr<Scheduler> plain(new PassThroughScheduler(h.stats, h.completions, false));
-  holds = true;
-  ASSERT_TRUE(plain->EnqueueForTaker(Req(2), &id, &holds).ok());
-  EXPECT_FALSE(holds);
+  EXPECT_FALSE(WaitHoldsAfter(plain.get(), 2));
   plain->Stop();
 }
 

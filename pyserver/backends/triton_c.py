@@ -158,11 +158,11 @@ class TritonCBackend:
             placement = instance_host_placement(config, instance_name,
                                                 getattr(context, "host_policies", None))
             self.instance = triton_c.Instance(entry[0], instance_name, _KIND_CODES[kind],
-                                              device_id, [out for _, out in self._states],
-                                              config.name,
+                                              device_id,
                                               # Triton's layout: compact, settings by name
                                               json.dumps(placement.message(), sort_keys=True,
-                                                         separators=(",", ":")))
+                                                         separators=(",", ":")),
+                                              [out for _, out in self._states], config.name)
         except BaseException:
             self._release_model()
             raise

@@ -67,7 +67,7 @@ def check_setting(setting: str, value: str) -> None:
     if setting == "cpu-cores":
         parse_cpu_cores(value)
     else:
-        _parse_int("Parsing 'numa-node' value", value)
+        parse_numa_node(value)
 
 
 def parse_cpu_cores(text: str) -> frozenset[int]:
@@ -81,6 +81,11 @@ def parse_cpu_cores(text: str) -> frozenset[int]:
         cpus.update(range(_parse_int("Parsing 'cpu-cores' value", lower),
                           _parse_int("Parsing 'cpu-cores' value", upper) + 1))
     return frozenset(cpus)
+
+
+def parse_numa_node(text: str) -> int:
+    """Triton's ``numa-node`` value: one node number."""
+    return _parse_int("Parsing 'numa-node' value", text)
 
 
 def _parse_int(what: str, text: str) -> int:
@@ -113,8 +118,7 @@ class Placement:
         cores = self.settings.get("cpu-cores")
         self.cpus = parse_cpu_cores(cores) if cores is not None else None
         node = self.settings.get("numa-node")
-        self.numa_node = _parse_int("Parsing 'numa-node' value", node) if node is not None \
-            else None
+        self.numa_node = parse_numa_node(node) if node is not None else None
 
     def __bool__(self) -> bool:
         return self.cpus is not None or self.numa_node is not None

@@ -57,8 +57,8 @@ class Model {
 class Instance {
  public:
   // host_policy_json: TRITONBACKEND_ModelInstanceHostPolicy's message,
-  // {"<policy name>": {"<setting>": "<value>", ...}}; empty: the default
-  // policy of the instance's kind, with no settings.
+  // {"<policy name>": {"<setting>": "<value>", ...}}, as the server named
+  // the instance's policy (runtime/host_policy.py).
   static Status Create(Model* model, const std::string& name, int kind, int32_t device_id,
                        const std::string& host_policy_json, std::unique_ptr<Instance>* out);
   ~Instance();  // TRITONBACKEND_ModelInstanceFinalize
