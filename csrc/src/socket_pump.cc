@@ -68,6 +68,7 @@ struct SocketPump::Connection {
   bool stalled = false;       // not read until `in` is drained
   std::string out;            // queued, not yet sent
   size_t out_pos = 0;
+  bool out_blocked = false;   // a send found the socket full: wait for EPOLLOUT
   bool scheduled = false;     // in its worker's todo list
   bool reading = true;        // the host's wish
   bool closing = false;       // close once `out` is sent
@@ -483,17 +484,21 @@ void SocketPump::PassOn(const std::shared_ptr<Connection>& conn, const std::stri
 }
 
 // Arms EPOLLIN while the connection is to be read and EPOLLOUT while bytes
-// wait for room in the socket. Called with conn->mu held.
+// wait for room in the socket: only once a send found it full, since every
+// queued write is first tried at once (Apply), and arming EPOLLOUT around a
+// send that then succeeds would cost two epoll_ctl calls per answer.
+// Called with conn->mu held.
 void SocketPump::Arm(Worker* w, Connection* conn) {
   uint32_t want = 0;
   if (conn->reading && !conn->stalled && !conn->eof && !conn->reader_full) want |= EPOLLIN;
-  if (conn->out_pos < conn->out.size()) want |= EPOLLOUT;
+  if (conn->out_blocked && conn->out_pos < conn->out.size()) want |= EPOLLOUT;
   if (want == conn->armed) return;
   epoll_event ev{};
   ev.events = want;
   ev.data.u64 = conn->id;
   ::epoll_ctl(w->epoll_fd, EPOLL_CTL_MOD, conn->fd, &ev);
   conn->armed = want;
+  interest_changes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void SocketPump::WriteSome(Worker* w, const std::shared_ptr<Connection>& conn) {
@@ -510,13 +515,17 @@ void SocketPump::WriteSome(Worker* w, const std::shared_ptr<Connection>& conn) {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        conn->out_blocked = true;
+        break;
+      }
       error = n < 0 ? errno : EPIPE;
       break;
     }
     if (conn->out_pos == conn->out.size()) {
       conn->out.clear();
       conn->out_pos = 0;
+      conn->out_blocked = false;
     } else if (conn->out_pos > (1 << 20) && conn->out_pos * 2 > conn->out.size()) {
       conn->out.erase(0, conn->out_pos);  // keep the buffer from growing without end
       conn->out_pos = 0;

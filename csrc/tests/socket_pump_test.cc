@@ -459,6 +459,22 @@ TEST(SocketPumpTest, AReaderTakesWhatItHandlesAndPassesOnTheRest) {
   EXPECT_EQ(ReadExactly(pair.peer, 2), "A3");
 }
 
+TEST(SocketPumpTest, AnAnswerThatLeavesAtOnceChangesNoEpollInterest) {
+  ReadPump rp;
+  ASSERT_EQ(::write(rp.pair.peer, "one!", 4), 4);
+  rp.WaitTaken(1);
+  uint64_t before = rp.pump->interest_changes();
+  // what the HTTP infer lane does per request: its answer, then the
+  // connection back to the reader, in one call
+  rp.pump->Write(rp.id, "A1", 2);
+  rp.pump->Resume(rp.id, true, 0);
+  EXPECT_EQ(ReadExactly(rp.pair.peer, 2), "A1");
+  ASSERT_EQ(::write(rp.pair.peer, "two!", 4), 4);
+  rp.WaitTaken(2);
+  // the send found room: EPOLLOUT was never armed around it
+  EXPECT_EQ(rp.pump->interest_changes(), before);
+}
+
 TEST(SocketPumpTest, AFullReaderStopsReadsUntilResumed) {
   ReadPump rp;
   std::string burst = "a!" + std::string(100, 'b') + "!c!";
