@@ -4,6 +4,7 @@ leg, against one server; its RSS and open file descriptors (whole process
 tree) at the start, after each leg and at the end, and the end/start ratios.
 
   python bench/soak.py [--requests 1000000] [--leg-seconds 10] [--connections 16]
+                       [--server-arg=--http-thread-count=1 ...]
 
 Prints JSON: {"legs": [...], "start": {...}, "end": {...}, "rss_ratio",
 "fds_ratio", "requests", "errors"}. A server that leaks shows a ratio that
@@ -45,6 +46,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--leg-seconds", type=float, default=10)
     ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--server-arg", action="append", default=[], metavar="FLAG",
+                    help="a pyserver flag for the soaked server (repeatable), e.g. "
+                    "--server-arg=--http-thread-count=1 to soak the socket pump")
     args = ap.parse_args()
     from pyserver.testing import write_add_sub
 
@@ -58,7 +62,8 @@ def main() -> None:
                                                      'name: "python_add_sub"'))
         models = {"add_sub": bodies(tmp, "add_sub", (1, 16)),
                   "python_add_sub": bodies(tmp, "python_add_sub", (4,))}  # no batch dimension
-        server = start_pyserver(repo, tmp / "server.log", list(models))
+        server = start_pyserver(repo, tmp / "server.log", list(models),
+                                extra_args=args.server_arg)
         legs, total, errors = [], 0, 0
         try:
             server.wait_ready()
