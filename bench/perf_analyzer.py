@@ -57,6 +57,7 @@ comparison. Not a test: timings vary with the machine.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -147,17 +148,24 @@ def start(system: str, repo: Path, log: Path, models: list[str], env: dict,
     return systems.start_triton(repo, log, models, prefix)
 
 
-def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int = 0) -> dict:
+def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int = 0,
+            client=None) -> dict:
     """One cell (``conc`` requests in flight, or ``rate`` requests a second
     when > 0): perf_analyzer's numbers and the server's CPU and batch sizes
-    over the same time."""
+    over the same time. ``client(server, model, protocol, conc)``, when
+    given, drives the cell instead of perf_analyzer (infer_per_s, p50_ms,
+    p99_ms; RuntimeError when requests failed)."""
     server.settle()
     url = f"127.0.0.1:{server.grpc_port if protocol == 'grpc' else server.http_port}"
     counts0, threads0 = server.model_counts(model), server.thread_cpu()
     t0 = time.monotonic()
-    result = perf_analyzer_client.run(tool, url, protocol, model, conc, args.window_ms,
-                                      args.trials, use_async=not args.sync, request_rate=rate,
-                                      prefix=cpus_prefix(getattr(args, "client_cpus", None)))
+    if client is not None:
+        result = client(server, model, protocol, conc)
+    else:
+        result = perf_analyzer_client.run(tool, url, protocol, model, conc, args.window_ms,
+                                          args.trials, use_async=not args.sync,
+                                          request_rate=rate,
+                                          prefix=cpus_prefix(getattr(args, "client_cpus", None)))
     wall = time.monotonic() - t0
     threads1, counts1 = server.thread_cpu(), server.model_counts(model)
     spent = [threads1[k] - threads0.get(k, 0.0) for k in threads1]
@@ -258,15 +266,19 @@ def cell_loads(args) -> list[tuple[int, int]]:
 
 
 def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
-              prefixes: dict | None = None) -> tuple[list[dict], dict]:
+              prefixes: dict | None = None, clients: dict | None = None
+              ) -> tuple[list[dict], dict]:
     """Starts every system (``envs``, ``flags``, ``prefixes`` and
     ``args.checkouts`` by name) on
     its own copy of the models (Triton without the ONNX ones: pytriton's has
     no ONNX Runtime backend), then measures each cell (model, protocol,
     concurrency) on each system serving it in turn, the first of each cell
-    rotating, ``args.rounds`` times; one line per cell on stderr. Returns
-    the rows and each system's start-up facts."""
+    rotating, ``args.rounds`` times; one line per cell on stderr.
+    ``clients`` ({name: client}, measure's): each cell is driven by each
+    client in turn (its rows say which); perf_analyzer alone without it.
+    Returns the rows and each system's start-up facts."""
     prefixes = prefixes or {}
+    clients = clients or {"perf_analyzer": None}
     served = {system: [m for m in args.models
                        if system.startswith("pyserver") or not MODELS[m].get("onnx")]
               for system in system_names}
@@ -288,7 +300,8 @@ def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
         for rnd in range(args.rounds):
             for model in args.models:
                 for protocol in args.protocols:
-                    for conc, rate in cell_loads(args):
+                    for (conc, rate), (client_name, client) in itertools.product(
+                            cell_loads(args), clients.items()):
                         for system in order:
                             if model not in served[system]:
                                 continue
@@ -296,13 +309,17 @@ def run_cells(args, system_names: list[str], tool, envs: dict, flags: dict,
                                    "concurrency": conc, "round": rnd}
                             if rate:
                                 row["request_rate"] = rate
+                            if len(clients) > 1:
+                                row["client"] = client_name
                             try:
                                 row.update(measure(servers[system], tool, model, protocol, conc,
-                                                   args, rate))
+                                                   args, rate, client))
                             except RuntimeError as err:
                                 row["error"] = str(err)[-800:]
                             rows.append(row)
                             label = f"{rate}/s" if rate else f"c{conc}"
+                            if len(clients) > 1:
+                                label += f" {client_name}"
                             print(f"{system:>10} {model:<11} {protocol:<4} {label:<6} round {rnd + 1} "
                                   + ("ERROR " + row["error"][-300:] if "error" in row else
                                      f"{row['infer_per_s']:>8.0f}/s p50 {row['p50_ms']} p99 "

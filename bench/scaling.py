@@ -5,6 +5,7 @@ and against Triton in the same run.
   python bench/scaling.py [--units 0 1 2 4 8] [--models add_sub_onnx add_sub add_sub_dyn]
                           [--protocols grpc http] [--concurrency 64] [--rounds 2]
                           [--window-ms 1000] [--no-triton] [--pin auto|yes|no]
+                          [--clients perf_analyzer loadgen] [--client-threads N]
 
 A unit count N is a pyserver started with ``--http-thread-count N
 --grpc-infer-thread-count N``: N socket-pump threads beside the event loop
@@ -19,8 +20,14 @@ tritonserver, its default thread counts) serves the Python models beside
 them; it has no ONNX Runtime backend, so the ONNX rows have no Triton
 ratio.
 
-Prints each cell, then two tables (ratios against the 0-unit server, and
-against Triton), and the JSON document last on stdout. Not a test: the
+``--clients loadgen`` drives each cell with the C load generators as well
+(or instead): h2load for gRPC, wrk for HTTP, ``--client-threads`` threads
+each (default: 1 on up to 4 cores, else 4), the same add_sub request as
+perf_analyzer's; on a machine with many cores one perf_analyzer process
+may be what limits, these need not be.
+
+Prints each cell, then two tables per client (ratios against the 0-unit
+server, and against Triton), and the JSON document last on stdout. Not a test: the
 figures are the machine's. On 2 shared cores the client takes most of a
 core, so only the CPU columns say much there; a machine with 8 or more
 cores is where the infer/s ratio means what it says.
@@ -32,17 +39,53 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import perf_analyzer, perf_analyzer_client, systems  # noqa: E402
+from bench import loadgen, perf_analyzer, perf_analyzer_client, systems  # noqa: E402
+from bench.connections import bodies  # noqa: E402
 
 
 def unit_system(n: int) -> str:
     return f"pyserver-u{n}"
+
+
+class LoadgenClient:
+    """A cell driven by h2load (gRPC) or wrk (HTTP) for ``seconds`` after a
+    short warm-up, ``threads`` client threads, with ``conc`` connections of
+    one request each: perf_analyzer_client.run's numbers (infer/s, p50,
+    p99); RuntimeError when an answer failed."""
+
+    def __init__(self, tmp: Path, seconds: float, threads: int):
+        self.tmp, self.seconds, self.threads = tmp, seconds, threads
+        self._bodies, self._answer_bytes = {}, {}
+
+    def _body(self, model: str) -> tuple[Path, Path]:
+        if model not in self._bodies:  # add_sub's inputs, batched where the model batches
+            shape = (1, 16) if perf_analyzer.MODELS[model]["max_batch_size"] > 0 else (16,)
+            self._bodies[model] = bodies(self.tmp, model, shape)
+        return self._bodies[model]
+
+    def __call__(self, server, model: str, protocol: str, conc: int) -> dict:
+        script, body = self._body(model)
+        threads = max(1, min(self.threads, conc))
+        if protocol == "http":
+            result = loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/{model}/infer",
+                                 script, conc, self.seconds, warmup=1, threads=threads)
+        else:
+            key = (server.grpc_port, model)
+            if key not in self._answer_bytes:
+                self._answer_bytes[key] = loadgen.h2load_answer_bytes(server.grpc_port, body)
+            result = loadgen.h2load(server.grpc_port, body, conc, self.seconds, 1,
+                                    self.tmp / "h2load.log", threads)
+            result["errors"] = loadgen.grpc_errors(result, self._answer_bytes[key])
+        if result.get("errors"):
+            raise RuntimeError(f"{result['errors']} of the load generator's requests failed")
+        return {k: result.get(k) for k in ("infer_per_s", "p50_ms", "p99_ms")}
 
 
 def main() -> None:
@@ -58,6 +101,11 @@ def main() -> None:
     p.add_argument("--sync", action="store_true", help="perf_analyzer's sync API (default async)")
     p.add_argument("--no-triton", action="store_true", help="pyserver's unit counts only")
     p.add_argument("--pin", choices=["auto", "yes", "no"], default="auto")
+    p.add_argument("--clients", nargs="+", default=["perf_analyzer"],
+                   choices=["perf_analyzer", "loadgen"],
+                   help="what drives each cell: Triton's perf_analyzer, and/or h2load and wrk")
+    p.add_argument("--client-threads", type=int, default=0,
+                   help="h2load's and wrk's threads (0: 1 on up to 4 cores, else 4)")
     args = p.parse_args()
     units = sorted(set([0, *args.units]))
     cores = os.cpu_count() or 1
@@ -75,26 +123,37 @@ def main() -> None:
         if failed:
             sys.exit(f"Triton unavailable: {failed['triton'][-500:]}")
         names.append("triton")
-    rows, info = perf_analyzer.run_cells(args, names, tool, {}, flags, prefixes)
-    good = [r for r in rows if "error" not in r]
-    med = perf_analyzer.medians(good)
+    threads = args.client_threads or (1 if cores <= 4 else 4)
+    with tempfile.TemporaryDirectory(prefix="pyserver-scaling-") as tmp:
+        clients = {"perf_analyzer": None} if args.clients == ["perf_analyzer"] else {
+            name: None if name == "perf_analyzer" else
+            LoadgenClient(Path(tmp), args.window_ms * args.trials / 1000, threads)
+            for name in args.clients}
+        rows, info = perf_analyzer.run_cells(args, names, tool, {}, flags, prefixes, clients)
     base = unit_system(0)
     pyservers = [unit_system(n) for n in units]
-    against_one = [r for s in pyservers[1:] for r in perf_analyzer.ratios(good, s, base)]
-    print(f"\nagainst {base} (the event loop alone):", file=sys.stderr)
-    print(perf_analyzer.table(med, against_one, pyservers[1:] + [base]), file=sys.stderr)
-    against_triton = []
-    if with_triton:
-        # the ONNX model's cells have no Triton row, so no ratio
-        against_triton = [r for s in pyservers for r in perf_analyzer.ratios(good, s, "triton")]
-        print("\nagainst Triton:", file=sys.stderr)
-        print(perf_analyzer.table(med, against_triton, pyservers + ["triton"]), file=sys.stderr)
+    results = {}
+    for name in clients:
+        good = [r for r in rows if "error" not in r and r.get("client", name) == name]
+        med = perf_analyzer.medians(good)
+        against_one = [r for s in pyservers[1:] for r in perf_analyzer.ratios(good, s, base)]
+        print(f"\n{name}, against {base} (the event loop alone):", file=sys.stderr)
+        print(perf_analyzer.table(med, against_one, pyservers[1:] + [base]), file=sys.stderr)
+        against_triton = []
+        if with_triton:
+            # the ONNX model's cells have no Triton row, so no ratio
+            against_triton = [r for s in pyservers
+                              for r in perf_analyzer.ratios(good, s, "triton")]
+            print(f"\n{name}, against Triton:", file=sys.stderr)
+            print(perf_analyzer.table(med, against_triton, pyservers + ["triton"]),
+                  file=sys.stderr)
+        results[name] = {"medians": [{"system": k[0], "model": k[1], "protocol": k[2],
+                                      "concurrency": k[3], **v} for k, v in med.items()],
+                         "ratios_against_one_loop": against_one,
+                         "ratios_against_triton": against_triton}
     print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                      "cores": cores, "pinned": pin, "systems": info, "rows": rows,
-                      "medians": [{"system": k[0], "model": k[1], "protocol": k[2],
-                                   "concurrency": k[3], **v} for k, v in med.items()],
-                      "ratios_against_one_loop": against_one,
-                      "ratios_against_triton": against_triton}, indent=1))
+                      "cores": cores, "pinned": pin, "client_threads": threads,
+                      "systems": info, "rows": rows, "clients": results}, indent=1))
 
 
 if __name__ == "__main__":
