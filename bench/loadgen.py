@@ -130,6 +130,21 @@ def wrk(url: str, script: Path, conns: int, seconds: float, warmup: float,
     return only_successes(result, result["non_2xx"])
 
 
+def drive(server, protocol: str, model: str, conns: int, seconds: float, warmup: float,
+          script: Path, body: Path, answer_bytes: int | None, log: Path,
+          threads: int = 1) -> dict:
+    """One cell against ``server``'s ``model``: h2load over gRPC (``body``;
+    failed calls told from ``answer_bytes``, grpc_errors) or wrk over HTTP
+    (``script``, the model's infer route), ``conns`` connections; infer/s
+    counts good answers only, ``errors`` the others."""
+    if protocol == "grpc":
+        result = h2load(server.grpc_port, body, conns, seconds, warmup, log, threads)
+        result["errors"] = grpc_errors(result, answer_bytes)
+        return only_successes(result, result["errors"])
+    return wrk(f"http://127.0.0.1:{server.http_port}/v2/models/{model}/infer", script, conns,
+               seconds, warmup, threads)
+
+
 def only_successes(result: dict, failed_answers: int) -> dict:
     """infer/s counts good answers only; the load generator's own rate
     (answers of any kind) stays as requests_per_s."""

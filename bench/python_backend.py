@@ -73,13 +73,8 @@ def write_repo(repo: Path, args, instances: int) -> None:
 
 
 def drive(server, protocol: str, conns: int, args, tmp: Path, bodies: dict, answer) -> dict:
-    if protocol == "grpc":
-        r = loadgen.h2load(server.grpc_port, bodies["grpc"], conns, args.duration, args.warmup,
-                           tmp / "h2load.log")
-        r["errors"] = loadgen.grpc_errors(r, answer)
-        return loadgen.only_successes(r, r["errors"])
-    return loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/infer",
-                       bodies["http"], conns, args.duration, args.warmup)
+    return loadgen.drive(server, protocol, "add_sub", conns, args.duration, args.warmup,
+                         bodies["http"], bodies["grpc"], answer, tmp / "h2load.log")
 
 
 def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]:

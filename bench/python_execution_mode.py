@@ -127,13 +127,9 @@ def write_model(repo: Path, name: str, instances: int, mode: str) -> None:
 
 def drive(server, workload, protocol: str, conns: int, args, tmp: Path, bodies: dict,
           answer) -> dict:
-    if protocol == "grpc":
-        r = loadgen.h2load(server.grpc_port, bodies[workload.name, "grpc"], conns, args.duration,
-                           args.warmup, tmp / "h2load.log")
-        r["errors"] = loadgen.grpc_errors(r, answer)
-        return loadgen.only_successes(r, r["errors"])
-    return loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/{workload.name}/infer",
-                       bodies[workload.name, "http"], conns, args.duration, args.warmup)
+    return loadgen.drive(server, protocol, workload.name, conns, args.duration, args.warmup,
+                         bodies[workload.name, "http"], bodies[workload.name, "grpc"], answer,
+                         tmp / "h2load.log")
 
 
 def bench_instances(args, tmp: Path, instances: int, loads: dict, bodies: dict) -> list[dict]:

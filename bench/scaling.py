@@ -72,17 +72,14 @@ class LoadgenClient:
 
     def __call__(self, server, model: str, protocol: str, conc: int) -> dict:
         script, body = self._body(model)
-        threads = max(1, min(self.threads, conc))
-        if protocol == "http":
-            result = loadgen.wrk(f"http://127.0.0.1:{server.http_port}/v2/models/{model}/infer",
-                                 script, conc, self.seconds, warmup=1, threads=threads)
-        else:
+        answer = None
+        if protocol == "grpc":
             key = (server.grpc_port, model)
             if key not in self._answer_bytes:
                 self._answer_bytes[key] = loadgen.h2load_answer_bytes(server.grpc_port, body)
-            result = loadgen.h2load(server.grpc_port, body, conc, self.seconds, 1,
-                                    self.tmp / "h2load.log", threads)
-            result["errors"] = loadgen.grpc_errors(result, self._answer_bytes[key])
+            answer = self._answer_bytes[key]
+        result = loadgen.drive(server, protocol, model, conc, self.seconds, 1, script, body,
+                               answer, self.tmp / "h2load.log", max(1, min(self.threads, conc)))
         if result.get("errors"):
             raise RuntimeError(f"{result['errors']} of the load generator's requests failed")
         return {k: result.get(k) for k in ("infer_per_s", "p50_ms", "p99_ms")}
