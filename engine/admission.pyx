@@ -18,6 +18,7 @@ handles cancel() uses) and whether it still takes new ones, where both
 paths and the server's Python read and write them.
 """
 
+from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.batcher cimport Scheduler
 from pyserver.engine.types cimport InferRequest, PendingRequest
 
@@ -49,6 +50,7 @@ cdef class Route:
     cdef object dispatch
     cdef public bint open
     cdef public bint cache_checked
+    cdef public DirectRoute direct  # its requests may run as they are read, or None
 
     def __init__(self, model, validate, Scheduler scheduler, dispatch, bint open):
         self.model = model
@@ -57,6 +59,7 @@ cdef class Route:
         self.dispatch = dispatch
         self.open = open
         self.cache_checked = False
+        self.direct = None
 
 
 cdef class Admission:
@@ -94,36 +97,72 @@ cdef class Admission:
 
     cpdef object submit(self, InferRequest request, object future=None):
         cdef Ledger ledger = self.ledger
-        cdef Route route
+        cdef object route
+        cdef Scheduler scheduler
         cdef PendingRequest pending
         cdef tuple validated
         if self.manager is None or ledger.stopping or request.parameters \
                 or request.model_version:
             return self.general(request, future)
-        versions = self.manager.versions.get(request.model_name)
-        if versions is None or len(versions) != 1:
+        model = self._only_version(request.model_name)
+        if model is None:
             return self.general(request, future)
-        for model in versions.values():
-            break
-        found = model.route
-        if found is None:  # not started (an ensemble, a model still loading)
+        route = self._open_route(model)
+        if route is None:
             return self.general_resolved(model, request, future)
-        route = <Route>found
+        validated = (<Route>route).validate(request)  # raises the general path's errors
+        if future is None:
+            future = self.loop.create_future()
+        pending = PendingRequest(request, future, validated[0], validated[1])
+        scheduler = (<Route>route).scheduler
+        pending.id = scheduler.enqueue(pending, validated[1], request.priority,
+                                       request.timeout_us, validated[2])
+        ledger.handles[future] = (scheduler, pending.id)
+        ledger.inflight += 1
+        if (<Route>route).dispatch is not None and not scheduler.wait_holds:
+            (<Route>route).dispatch()
+        if ledger.inflight == 1:
+            self.spin(model)
+        return future
+
+    def direct_route(self, model_name):
+        """The DirectRoute a plain request to ``model_name`` (no version, no
+        parameters, tracing off) may run through now, or None: where submit
+        would queue it as its common case, and its model is ready to run it
+        as it is read (batch_execution.DirectRoute)."""
+        if self.manager is None or self.ledger.stopping:
+            return None
+        model = self._only_version(model_name)
+        if model is None:
+            return None
+        route = self._open_route(model)
+        if route is None:
+            return None
+        direct = (<Route>route).direct
+        if direct is None or not direct.ready():
+            return None
+        return direct
+
+    cdef object _only_version(self, model_name):
+        """The model's one loaded version, or None (not loaded, or several:
+        the general path picks)."""
+        versions = self.manager.versions.get(model_name)
+        if versions is None or len(versions) != 1:
+            return None
+        for model in versions.values():
+            return model
+
+    cdef object _open_route(self, model):
+        """``model``'s Route when it takes the common case now, else None
+        (not started: an ensemble, a model still loading; closed; a
+        response cache; tracing on)."""
+        found = model.route
+        if found is None:
+            return None
+        cdef Route route = <Route>found
         if route.open and not route.cache_checked:
             route.open = not self.uses_cache(model)
             route.cache_checked = True
         if not route.open or self.tracer.active:
-            return self.general_resolved(model, request, future)
-        validated = route.validate(request)  # raises the general path's errors
-        if future is None:
-            future = self.loop.create_future()
-        pending = PendingRequest(request, future, validated[0], validated[1])
-        pending.id = route.scheduler.enqueue(pending, validated[1], request.priority,
-                                             request.timeout_us, validated[2])
-        ledger.handles[future] = (route.scheduler, pending.id)
-        ledger.inflight += 1
-        if route.dispatch is not None and not route.scheduler.wait_holds:
-            route.dispatch()
-        if ledger.inflight == 1:
-            self.spin(model)
-        return future
+            return None
+        return route

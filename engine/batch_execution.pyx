@@ -18,12 +18,14 @@ The model keeps every rule whose outcome is an error text (its
 wrong) and the general gather (``_gather_each``).
 """
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 
 from pyserver.engine.batcher cimport Batch, Scheduler
+from pyserver.engine.stats cimport FailureReason, ModelStats
 from pyserver.engine.types cimport PendingRequest
 
 from pyserver.engine.memory import gather_batch
+from pyserver.kernel.errors import Code, ServerError
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -102,15 +104,6 @@ cdef class InlineBatches:
     counts, through ``run`` or ``note``): past ``costly_ns`` the model goes
     back to its threads. A batch counts for at most ``outlier_ns``."""
 
-    cdef Scheduler scheduler
-    cdef object execute
-    cdef object model
-    cdef object answer
-    cdef bint batching
-    cdef double _average_ns
-    cdef uint64_t costly_ns
-    cdef uint64_t outlier_ns
-
     def __init__(self, Scheduler scheduler, execute, model, answer, bint batching,
                  uint64_t costly_ns, uint64_t outlier_ns):
         self.scheduler = scheduler
@@ -155,6 +148,88 @@ cdef class InlineBatches:
             self.answer(batch, out.code, message)
             if self.note(out.end_ns - out.start_ns):
                 return True
+
+
+cdef class DirectRoute:
+    """A plain request to a model on the loop, run as it is read: no queue,
+    no future, no request or response object (a protocol's decoder checks
+    it against ``inputs`` and answers from the outputs ``run`` returns).
+
+    Such a request would have been queued alone and run by ``InlineBatches``
+    at the end of the loop's turn (a model without dynamic batching forms
+    no batch of several): the same run, recorded the same way, with no
+    queue time. ``ready()`` says whether that holds now: the model is on the
+    loop (``driver``, its InlineInstance: ``inline``, ``_stopped``,
+    ``leave_loop()``), nothing of it is queued (that would run first), and
+    its batches are not being traced. The driver's ``running`` lock is held
+    across the run, as across an inline drain."""
+
+    def __init__(self, InlineBatches batches, driver, running, dict inputs, list output_names,
+                 dict output_types, uint32_t max_batch_size, model_name, version):
+        self.batches = batches
+        self.driver = driver
+        self.running = running
+        self.inputs = inputs
+        self.n_inputs = len(inputs)
+        self.output_names = output_names
+        self.output_types = output_types
+        self.batching = max_batch_size > 0
+        self.max_batch_size = max_batch_size
+        self.model_name = model_name
+        self.version = version
+
+    cdef bint ready(self):
+        driver = self.driver
+        return driver.inline and not driver._stopped and \
+            self.batches.scheduler.c.get().QueuedCount() == 0 and not self.batches.model.tracing
+
+    cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns):
+        """Runs one request (``feed``: its inputs by name, checked; read at
+        ``received_ns``): its outputs by name, every one of the model's.
+        Raises the model's batch error (ServerError) when the run fails."""
+        cdef InlineBatches batches = self.batches
+        cdef ModelStats stats = batches.scheduler.stats
+        cdef uint64_t start, output_start, end
+        cdef dict outputs
+        running = self.running
+        running.acquire()
+        self.runs += 1
+        try:
+            start = NowNs()
+            try:
+                outputs = <dict?>batches.execute(feed)
+                output_start = NowNs()
+                for name in self.output_names:
+                    value = outputs.get(name)
+                    if value is None:
+                        raise ServerError(Code.INTERNAL, f"model '{self.model_name}' gave no "
+                                                         f"output '{name}'")
+                    if self.batching and (value.ndim == 0 or value.shape[0] != batch_size):
+                        batches.model._check_outputs(outputs, batch_size)  # Triton's text
+            except Exception as err:
+                end = NowNs()
+                # BACKEND, as stats.FAILURE_REASONS orders them
+                stats.c.get().RecordFailure(end - received_ns, <FailureReason><int>2)
+                code, message = batches.model.batch_error(err)
+                self._note(end - start)
+                raise ServerError(Code(code), message) from None
+            end = NowNs()
+            # as Scheduler::RecordBatch records a batch of one with no wait
+            # (a model that does not batch counts it as one row)
+            stats.c.get().RecordExecution(batch_size or 1, 0, output_start - start,
+                                          end - output_start)
+            stats.c.get().RecordSuccess(end - received_ns, 0, 0, output_start - start,
+                                        end - output_start)
+            self._note(end - start)
+            return outputs
+        finally:
+            running.release()
+
+    cdef int _note(self, uint64_t wall_ns) except -1:
+        if self.batches.note(wall_ns):
+            self.driver.leave_loop()
+        return 0
+
 
 
 cdef class NamedRun:

@@ -62,6 +62,8 @@ cdef extern from "pyserver/model_stats.h" namespace "pyserver" nogil:
         void RecordSuccess(uint64_t total_ns, uint64_t queue_ns, uint64_t compute_input_ns,
                            uint64_t compute_infer_ns, uint64_t compute_output_ns)
         void RecordFailure(uint64_t total_ns, FailureReason reason)
+        void RecordExecution(uint32_t batch_size, uint64_t compute_input_ns,
+                             uint64_t compute_infer_ns, uint64_t compute_output_ns)
         void EnableFirstResponseHistogram(vector[double] bounds_ms, bint by_caller)
         const LatencyHistogram* first_response_histogram()
         void ObserveFirstResponse(uint64_t ns)

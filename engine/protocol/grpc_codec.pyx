@@ -15,9 +15,10 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
-from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
@@ -310,22 +311,33 @@ cdef list _shape_list(vector[int64_t]& dims):
     return out
 
 
+cdef int _parse(bytes msg, InferRequestView* view) except -1:
+    """Parses ``msg`` into ``view`` (views into msg); raises Triton's error."""
+    check_status(ParseModelInferRequest(<const uint8_t*>PyBytes_AS_STRING(msg),
+                                        <size_t>PyBytes_GET_SIZE(msg), view))
+    return 0
+
+
 cdef tuple _decode(bytes msg, object contents_decoder):
     # See decode_infer_request.
+    cdef InferRequestView view
+    _parse(msg, &view)
+    return _decode_parsed(msg, view, contents_decoder)
+
+
+cdef tuple _decode_parsed(bytes msg, InferRequestView& view, object contents_decoder):
+    """The request ``view`` (parsed from ``msg``) holds, as _decode gives it."""
     try:
-        return _decode_view(msg, contents_decoder)
+        return _decode_view(msg, view, contents_decoder)
     except UnicodeDecodeError:  # any of its strings: names, ids, keys, values
         raise ServerError(Code.INVALID_ARG,
                           "ModelInferRequest has a string that is not UTF-8") from None
 
 
-cdef tuple _decode_view(bytes msg, object contents_decoder):
-    cdef InferRequestView view
+cdef tuple _decode_view(bytes msg, InferRequestView& view, object contents_decoder):
     cdef const Parameter* p
     cdef InputTensorView* t
     cdef size_t i, raw_index = 0, nraw
-    check_status(ParseModelInferRequest(<const uint8_t*>PyBytes_AS_STRING(msg),
-                                        <size_t>PyBytes_GET_SIZE(msg), &view))
     model_name = _str(view.model_name)
     model_version = _str(view.model_version)
     request_id = _str(view.id)
@@ -554,9 +566,7 @@ cdef object _encode(object response, object request, bint stream, object error):
     cdef InferResponseView view
     cdef vector[Py_buffer] bufs
     cdef list keep = []
-    cdef size_t size, infer_size = 0, total, head
     cdef string_view err
-    cdef uint8_t* p
     cdef bint has_infer = True
     try:
         if response is not None:
@@ -567,28 +577,35 @@ cdef object _encode(object response, object request, bint stream, object error):
             has_infer = False
         if error is not None:
             err = _sv(error, keep)
-        infer_size = ModelInferResponseSize(view)
-        head = StreamResponsePrefixSize(err, infer_size, has_infer) if stream else 0
-        size = head + infer_size
-        if size > 0xFFFFFFFF:
-            raise ServerError(Code.INTERNAL, f"response of {size} bytes exceeds gRPC's limit")
-        total = 5 + size
-        out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>total)
-        p = <uint8_t*>PyBytes_AS_STRING(out)
-        _put_prefix(p, size)
-        if stream:
-            WriteStreamResponsePrefix(err, infer_size, has_infer, p + 5)
-        if total >= NOGIL_BYTES:
-            # Safe without the GIL: the views point into objects held by
-            # keep/bufs, and out is not shared yet.
-            with nogil:
-                WriteModelInferResponse(view, p + 5 + head)
-        else:
-            WriteModelInferResponse(view, p + 5 + head)
-        return out
+        return _message(view, stream, err, has_infer)
     finally:
         for i in range(bufs.size()):
             PyBuffer_Release(&bufs[i])
+
+
+cdef object _message(InferResponseView& view, bint stream, string_view err, bint has_infer):
+    """The gRPC message (prefix included) of a filled response view."""
+    cdef size_t size, infer_size = 0, total, head
+    cdef uint8_t* p
+    infer_size = ModelInferResponseSize(view)
+    head = StreamResponsePrefixSize(err, infer_size, has_infer) if stream else 0
+    size = head + infer_size
+    if size > 0xFFFFFFFF:
+        raise ServerError(Code.INTERNAL, f"response of {size} bytes exceeds gRPC's limit")
+    total = 5 + size
+    out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>total)
+    p = <uint8_t*>PyBytes_AS_STRING(out)
+    _put_prefix(p, size)
+    if stream:
+        WriteStreamResponsePrefix(err, infer_size, has_infer, p + 5)
+    if total >= NOGIL_BYTES:
+        # Safe without the GIL: the views point into objects the caller
+        # holds, and out is not shared yet.
+        with nogil:
+            WriteModelInferResponse(view, p + 5 + head)
+    else:
+        WriteModelInferResponse(view, p + 5 + head)
+    return out
 
 
 def encode_infer_response(response, request=None):
@@ -639,9 +656,12 @@ cdef class InferHandler:
     cdef object canceller
     cdef object header_forwarder
     cdef object tracer
+    cdef object direct_routes
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
-                 on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None):
+                 on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None,
+                 direct_routes=None):
+        self.direct_routes = direct_routes
         self.tracer = tracer
         self.canceller = canceller
         self.header_forwarder = header_forwarder
@@ -658,7 +678,12 @@ cdef class InferHandler:
         forwarded headers among its parameters, and ``use`` the
         shared-memory regions it names (None without), already resolved.
         Raises what the message gets wrong (nothing is held then)."""
-        cdef tuple decoded = _decode(msg, self.contents_decoder)
+        cdef InferRequestView view
+        _parse(msg, &view)
+        return self._prepare_parsed(stream, msg, view)
+
+    cdef tuple _prepare_parsed(self, stream, bytes msg, InferRequestView& view):
+        cdef tuple decoded = _decode_parsed(msg, view, self.contents_decoder)
         request = decoded[0]
         flags = decoded[1]
         if self.header_forwarder is not None:
@@ -674,8 +699,13 @@ cdef class InferHandler:
         cdef object use = None
         cdef tuple prepared
         cdef _InferDone done
+        cdef InferRequestView view
         try:
-            prepared = self.prepare(stream, msg)
+            _parse(msg, &view)
+            if self.direct_routes is not None and stream.timeout is None \
+                    and self._run_direct(stream, msg, view):
+                return
+            prepared = self._prepare_parsed(stream, msg, view)
             request = prepared[0]
             use = prepared[2]
             tracer = self.tracer
@@ -703,6 +733,128 @@ cdef class InferHandler:
         stream.cancel_callback = fut.cancel if self.canceller is None \
             else functools.partial(self.canceller, fut)
         fut.add_done_callback(done)
+
+
+    cdef bint _run_direct(self, stream, bytes msg, InferRequestView& view) except -1:
+        """Runs and answers a plain request to a model that takes it as it
+        is read (batch_execution.DirectRoute); False, having taken nothing,
+        where the general path must: anything but raw inputs that match the
+        model's fixed shapes and datatypes, outputs asked for by name alone,
+        and no parameters. Its errors are those the general path gives
+        the same request: decoding's (the same calls), then the run's."""
+        cdef uint64_t received = NowNs()
+        cdef DirectRoute direct
+        cdef InputTensorView* t
+        cdef size_t i, j, n = view.inputs.size(), nd
+        cdef Py_ssize_t first
+        cdef int64_t batch_size = 0
+        cdef tuple spec, dims
+        cdef dict feed = {}
+        cdef list wanted = None
+        if n == 0 or view.raw_input_contents.size() != n or not view.model_version.empty():
+            return False
+        for i in range(view.parameters.size()):
+            # perf_analyzer's: a streaming flag, nothing to a unary call
+            if view.parameters[i].kind != ParamKind.kBool or \
+                    _str(view.parameters[i].key) != _RESERVED:
+                return False
+        found = self.direct_routes(_str(view.model_name))
+        if found is None:
+            return False
+        direct = <DirectRoute>found
+        if <Py_ssize_t>n != direct.n_inputs:
+            return False
+        first = 1 if direct.batching else 0
+        for i in range(n):  # RequestPath.check's plain case, on the view
+            t = &view.inputs[i]
+            if t.has_contents or not t.parameters.empty():
+                return False
+            name = _str(t.name)
+            spec = direct.inputs.get(name)
+            if spec is None or name in feed or _str(t.datatype) != spec[0]:
+                return False
+            dims = <tuple>spec[1]
+            nd = len(dims)
+            if t.shape.size() != nd + first:
+                return False
+            if first:
+                if i == 0:
+                    batch_size = t.shape[0]
+                    if batch_size <= 0 or batch_size > direct.max_batch_size:
+                        return False
+                elif t.shape[0] != batch_size:
+                    return False
+            for j in range(nd):
+                if t.shape[j + first] != <int64_t>dims[j]:
+                    return False
+            feed[name] = None
+        if view.outputs.size():
+            wanted = []
+            for i in range(view.outputs.size()):
+                if not view.outputs[i].parameters.empty():
+                    return False
+                name = _str(view.outputs[i].name)
+                if name not in direct.output_types or name in wanted:
+                    return False
+                wanted.append(name)
+        request_id = _str(view.id)
+        model_name = direct.model_name
+        for i in range(n):  # as _decode_view reads them
+            t = &view.inputs[i]
+            name = _str(t.name)
+            _check_allocatable(t.shape, t.datatype, name, request_id)
+            feed[name] = _raw_tensor(msg, view.raw_input_contents[i], name, t.datatype,
+                                     t.shape, model_name, request_id)
+        try:
+            outputs = direct.run(feed, <uint32_t>batch_size, received)
+            payload = _encode_outputs(direct, request_id, wanted or direct.output_names,
+                                      outputs)
+        except Exception as e:
+            self.on_error(stream, e)
+            return True
+        stream.respond(payload, True)
+        return True
+
+
+cdef object _encode_outputs(DirectRoute direct, request_id, list names, dict outputs):
+    """The gRPC message answering a direct run: ``names``' outputs, typed
+    as the model's config types them (as RequestPath.scatter does)."""
+    cdef InferResponseView view
+    cdef vector[Py_buffer] bufs
+    cdef list keep = []
+    cdef OutputTensorView* o
+    cdef Py_buffer buf
+    cdef size_t i, n = len(names)
+    cdef string_view err
+    view.model_name = _sv(direct.model_name, keep)
+    view.model_version = _sv(direct.version, keep)
+    if request_id:
+        view.id = _sv(request_id, keep)
+    view.outputs.resize(n)
+    bufs.reserve(n)
+    try:
+        for i in range(n):
+            name = names[i]
+            value = outputs[name]
+            o = &view.outputs[i]
+            o.name = _sv(name, keep)
+            o.datatype = _sv(direct.output_types[name], keep)
+            for d in value.shape:
+                o.shape.push_back(d)
+            try:
+                PyObject_GetBuffer(value, &buf, PyBUF_SIMPLE)
+            except (BufferError, ValueError, TypeError):
+                import numpy as np
+                value = np.ascontiguousarray(value)
+                PyObject_GetBuffer(value, &buf, PyBUF_SIMPLE)
+            keep.append(value)
+            bufs.push_back(buf)
+            o.raw = <const uint8_t*>buf.buf
+            o.raw_size = <size_t>buf.len
+        return _message(view, False, err, True)
+    finally:
+        for i in range(bufs.size()):
+            PyBuffer_Release(&bufs[i])
 
 
 cdef class _InferDone:

@@ -28,7 +28,7 @@ import logging
 import threading
 
 from pyserver.backends.base import Capability, ExecutionDriver, running_loop
-from pyserver.engine.batch_execution import InlineBatches
+from pyserver.engine.batch_execution import DirectRoute, InlineBatches
 from pyserver.kernel.errors import Code, ServerError
 
 log = logging.getLogger("pyserver")
@@ -187,6 +187,31 @@ class InlineInstance(ExecutionDriver):
             self._wait = min(self._wait * 4, MAX_WAIT)
             mv.low_load_spin_s = self._spin_s
         mv.scheduler.park_instances(inline)
+
+    def direct_route(self) -> DirectRoute | None:
+        """What runs the model's plain requests as they are read while it is
+        on the loop (engine/batch_execution.pyx DirectRoute), or None where
+        every request must queue: dynamic batching (the batcher forms its
+        batches), inputs that are not all plain (fixed shape, no reshape,
+        required), BYTES tensors, or batches that are not plain."""
+        mv = self.mv
+        if not mv.plain_batches or mv.config.HasField("dynamic_batching"):
+            return None
+        if any(s.variable or s.reshape is not None or s.optional or s.ragged
+               or s.datatype == "BYTES" for s in mv.inputs.values()):
+            return None
+        if any(s.datatype == "BYTES" for s in mv.outputs.values()):
+            return None
+        names = [o.name for o in mv.config.output]
+        return DirectRoute(self._batches, self, self._running,
+                           {name: (s.datatype, tuple(s.dims)) for name, s in mv.inputs.items()},
+                           names, {name: mv.outputs[name].datatype for name in names},
+                           mv.max_batch_size, mv.name, mv.version_str)
+
+    def leave_loop(self) -> None:
+        """From the loop: its direct runs became costly; back to the threads."""
+        if self.inline:
+            self._move(inline=False)
 
     def release(self) -> None:
         """From any thread: back to the instance threads for good (the model

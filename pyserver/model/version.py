@@ -310,6 +310,8 @@ class ModelVersion:
         self.route = Route(self, self._path.validate, self.scheduler, dispatch,
                            not self.decoupled and self.ensemble is None and self.sequence is None
                            and self._batch_viewer is None)
+        if self.inline is not None and self.route.open:
+            self.route.direct = self.inline.direct_route()
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)
         for driver in drivers:

@@ -1,0 +1,321 @@
+"""A plain gRPC request to a model on the event loop runs as it is read
+(engine/batch_execution.pyx DirectRoute, engine/protocol/grpc_codec.pyx
+InferHandler._run_direct): the same answers, errors and statistics as
+through the queue, and every request that needs more than that takes the
+general path."""
+
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from pyserver._proto import message_class
+from pyserver.backends import register_backend
+from pyserver.backends.base import Capability
+from pyserver.frontends.grpc import GrpcFrontend
+from pyserver.model import inline as inline_instance
+from pyserver.testing import write_add_sub
+
+METHOD = "/inference.GRPCInferenceService/ModelInfer"
+A = np.arange(16, dtype=np.float32)
+B = np.full(16, 3.0, dtype=np.float32)
+
+CHEAP_CONFIG = """
+name: "{name}"
+backend: "direct_test_backend"
+max_batch_size: {max_batch_size}
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+default_model_filename: "model"
+"""
+
+
+class DoublingBackend:
+    """Doubles its input; fails a negative one; sleeps ``pause`` seconds."""
+
+    capabilities = Capability.RUNS_INLINE
+    runs: list = []  # the thread of each run
+    pause = 0.0
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        pass
+
+    def execute(self, inputs):
+        x = inputs["IN"]
+        type(self).runs.append(threading.current_thread().name)
+        if self.pause:
+            time.sleep(self.pause)
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return {"OUT": x * 2}
+
+
+@pytest.fixture(autouse=True)
+def cheap_means_under_1ms(monkeypatch):
+    # as in test_inline_execution: a slow machine still moves cheap models
+    monkeypatch.setattr(inline_instance, "CHEAP_NS", 1_000_000)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    register_backend("direct_test_backend", DoublingBackend)
+    DoublingBackend.runs = []
+    DoublingBackend.pause = 0.0
+    write_add_sub(tmp_path, "add_sub", max_batch_size=0)
+    write_add_sub(tmp_path, "add_sub_batching", max_batch_size=8)
+    write_add_sub(tmp_path, "add_sub_dyn", max_batch_size=8, extra="dynamic_batching { }")
+    for name, mbs in (("doubling", 4), ("doubling_unbatched", 0)):
+        d = tmp_path / name
+        (d / "1").mkdir(parents=True)
+        (d / "1" / "model").write_text("")
+        (d / "config.pbtxt").write_text(CHEAP_CONFIG.format(name=name, max_batch_size=mbs))
+    return tmp_path
+
+
+class Served:
+    def __init__(self, srv, frontend):
+        self.srv = srv
+        self.frontend = frontend
+        self.url = f"127.0.0.1:{frontend.port}"
+        self.client = grpcclient.InferenceServerClient(self.url)
+
+    def model(self, name):
+        return self.srv.run(lambda: self.srv.server.models.resolve(name, ""))
+
+    def runs(self, name):
+        direct = self.model(name).route.direct
+        return None if direct is None else direct.runs
+
+    def stats(self, name):
+        return self.srv.run(self.srv.server.model_statistics, name)
+
+    def add_sub(self, name, a=A, b=B, **kwargs):
+        shape = list(a.shape)
+        inputs = [grpcclient.InferInput("INPUT0", shape, "FP32"),
+                  grpcclient.InferInput("INPUT1", shape, "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        return self.client.infer(name, inputs, **kwargs)
+
+    def double(self, name, x):
+        inp = grpcclient.InferInput("IN", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        return self.client.infer(name, [inp]).as_numpy("OUT")
+
+    def move_to_loop(self, name, call):
+        """Requests until the model runs on the loop (model/inline.py)."""
+        for _ in range(4 * inline_instance.SAMPLES):
+            call()
+            if self.model(name).inline.inline:
+                return
+        pytest.fail(f"{name} never moved to the loop")
+
+
+@pytest.fixture
+def serve(start_server):
+    started = []
+
+    def start(repo):
+        srv = start_server(repo)
+        frontend = GrpcFrontend(srv.server, "127.0.0.1", 0)
+        srv.call(frontend.start())
+        served = Served(srv, frontend)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.client.close()
+        served.srv.call(served.frontend.stop(5))
+
+
+def raw_call(url, request):
+    """ModelInfer with a request built by hand, no deadline (a deadline
+    sends the request the general way)."""
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        try:
+            return "ok", call(request.SerializeToString())
+        except grpc.RpcError as err:
+            return err.code(), err.details()
+
+
+def test_plain_requests_run_as_they_are_read(repo, serve):
+    s = serve(repo)
+    s.move_to_loop("add_sub", lambda: s.add_sub("add_sub"))
+    before, stats0 = s.runs("add_sub"), s.stats("add_sub")
+    for i in range(10):
+        r = s.add_sub("add_sub", A + i, B, request_id=f"r{i}")
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + i + B)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A + i - B)
+        assert r.get_response().id == f"r{i}"
+        assert r.get_response().model_version == "1"
+    # only what was asked for, in the order asked
+    r = s.add_sub("add_sub", outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+    assert [o.name for o in r.get_response().outputs] == ["OUTPUT1"]
+    assert s.runs("add_sub") == before + 11
+    # counted as the queue would count a request run alone
+    stats = s.stats("add_sub")
+    for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert stats["inference_stats"][key]["count"] == \
+            stats0["inference_stats"][key]["count"] + 11, key
+    assert stats["inference_count"] == stats0["inference_count"] + 11
+    assert stats["execution_count"] == stats0["execution_count"] + 11
+    assert stats["inference_stats"]["success"]["ns"] > stats0["inference_stats"]["success"]["ns"]
+    assert stats["pending_count"] == 0
+
+
+def test_a_batching_model_without_dynamic_batching(repo, serve):
+    s = serve(repo)
+    two = np.stack([A, A + 1])
+    s.move_to_loop("add_sub_batching", lambda: s.add_sub("add_sub_batching", two, two))
+    before, stats0 = s.runs("add_sub_batching"), s.stats("add_sub_batching")
+    r = s.add_sub("add_sub_batching", two, two)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), two * 2)
+    assert r.as_numpy("OUTPUT0").shape == (2, 16)
+    assert s.runs("add_sub_batching") == before + 1
+    stats = s.stats("add_sub_batching")
+    assert stats["inference_count"] == stats0["inference_count"] + 2
+    assert stats["execution_count"] == stats0["execution_count"] + 1
+    assert any(b["batch_size"] == 2 for b in stats["batch_stats"])
+
+
+def test_dynamic_batching_always_queues(repo, serve):
+    s = serve(repo)
+    one = A.reshape(1, 16)
+    for _ in range(2 * inline_instance.SAMPLES):
+        np.testing.assert_array_equal(s.add_sub("add_sub_dyn", one, one).as_numpy("OUTPUT0"),
+                                      one * 2)
+    assert s.model("add_sub_dyn").route.direct is None  # the batcher forms its batches
+
+
+def test_requests_that_need_more_go_the_general_way(repo, serve):
+    s = serve(repo)
+    s.move_to_loop("add_sub", lambda: s.add_sub("add_sub"))
+    before = s.runs("add_sub")
+    general = [
+        lambda: s.add_sub("add_sub", priority=1),  # a parameter
+        lambda: s.add_sub("add_sub", client_timeout=30),  # a deadline
+        lambda: s.add_sub("add_sub", model_version="1"),  # a version named
+        lambda: s.add_sub("add_sub", outputs=[  # an output parameter
+            grpcclient.InferRequestedOutput("OUTPUT0", class_count=1)]),
+    ]
+    for call in general:
+        r = call()
+        assert r.as_numpy("OUTPUT0") is not None
+    assert s.runs("add_sub") == before
+    # the server stopping: its own path says so
+    ledger = s.srv.server._ledger
+    s.srv.run(setattr, ledger, "stopping", True)
+    try:
+        assert s.srv.run(s.srv.server.direct_route, "add_sub") is None
+    finally:
+        s.srv.run(setattr, ledger, "stopping", False)
+    assert s.srv.run(s.srv.server.direct_route, "add_sub") is not None
+
+
+def _bad_requests():
+    """(description, request) pairs the general path refuses, and good ones."""
+    Request = message_class("inference.ModelInferRequest")
+
+    def request(model="add_sub", inputs=(("INPUT0", "FP32", [16]), ("INPUT1", "FP32", [16])),
+                raw=None, outputs=(), rid="x"):
+        req = Request(model_name=model, id=rid)
+        for name, datatype, shape in inputs:
+            req.inputs.add(name=name, datatype=datatype, shape=shape)
+        req.raw_input_contents.extend(raw if raw is not None else
+                                      [np.ones(16, np.float32).tobytes()] * len(inputs))
+        for name in outputs:
+            req.outputs.add(name=name)
+        return req
+
+    two = np.ones((2, 16), np.float32).tobytes()
+    return [
+        ("good", request()),
+        ("good, one output", request(outputs=["OUTPUT1"])),
+        ("good, batching", request("add_sub_batching",
+                                   (("INPUT0", "FP32", [2, 16]), ("INPUT1", "FP32", [2, 16])),
+                                   [two, two])),
+        ("wrong shape", request(inputs=(("INPUT0", "FP32", [8]), ("INPUT1", "FP32", [16])),
+                                raw=[np.ones(8, np.float32).tobytes(),
+                                     np.ones(16, np.float32).tobytes()])),
+        ("wrong datatype", request(inputs=(("INPUT0", "INT32", [16]),
+                                           ("INPUT1", "FP32", [16])))),
+        ("unknown input", request(inputs=(("INPUT0", "FP32", [16]), ("NOPE", "FP32", [16])))),
+        ("input twice", request(inputs=(("INPUT0", "FP32", [16]), ("INPUT0", "FP32", [16])))),
+        ("input missing", request(inputs=(("INPUT0", "FP32", [16]),))),
+        ("byte size", request(raw=[np.ones(16, np.float32).tobytes(), b"\0" * 60])),
+        ("unknown output", request(outputs=["NOPE"])),
+        ("output twice", request(outputs=["OUTPUT0", "OUTPUT0"])),
+        ("no batch dim", request("add_sub_batching")),
+        ("batch too large", request(
+            "add_sub_batching", (("INPUT0", "FP32", [9, 16]), ("INPUT1", "FP32", [9, 16])),
+            [np.ones((9, 16), np.float32).tobytes()] * 2)),
+        ("batch of none", request(
+            "add_sub_batching", (("INPUT0", "FP32", [0, 16]), ("INPUT1", "FP32", [0, 16])),
+            [b"", b""])),
+        ("batch sizes differ", request(
+            "add_sub_batching", (("INPUT0", "FP32", [2, 16]), ("INPUT1", "FP32", [1, 16])),
+            [two, np.ones((1, 16), np.float32).tobytes()])),
+        ("no such model", request("nope")),
+    ]
+
+
+def test_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch):
+    """The same requests against a server whose requests all queue
+    (PYSERVER_DIRECT_RUN=0): the same answers, byte for byte, and the same
+    errors, code and text."""
+    direct = serve(repo)
+    two = np.stack([A, A])
+    for name, call in (("add_sub", lambda: direct.add_sub("add_sub")),
+                       ("add_sub_batching", lambda: direct.add_sub("add_sub_batching", two, two))):
+        direct.move_to_loop(name, call)
+    monkeypatch.setenv("PYSERVER_DIRECT_RUN", "0")
+    queued = serve(repo)
+    assert queued.frontend._infer is not None
+    cases = _bad_requests()
+    before = direct.runs("add_sub") + direct.runs("add_sub_batching")
+    for what, req in cases:
+        got, want = raw_call(direct.url, req), raw_call(queued.url, req)
+        assert got == want, what
+    # the good ones ran directly; none of the others did
+    assert direct.runs("add_sub") + direct.runs("add_sub_batching") == before + 3
+    assert queued.runs("add_sub") == 0
+
+
+def test_a_failed_run_fails_only_its_request(repo, serve):
+    s = serve(repo)
+    x = np.ones((1, 2), np.float32)
+    s.move_to_loop("doubling", lambda: s.double("doubling", x))
+    before, stats0 = s.runs("doubling"), s.stats("doubling")
+    with pytest.raises(InferenceServerException) as err:
+        s.double("doubling", -x)
+    assert err.value.status() == "StatusCode.INTERNAL"
+    assert "ValueError: negative input" in err.value.message()
+    np.testing.assert_array_equal(s.double("doubling", x), 2 * x)
+    assert s.runs("doubling") == before + 2
+    assert DoublingBackend.runs[-1] == s.srv.thread.name  # on the loop
+    stats = s.stats("doubling")
+    assert stats["inference_stats"]["fail"]["count"] == stats0["inference_stats"]["fail"]["count"] + 1
+    assert stats["failure_reasons"]["BACKEND"] == stats0["failure_reasons"]["BACKEND"] + 1
+    assert stats["inference_stats"]["success"]["count"] == \
+        stats0["inference_stats"]["success"]["count"] + 1
+
+
+def test_a_model_that_gets_costly_goes_back_to_its_threads(repo, serve):
+    s = serve(repo)
+    x = np.ones(2, np.float32)
+    s.move_to_loop("doubling_unbatched", lambda: s.double("doubling_unbatched", x))
+    DoublingBackend.pause = 0.003  # 3 ms a run: too long for the loop
+    for _ in range(12):
+        np.testing.assert_array_equal(s.double("doubling_unbatched", x), 2 * x)
+    assert not s.model("doubling_unbatched").inline.inline
+    assert DoublingBackend.runs[-1] != s.srv.thread.name  # its instance thread now
+    runs = s.runs("doubling_unbatched")
+    s.double("doubling_unbatched", x)
+    assert s.runs("doubling_unbatched") == runs  # queued, not run as read
