@@ -1,9 +1,19 @@
 # engine/batch_execution.pyx: a plain model's batches run on the loop, and
 # its requests that need no queue run as they are read.
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
 
 from pyserver.engine.batcher cimport Scheduler
+
+
+# What a direct request's input must be, as a decoder compares it with what
+# it read (no Python objects per request).
+cdef struct DirectInput:
+    string name
+    string datatype
+    vector[int64_t] dims  # without the batch dimension
 
 
 cdef class InlineBatches:
@@ -23,10 +33,11 @@ cdef class DirectRoute:
     cdef InlineBatches batches
     cdef object driver
     cdef object running
-    cdef readonly dict inputs  # name -> (datatype, dims): plain inputs only
-    cdef readonly Py_ssize_t n_inputs
-    cdef readonly list output_names  # config order
-    cdef readonly dict output_types  # name -> datatype
+    cdef vector[DirectInput] input_specs  # every input (all plain), config order
+    cdef readonly list input_names  # the same, as str
+    cdef vector[string] output_specs  # every output's name, config order
+    cdef vector[string] output_datatypes  # the same outputs' datatypes
+    cdef readonly list output_names  # their names as str
     cdef readonly bint batching
     cdef readonly uint32_t max_batch_size
     cdef readonly object model_name

@@ -164,15 +164,26 @@ cdef class DirectRoute:
     its batches are not being traced. The driver's ``running`` lock is held
     across the run, as across an inline drain."""
 
-    def __init__(self, InlineBatches batches, driver, running, dict inputs, list output_names,
-                 dict output_types, uint32_t max_batch_size, model_name, version):
+    def __init__(self, InlineBatches batches, driver, running, list inputs, list outputs,
+                 uint32_t max_batch_size, model_name, version):
+        """``inputs``: (name, datatype, dims) each; ``outputs``: (name,
+        datatype) each, in the config's order."""
+        cdef DirectInput spec
         self.batches = batches
         self.driver = driver
         self.running = running
-        self.inputs = inputs
-        self.n_inputs = len(inputs)
-        self.output_names = output_names
-        self.output_types = output_types
+        self.input_names = []
+        for name, datatype, dims in inputs:
+            spec.name = name.encode()
+            spec.datatype = datatype.encode()
+            spec.dims = list(dims)
+            self.input_specs.push_back(spec)
+            self.input_names.append(name)
+        self.output_names = []
+        for name, datatype in outputs:
+            self.output_specs.push_back(name.encode())
+            self.output_datatypes.push_back(datatype.encode())
+            self.output_names.append(name)
         self.batching = max_batch_size > 0
         self.max_batch_size = max_batch_size
         self.model_name = model_name

@@ -18,7 +18,7 @@ from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pyserver.engine.batch_execution cimport DirectRoute
+from pyserver.engine.batch_execution cimport DirectInput, DirectRoute
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
@@ -740,18 +740,21 @@ cdef class InferHandler:
         is read (batch_execution.DirectRoute); False, having taken nothing,
         where the general path must: anything but raw inputs that match the
         model's fixed shapes and datatypes, outputs asked for by name alone,
-        and no parameters. Its errors are those the general path gives
-        the same request: decoding's (the same calls), then the run's."""
+        and no parameters (but the streaming flag Triton reserves). Its
+        errors are those the general path gives the same request: decoding's
+        (the same calls), then the run's."""
         cdef uint64_t received = NowNs()
         cdef DirectRoute direct
         cdef InputTensorView* t
+        cdef const DirectInput* spec
         cdef size_t i, j, n = view.inputs.size(), nd
-        cdef Py_ssize_t first
+        cdef Py_ssize_t first, k
         cdef int64_t batch_size = 0
-        cdef tuple spec, dims
-        cdef dict feed = {}
-        cdef list wanted = None
-        if n == 0 or view.raw_input_contents.size() != n or not view.model_version.empty():
+        cdef uint64_t seen = 0
+        cdef vector[Py_ssize_t] order  # each input's index among the model's
+        cdef vector[Py_ssize_t] wanted  # the outputs asked for, by index
+        if n == 0 or n > 64 or view.raw_input_contents.size() != n \
+                or not view.model_version.empty():
             return False
         for i in range(view.parameters.size()):
             # perf_analyzer's: a streaming flag, nothing to a unary call
@@ -762,19 +765,22 @@ cdef class InferHandler:
         if found is None:
             return False
         direct = <DirectRoute>found
-        if <Py_ssize_t>n != direct.n_inputs:
+        if n != direct.input_specs.size():
             return False
         first = 1 if direct.batching else 0
+        order.resize(n)
         for i in range(n):  # RequestPath.check's plain case, on the view
             t = &view.inputs[i]
             if t.has_contents or not t.parameters.empty():
                 return False
-            name = _str(t.name)
-            spec = direct.inputs.get(name)
-            if spec is None or name in feed or _str(t.datatype) != spec[0]:
+            k = _input_index(direct, t.name)
+            if k < 0 or (seen >> k) & 1:
                 return False
-            dims = <tuple>spec[1]
-            nd = len(dims)
+            seen |= (<uint64_t>1) << k
+            spec = &direct.input_specs[k]
+            if not _same(t.datatype, spec.datatype):
+                return False
+            nd = spec.dims.size()
             if t.shape.size() != nd + first:
                 return False
             if first:
@@ -785,30 +791,34 @@ cdef class InferHandler:
                 elif t.shape[0] != batch_size:
                     return False
             for j in range(nd):
-                if t.shape[j + first] != <int64_t>dims[j]:
+                if t.shape[j + first] != spec.dims[j]:
                     return False
-            feed[name] = None
-        if view.outputs.size():
-            wanted = []
-            for i in range(view.outputs.size()):
-                if not view.outputs[i].parameters.empty():
-                    return False
-                name = _str(view.outputs[i].name)
-                if name not in direct.output_types or name in wanted:
-                    return False
-                wanted.append(name)
+            order[i] = k
+        seen = 0
+        for i in range(view.outputs.size()):
+            if not view.outputs[i].parameters.empty():
+                return False
+            k = _output_index(direct, view.outputs[i].name)
+            if k < 0 or (seen >> k) & 1:
+                return False
+            seen |= (<uint64_t>1) << k
+            wanted.push_back(k)
+        if wanted.empty():
+            for k in range(<Py_ssize_t>direct.output_specs.size()):
+                wanted.push_back(k)
         request_id = _str(view.id)
         model_name = direct.model_name
+        cdef dict feed = {}
+        names = direct.input_names
         for i in range(n):  # as _decode_view reads them
             t = &view.inputs[i]
-            name = _str(t.name)
+            name = names[order[i]]
             _check_allocatable(t.shape, t.datatype, name, request_id)
             feed[name] = _raw_tensor(msg, view.raw_input_contents[i], name, t.datatype,
                                      t.shape, model_name, request_id)
         try:
             outputs = direct.run(feed, <uint32_t>batch_size, received)
-            payload = _encode_outputs(direct, request_id, wanted or direct.output_names,
-                                      outputs)
+            payload = _encode_outputs(direct, request_id, wanted, outputs)
         except Exception as e:
             self.on_error(stream, e)
             return True
@@ -816,16 +826,42 @@ cdef class InferHandler:
         return True
 
 
-cdef object _encode_outputs(DirectRoute direct, request_id, list names, dict outputs):
-    """The gRPC message answering a direct run: ``names``' outputs, typed
-    as the model's config types them (as RequestPath.scatter does)."""
+cdef inline bint _same(string_view a, const string& b) noexcept:
+    return a.size() == b.size() and memcmp(a.data(), b.data(), a.size()) == 0
+
+
+cdef Py_ssize_t _input_index(DirectRoute direct, string_view name) noexcept:
+    cdef size_t k
+    for k in range(direct.input_specs.size()):
+        if _same(name, direct.input_specs[k].name):
+            return <Py_ssize_t>k
+    return -1
+
+
+cdef Py_ssize_t _output_index(DirectRoute direct, string_view name) noexcept:
+    cdef size_t k
+    if direct.output_specs.size() > 64:
+        return -1
+    for k in range(direct.output_specs.size()):
+        if _same(name, direct.output_specs[k]):
+            return <Py_ssize_t>k
+    return -1
+
+
+cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,
+                            dict outputs):
+    """The gRPC message answering a direct run: the ``wanted`` outputs (by
+    index), typed as the model's config types them (as RequestPath.scatter
+    does)."""
     cdef InferResponseView view
     cdef vector[Py_buffer] bufs
     cdef list keep = []
     cdef OutputTensorView* o
     cdef Py_buffer buf
-    cdef size_t i, n = len(names)
+    cdef size_t i, n = wanted.size()
+    cdef Py_ssize_t k
     cdef string_view err
+    names = direct.output_names
     view.model_name = _sv(direct.model_name, keep)
     view.model_version = _sv(direct.version, keep)
     if request_id:
@@ -834,11 +870,12 @@ cdef object _encode_outputs(DirectRoute direct, request_id, list names, dict out
     bufs.reserve(n)
     try:
         for i in range(n):
-            name = names[i]
-            value = outputs[name]
+            k = wanted[i]
+            value = outputs[names[k]]
             o = &view.outputs[i]
-            o.name = _sv(name, keep)
-            o.datatype = _sv(direct.output_types[name], keep)
+            o.name = string_view(direct.output_specs[k].data(), direct.output_specs[k].size())
+            o.datatype = string_view(direct.output_datatypes[k].data(),
+                                     direct.output_datatypes[k].size())
             for d in value.shape:
                 o.shape.push_back(d)
             try:

@@ -202,10 +202,9 @@ class InlineInstance(ExecutionDriver):
             return None
         if any(s.datatype == "BYTES" for s in mv.outputs.values()):
             return None
-        names = [o.name for o in mv.config.output]
         return DirectRoute(self._batches, self, self._running,
-                           {name: (s.datatype, tuple(s.dims)) for name, s in mv.inputs.items()},
-                           names, {name: mv.outputs[name].datatype for name in names},
+                           [(s.name, s.datatype, s.dims) for s in mv.inputs.values()],
+                           [(s.name, s.datatype) for s in mv.outputs.values()],
                            mv.max_batch_size, mv.name, mv.version_str)
 
     def leave_loop(self) -> None:
