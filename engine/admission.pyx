@@ -18,9 +18,15 @@ handles cancel() uses) and whether it still takes new ones, where both
 paths and the server's Python read and write them.
 """
 
+from libc.stdint cimport uint64_t
+
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.batcher cimport Scheduler
 from pyserver.engine.types cimport InferRequest, PendingRequest
+
+
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()
 
 
 cdef class Ledger:
@@ -46,15 +52,17 @@ cdef class Route:
 
     cdef readonly object model
     cdef object validate
+    cdef object answer
     cdef Scheduler scheduler
     cdef object dispatch
     cdef public bint open
     cdef public bint cache_checked
     cdef public DirectRoute direct  # its requests may run as they are read, or None
 
-    def __init__(self, model, validate, Scheduler scheduler, dispatch, bint open):
+    def __init__(self, model, validate, answer, Scheduler scheduler, dispatch, bint open):
         self.model = model
         self.validate = validate
+        self.answer = answer
         self.scheduler = scheduler
         self.dispatch = dispatch
         self.open = open
@@ -113,6 +121,17 @@ cdef class Admission:
         validated = (<Route>route).validate(request)  # raises the general path's errors
         if future is None:
             future = self.loop.create_future()
+        direct = (<Route>route).direct
+        if direct is not None and direct.ready():
+            # run now, as the queue would run it alone (batch_execution.DirectRoute)
+            try:
+                outputs = direct.run(validated[0], validated[1], NowNs())
+                response = (<Route>route).answer(request, outputs)
+            except Exception as err:
+                future.set_exception(err)
+            else:
+                future.set_result(response)
+            return future
         pending = PendingRequest(request, future, validated[0], validated[1])
         scheduler = (<Route>route).scheduler
         pending.id = scheduler.enqueue(pending, validated[1], request.priority,

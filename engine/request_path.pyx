@@ -258,6 +258,10 @@ cdef class RequestPath:
         (batch outputs), {name: [part of each request]}."""
         cdef Py_ssize_t n = len(requests), i, offset
         cdef dict rows
+        if n == 1 and not split:
+            (<PendingRequest?>requests[0]).response = self.answer(
+                (<PendingRequest>requests[0]).request, outputs)
+            return
         if n == 1 or not self.batching:
             rows = {name: (value,) for name, value in outputs.items()}
         elif total == n:  # a row each: numpy splits them in C
@@ -285,6 +289,16 @@ cdef class RequestPath:
                 value = rows[name][i]
                 tensors.append(self._tensor(out, value, types[name]))
             p.response = new_response(self.model_name, self.version, req.id, tensors)
+
+    cpdef object answer(self, InferRequest req, dict outputs):
+        """The response of a request that ran alone: the outputs it asked for
+        (all, when it named none), as ``scatter`` cuts them."""
+        cdef list tensors = []
+        cdef dict types = self.output_types
+        for out in (req.outputs or self.all_outputs):
+            name = (<RequestedOutput?>out).name
+            tensors.append(self._tensor(out, outputs[name], types[name]))
+        return new_response(self.model_name, self.version, req.id, tensors)
 
     def responses(self, list requests, results, object other):
         """Each request's ``response`` from its backend's result, for a

@@ -336,11 +336,8 @@ class GrpcFrontend:
             canceller=server.cancel,
             header_forwarder=self._forwarder.forward if self._forwarder is not None else None,
             tracer=self._tracer,
-            # Forwarded headers become request parameters: those go the general
-            # way. PYSERVER_DIRECT_RUN=0: every request queues (the alternative
-            # bench/perf_analyzer.py measures direct runs against).
-            direct_routes=server.direct_route if self._forwarder is None and bool_word(
-                os.environ.get("PYSERVER_DIRECT_RUN", "1")) is not False else None)
+            # forwarded headers become request parameters: those go the general way
+            direct_routes=server.direct_route if self._forwarder is None else None)
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes

@@ -307,10 +307,14 @@ class ModelVersion:
             dispatch = loop_drivers[0].dispatch
         else:
             dispatch = self.dispatch if loop_drivers else None
-        self.route = Route(self, self._path.validate, self.scheduler, dispatch,
+        self.route = Route(self, self._path.validate, self._path.answer, self.scheduler,
+                           dispatch,
                            not self.decoupled and self.ensemble is None and self.sequence is None
                            and self._batch_viewer is None)
-        if self.inline is not None and self.route.open:
+        # PYSERVER_DIRECT_RUN=0: every request queues (the alternative
+        # bench/perf_analyzer.py measures direct runs against)
+        if self.inline is not None and self.route.open and bool_word(
+                os.environ.get("PYSERVER_DIRECT_RUN", "1")) is not False:
             self.route.direct = self.inline.direct_route()
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)

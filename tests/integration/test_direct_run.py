@@ -1,8 +1,9 @@
-"""A plain gRPC request to a model on the event loop runs as it is read
-(engine/batch_execution.pyx DirectRoute, engine/protocol/grpc_codec.pyx
-InferHandler._run_direct): the same answers, errors and statistics as
-through the queue, and every request that needs more than that takes the
-general path."""
+"""A request to a model on the event loop that would run alone runs as it
+is read (engine/batch_execution.pyx DirectRoute): from the gRPC reader's
+views (engine/protocol/grpc_codec.pyx InferHandler._run_direct), or, for
+any protocol, once Admission.submit has validated it. The same answers,
+errors and statistics as through the queue; a request that needs more
+takes the general path and queues."""
 
 import threading
 import time
@@ -11,6 +12,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from pyserver._proto import message_class
@@ -194,21 +196,23 @@ def test_dynamic_batching_always_queues(repo, serve):
     assert s.model("add_sub_dyn").route.direct is None  # the batcher forms its batches
 
 
-def test_requests_that_need_more_go_the_general_way(repo, serve):
+def test_requests_the_grpc_reader_declines_still_run_unqueued(repo, serve):
+    """What the gRPC reader leaves to the full decode (a parameter, a
+    deadline, classification) is still run as the queue would run it alone
+    (Admission.submit); a version named goes the general way and queues."""
     s = serve(repo)
     s.move_to_loop("add_sub", lambda: s.add_sub("add_sub"))
-    before = s.runs("add_sub")
-    general = [
-        lambda: s.add_sub("add_sub", priority=1),  # a parameter
-        lambda: s.add_sub("add_sub", client_timeout=30),  # a deadline
-        lambda: s.add_sub("add_sub", model_version="1"),  # a version named
-        lambda: s.add_sub("add_sub", outputs=[  # an output parameter
-            grpcclient.InferRequestedOutput("OUTPUT0", class_count=1)]),
-    ]
-    for call in general:
-        r = call()
-        assert r.as_numpy("OUTPUT0") is not None
-    assert s.runs("add_sub") == before
+    before, queued0 = s.runs("add_sub"), s.stats("add_sub")["inference_stats"]["queue"]["ns"]
+    r = s.add_sub("add_sub", priority=1)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
+    r = s.add_sub("add_sub", client_timeout=30)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
+    r = s.add_sub("add_sub", outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=1)])
+    assert r.as_numpy("OUTPUT0")[0].decode().startswith("18")  # the top class: 15 + 3
+    assert s.runs("add_sub") == before + 3
+    r = s.add_sub("add_sub", model_version="1")
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
+    assert s.runs("add_sub") == before + 3
     # the server stopping: its own path says so
     ledger = s.srv.server._ledger
     s.srv.run(setattr, ledger, "stopping", True)
@@ -217,6 +221,38 @@ def test_requests_that_need_more_go_the_general_way(repo, serve):
     finally:
         s.srv.run(setattr, ledger, "stopping", False)
     assert s.srv.run(s.srv.server.direct_route, "add_sub") is not None
+    assert s.stats("add_sub")["inference_stats"]["queue"]["ns"] >= queued0
+
+
+def test_http_requests_run_unqueued(repo, serve):
+    """Over HTTP (the infer lane), binary and JSON tensors alike."""
+    s = serve(repo)
+    url = s.srv.url
+    s.move_to_loop("add_sub", lambda: s.add_sub("add_sub"))
+    before = s.runs("add_sub")
+    client = httpclient.InferenceServerClient(url)
+    try:
+        for binary in (True, False):
+            inputs = [httpclient.InferInput("INPUT0", [16], "FP32"),
+                      httpclient.InferInput("INPUT1", [16], "FP32")]
+            inputs[0].set_data_from_numpy(A, binary_data=binary)
+            inputs[1].set_data_from_numpy(B, binary_data=binary)
+            outputs = [httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+            r = client.infer("add_sub", inputs, outputs=outputs, request_id="h")
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
+            assert r.get_response()["id"] == "h"
+            assert [o["name"] for o in r.get_response()["outputs"]] == ["OUTPUT1"]
+        with pytest.raises(InferenceServerException) as err:
+            bad = [httpclient.InferInput("INPUT0", [8], "FP32"),
+                   httpclient.InferInput("INPUT1", [16], "FP32")]
+            bad[0].set_data_from_numpy(A[:8])
+            bad[1].set_data_from_numpy(B)
+            client.infer("add_sub", bad)
+        assert err.value.status() == "400"
+        assert "unexpected shape for input 'INPUT0'" in err.value.message()
+    finally:
+        client.close()
+    assert s.runs("add_sub") == before + 2
 
 
 def _bad_requests():
@@ -285,7 +321,7 @@ def test_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch):
         assert got == want, what
     # the good ones ran directly; none of the others did
     assert direct.runs("add_sub") + direct.runs("add_sub_batching") == before + 3
-    assert queued.runs("add_sub") == 0
+    assert queued.runs("add_sub") is None
 
 
 def test_a_failed_run_fails_only_its_request(repo, serve):
