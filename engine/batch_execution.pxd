@@ -35,6 +35,7 @@ cdef class DirectRoute:
     cdef object running
     cdef vector[DirectInput] input_specs  # every input (all plain), config order
     cdef readonly list input_names  # the same, as str
+    cdef readonly list input_dtypes  # the same, as numpy dtypes
     cdef vector[string] output_specs  # every output's name, config order
     cdef vector[string] output_datatypes  # the same outputs' datatypes
     cdef readonly list output_names  # their names as str

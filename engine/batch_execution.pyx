@@ -160,25 +160,28 @@ cdef class DirectRoute:
     no batch of several): the same run, recorded the same way, with no
     queue time. ``ready()`` says whether that holds now: the model is on the
     loop (``driver``, its InlineInstance: ``inline``, ``_stopped``,
-    ``leave_loop()``), nothing of it is queued (that would run first), and
-    its batches are not being traced. The driver's ``running`` lock is held
-    across the run, as across an inline drain."""
+    ``leave_loop()``), no inline drain of it is under way (the driver's
+    ``running`` lock, held across every run on the loop, is free), nothing
+    of it is queued (that would run first), and its batches are not being
+    traced."""
 
     def __init__(self, InlineBatches batches, driver, running, list inputs, list outputs,
                  uint32_t max_batch_size, model_name, version):
-        """``inputs``: (name, datatype, dims) each; ``outputs``: (name,
-        datatype) each, in the config's order."""
+        """``inputs``: (name, datatype, dims, numpy dtype) each; ``outputs``:
+        (name, datatype) each, in the config's order."""
         cdef DirectInput spec
         self.batches = batches
         self.driver = driver
         self.running = running
         self.input_names = []
-        for name, datatype, dims in inputs:
+        self.input_dtypes = []
+        for name, datatype, dims, dtype in inputs:
             spec.name = name.encode()
             spec.datatype = datatype.encode()
             spec.dims = list(dims)
             self.input_specs.push_back(spec)
             self.input_names.append(name)
+            self.input_dtypes.append(dtype)
         self.output_names = []
         for name, datatype in outputs:
             self.output_specs.push_back(name.encode())
@@ -191,7 +194,10 @@ cdef class DirectRoute:
 
     cdef bint ready(self):
         driver = self.driver
-        return driver.inline and not driver._stopped and \
+        # running held: an inline drain is under way on this thread (answering
+        # one of its batches may bring the next request here) and will take
+        # a queued request in turn; or stop() waits for the loop's batches
+        return driver.inline and not driver._stopped and not self.running.locked() and \
             self.batches.scheduler.c.get().QueuedCount() == 0 and not self.batches.model.tracing
 
     cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns):

@@ -99,7 +99,7 @@ _JSON_KINDS = {
     "FP64": ("fiu", _NON_NUMBER),
 }
 
-_JSON_HEADERS = [(b"Content-Type", b"application/json")]
+JSON_HEADERS = _JSON_HEADERS = [(b"Content-Type", b"application/json")]
 
 # JSON headers up to this size go through the reader, whose parser keeps
 # buffers as large as the largest document it read (per thread); larger

@@ -30,11 +30,12 @@ from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.ref cimport Py_INCREF
-from libc.stdint cimport int64_t
-from libc.string cimport memcpy
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from pyserver.engine.batch_execution cimport DirectInput, DirectRoute
 from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
@@ -61,6 +62,7 @@ from pyserver.engine.types cimport (
     RequestedOutput,
     new_output,
     new_request,
+    new_response,
     new_tensor,
 )
 
@@ -243,10 +245,15 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
     its array added to ``raws`` (when it has bytes); False when it is not
     plain numeric data (or not what the general encoder would write without
     parameters)."""
-    datatype = t.datatype
-    arr = t.data
-    if t.parameters or type(arr) is not _ndarray or datatype == "BYTES" \
-            or datatype == "BF16" or type(t.shape) is not list:
+    if t.parameters or type(t.shape) is not list:
+        return False
+    return _append_array(t.name, t.datatype, t.shape, t.data, binary, out, raws)
+
+
+cdef bint _append_array(name, datatype, shape, arr, bint binary, string* out,
+                        list raws) except -1:
+    """_append_tensor's output from its parts (``shape``: a list or tuple)."""
+    if type(arr) is not _ndarray or datatype == "BYTES" or datatype == "BF16":
         return False
     cdef Py_buffer view
     try:
@@ -260,14 +267,14 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
         if view.ndim == 0 or (kind < 0 and not (binary and _is_half(view.format))):
             return False
         out.append(b'{"name":')
-        if not _append_str(t.name, out):
+        if not _append_str(name, out):
             return False
         out.append(b',"datatype":')
         if not _append_str(datatype, out):
             return False
         out.append(b',"shape":[')
         first = True
-        for dim in <list>t.shape:
+        for dim in shape:
             if type(dim) is not int:
                 return False
             if not first:
@@ -341,6 +348,12 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
         if not _append_tensor(<InferTensor>item, binary, &body, raws):
             return None
     body.append(b']}')
+    return _framed(body, raws, json_headers, keep_alive, http10)
+
+
+cdef list _framed(string& body, list raws, json_headers, bint keep_alive, bint http10):
+    """The 200 answer around a JSON body written by json_writer and its
+    binary outputs (``raws``, arrays)."""
     cdef Py_ssize_t raw_size = 0
     for raw in raws:
         raw_size += raw.nbytes
@@ -455,15 +468,43 @@ cdef object _new_array(const vector[int64_t]& shape, dtype):
     return PyArray_NewFromDescr(&PyArray_Type, <cnp.dtype>dtype, nd, dims, NULL, NULL, 0, NULL)
 
 
+cdef object _input_data(body, Py_buffer* src, InferRequestReader* reader, Py_ssize_t i,
+                        Py_ssize_t count, npdt, datatype, Py_ssize_t* offset,
+                        Py_ssize_t max_input_size):
+    """Input ``i``'s array (``count`` elements of ``npdt``): a view of its
+    binary data at ``*offset`` in the body (moved past it), or its JSON
+    "data" filled in; None where the reader's common case ends."""
+    cdef const RequestInput* inp = &reader.inputs()[i]
+    cdef Py_ssize_t itemsize = npdt.itemsize, size, end
+    cdef int kind
+    if inp.parameters == ParamsState.kOne:
+        size = inp.binary_data_size
+        end = offset[0] + size
+        if end > src.len or size != count * itemsize:
+            return None
+        if type(body) is bytes:  # immutable: a view based on it stays valid
+            data = _view(body, <char*>src.buf + offset[0], inp.shape, npdt)
+        else:  # numpy's own view (writable for a bytearray), as the general path's
+            data = _ndarray(list(inp.shape), npdt, body, offset[0])
+        offset[0] = end
+        return data
+    kind = _fill_kind(datatype)
+    if kind < 0 or count > max_input_size // itemsize:
+        return None
+    data = _new_array(inp.shape, npdt)
+    if not reader.FillData(<size_t>i, <ElementKind>kind, cnp.PyArray_DATA(<cnp.ndarray>data),
+                           <size_t>count):
+        return None
+    return data
+
+
 cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssize_t hlen,
                          Py_ssize_t max_input_size, dict wire_to_numpy,
                          InferRequestReader* reader):
     cdef const RequestInput* inp
     cdef const RequestOutput* out
-    cdef Py_ssize_t total = src.len, offset, size, end, count, itemsize, i, j
+    cdef Py_ssize_t total = src.len, offset, count, i, j
     cdef int64_t dim
-    cdef int kind
-    cdef bint filled
     if hlen > total or not reader.Read(<const char*>src.buf, <size_t>hlen):
         return None
     if reader.parameters() == ParamsState.kOne:
@@ -496,28 +537,13 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
         if count == 0:
             return None
         names.add(name)
-        itemsize = npdt.itemsize
         if inp.parameters == ParamsState.kOne:
-            size = inp.binary_data_size
-            iparams = {"binary_data_size": size}
-            end = offset + size
-            if end > total or size != count * itemsize:
-                return None
-            if type(body) is bytes:  # immutable: a view based on it stays valid
-                data = _view(body, <char*>src.buf + offset, inp.shape, npdt)
-            else:  # numpy's own view (writable for a bytearray), as the general path's
-                data = _ndarray(shape, npdt, body, offset)
-            offset = end
+            iparams = {"binary_data_size": inp.binary_data_size}
         else:
             iparams = {} if inp.parameters == ParamsState.kEmpty else None
-            kind = _fill_kind(datatype)
-            if kind < 0 or count > max_input_size // itemsize:
-                return None
-            data = _new_array(inp.shape, npdt)
-            filled = reader.FillData(i, <ElementKind>kind,
-                                     cnp.PyArray_DATA(<cnp.ndarray>data), <size_t>count)
-            if not filled:
-                return None
+        data = _input_data(body, src, reader, i, count, npdt, datatype, &offset, max_input_size)
+        if data is None:
+            return None
         inputs.append(new_tensor(name, datatype, shape, data, iparams))
     if offset != total:
         return None
@@ -537,3 +563,185 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
             oparams = None
         outputs.append(new_output(name, oparams))
     return new_request(model_name, model_version, request_id, inputs, outputs, params, 0, 0)
+
+
+# ---------------------------------------------------------------- direct runs
+
+
+cdef inline bint _same(string_view a, const string& b) noexcept:
+    return a.size() == b.size() and memcmp(a.data(), b.data(), a.size()) == 0
+
+
+cdef Py_ssize_t _input_index(DirectRoute direct, string_view name) noexcept:
+    cdef size_t k
+    for k in range(direct.input_specs.size()):
+        if _same(name, direct.input_specs[k].name):
+            return <Py_ssize_t>k
+    return -1
+
+
+cdef Py_ssize_t _output_index(DirectRoute direct, string_view name) noexcept:
+    cdef size_t k
+    for k in range(direct.output_specs.size()):
+        if _same(name, direct.output_specs[k]):
+            return <Py_ssize_t>k
+    return -1
+
+
+def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
+                  json_headers, bint keep_alive, bint http10, uint64_t received, fallback):
+    """Runs a plain request (JSON header of ``hlen`` bytes, then its binary
+    tensors) through ``direct`` (batch_execution.DirectRoute) and returns
+    its whole 200 answer; None, having run nothing, where the general path
+    must take it: what read_plain declines, and anything that does not
+    match the model's fixed shapes and datatypes or names a version. Raises
+    the run's error. Outputs the writer cannot write (a NaN as JSON data)
+    go to ``fallback(response, request)``, the general encoder."""
+    cdef Py_buffer src
+    PyObject_GetBuffer(body, &src, 0)
+    try:
+        return _direct(direct, body, &src, hlen, max_input_size, json_headers, keep_alive,
+                       http10, received, fallback, &ThreadInferRequestReader())
+    finally:
+        PyBuffer_Release(&src)
+
+
+cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
+                    Py_ssize_t max_input_size, json_headers, bint keep_alive, bint http10,
+                    uint64_t received, fallback, InferRequestReader* reader):
+    cdef const RequestInput* inp
+    cdef const RequestOutput* out
+    cdef const DirectInput* spec
+    cdef size_t i, j, n, nd
+    cdef Py_ssize_t k, first, offset = hlen, count
+    cdef int64_t batch_size = 0
+    cdef uint64_t seen = 0
+    cdef vector[Py_ssize_t] wanted  # the outputs to answer, by index
+    cdef vector[char] binary  # each one's binary_data
+    cdef vector[char] given  # each one's parameters as asked: 0 none, 1 {}, 2 binary_data
+    cdef char flag, asked
+    if hlen > src.len or not reader.Read(<const char*>src.buf, <size_t>hlen):
+        return None
+    cdef bint default_binary = reader.parameters() == ParamsState.kOne \
+        and reader.binary_data_output()
+    n = reader.inputs().size()
+    if n == 0 or n > 64 or n != direct.input_specs.size():
+        return None
+    first = 1 if direct.batching else 0
+    cdef dict feed = {}
+    names = direct.input_names
+    dtypes = direct.input_dtypes
+    for i in range(n):  # RequestPath.check's plain case, on what the reader read
+        inp = &reader.inputs()[i]
+        k = _input_index(direct, inp.name)
+        if k < 0 or (seen >> k) & 1:
+            return None
+        seen |= (<uint64_t>1) << k
+        spec = &direct.input_specs[k]
+        if not _same(inp.datatype, spec.datatype):
+            return None
+        nd = spec.dims.size()
+        if inp.shape.size() != nd + first:
+            return None
+        if first:
+            if i == 0:
+                batch_size = inp.shape[0]
+                if batch_size <= 0 or batch_size > direct.max_batch_size:
+                    return None
+            elif inp.shape[0] != batch_size:
+                return None
+        count = batch_size if first else 1
+        for j in range(nd):
+            if inp.shape[j + first] != spec.dims[j] or spec.dims[j] <= 0:
+                return None
+            count *= spec.dims[j]
+        datatype = _text(inp.datatype)
+        data = _input_data(body, src, reader, i, count, dtypes[k], datatype, &offset,
+                           max_input_size)
+        if data is None:
+            return None
+        feed[names[k]] = data
+    if offset != src.len:
+        return None
+    seen = 0
+    for i in range(reader.outputs().size()):
+        out = &reader.outputs()[i]
+        k = _output_index(direct, out.name)
+        if k < 0 or k >= 64 or (seen >> k) & 1:
+            return None
+        seen |= (<uint64_t>1) << k
+        wanted.push_back(k)
+        # (flags through typed locals: Cython makes a conditional expression
+        # pushed into a vector[char] a reference to a temporary)
+        if out.parameters == ParamsState.kOne:
+            flag = out.binary_data
+            asked = 2
+        elif out.parameters == ParamsState.kEmpty:  # parameters {}: JSON data
+            flag = False
+            asked = 1
+        else:  # none: the request's default
+            flag = default_binary
+            asked = 0
+        binary.push_back(flag)
+        given.push_back(asked)
+    if wanted.empty():
+        flag = default_binary
+        for k in range(<Py_ssize_t>direct.output_specs.size()):
+            wanted.push_back(k)
+            binary.push_back(flag)
+    request_id = _text(reader.id()) if reader.has_id() else ""
+    outputs = direct.run(feed, <uint32_t>batch_size, received)
+    answer = _direct_json(direct, request_id, wanted, binary, outputs, json_headers, keep_alive,
+                          http10)
+    if answer is not None:
+        return answer
+    # the general encoder, from the objects it reads
+    out_names = direct.output_names
+    tensors = []
+    requested = []
+    for i in range(wanted.size()):
+        value = outputs[out_names[wanted[i]]]
+        tensors.append(new_tensor(out_names[wanted[i]],
+                                  direct.output_datatypes[wanted[i]].decode(),
+                                  list(value.shape), value, None))
+        if given.size():
+            requested.append(new_output(out_names[wanted[i]], None if given[i] == 0 else (
+                {} if given[i] == 1 else {"binary_data": bool(binary[i])})))
+    params = {"binary_data_output": reader.binary_data_output()} \
+        if reader.parameters() == ParamsState.kOne else {}
+    return fallback(new_response(direct.model_name, direct.version, request_id, tensors),
+                    new_request(direct.model_name, "", request_id, [], requested, params, 0, 0))
+
+
+cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,
+                         vector[char]& binary, dict outputs, json_headers, bint keep_alive,
+                         bint http10):
+    """json_answer's bytes for a direct run's outputs, or None."""
+    cdef string body
+    cdef list raws = []
+    cdef size_t i
+    body.reserve(512)
+    if request_id:
+        body.append(b'{"id":')
+        if not _append_str(request_id, &body):
+            return None
+        body.append(b',"model_name":')
+    else:
+        body.append(b'{"model_name":')
+    if not _append_str(direct.model_name, &body):
+        return None
+    body.append(b',"model_version":')
+    if not _append_str(direct.version, &body):
+        return None
+    body.append(b',"outputs":[')
+    names = direct.output_names
+    for i in range(wanted.size()):
+        if i:
+            body.push_back(b',')
+        name = names[wanted[i]]
+        value = outputs[name]
+        if not _append_array(name, direct.output_datatypes[wanted[i]].decode(), value.shape,
+                             value, binary[i], &body, raws):
+            return None
+    body.append(b']}')
+    return _framed(body, raws, json_headers, keep_alive, http10)

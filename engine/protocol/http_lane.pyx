@@ -218,6 +218,11 @@ cdef class LaneHost(ReaderSource):
             model, version = route
             if self.frontend is None:
                 self.frontend = route_frontend(conn.frontend)
+            data = self.route.direct(conn, self.frontend, headers, body, model, version, True,
+                                     False)
+            if data is not None:  # run as it was read: answered now
+                sink.answer(connection, data)
+                return 0
             request, fut = self.route.begin(conn, self.frontend, headers, body, model, version,
                                             r.received_ns)
         except Exception as e:

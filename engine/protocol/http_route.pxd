@@ -12,6 +12,7 @@ cdef class RouteFrontend:
     cdef readonly object model_config
     cdef readonly object header_forwarder
     cdef readonly object submitter
+    cdef readonly object direct_routes  # Server.direct_route, or None
 
 
 cdef RouteFrontend route_frontend(frontend)
@@ -25,6 +26,8 @@ cdef class InferRoute:
 
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
                      recv_ns)
+    cdef list direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     bint keep_alive, bint http10)
     cdef object encoding_of(self, dict headers)
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)
 

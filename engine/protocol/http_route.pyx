@@ -12,17 +12,27 @@ callables: the engine imports nothing above it.
 """
 
 from pyserver.engine.protocol.http_codec import (
+    JSON_HEADERS,
+    READER_MAX,
     answer_infer,
     decode_infer_request,
     encode_infer_response,
     release_shm,
 )
+from pyserver.engine.protocol.http_infer import direct_answer
 from pyserver.engine.types cimport ImmediateFuture
 
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
 import asyncio
+import functools
+
+from libc.stdint cimport uint64_t
+
+
+cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
+    uint64_t NowNs()
 
 
 cdef class Slot:
@@ -47,6 +57,10 @@ cdef class RouteFrontend:
         self.model_config = server.model_config
         self.header_forwarder = frontend.header_forwarder
         self.submitter = server.submitter
+        # Forwarded headers become request parameters: those go the general
+        # way. A server that runs nothing directly has no direct_route.
+        self.direct_routes = getattr(server, "direct_route", None) \
+            if self.header_forwarder is None else None
 
 
 cdef RouteFrontend route_frontend(frontend):
@@ -70,12 +84,23 @@ cdef class InferRoute:
         self.pipeline_high = pipeline_high
 
     def __call__(self, conn, method, dict headers, body, bint keep_alive, model, version):
+        cdef RouteFrontend rf = route_frontend(conn.frontend)
+        cdef Slot slot
+        cdef list data
         try:
-            request, fut = self.begin(conn, route_frontend(conn.frontend), headers, body,
-                                      model, version, conn.recv_ns)
+            data = self.direct(conn, rf, headers, body, model, version, keep_alive, conn.http10)
+            if data is None:
+                request, fut = self.begin(conn, rf, headers, body, model, version,
+                                          conn.recv_ns)
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
-        cdef Slot slot = Slot(not keep_alive)
+        if data is not None:
+            slot = Slot(not keep_alive)
+            slot.data = data
+            conn.pending.append(slot)
+            conn.answered()
+            return
+        slot = Slot(not keep_alive)
         pending = conn.pending
         pending.append(slot)
         cdef InferDone done = InferDone(self, conn, slot, request,
@@ -109,6 +134,36 @@ cdef class InferRoute:
             if request is not None:
                 release_shm(request)
             raise
+
+    cdef list direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     bint keep_alive, bint http10):
+        """The answer of a plain request its model runs as it is read
+        (http_infer.direct_answer), or None, with nothing done, where
+        ``begin`` must take it: a version named, a compressed body or
+        answer, a traced or otherwise unusual request."""
+        if rf.direct_routes is None or version or b"content-encoding" in headers \
+                or self.encoding_of(headers) is not None:
+            return None
+        direct = rf.direct_routes(model)
+        if direct is None:
+            return None
+        cdef Py_ssize_t total = len(body), hlen
+        hval = headers.get(b"inference-header-content-length")
+        if hval is None:
+            hlen = total
+        else:
+            try:
+                hlen = int(hval)
+            except ValueError:
+                return None
+            if hlen <= 0 or hlen > total:
+                return None  # raw binary, or the general path's error
+        if hlen > rf.max_input_size or hlen > READER_MAX:
+            return None
+        return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS, keep_alive,
+                             http10, NowNs(), functools.partial(answer_infer,
+                                                                keep_alive=keep_alive,
+                                                                http10=http10))
 
     cdef object encoding_of(self, dict headers):
         """The answer's Content-Encoding for the request's Accept-Encoding, or None."""

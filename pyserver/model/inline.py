@@ -203,7 +203,8 @@ class InlineInstance(ExecutionDriver):
         if any(s.datatype == "BYTES" for s in mv.outputs.values()):
             return None
         return DirectRoute(self._batches, self, self._running,
-                           [(s.name, s.datatype, s.dims) for s in mv.inputs.values()],
+                           [(s.name, s.datatype, s.dims, s.numpy_dtype)
+                            for s in mv.inputs.values()],
                            [(s.name, s.datatype) for s in mv.outputs.values()],
                            mv.max_batch_size, mv.name, mv.version_str)
 
