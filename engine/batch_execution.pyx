@@ -18,7 +18,10 @@ The model keeps every rule whose outcome is an error text (its
 wrong) and the general gather (``_gather_each``).
 """
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcmp
+from libcpp.string cimport string
+from libcpp.vector cimport vector
 
 from pyserver.engine.batcher cimport Batch, Scheduler
 from pyserver.engine.stats cimport FailureReason, ModelStats
@@ -150,6 +153,10 @@ cdef class InlineBatches:
                 return True
 
 
+cdef inline bint _same(const char* a, size_t size, const string& b) noexcept:
+    return size == b.size() and memcmp(a, b.data(), size) == 0
+
+
 cdef class DirectRoute:
     """A plain request to a model on the loop, run as it is read: no queue,
     no future, no request or response object (a protocol's decoder checks
@@ -199,6 +206,51 @@ cdef class DirectRoute:
         # a queued request in turn; or stop() waits for the loop's batches
         return driver.inline and not driver._stopped and not self.running.locked() and \
             self.batches.scheduler.c.get().QueuedCount() == 0 and not self.batches.model.tracing
+
+    cdef Py_ssize_t input_index(self, const char* name, size_t size) noexcept:
+        """The input called ``name`` (as read: not a str), by index; -1."""
+        cdef size_t k
+        for k in range(self.input_specs.size()):
+            if _same(name, size, self.input_specs[k].name):
+                return <Py_ssize_t>k
+        return -1
+
+    cdef Py_ssize_t output_index(self, const char* name, size_t size) noexcept:
+        """The output called ``name``, by index (at most 64 of them, as a
+        reader's bit set of those asked for holds); -1."""
+        cdef size_t k
+        if self.output_specs.size() > 64:
+            return -1
+        for k in range(self.output_specs.size()):
+            if _same(name, size, self.output_specs[k]):
+                return <Py_ssize_t>k
+        return -1
+
+    cdef bint datatype_is(self, Py_ssize_t k, const char* datatype, size_t size) noexcept:
+        """Whether input ``k``'s datatype is ``datatype``."""
+        return _same(datatype, size, self.input_specs[k].datatype)
+
+    cdef bint shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
+                         int64_t* batch_size) noexcept:
+        """Whether ``shape``, read for input ``k``, is the model's: its dims
+        after a batch dimension when the model batches, that dimension in
+        1..max_batch_size and the same for every input (the first input
+        sets ``*batch_size``)."""
+        cdef const DirectInput* spec = &self.input_specs[k]
+        cdef size_t j, nd = spec.dims.size(), first = 1 if self.batching else 0
+        if shape.size() != nd + first:
+            return False
+        if first:
+            if first_input:
+                if shape[0] <= 0 or shape[0] > <int64_t>self.max_batch_size:
+                    return False
+                batch_size[0] = shape[0]
+            elif shape[0] != batch_size[0]:
+                return False
+        for j in range(nd):
+            if shape[j + first] != spec.dims[j] or spec.dims[j] <= 0:
+                return False
+        return True
 
     cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns):
         """Runs one request (``feed``: its inputs by name, checked; read at

@@ -18,7 +18,7 @@ from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pyserver.engine.batch_execution cimport DirectInput, DirectRoute
+from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
@@ -746,9 +746,8 @@ cdef class InferHandler:
         cdef uint64_t received = NowNs()
         cdef DirectRoute direct
         cdef InputTensorView* t
-        cdef const DirectInput* spec
-        cdef size_t i, j, n = view.inputs.size(), nd
-        cdef Py_ssize_t first, k
+        cdef size_t i, n = view.inputs.size()
+        cdef Py_ssize_t k
         cdef int64_t batch_size = 0
         cdef uint64_t seen = 0
         cdef vector[Py_ssize_t] order  # each input's index among the model's
@@ -767,38 +766,25 @@ cdef class InferHandler:
         direct = <DirectRoute>found
         if n != direct.input_specs.size():
             return False
-        first = 1 if direct.batching else 0
         order.resize(n)
         for i in range(n):  # RequestPath.check's plain case, on the view
             t = &view.inputs[i]
             if t.has_contents or not t.parameters.empty():
                 return False
-            k = _input_index(direct, t.name)
+            k = direct.input_index(t.name.data(), t.name.size())
             if k < 0 or (seen >> k) & 1:
                 return False
             seen |= (<uint64_t>1) << k
             spec = &direct.input_specs[k]
-            if not _same(t.datatype, spec.datatype):
+            if not direct.datatype_is(k, t.datatype.data(), t.datatype.size()) or \
+                    not direct.shape_fits(k, t.shape, i == 0, &batch_size):
                 return False
-            nd = spec.dims.size()
-            if t.shape.size() != nd + first:
-                return False
-            if first:
-                if i == 0:
-                    batch_size = t.shape[0]
-                    if batch_size <= 0 or batch_size > direct.max_batch_size:
-                        return False
-                elif t.shape[0] != batch_size:
-                    return False
-            for j in range(nd):
-                if t.shape[j + first] != spec.dims[j]:
-                    return False
             order[i] = k
         seen = 0
         for i in range(view.outputs.size()):
             if not view.outputs[i].parameters.empty():
                 return False
-            k = _output_index(direct, view.outputs[i].name)
+            k = direct.output_index(view.outputs[i].name.data(), view.outputs[i].name.size())
             if k < 0 or (seen >> k) & 1:
                 return False
             seen |= (<uint64_t>1) << k
@@ -824,28 +810,6 @@ cdef class InferHandler:
             return True
         stream.respond(payload, True)
         return True
-
-
-cdef inline bint _same(string_view a, const string& b) noexcept:
-    return a.size() == b.size() and memcmp(a.data(), b.data(), a.size()) == 0
-
-
-cdef Py_ssize_t _input_index(DirectRoute direct, string_view name) noexcept:
-    cdef size_t k
-    for k in range(direct.input_specs.size()):
-        if _same(name, direct.input_specs[k].name):
-            return <Py_ssize_t>k
-    return -1
-
-
-cdef Py_ssize_t _output_index(DirectRoute direct, string_view name) noexcept:
-    cdef size_t k
-    if direct.output_specs.size() > 64:
-        return -1
-    for k in range(direct.output_specs.size()):
-        if _same(name, direct.output_specs[k]):
-            return <Py_ssize_t>k
-    return -1
 
 
 cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,

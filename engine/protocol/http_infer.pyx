@@ -35,7 +35,7 @@ from libc.string cimport memcmp, memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyserver.engine.batch_execution cimport DirectInput, DirectRoute
+from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
@@ -568,26 +568,6 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
 # ---------------------------------------------------------------- direct runs
 
 
-cdef inline bint _same(string_view a, const string& b) noexcept:
-    return a.size() == b.size() and memcmp(a.data(), b.data(), a.size()) == 0
-
-
-cdef Py_ssize_t _input_index(DirectRoute direct, string_view name) noexcept:
-    cdef size_t k
-    for k in range(direct.input_specs.size()):
-        if _same(name, direct.input_specs[k].name):
-            return <Py_ssize_t>k
-    return -1
-
-
-cdef Py_ssize_t _output_index(DirectRoute direct, string_view name) noexcept:
-    cdef size_t k
-    for k in range(direct.output_specs.size()):
-        if _same(name, direct.output_specs[k]):
-            return <Py_ssize_t>k
-    return -1
-
-
 def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
                   json_headers, bint keep_alive, bint http10, uint64_t received, fallback):
     """Runs a plain request (JSON header of ``hlen`` bytes, then its binary
@@ -611,9 +591,8 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
                     uint64_t received, fallback, InferRequestReader* reader):
     cdef const RequestInput* inp
     cdef const RequestOutput* out
-    cdef const DirectInput* spec
-    cdef size_t i, j, n, nd
-    cdef Py_ssize_t k, first, offset = hlen, count
+    cdef size_t i, j, n
+    cdef Py_ssize_t k, offset = hlen, count
     cdef int64_t batch_size = 0
     cdef uint64_t seen = 0
     cdef vector[Py_ssize_t] wanted  # the outputs to answer, by index
@@ -627,34 +606,21 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     n = reader.inputs().size()
     if n == 0 or n > 64 or n != direct.input_specs.size():
         return None
-    first = 1 if direct.batching else 0
     cdef dict feed = {}
     names = direct.input_names
     dtypes = direct.input_dtypes
     for i in range(n):  # RequestPath.check's plain case, on what the reader read
         inp = &reader.inputs()[i]
-        k = _input_index(direct, inp.name)
+        k = direct.input_index(inp.name.data(), inp.name.size())
         if k < 0 or (seen >> k) & 1:
             return None
         seen |= (<uint64_t>1) << k
-        spec = &direct.input_specs[k]
-        if not _same(inp.datatype, spec.datatype):
+        if not direct.datatype_is(k, inp.datatype.data(), inp.datatype.size()) or \
+                not direct.shape_fits(k, inp.shape, i == 0, &batch_size):
             return None
-        nd = spec.dims.size()
-        if inp.shape.size() != nd + first:
-            return None
-        if first:
-            if i == 0:
-                batch_size = inp.shape[0]
-                if batch_size <= 0 or batch_size > direct.max_batch_size:
-                    return None
-            elif inp.shape[0] != batch_size:
-                return None
-        count = batch_size if first else 1
-        for j in range(nd):
-            if inp.shape[j + first] != spec.dims[j] or spec.dims[j] <= 0:
-                return None
-            count *= spec.dims[j]
+        count = 1
+        for j in range(inp.shape.size()):
+            count *= inp.shape[j]
         datatype = _text(inp.datatype)
         data = _input_data(body, src, reader, i, count, dtypes[k], datatype, &offset,
                            max_input_size)
@@ -666,8 +632,8 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     seen = 0
     for i in range(reader.outputs().size()):
         out = &reader.outputs()[i]
-        k = _output_index(direct, out.name)
-        if k < 0 or k >= 64 or (seen >> k) & 1:
+        k = direct.output_index(out.name.data(), out.name.size())
+        if k < 0 or (seen >> k) & 1:
             return None
         seen |= (<uint64_t>1) << k
         wanted.push_back(k)
