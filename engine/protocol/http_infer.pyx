@@ -304,6 +304,26 @@ cdef inline bint _is_half(const char* fmt) noexcept:
     return fmt != NULL and fmt[0] == b'e' and fmt[1] == 0
 
 
+cdef bint _append_head(request_id, model_name, version, string* out) except -1:
+    """An answer's document up to its output list: id (when there is one),
+    model_name, model_version, then ``"outputs":[``; False where a string
+    is not one json_writer writes."""
+    if request_id:
+        out.append(b'{"id":')
+        if not _append_str(request_id, out):
+            return False
+        out.append(b',"model_name":')
+    else:
+        out.append(b'{"model_name":')
+    if not _append_str(model_name, out):
+        return False
+    out.append(b',"model_version":')
+    if not _append_str(version, out):
+        return False
+    out.append(b',"outputs":[')
+    return True
+
+
 cpdef list json_answer(response, InferRequest request, json_headers, bint keep_alive,
                        bint http10):
     """The whole 200 answer to a request whose outputs are numeric arrays
@@ -320,21 +340,10 @@ cpdef list json_answer(response, InferRequest request, json_headers, bint keep_a
     cdef dict out_params = _requested_params(request)
     cdef string body
     body.reserve(512)
-    rid = r.id or request.id
-    if rid:
-        body.append(b'{"id":')
-        if not _append_str(rid, &body):
-            return None
-        body.append(b',"model_name":')
-    else:
-        body.append(b'{"model_name":')
-    if not _append_str(r.model_name, &body):
-        return None
-    body.append(b',"model_version":')
     version = r.model_version
-    if not _append_str(version if type(version) is str else str(version), &body):
+    if not _append_head(r.id or request.id, r.model_name,
+                        version if type(version) is str else str(version), &body):
         return None
-    body.append(b',"outputs":[')
     cdef list raws = []
     cdef bint binary
     first = True
@@ -687,19 +696,8 @@ cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wan
     cdef list raws = []
     cdef size_t i
     body.reserve(512)
-    if request_id:
-        body.append(b'{"id":')
-        if not _append_str(request_id, &body):
-            return None
-        body.append(b',"model_name":')
-    else:
-        body.append(b'{"model_name":')
-    if not _append_str(direct.model_name, &body):
+    if not _append_head(request_id, direct.model_name, direct.version, &body):
         return None
-    body.append(b',"model_version":')
-    if not _append_str(direct.version, &body):
-        return None
-    body.append(b',"outputs":[')
     names = direct.output_names
     for i in range(wanted.size()):
         if i:

@@ -302,17 +302,23 @@ def _bad_requests():
     ]
 
 
-def test_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch):
-    """The same requests against a server whose requests all queue
-    (PYSERVER_DIRECT_RUN=0): the same answers, byte for byte, and the same
-    errors, code and text."""
+def direct_and_queued(repo, serve, monkeypatch):
+    """A server whose add_sub models run on the loop, and one whose
+    requests all queue (PYSERVER_DIRECT_RUN=0)."""
     direct = serve(repo)
     two = np.stack([A, A])
     for name, call in (("add_sub", lambda: direct.add_sub("add_sub")),
                        ("add_sub_batching", lambda: direct.add_sub("add_sub_batching", two, two))):
         direct.move_to_loop(name, call)
     monkeypatch.setenv("PYSERVER_DIRECT_RUN", "0")
-    queued = serve(repo)
+    return direct, serve(repo)
+
+
+def test_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch):
+    """The same requests against a server whose requests all queue
+    (PYSERVER_DIRECT_RUN=0): the same answers, byte for byte, and the same
+    errors, code and text."""
+    direct, queued = direct_and_queued(repo, serve, monkeypatch)
     assert queued.frontend._infer is not None
     cases = _bad_requests()
     before = direct.runs("add_sub") + direct.runs("add_sub_batching")
@@ -439,13 +445,7 @@ def test_http_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch)
     """As over gRPC: the same HTTP requests against a server whose requests
     all queue, the same status, headers and bytes (a NaN asked for as JSON
     data goes through the general encoder after the run)."""
-    direct = serve(repo)
-    two = np.stack([A, A])
-    for name, call in (("add_sub", lambda: direct.add_sub("add_sub")),
-                       ("add_sub_batching", lambda: direct.add_sub("add_sub_batching", two, two))):
-        direct.move_to_loop(name, call)
-    monkeypatch.setenv("PYSERVER_DIRECT_RUN", "0")
-    queued = serve(repo)
+    direct, queued = direct_and_queued(repo, serve, monkeypatch)
     before = direct.runs("add_sub") + direct.runs("add_sub_batching")
     for what, model, headers, body in _http_cases():
         got = _http_call(direct.srv.url, model, headers, body)
