@@ -11,6 +11,8 @@ import time
 import grpc
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -454,3 +456,100 @@ def test_http_answers_and_errors_are_the_general_paths(repo, serve, monkeypatch)
     # the five good ones and the NaN ran directly; none of the others did
     assert direct.runs("add_sub") + direct.runs("add_sub_batching") == before + 7
     assert queued.runs("add_sub") is None
+
+
+# ---------------------------------------------------------------- fuzzed pairs
+
+_NAMES = ["INPUT0", "INPUT1", "NOPE"]
+_DATATYPES = ["FP32", "INT32", "FP64", "BYTES"]
+_SHAPES = [[16], [1, 16], [2, 16], [8], [0, 16], [9, 16], [], [16, 1], [-1, 16]]
+_OUTPUTS = ["OUTPUT0", "OUTPUT1", "NOPE"]
+
+
+@st.composite
+def _near_plain(draw):
+    """A plain request with up to two of its fields changed: (model,
+    [(name, datatype, shape, byte size sent)], requested outputs,
+    parameters)."""
+    model = draw(st.sampled_from(["add_sub", "add_sub_batching"]))
+    shape = [16] if model == "add_sub" else [draw(st.integers(1, 3)), 16]
+    inputs = [["INPUT0", "FP32", shape, None], ["INPUT1", "FP32", shape, None]]
+    outputs = draw(st.sampled_from([[], ["OUTPUT1"], ["OUTPUT0", "OUTPUT1"]]))
+    for _ in range(draw(st.integers(0, 2))):
+        change = draw(st.sampled_from(["name", "datatype", "shape", "size", "drop", "twice",
+                                       "output"]))
+        i = draw(st.integers(0, len(inputs) - 1)) if inputs else None
+        if change == "name" and inputs:
+            inputs[i][0] = draw(st.sampled_from(_NAMES))
+        elif change == "datatype" and inputs:
+            inputs[i][1] = draw(st.sampled_from(_DATATYPES))
+        elif change == "shape" and inputs:
+            inputs[i][2] = draw(st.sampled_from(_SHAPES))
+        elif change == "size" and inputs:
+            inputs[i][3] = draw(st.sampled_from([0, 60, 68, 128]))
+        elif change == "drop" and inputs:
+            inputs.pop(i)
+        elif change == "twice" and inputs:
+            inputs.append(list(inputs[i]))
+        elif change == "output":
+            outputs = outputs + [draw(st.sampled_from(_OUTPUTS))]
+    cases = []
+    for name, datatype, shape, size in inputs:
+        if size is None:
+            size = max(0, int(np.prod(shape))) * (8 if datatype == "FP64" else 4)
+        cases.append((name, datatype, shape, size))
+    parameters = draw(st.sampled_from([{}, {}, {}, {"binary_data_output": True},
+                                       {"binary_data_output": False}, {"priority": 1}]))
+    return model, cases, outputs, parameters
+
+
+def _grpc_request(model, inputs, outputs, parameters):
+    req = message_class("inference.ModelInferRequest")(model_name=model, id="f")
+    for name, datatype, shape, size in inputs:
+        req.inputs.add(name=name, datatype=datatype, shape=shape)
+        req.raw_input_contents.append(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    for name in outputs:
+        req.outputs.add(name=name)
+    for key, value in parameters.items():
+        if key == "priority":
+            req.parameters[key].int64_param = value
+        else:
+            req.parameters[key].bool_param = value
+    return req
+
+
+def _http_request(model, inputs, outputs, parameters):
+    import json
+    doc = {"id": "f", "inputs": [
+        {"name": name, "datatype": datatype, "shape": shape,
+         "parameters": {"binary_data_size": size}} for name, datatype, shape, size in inputs]}
+    if outputs:
+        doc["outputs"] = [{"name": name, "parameters": {"binary_data": i % 2 == 0}}
+                          for i, name in enumerate(outputs)]
+    if parameters:
+        doc["parameters"] = parameters
+    header = json.dumps(doc).encode()
+    body = header + b"".join(bytes(size) for *_, size in inputs)
+    return model, {"Inference-Header-Content-Length": str(len(header))}, body
+
+
+def test_fuzzed_requests_get_the_general_paths_answers(repo, serve, monkeypatch):
+    """Requests near the plain case (names, datatypes, shapes, byte sizes,
+    outputs and parameters drawn), over gRPC and HTTP, against a server
+    whose requests all queue: the same answer or error every time."""
+    direct, queued = direct_and_queued(repo, serve, monkeypatch)
+
+    @settings(max_examples=150, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(_near_plain())
+    def check(case):
+        req = _grpc_request(*case)
+        assert raw_call(direct.url, req) == raw_call(queued.url, req), case
+        model, headers, body = _http_request(*case)
+        assert _http_call(direct.srv.url, model, headers, body) == \
+            _http_call(queued.srv.url, model, headers, body), case
+
+    before = direct.runs("add_sub") + direct.runs("add_sub_batching")
+    check()
+    ran = direct.runs("add_sub") + direct.runs("add_sub_batching") - before
+    assert ran >= 20, ran  # a fair share were plain and ran directly
