@@ -11,10 +11,10 @@ import time
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
 from pyserver._proto import message_class
