@@ -31,6 +31,8 @@ import numpy as np
 import orjson
 
 from pyserver.engine.protocol.http_infer import (
+    NOT_READ,
+    READER_DECLINED,
     binary_entry,
     data_entry,
     document,
@@ -108,12 +110,14 @@ READER_MAX = 1 << 20
 _OK = b"HTTP/1.1 200 OK\r\n"
 
 
-def read_common(model_name: str, model_version: str, body, hlen: int, max_input_size: int):
+def read_common(model_name: str, model_version: str, body, hlen: int, max_input_size: int,
+                held: int = NOT_READ):
     """The common case of a request, read in C without a Python object per
     JSON value (csrc's InferRequestReader): the InferRequest the walk below
     would make of it, or None when it is not the common case (then the
-    walk decides, and says what is wrong)."""
-    return read_plain(model_name, model_version, body, hlen, max_input_size, WIRE_TO_NUMPY)
+    walk decides, and says what is wrong). ``held``: see read_plain."""
+    return read_plain(model_name, model_version, body, hlen, max_input_size, WIRE_TO_NUMPY,
+                      held)
 
 _REQ_BOOL_PARAMS = ("sequence_start", "sequence_end", "binary_data_output")
 
@@ -554,7 +558,7 @@ def _decode_raw(model_name, model_version, body, max_input_size, config) -> Infe
 
 def decode_infer_request(model_name: str, model_version: str, header_length, body,
                          max_input_size: int = DEFAULT_MAX_INPUT_SIZE, shm=None,
-                         model_config=None) -> InferRequest:
+                         model_config=None, reader_held: int = NOT_READ) -> InferRequest:
     """Decode one infer request body: the only HTTP infer decoder.
 
     ``header_length`` is the Inference-Header-Content-Length header's value
@@ -569,6 +573,8 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
     when done with it. ``model_config(model_name, model_version)`` returns
     the model's config JSON (Server.model_config); it
     is needed only for raw binary requests (header length 0).
+    ``reader_held``: what a declined direct run left in this thread's
+    reader (http_infer.direct_answer), so that the header is not read twice.
     """
     total = len(body)
     hval = header_length
@@ -589,8 +595,9 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
             f"request JSON size of {hlen} bytes exceeds the maximum allowed input size of "
             f"{max_input_size} bytes. Use --http-max-input-size to increase the limit."
         )
-    if hlen <= READER_MAX:
-        request = read_common(model_name, model_version, body, hlen, max_input_size)
+    if hlen <= READER_MAX and reader_held != READER_DECLINED:
+        request = read_common(model_name, model_version, body, hlen, max_input_size,
+                              reader_held)
         if request is not None:
             return request
     try:

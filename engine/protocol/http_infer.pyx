@@ -430,18 +430,28 @@ cdef int _fill_kind(datatype) noexcept:
     return -1
 
 
+# What a direct run that declined left in this thread's reader, for the
+# general decoder that takes the request next (direct_answer's answer when it
+# declines): nothing read, the request's header read, or the reader declined it.
+NOT_READ = 0
+HEADER_READ = 1
+READER_DECLINED = 2
+
+
 def read_plain(model_name, model_version, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
-               dict wire_to_numpy):
+               dict wire_to_numpy, int held=NOT_READ):
     """The InferRequest the general decoder (http_codec.decode_infer_request)
     makes of the same request, read without building the JSON document in
     Python; None when the reader declines (then orjson and the general walk
-    take it, and say what is wrong)."""
+    take it, and say what is wrong). ``held``: HEADER_READ when this
+    thread's reader has just read this very body's header (a declined
+    direct run), which is then not read again."""
     cdef Py_buffer src
     cdef InferRequestReader* reader = &ThreadInferRequestReader()
     PyObject_GetBuffer(body, &src, 0)
     try:
         return _build_plain(model_name, model_version, body, &src, hlen, max_input_size,
-                            wire_to_numpy, reader)
+                            wire_to_numpy, reader, held != HEADER_READ)
     finally:
         PyBuffer_Release(&src)
 
@@ -509,12 +519,12 @@ cdef object _input_data(body, Py_buffer* src, InferRequestReader* reader, Py_ssi
 
 cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssize_t hlen,
                          Py_ssize_t max_input_size, dict wire_to_numpy,
-                         InferRequestReader* reader):
+                         InferRequestReader* reader, bint read):
     cdef const RequestInput* inp
     cdef const RequestOutput* out
     cdef Py_ssize_t total = src.len, offset, count, i, j
     cdef int64_t dim
-    if hlen > total or not reader.Read(<const char*>src.buf, <size_t>hlen):
+    if hlen > total or (read and not reader.Read(<const char*>src.buf, <size_t>hlen)):
         return None
     if reader.parameters() == ParamsState.kOne:
         params = {"binary_data_output": reader.binary_data_output()}
@@ -581,11 +591,13 @@ def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_inpu
                   json_headers, bint keep_alive, bint http10, uint64_t received, fallback):
     """Runs a plain request (JSON header of ``hlen`` bytes, then its binary
     tensors) through ``direct`` (batch_execution.DirectRoute) and returns
-    its whole 200 answer; None, having run nothing, where the general path
-    must take it: what read_plain declines, and anything that does not
-    match the model's fixed shapes and datatypes or names a version. Raises
-    the run's error. Outputs the writer cannot write (a NaN as JSON data)
-    go to ``fallback(response, request)``, the general encoder."""
+    its whole 200 answer (a list); where the general path must take it
+    (what read_plain declines, anything that does not match the model's
+    fixed shapes and datatypes) it runs nothing and returns what this
+    thread's reader holds for that path (NOT_READ, HEADER_READ or
+    READER_DECLINED: read_plain's ``held``). Raises the run's error. Outputs
+    the writer cannot write (a NaN as JSON data) go to ``fallback(response,
+    request)``, the general encoder."""
     cdef Py_buffer src
     PyObject_GetBuffer(body, &src, 0)
     try:
@@ -608,13 +620,15 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     cdef vector[char] binary  # each one's binary_data
     cdef vector[char] given  # each one's parameters as asked: 0 none, 1 {}, 2 binary_data
     cdef char flag, asked
-    if hlen > src.len or not reader.Read(<const char*>src.buf, <size_t>hlen):
-        return None
+    if hlen > src.len:
+        return NOT_READ
+    if not reader.Read(<const char*>src.buf, <size_t>hlen):
+        return READER_DECLINED
     cdef bint default_binary = reader.parameters() == ParamsState.kOne \
         and reader.binary_data_output()
     n = reader.inputs().size()
     if n == 0 or n > 64 or n != direct.input_specs.size():
-        return None
+        return HEADER_READ
     cdef dict feed = {}
     names = direct.input_names
     dtypes = direct.input_dtypes
@@ -622,11 +636,11 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
         inp = &reader.inputs()[i]
         k = direct.input_index(inp.name.data(), inp.name.size())
         if k < 0 or (seen >> k) & 1:
-            return None
+            return HEADER_READ
         seen |= (<uint64_t>1) << k
         if not direct.datatype_is(k, inp.datatype.data(), inp.datatype.size()) or \
                 not direct.shape_fits(k, inp.shape, i == 0, &batch_size):
-            return None
+            return HEADER_READ
         count = 1
         for j in range(inp.shape.size()):
             count *= inp.shape[j]
@@ -634,16 +648,16 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
         data = _input_data(body, src, reader, i, count, dtypes[k], datatype, &offset,
                            max_input_size)
         if data is None:
-            return None
+            return HEADER_READ
         feed[names[k]] = data
     if offset != src.len:
-        return None
+        return HEADER_READ
     seen = 0
     for i in range(reader.outputs().size()):
         out = &reader.outputs()[i]
         k = direct.output_index(out.name.data(), out.name.size())
         if k < 0 or (seen >> k) & 1:
-            return None
+            return HEADER_READ
         seen |= (<uint64_t>1) << k
         wanted.push_back(k)
         # (flags through typed locals: Cython makes a conditional expression

@@ -220,11 +220,11 @@ cdef class LaneHost(ReaderSource):
                 self.frontend = route_frontend(conn.frontend)
             data = self.route.direct(conn, self.frontend, headers, body, model, version, True,
                                      False)
-            if data is not None:  # run as it was read: answered now
+            if type(data) is list:  # run as it was read: answered now
                 sink.answer(connection, data)
                 return 0
             request, fut = self.route.begin(conn, self.frontend, headers, body, model, version,
-                                            r.received_ns)
+                                            r.received_ns, data)
         except Exception as e:
             sink.answer(connection, conn.error_data(e, True, False))
             return 0

@@ -25,9 +25,9 @@ cdef class InferRoute:
     cdef readonly int pipeline_high
 
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     recv_ns)
-    cdef list direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     bint keep_alive, bint http10)
+                     recv_ns, int reader_held=*)
+    cdef object direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                       bint keep_alive, bint http10)
     cdef object encoding_of(self, dict headers)
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)
 

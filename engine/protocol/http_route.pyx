@@ -19,7 +19,7 @@ from pyserver.engine.protocol.http_codec import (
     encode_infer_response,
     release_shm,
 )
-from pyserver.engine.protocol.http_infer import direct_answer
+from pyserver.engine.protocol.http_infer import NOT_READ, direct_answer
 from pyserver.engine.types cimport ImmediateFuture
 
 from pyserver.engine import now_ns
@@ -86,15 +86,14 @@ cdef class InferRoute:
     def __call__(self, conn, method, dict headers, body, bint keep_alive, model, version):
         cdef RouteFrontend rf = route_frontend(conn.frontend)
         cdef Slot slot
-        cdef list data
         try:
             data = self.direct(conn, rf, headers, body, model, version, keep_alive, conn.http10)
-            if data is None:
+            if type(data) is not list:  # declined: what the reader holds for the decoder
                 request, fut = self.begin(conn, rf, headers, body, model, version,
-                                          conn.recv_ns)
+                                          conn.recv_ns, data)
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
-        if data is not None:
+        if type(data) is list:
             slot = Slot(not keep_alive)
             slot.data = data
             conn.pending.append(slot)
@@ -110,9 +109,10 @@ cdef class InferRoute:
             conn.update_reading()
 
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     recv_ns):
+                     recv_ns, int reader_held=NOT_READ):
         """The request decoded and submitted: ``(request, future)``; raises
-        what the client is to be told (the request's shared memory let go)."""
+        what the client is to be told (the request's shared memory let go).
+        ``reader_held``: what ``direct`` declined with."""
         request = None
         try:
             enc = headers.get(b"content-encoding")
@@ -120,7 +120,7 @@ cdef class InferRoute:
                 body = self.decompress(enc, body, rf.max_input_size)
             request = decode_infer_request(
                 model, version, headers.get(b"inference-header-content-length"), body,
-                rf.max_input_size, rf.shared_memory, rf.model_config)
+                rf.max_input_size, rf.shared_memory, rf.model_config, reader_held)
             if rf.header_forwarder is not None:
                 rf.header_forwarder.forward(conn.raw_headers, request.parameters)
             tracer = conn.tracer
@@ -135,18 +135,19 @@ cdef class InferRoute:
                 release_shm(request)
             raise
 
-    cdef list direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     bint keep_alive, bint http10):
-        """The answer of a plain request its model runs as it is read
-        (http_infer.direct_answer), or None, with nothing done, where
-        ``begin`` must take it: a version named, a compressed body or
-        answer, a traced or otherwise unusual request."""
+    cdef object direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                       bint keep_alive, bint http10):
+        """The answer (a list) of a plain request its model runs as it is
+        read (http_infer.direct_answer); where ``begin`` must take it (a
+        version named, a compressed body or answer, a traced or otherwise
+        unusual request) nothing is run and what this thread's reader holds
+        is returned for ``begin`` (http_infer.NOT_READ, ...)."""
         if rf.direct_routes is None or version or b"content-encoding" in headers \
                 or self.encoding_of(headers) is not None:
-            return None
+            return NOT_READ
         direct = rf.direct_routes(model)
         if direct is None:
-            return None
+            return NOT_READ
         cdef Py_ssize_t total = len(body), hlen
         hval = headers.get(b"inference-header-content-length")
         if hval is None:
@@ -155,11 +156,11 @@ cdef class InferRoute:
             try:
                 hlen = int(hval)
             except ValueError:
-                return None
+                return NOT_READ
             if hlen <= 0 or hlen > total:
-                return None  # raw binary, or the general path's error
+                return NOT_READ  # raw binary, or the general path's error
         if hlen > rf.max_input_size or hlen > READER_MAX:
-            return None
+            return NOT_READ
         return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS, keep_alive,
                              http10, NowNs(), functools.partial(answer_infer,
                                                                 keep_alive=keep_alive,

@@ -16,6 +16,20 @@ class InlineBatches:
     def note(self, wall_ns: int) -> bool: ...
     def run(self) -> bool: ...
 
+class DirectRoute:
+    input_names: list
+    input_dtypes: list
+    output_names: list
+    batching: bool
+    max_batch_size: int
+    model_name: str
+    version: str
+    runs: int
+    def __init__(self, batches: InlineBatches, driver: Any, running: Any,
+                 inputs: list[tuple[str, str, tuple, Any]], outputs: list[tuple[str, str]],
+                 max_batch_size: int, model_name: str, version: str) -> None: ...
+    def run(self, feed: dict, batch_size: int, received_ns: int) -> dict: ...
+
 class NamedRun:
     def __init__(self, run: Callable[[list, dict, Any], list], names: list, options: Any,
                  fallback: Callable[[list, dict, Any], list]) -> None: ...

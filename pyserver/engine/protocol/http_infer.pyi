@@ -1,7 +1,14 @@
-from typing import Any
+from typing import Any, Callable
+
+NOT_READ: int
+HEADER_READ: int
+READER_DECLINED: int
 
 def read_plain(model_name: str, model_version: str, body: Any, hlen: int, max_input_size: int,
-               wire_to_numpy: dict) -> Any | None: ...
+               wire_to_numpy: dict, held: int = ...) -> Any | None: ...
+def direct_answer(direct: Any, body: Any, hlen: int, max_input_size: int, json_headers: list,
+                  keep_alive: bool, http10: bool, received: int,
+                  fallback: Callable[[Any, Any], list]) -> list | int: ...
 def json_answer(response: Any, request: Any, json_headers: list, keep_alive: bool,
                 http10: bool) -> list | None: ...
 def http_message(status_line: bytes, headers: Any, body: Any, keep_alive: bool,
