@@ -46,10 +46,11 @@ cdef class DirectRoute:
     cdef readonly uint64_t runs  # requests run so (for tests and the bench)
 
     cdef bint ready(self)
-    cdef Py_ssize_t input_index(self, const char* name, size_t size) noexcept
-    cdef Py_ssize_t output_index(self, const char* name, size_t size) noexcept
-    cdef bint datatype_is(self, Py_ssize_t k, const char* datatype, size_t size) noexcept
-    cdef bint shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
-                         int64_t* batch_size) noexcept
+    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
+                                size_t datatype_size, const vector[int64_t]& shape,
+                                bint first_input, int64_t* batch_size, uint64_t* seen) noexcept
+    cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept
+    cdef bint _shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
+                          int64_t* batch_size) noexcept
     cdef int _note(self, uint64_t wall_ns) except -1
     cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns)

@@ -55,6 +55,15 @@ cpdef object gather_inputs(list requests, object gather_each):
     return batched
 
 
+cdef int _check_rows(dict outputs, uint64_t total, model) except -1:
+    """Every output of a batch of ``total`` rows has them: else the model's
+    error (``_check_outputs``, Triton's text)."""
+    for value in outputs.values():
+        if value.ndim == 0 or value.shape[0] != total:
+            model._check_outputs(outputs, total)
+    return 0
+
+
 cdef str _run(Batch batch, object execute, object model, Scheduler scheduler, bint batching,
               Outcome* out):
     """Runs ``batch``; fills ``out``. Returns the failure's message, or None."""
@@ -72,10 +81,7 @@ cdef str _run(Batch batch, object execute, object model, Scheduler scheduler, bi
         outputs = execute(inputs)
         out.output_start_ns = NowNs()
         if batching:
-            total = batch.c.batch_size
-            for value in (<dict?>outputs).values():
-                if value.ndim == 0 or value.shape[0] != total:
-                    model._check_outputs(outputs, total)  # raises Triton's text
+            _check_rows(<dict?>outputs, batch.c.batch_size, model)
         batch.outputs = outputs
         batch.model = model
         out.end_ns = NowNs()
@@ -207,31 +213,42 @@ cdef class DirectRoute:
         return driver.inline and not driver._stopped and not self.running.locked() and \
             self.batches.scheduler.c.get().QueuedCount() == 0 and not self.batches.model.tracing
 
-    cdef Py_ssize_t input_index(self, const char* name, size_t size) noexcept:
-        """The input called ``name`` (as read: not a str), by index; -1."""
+    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
+                                size_t datatype_size, const vector[int64_t]& shape,
+                                bint first_input, int64_t* batch_size, uint64_t* seen) noexcept:
+        """RequestPath.check's plain case for one input as a reader read it
+        (name and datatype as bytes, not str): its index among the model's
+        inputs, or -1 where it is not the model's, was given before (``seen``,
+        a bit per input), has another datatype or another shape."""
         cdef size_t k
         for k in range(self.input_specs.size()):
-            if _same(name, size, self.input_specs[k].name):
-                return <Py_ssize_t>k
-        return -1
+            if _same(name, name_size, self.input_specs[k].name):
+                break
+        else:
+            return -1
+        if (seen[0] >> k) & 1 or not _same(datatype, datatype_size,
+                                           self.input_specs[k].datatype) \
+                or not self._shape_fits(k, shape, first_input, batch_size):
+            return -1
+        seen[0] |= (<uint64_t>1) << k
+        return <Py_ssize_t>k
 
-    cdef Py_ssize_t output_index(self, const char* name, size_t size) noexcept:
-        """The output called ``name``, by index (at most 64 of them, as a
-        reader's bit set of those asked for holds); -1."""
+    cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept:
+        """The output called ``name`` asked for once (``seen``: a bit per
+        output; at most 64 of them), by index; -1."""
         cdef size_t k
         if self.output_specs.size() > 64:
             return -1
         for k in range(self.output_specs.size()):
             if _same(name, size, self.output_specs[k]):
+                if (seen[0] >> k) & 1:
+                    return -1
+                seen[0] |= (<uint64_t>1) << k
                 return <Py_ssize_t>k
         return -1
 
-    cdef bint datatype_is(self, Py_ssize_t k, const char* datatype, size_t size) noexcept:
-        """Whether input ``k``'s datatype is ``datatype``."""
-        return _same(datatype, size, self.input_specs[k].datatype)
-
-    cdef bint shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
-                         int64_t* batch_size) noexcept:
+    cdef bint _shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
+                          int64_t* batch_size) noexcept:
         """Whether ``shape``, read for input ``k``, is the model's: its dims
         after a batch dimension when the model batches, that dimension in
         1..max_batch_size and the same for every input (the first input
@@ -269,12 +286,11 @@ cdef class DirectRoute:
                 outputs = <dict?>batches.execute(feed)
                 output_start = NowNs()
                 for name in self.output_names:
-                    value = outputs.get(name)
-                    if value is None:
+                    if name not in outputs:
                         raise ServerError(Code.INTERNAL, f"model '{self.model_name}' gave no "
                                                          f"output '{name}'")
-                    if self.batching and (value.ndim == 0 or value.shape[0] != batch_size):
-                        batches.model._check_outputs(outputs, batch_size)  # Triton's text
+                if self.batching:
+                    _check_rows(outputs, batch_size, batches.model)
             except Exception as err:
                 end = NowNs()
                 # BACKEND, as stats.FAILURE_REASONS orders them
@@ -298,7 +314,6 @@ cdef class DirectRoute:
         if self.batches.note(wall_ns):
             self.driver.leave_loop()
         return 0
-
 
 
 cdef class NamedRun:

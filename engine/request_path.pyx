@@ -59,7 +59,7 @@ cdef class RequestPath:
 
     cdef dict inputs  # name -> (datatype, dims) for the fast check
     cdef Py_ssize_t n_inputs
-    cdef bint checks  # every input is plain: fixed dims, no reshape, required
+    cdef readonly bint checks  # every input is plain: fixed dims, no reshape, required
     cdef bint batching
     cdef object max_batch_size
     cdef dict output_types  # name -> datatype

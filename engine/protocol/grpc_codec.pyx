@@ -504,6 +504,20 @@ cdef int _fill_params(dict params, vector[Parameter]* out, list keep) except -1:
     return 0
 
 
+cdef int _raw_buffer(data, Py_buffer* buf, list keep) except -1:
+    """``data``'s bytes in ``buf`` (a row-major copy where it has none to
+    give), what holds them kept in ``keep``."""
+    keep.append(data)
+    try:
+        PyObject_GetBuffer(data, buf, PyBUF_SIMPLE)
+    except (BufferError, ValueError, TypeError):
+        import numpy as np
+        data = np.ascontiguousarray(data)
+        keep.append(data)
+        PyObject_GetBuffer(data, buf, PyBUF_SIMPLE)
+    return 0
+
+
 cdef int _fill_response(object response_, object request, InferResponseView* view,
                         list keep, vector[Py_buffer]* bufs) except -1:
     cdef OutputTensorView* o
@@ -540,14 +554,7 @@ cdef int _fill_response(object response_, object request, InferResponseView* vie
             continue
         if datatype == "BYTES":
             data = serialize_bytes_tensor(data)
-        keep.append(data)
-        try:
-            PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
-        except (BufferError, ValueError, TypeError):
-            import numpy as np
-            data = np.ascontiguousarray(data)
-            keep.append(data)
-            PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        _raw_buffer(data, &buf, keep)
         bufs.push_back(buf)
         o.raw = <const uint8_t*>buf.buf
         o.raw_size = <size_t>buf.len
@@ -771,23 +778,19 @@ cdef class InferHandler:
             t = &view.inputs[i]
             if t.has_contents or not t.parameters.empty():
                 return False
-            k = direct.input_index(t.name.data(), t.name.size())
-            if k < 0 or (seen >> k) & 1:
-                return False
-            seen |= (<uint64_t>1) << k
-            spec = &direct.input_specs[k]
-            if not direct.datatype_is(k, t.datatype.data(), t.datatype.size()) or \
-                    not direct.shape_fits(k, t.shape, i == 0, &batch_size):
+            k = direct.match_input(t.name.data(), t.name.size(), t.datatype.data(),
+                                   t.datatype.size(), t.shape, i == 0, &batch_size, &seen)
+            if k < 0:
                 return False
             order[i] = k
         seen = 0
         for i in range(view.outputs.size()):
             if not view.outputs[i].parameters.empty():
                 return False
-            k = direct.output_index(view.outputs[i].name.data(), view.outputs[i].name.size())
-            if k < 0 or (seen >> k) & 1:
+            k = direct.match_output(view.outputs[i].name.data(), view.outputs[i].name.size(),
+                                    &seen)
+            if k < 0:
                 return False
-            seen |= (<uint64_t>1) << k
             wanted.push_back(k)
         if wanted.empty():
             for k in range(<Py_ssize_t>direct.output_specs.size()):
@@ -842,13 +845,7 @@ cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& 
                                      direct.output_datatypes[k].size())
             for d in value.shape:
                 o.shape.push_back(d)
-            try:
-                PyObject_GetBuffer(value, &buf, PyBUF_SIMPLE)
-            except (BufferError, ValueError, TypeError):
-                import numpy as np
-                value = np.ascontiguousarray(value)
-                PyObject_GetBuffer(value, &buf, PyBUF_SIMPLE)
-            keep.append(value)
+            _raw_buffer(value, &buf, keep)
             bufs.push_back(buf)
             o.raw = <const uint8_t*>buf.buf
             o.raw_size = <size_t>buf.len

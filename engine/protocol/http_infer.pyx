@@ -597,7 +597,7 @@ def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_inpu
     thread's reader holds for that path (NOT_READ, HEADER_READ or
     READER_DECLINED: read_plain's ``held``). Raises the run's error. Outputs
     the writer cannot write (a NaN as JSON data) go to ``fallback(response,
-    request)``, the general encoder."""
+    request, keep_alive, http10)``, the general encoder."""
     cdef Py_buffer src
     PyObject_GetBuffer(body, &src, 0)
     try:
@@ -634,12 +634,9 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     dtypes = direct.input_dtypes
     for i in range(n):  # RequestPath.check's plain case, on what the reader read
         inp = &reader.inputs()[i]
-        k = direct.input_index(inp.name.data(), inp.name.size())
-        if k < 0 or (seen >> k) & 1:
-            return HEADER_READ
-        seen |= (<uint64_t>1) << k
-        if not direct.datatype_is(k, inp.datatype.data(), inp.datatype.size()) or \
-                not direct.shape_fits(k, inp.shape, i == 0, &batch_size):
+        k = direct.match_input(inp.name.data(), inp.name.size(), inp.datatype.data(),
+                               inp.datatype.size(), inp.shape, i == 0, &batch_size, &seen)
+        if k < 0:
             return HEADER_READ
         count = 1
         for j in range(inp.shape.size()):
@@ -655,10 +652,9 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     seen = 0
     for i in range(reader.outputs().size()):
         out = &reader.outputs()[i]
-        k = direct.output_index(out.name.data(), out.name.size())
-        if k < 0 or (seen >> k) & 1:
+        k = direct.match_output(out.name.data(), out.name.size(), &seen)
+        if k < 0:
             return HEADER_READ
-        seen |= (<uint64_t>1) << k
         wanted.push_back(k)
         # (flags through typed locals: Cython makes a conditional expression
         # pushed into a vector[char] a reference to a temporary)
@@ -699,7 +695,8 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     params = {"binary_data_output": reader.binary_data_output()} \
         if reader.parameters() == ParamsState.kOne else {}
     return fallback(new_response(direct.model_name, direct.version, request_id, tensors),
-                    new_request(direct.model_name, "", request_id, [], requested, params, 0, 0))
+                    new_request(direct.model_name, "", request_id, [], requested, params, 0, 0),
+                    keep_alive, http10)
 
 
 cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,

@@ -26,7 +26,6 @@ from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
 
 import asyncio
-import functools
 
 from libc.stdint cimport uint64_t
 
@@ -93,13 +92,12 @@ cdef class InferRoute:
                                           conn.recv_ns, data)
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
+        slot = Slot(not keep_alive)
         if type(data) is list:
-            slot = Slot(not keep_alive)
             slot.data = data
             conn.pending.append(slot)
             conn.answered()
             return
-        slot = Slot(not keep_alive)
         pending = conn.pending
         pending.append(slot)
         cdef InferDone done = InferDone(self, conn, slot, request,
@@ -162,9 +160,7 @@ cdef class InferRoute:
         if hlen > rf.max_input_size or hlen > READER_MAX:
             return NOT_READ
         return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS, keep_alive,
-                             http10, NowNs(), functools.partial(answer_infer,
-                                                                keep_alive=keep_alive,
-                                                                http10=http10))
+                             http10, NowNs(), answer_infer)
 
     cdef object encoding_of(self, dict headers):
         """The answer's Content-Encoding for the request's Accept-Encoding, or None."""

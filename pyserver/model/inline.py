@@ -197,10 +197,8 @@ class InlineInstance(ExecutionDriver):
         mv = self.mv
         if not mv.plain_batches or mv.config.HasField("dynamic_batching"):
             return None
-        if any(s.variable or s.reshape is not None or s.optional or s.ragged
-               or s.datatype == "BYTES" for s in mv.inputs.values()):
-            return None
-        if any(s.datatype == "BYTES" for s in mv.outputs.values()):
+        tensors = (*mv.inputs.values(), *mv.outputs.values())
+        if not mv.plain_inputs or any(s.datatype == "BYTES" for s in tensors):
             return None
         return DirectRoute(self._batches, self, self._running,
                            [(s.name, s.datatype, s.dims, s.numpy_dtype)
