@@ -116,6 +116,7 @@ class FakeBackend:
         self.worker = object()
 
     limit = None  # group_limit: as asked
+    plain_results = None  # every message through on_main_message, unless a test sets one
     start_watch = None  # "auto" scheduling off unless a test sets one
 
     def take_worker(self):
@@ -387,3 +388,37 @@ def test_a_send_left_for_the_iteration_end_does_not_outlive_a_detach(driver):
     d.detach()
     _end_of_iteration(d)
     assert events == []
+
+
+class FakeResultReader:
+    """backend.plain_results: reads a "result" message on its own."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def read(self, worker, msg):
+        self.events.append(("read", msg[1]))
+        if msg[1] == "bad":  # a result that cannot be read fails its batch
+            raise ServerError(Code.INTERNAL, "unreadable")
+        return [{}]
+
+
+def test_a_plain_result_is_read_by_the_backends_reader_and_the_rest_by_the_backend(driver):
+    """Where the backend hands the relay a reader for plain results, a
+    "result" message goes to it (not on_main_message); questions and
+    failures still go to the backend; a result it cannot read fails only
+    its batch."""
+    d, mv, backend, events = driver()
+    backend.plain_results = FakeResultReader(events)
+    d = WorkerLoopDriver(mv, FakeInstance(backend), d.loop)
+    mv.loop_drivers[0] = d
+    mv.scheduler.queue = [FakeBatch(i) for i in range(4)]
+    d.dispatch()
+    backend.replies = [("result", 7, b"", 11), ("query", "cancelled", 0), ("fail", "boom", 12),
+                       ("result", "bad", b"", 13), ("result", 8, b"", 14)]
+    d._on_readable()
+    assert events[1:] == [("read", 7), ("answered", 0, 0), ("asked", ["r1"]),
+                          ("answered", 1, int(Code.INTERNAL)), ("read", "bad"),
+                          ("answered", 2, int(Code.INTERNAL)), ("read", 8),
+                          ("answered", 3, 0)]
+    assert not d.batches

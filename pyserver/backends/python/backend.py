@@ -53,7 +53,7 @@ from pyserver.backends.python.instance import (
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
 from pyserver.config import instance_count
 from pyserver.engine import now_ns
-from pyserver.engine.region_io import pack_batches, read_results
+from pyserver.engine.region_io import ResultReader, batch_start, pack_batches
 from pyserver.kernel.dtypes import (
     BYTES_CODE,
     CODE_TO_NUMPY,
@@ -360,6 +360,11 @@ class ProcessPythonBackend(ServedInstance):
         if exec_env is not None:
             self._env = exec_env.apply(self._env)
         self._lock = threading.Lock()  # held while a batch is in the worker
+        # a worker's "result" message into each request's result; the event
+        # loop's relay reads it alone where nothing more is to be done
+        # (on_main_message: a decoupled model's requests reopen)
+        self.results = ResultReader(CODE_TO_NUMPY, worker_error, RESCHEDULED)
+        self.plain_results = None if self.decoupled else self.results
         self._state = threading.Condition()
         self._closing = False
         self._restarting = False
@@ -744,7 +749,7 @@ class ProcessPythonBackend(ServedInstance):
         scheduling): once its worker's groups start late too often, it
         leaves SCHED_BATCH, and so do the workers that replace it."""
         watch = self.start_watch
-        if watch is None or not watch.note(self.batch_start(reply, sent_ns) - sent_ns):
+        if watch is None or not watch.note(batch_start(reply, sent_ns) - sent_ns):
             return
         self.start_watch = None
         self._env["PYSERVER_PYTHON_SCHED"] = "normal"  # for restarts
@@ -762,25 +767,19 @@ class ProcessPythonBackend(ServedInstance):
                  self.model_name, self.instance_name, watch.limit, watch.window,
                  watch.late_ns // 1000, SCHEDULING_PARAMETER)
 
-    @staticmethod
-    def batch_start(reply, default: int) -> int:
-        """When the worker started the batch ``reply`` answers (its clock
-        is the engine's: CLOCK_MONOTONIC), else ``default``."""
-        return reply[-1] if reply[0] in ("result", "fail") else default
-
     def on_main_message(self, worker: _Worker, reply, pending: list) -> list | None:
         """Handles one message of the worker about the batch in it: the
         batch's results (returned), a question answered (None), or its
         failure (raised as ServerError)."""
         kind = reply[0]
-        worker.progress = time.monotonic()
-        if kind != "query":
-            worker.outstanding -= 1
         if kind == "result":
-            results = self._decode(worker, reply[1], reply[2])
+            results = self.results.read(worker, reply)
             if self.decoupled:  # a rescheduled request opens again when it runs again
                 self._close_open([p for p, r in zip(pending, results) if r is RESCHEDULED])
             return results
+        worker.progress = time.monotonic()  # (a result's reader notes its own)
+        if kind != "query":
+            worker.outstanding -= 1
         if kind == "fail":
             error = ServerError(Code.INTERNAL, reply[1])
             if self.decoupled:
@@ -806,11 +805,6 @@ class ProcessPythonBackend(ServedInstance):
                 future = pending[index].future
                 return bool(future is not None and future.cancelled())
         return None
-
-    def _decode(self, worker: _Worker, out_size: int, encoded: list) -> list:
-        region = worker.out
-        region.follow(out_size)
-        return read_results(region.mm, encoded, CODE_TO_NUMPY, worker_error, RESCHEDULED)
 
     # -- what the worker asks of the server (its control reader thread) ------------------
 

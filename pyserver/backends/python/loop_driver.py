@@ -27,24 +27,19 @@ loop.
 
 from __future__ import annotations
 
-import collections
-import logging
 import os
 import threading
 
 from pyserver.backends.base import BatchOutcome, ExecutionDriver, running_loop
 from pyserver.backends.python.channel import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
-from pyserver.engine import now_ns
+from pyserver.engine.worker_relay import WorkerRelay
 from pyserver.kernel.errors import Code, ServerError
-
-log = logging.getLogger("pyserver")
-
 
 # At most this many batches go to a worker in one message (see dispatch).
 MAX_GROUP = 32
 
 
-class WorkerLoopDriver(ExecutionDriver):
+class WorkerLoopDriver(WorkerRelay, ExecutionDriver):
     """One instance's batches, a group at a time, from the event loop thread.
 
     What is queued when the worker is free goes to it in one message: the
@@ -52,108 +47,21 @@ class WorkerLoopDriver(ExecutionDriver):
     as it ends, but the send, the worker's wake-up and the loop's reads are
     paid once per group rather than once per request. Each instance takes
     its share of the queue (queued / the instances free now), so a group
-    never keeps work from an idle sibling instance for long."""
+    never keeps work from an idle sibling instance for long.
+
+    The cycle (dispatch, the group taken and sent, the worker's answers read
+    and each batch finished) is engine/worker_relay.pyx's ``WorkerRelay``;
+    what is here is what it hands back: the socket watched, a worker down or
+    gone, a group that could not be written, stopping."""
 
     def __init__(self, mv, instance, loop):
-        self.mv = mv
-        self.instance = instance
-        self.backend = instance.backend
-        self.loop = loop
-        self.batches = collections.deque()  # in the worker, not yet answered, in order
+        WorkerRelay.__init__(self, mv, instance, loop, MAX_GROUP)
         # stop()'s wait for no batch in flight, set from the loop; None while
         # nobody waits (an Event cleared and set per group cost the loop 1.7 µs)
         self._idle_waiter: threading.Event | None = None
-        self._worker = None  # the worker whose socket is watched
-        self._watch_fd = -1  # our duplicate of its descriptor (see _watch)
-        self._t_start = 0  # when the group in flight was sent
-        self._start_unseen = False  # its first answer not read yet (note_group_start)
-        self._stopped = False
-        # A dynamically batched model's batch waits for the end of the loop
-        # iteration while the server holds this many requests or more (see
-        # dispatch); 0: never.
-        self._requests = mv.context.requests  # the server's count in flight
-        self._fill_from = mv.max_batch_size if (
-            self._requests is not None and mv.max_batch_size > 0
-            and mv.config.HasField("dynamic_batching")) else 0
-        self._send_scheduled = False
-        self._finish_results = mv.batch_results.finish  # the common case, compiled
+        self._watch_fd = -1  # our duplicate of the worker's descriptor (see _watch)
 
     # -- the loop thread ----------------------------------------------------------
-
-    def _take_group(self) -> list:
-        """This instance's share of what is queued: split evenly among the
-        instances free to take work now, this one included (at least one
-        batch, at most MAX_GROUP, or what the backend allows). A busy
-        sibling takes what is queued when it is free again, so a share kept
-        for it would only wait."""
-        scheduler = self.mv.scheduler
-        drivers = self.mv.loop_drivers
-        free = 1 if len(drivers) == 1 else sum(1 for d in drivers if not d.batches)
-        share = -(-scheduler.queued_count // max(free, 1))
-        group = []
-        for _ in range(min(max(share, 1), self.backend.group_limit(MAX_GROUP))):
-            batch = scheduler.try_next_batch()
-            if batch is None:
-                if not group:
-                    self.mv.wake_when_due()
-                break
-            group.append(batch)
-        return group
-
-    def dispatch(self) -> None:
-        """Sends what is queued to the worker if this instance is free: at
-        once, or, with more requests in flight than a batch holds, at the
-        end of this loop iteration.
-
-        With that many in flight the loop is what limits the rate, and the
-        requests it reads in the rest of the iteration join the batch: fewer
-        worker round trips, less loop work per request. With fewer, every
-        request waits on this batch, and sending at once answers sooner.
-        bench/python_backend.py --batching (wrk HTTP, h2load gRPC, 2 cores,
-        2 alternated pairs of 2 rounds, against sending at once): c64 1.09x
-        (HTTP) and 1.15x (gRPC) infer/s, c128 1.01x and 1.12x, c16 0.97x
-        (the same code path there: noise). Deferring at c16 as well cost
-        15-25 %; an unbatched model's groups gained nothing (-6 to +4 %), so
-        it never defers."""
-        if self.batches or self._stopped:
-            return
-        if self._fill_from:
-            if self._requests.inflight >= self._fill_from:
-                if not self._send_scheduled:
-                    self._send_scheduled = True
-                    self.loop.call_soon(self._send_at_iteration_end)
-                return
-        self._send_queued()
-
-    def _send_at_iteration_end(self) -> None:
-        self._send_scheduled = False
-        if not self.batches and not self._stopped:
-            self._send_queued()
-
-    def _send_queued(self) -> None:
-        group = self._take_group()
-        if not group:
-            return
-        self.batches.extend(group)
-        self._t_start = now_ns()
-        backend = self.backend
-        self._start_unseen = backend.start_watch is not None
-        worker = backend.take_worker()
-        if worker is None:  # down, restarting: the blocking path waits for it
-            self.loop.run_in_executor(None, self._run_blocking, group)
-            return
-        try:
-            backend.send_batches(worker, [b.requests for b in group], self._load(group))
-        except OSError:  # it died just now
-            self._unwatch()
-            self.loop.run_in_executor(None, self._fail_exited, group, worker)
-            return
-        except Exception as err:  # the group could not be written
-            backend.release_worker()
-            self._finish_all(self.mv.failed_batch(self._t_start, err))
-            return
-        if worker is not self._worker:
-            self._watch(worker)
 
     def _load(self, group: list) -> int:
         """How busy the server is as ``group`` leaves (channel.LOAD_*): low,
@@ -180,56 +88,6 @@ class WorkerLoopDriver(ExecutionDriver):
         if others <= 0:
             return LOAD_ALONE
         return LOAD_LOW if others <= sent else LOAD_BUSY
-
-    def _on_readable(self) -> None:
-        worker = self._worker
-        backend = self.backend
-        batches = self.batches
-        mv = self.mv
-        try:
-            messages = backend.drain_main(worker)  # one read per wake-up
-        except EOFError:
-            self._unwatch()
-            if batches:  # they stay in flight until _fail_exited ends them
-                self.loop.run_in_executor(None, self._fail_exited, list(batches), worker)
-            return
-        for msg in messages:
-            if not batches:
-                log.error("python model '%s' instance '%s': a message from its worker with no "
-                          "batch in it: %r", mv.name, self.instance.name, msg[:1])
-                continue
-            batch = batches[0]
-            if self._start_unseen and msg[0] != "query":  # "auto" scheduling: its start's wait
-                self._start_unseen = False
-                backend.note_group_start(msg, self._t_start)
-            outcome = None
-            try:
-                results = backend.on_main_message(worker, msg, batch.requests)
-            except OSError:  # answering its question: it is gone
-                continue  # the EOF follows
-            except Exception as err:  # the batch failed in the worker
-                outcome = mv.failed_batch(backend.batch_start(msg, self._t_start), err)
-            else:
-                if results is None:
-                    continue  # a question about the batch, answered
-            start_ns = backend.batch_start(msg, self._t_start)
-            output_ns = now_ns()
-            batches.popleft()
-            if not batches:
-                backend.release_worker()
-                # The next group goes to the worker before this batch's
-                # answers go out: writing an answer to a client on loopback
-                # runs the client's side of TCP and may hand it the core, and
-                # the worker would idle meanwhile. (When dispatch waits for
-                # the iteration's end, the answers go first.)
-                self.dispatch()
-            if outcome is not None:
-                mv.finish_on_loop(batch, outcome)
-            elif not self._finish_results(batch, results, start_ns, output_ns):
-                mv.finish_on_loop(batch, mv.requests_outcome(batch.requests, results, start_ns,
-                                                              output_ns))
-            if not self.batches:
-                self._idle()
 
     def _finish_all(self, outcome: BatchOutcome) -> None:
         """Every batch in flight ends with ``outcome`` (a failure)."""
