@@ -87,6 +87,7 @@ cdef class Admission:
     cdef object spin
     cdef object tracer
     cdef object manager
+    cdef dict versions  # the manager's: model name -> {version: ModelVersion}
     cdef object loop
 
     def __init__(self, Ledger ledger, general, general_resolved, uses_cache, spin, tracer):
@@ -97,10 +98,12 @@ cdef class Admission:
         self.spin = spin
         self.tracer = tracer
         self.manager = None
+        self.versions = None
         self.loop = None
 
     def bind(self, manager, loop):
         self.manager = manager
+        self.versions = manager.versions  # the manager keeps this dict for its life
         self.loop = loop
 
     cpdef object submit(self, InferRequest request, object future=None):
@@ -165,10 +168,10 @@ cdef class Admission:
     cdef object _only_version(self, model_name):
         """The model's one loaded version, or None (not loaded, or several:
         the general path picks)."""
-        versions = self.manager.versions.get(model_name)
-        if versions is None or len(versions) != 1:
+        found = self.versions.get(model_name)
+        if type(found) is not dict or len(<dict>found) != 1:
             return None
-        for model in versions.values():
+        for model in (<dict>found).values():
             return model
 
     cdef object _open_route(self, model):

@@ -17,7 +17,10 @@ what arrives back into messages, with a non-blocking read of the same kind
 for a reader on an event loop (pyserver/backends/python/channel.py: a u32
 length, then a pickle).
 """
+import os
 import pickle
+import struct
+import threading
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -77,6 +80,7 @@ cdef extern from "<errno.h>" nogil:
     int EINTR
     int ECONNRESET
     int EPIPE
+    int EBADF
 
 
 cdef extern from "Python.h":
@@ -172,11 +176,23 @@ cdef class SpinPolicy:
 
 SPIN_PAYS_NS = kSpinPaysNs
 
+# How busy the server was when it sent a worker a group (the "exec"
+# message's last field): LOAD_LOW, nothing else queued; LOAD_ALONE, no other
+# request in the server at all. It decides the worker's spin for its next
+# group (pyserver/backends/python/channel.py spin_after).
+LOAD_BUSY = 0
+LOAD_LOW = 1
+LOAD_ALONE = 2
+
 
 def send_frame(int fd, bytes data):
     """``data`` with its length ahead of it (a u32), in one non-blocking
     send with the GIL held: the bytes sent of the len(data) + 4, or -errno
     (-EAGAIN when the socket buffer is full)."""
+    return _send_frame(fd, data)
+
+
+cdef ssize_t _send_frame(int fd, bytes data):
     cdef uint32_t size = <uint32_t>PyBytes_GET_SIZE(data)
     cdef iovec parts[2]
     cdef msghdr msg
@@ -196,7 +212,44 @@ def send_frame(int fd, bytes data):
     return n if n >= 0 else -errno
 
 
+cdef class FrameWriter:
+    """Frames (a u32 length, then the payload) out of one socket, whole
+    between threads (``lock``): a message that fits the socket's buffer in
+    one send_frame, the rest by the socket's blocking sendall. Once ``fd``
+    is -1 (set under ``lock`` by whoever closes the socket) every send
+    fails rather than write into whatever reuses the number."""
+
+    cdef object sock
+    cdef public int fd
+    cdef readonly object lock
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.lock = threading.Lock()
+
+    cpdef send(self, bytes data):
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+        cdef ssize_t sent
+        with self.lock:
+            if size >= 65536:
+                self.sock.sendall(_HEADER.pack(size))
+                self.sock.sendall(data)
+                return
+            if self.fd < 0:
+                raise OSError(EBADF, "channel closed")
+            sent = _send_frame(self.fd, data)
+            if sent == size + 4:
+                return
+            if sent < 0:
+                if -sent != EAGAIN and -sent != EWOULDBLOCK and -sent != EINTR:
+                    raise OSError(-sent, os.strerror(-sent))
+                sent = 0
+            self.sock.sendall((_HEADER.pack(size) + data)[sent:])
+
+
 INCOMPLETE = object()  # FrameReader.take(): no whole message buffered yet
+_HEADER = struct.Struct("<I")  # a frame's length
 _loads = pickle.loads
 
 # A frame is a pickle, whose first byte is PROTO (0x80), or one of the two
@@ -224,7 +277,11 @@ def result_payload(uint64_t out_size, bytes answers, uint64_t started_ns):
 
 def exec_payload(uint64_t in_size, list groups, str model_name, str version, uint32_t load):
     """The frame's payload that FrameReader reads back as ("exec", in_size,
-    groups, model_name, version, load); ``groups``: bytes objects."""
+    groups, model_name, version, load), or None where a group is not bytes
+    (it travels pickled)."""
+    for group in groups:
+        if type(group) is not bytes:
+            return None
     cdef string out
     out.push_back(<char>_EXEC_MARK)
     put_u64(out, in_size)

@@ -14,9 +14,8 @@ from cpython.buffer cimport (
     PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -323,42 +322,3 @@ cdef list _read_wire(mm, bytes encoded, dict dtypes):
     finally:
         PyBuffer_Release(&src)
     return results
-
-
-cpdef uint64_t batch_start(tuple reply, uint64_t default):
-    """When the worker started the batch ``reply`` answers (a "result" or
-    "fail" message's last field; its clock is the engine's,
-    CLOCK_MONOTONIC), else ``default``."""
-    kind = reply[0]
-    if kind == "result" or kind == "fail":
-        return reply[-1]
-    return default
-
-
-cdef inline double _monotonic() noexcept:
-    # time.monotonic()'s clock, without a call into Python
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-cdef class ResultReader:
-    """A worker's ("result", out_size, encoded, started_ns) message read
-    into each request's result (read_results), the worker's bookkeeping
-    noted on the way: its progress (now) and one batch fewer outstanding.
-    One per Python-backend model (``dtypes``, ``error_of``, ``again`` as
-    for read_results); the backend's blocking path and the event loop's
-    relay (engine/worker_relay.pyx) both read results through it."""
-
-    def __init__(self, dict dtypes, object error_of, object again):
-        self.dtypes = dtypes
-        self.error_of = error_of
-        self.again = again
-
-    cpdef list read(self, worker, tuple reply):
-        worker.progress = _monotonic()
-        worker.outstanding -= 1
-        region = worker.out
-        if reply[1] > region.size:  # the worker grew it
-            region.follow(reply[1])
-        return read_results(region.mm, reply[2], self.dtypes, self.error_of, self.again)

@@ -1,33 +1,113 @@
 # cython: language_level=3
-"""The event loop's relay to a Python model instance's worker process, its
-common cycle compiled: take a group of batches from the scheduler, send it,
-read the worker's answers as its socket becomes readable, finish each batch
-and send the next group.
+"""The server's side of a Python model instance's worker channel, compiled:
+a group of batches sent (``GroupSender``), a result read (``ResultReader``),
+and the event loop's relay between them (``WorkerRelay``): take a group of
+batches from the scheduler, send it, read the worker's answers as its
+socket becomes readable, finish each batch and send the next group.
 
-backends/python/loop_driver.py's ``WorkerLoopDriver`` subclasses it with
-everything rare, in Python: watching the worker's socket, a worker that is
-down or dies, a group that could not be written, stopping. That module's
+backends/python/loop_driver.py's ``WorkerLoopDriver`` subclasses the relay
+with everything rare, in Python: watching the worker's socket, a worker that
+is down or dies, a group that could not be written, stopping. That module's
 docstring says why the loop relays at all; this one exists because the
 cycle written in Python was about two dozen Python frames per batch of one
 request, 11 % of the loop's CPU with add_sub at c64 over gRPC (perf, 2
-cores). Every rule stays where it was: the scheduler forms the batches,
-the backend packs and sends them and judges its worker's messages
-(``on_main_message``), ``ResultReader`` reads a result, ``BatchResults``
-finishes a batch or declines to the model's own steps.
+cores). Every rule stays where it was: the scheduler forms the batches, the
+backend decides which worker takes them and judges its worker's messages
+(``on_main_message``), the channel frames them (``Channel.send_exec``),
+``BatchResults`` finishes a batch or declines to the model's own steps.
 """
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint32_t, uint64_t
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
-from pyserver.engine.region_io cimport batch_start
+from pyserver.engine.region_io cimport read_results
 
 import collections
 import logging
+
+from pyserver.engine.ipc import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
+from pyserver.engine.region_io import pack_batches
 
 log = logging.getLogger("pyserver")
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
     uint64_t NowNs()
+
+
+cdef inline double _monotonic() noexcept:
+    # time.monotonic()'s clock, without a call into Python
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cpdef uint64_t batch_start(tuple reply, uint64_t default):
+    """When the worker started the batch ``reply`` answers (a "result" or
+    "fail" message's last field; its clock is the engine's,
+    CLOCK_MONOTONIC), else ``default``."""
+    kind = reply[0]
+    if kind == "result" or kind == "fail":
+        return reply[-1]
+    return default
+
+
+cdef class GroupSender:
+    """Batches (lists of pending requests) into a worker as one "exec"
+    message: their inputs packed into its input region
+    (region_io.pack_batches), the worker's books noted (a batch more
+    outstanding each, progress now), the message framed and sent
+    (Channel.send_exec). One per Python-backend model (what pack_batches
+    takes, its name and version); its blocking path and the event loop's
+    relay both send through it."""
+
+    def __init__(self, dict codes, code_of, int bytes_code, all_outputs, state_outputs,
+                 str model_name, str version):
+        self.codes = codes
+        self.code_of = code_of
+        self.bytes_code = bytes_code
+        self.all_outputs = all_outputs
+        self.state_outputs = state_outputs
+        self.model_name = model_name
+        self.version = version
+
+    cpdef list pack(self, worker, list batches):
+        """The message's groups, the batches' inputs written (pack_batches)."""
+        return pack_batches(worker.inp, batches, self.codes, self.code_of, self.bytes_code,
+                            self.all_outputs, self.state_outputs)
+
+    cpdef send_packed(self, worker, list groups, uint32_t load):
+        """Sends what pack() made (OSError where the worker is gone);
+        ``load``: ipc.LOAD_*, how busy the server is (the worker's spin for
+        its next message follows it)."""
+        worker.outstanding += len(groups)
+        worker.progress = _monotonic()
+        worker.main.send_exec(worker.inp.size, groups, self.model_name, self.version, load)
+
+    cpdef send(self, worker, list batches, uint32_t load):
+        self.send_packed(worker, self.pack(worker, batches), load)
+
+
+cdef class ResultReader:
+    """A worker's ("result", out_size, encoded, started_ns) message read
+    into each request's result (region_io.read_results), the worker's books
+    noted on the way: its progress (now), a batch fewer outstanding. One
+    per Python-backend model (``dtypes``, ``error_of``, ``again`` as for
+    read_results); its blocking path and the event loop's relay both read
+    results through it."""
+
+    def __init__(self, dict dtypes, object error_of, object again):
+        self.dtypes = dtypes
+        self.error_of = error_of
+        self.again = again
+
+    cpdef list read(self, worker, tuple reply):
+        worker.progress = _monotonic()
+        worker.outstanding -= 1
+        region = worker.out
+        if reply[1] > region.size:  # the worker grew it
+            region.follow(reply[1])
+        return read_results(region.mm, reply[2], self.dtypes, self.error_of, self.again)
 
 
 cdef class WorkerRelay:
@@ -47,8 +127,10 @@ cdef class WorkerRelay:
         self._stopped = False
         self._scheduler = mv.scheduler
         self._finish = mv.batch_results  # the common case of a batch's end
-        # what reads a "result" message when nothing else is to be done
-        # with it; None: the backend's on_main_message does it all
+        # what sends a group and reads a "result" message where nothing
+        # else is to be done with them; None: the backend's send_batches
+        # and on_main_message do it all
+        self._sender = self.backend.plain_sender
         self._results = self.backend.plain_results
         # A dynamically batched model's batch waits for the end of the loop
         # iteration while the server holds this many requests or more (see
@@ -59,6 +141,7 @@ cdef class WorkerRelay:
             and mv.config.HasField("dynamic_batching")) else 0
         self._max_group = max_group
         self._send_scheduled = False
+        self._idle_waiter = None
 
     def dispatch(self):
         """Sends what is queued to the worker if this instance is free: at
@@ -130,9 +213,12 @@ cdef class WorkerRelay:
         if worker is None:  # down, restarting: the blocking path waits for it
             self.loop.run_in_executor(None, self._run_blocking, group)
             return
+        cdef list batches = [b.requests for b in group]
         try:
-            backend.send_batches(worker, [b.requests for b in group],
-                                 self._load(group))
+            if self._sender is not None:
+                self._sender.send(worker, batches, self._load(group))
+            else:
+                backend.send_batches(worker, batches, self._load(group))
         except OSError:  # it died just now
             self._unwatch()
             self.loop.run_in_executor(None, self._fail_exited, group, worker)
@@ -143,6 +229,32 @@ cdef class WorkerRelay:
             return
         if worker is not self._worker:
             self._watch(worker)
+
+    cdef int _load(self, list group):
+        """How busy the server is as ``group`` leaves (ipc.LOAD_*): low,
+        with nothing else queued, no batching delay that keeps the next
+        batch back longer than the worker's spin for it would last, and no
+        more requests elsewhere in the server than the batch holds (at low
+        concurrency the next ones are a client's round trip away); alone,
+        with no other request in the server at all. Anything more is under
+        load: the other requests are the loop's work, and the worker's next
+        batch comes as the loop gets through them, so a low-load spin there
+        holds a core the loop and the clients need (a light client at c16
+        on `dynamic_batching { }`, which forms one batch of all that is
+        queued: over HTTP 1.27x the infer/s at 0.61x the CPU per inference
+        with this rule, bench/python_backend.py --batching; level without
+        batching and under perf_analyzer)."""
+        mv = self.mv
+        if len(group) != 1 or self._scheduler.queued_count or mv.batch_timer is not None:
+            return LOAD_BUSY
+        requests = self._requests
+        if requests is None:
+            return LOAD_LOW
+        cdef Py_ssize_t sent = len(group[0].requests)
+        cdef Py_ssize_t others = requests.inflight - sent
+        if others <= 0:
+            return LOAD_ALONE
+        return LOAD_LOW if others <= sent else LOAD_BUSY
 
     def _on_readable(self):
         """The worker's socket is readable: each message that has all
@@ -205,5 +317,5 @@ cdef class WorkerRelay:
             mv = self.mv
             mv.finish_on_loop(batch, mv.requests_outcome(batch.requests, results,
                                                          start_ns, output_ns))
-        if not self.batches:
+        if not self.batches and self._idle_waiter is not None:
             self._idle()

@@ -1,13 +1,25 @@
+from typing import Any
+
 def spin_readable(fd: int, spin_ns: int) -> bool: ...
 SPIN_PAYS_NS: int
 
 
 def send_frame(fd: int, data: bytes) -> int: ...
 def result_payload(out_size: int, answers: bytes, started_ns: int) -> bytes: ...
-def exec_payload(in_size: int, groups: list[bytes], model_name: str, version: str,
-                 load: int) -> bytes: ...
+def exec_payload(in_size: int, groups: list, model_name: str, version: str,
+                 load: int) -> bytes | None: ...
 INCOMPLETE: object
 
+
+LOAD_BUSY: int
+LOAD_LOW: int
+LOAD_ALONE: int
+
+class FrameWriter:
+    fd: int
+    lock: Any
+    def __init__(self, sock: Any) -> None: ...
+    def send(self, data: bytes) -> None: ...
 
 class FrameReader:
     def __init__(self, size: int = ...) -> None: ...

@@ -2,7 +2,20 @@
 
 import asyncio
 from collections import deque
-from typing import Any
+from typing import Any, Callable
+
+def batch_start(reply: tuple, default: int) -> int: ...
+
+class GroupSender:
+    def __init__(self, codes: dict, code_of: Callable[[Any], int], bytes_code: int,
+                 all_outputs: list, state_outputs: Any, model_name: str, version: str) -> None: ...
+    def pack(self, worker: Any, batches: list) -> list: ...
+    def send_packed(self, worker: Any, groups: list, load: int) -> None: ...
+    def send(self, worker: Any, batches: list, load: int) -> None: ...
+
+class ResultReader:
+    def __init__(self, dtypes: dict, error_of: Callable[[str, str], Exception], again: Any) -> None: ...
+    def read(self, worker: Any, reply: tuple) -> list: ...
 
 class WorkerRelay:
     batches: deque
@@ -15,6 +28,7 @@ class WorkerRelay:
     _start_unseen: bool
     _stopped: bool
     _requests: Any
+    _idle_waiter: Any
     def __init__(self, mv: Any, instance: Any, loop: asyncio.AbstractEventLoop,
                  max_group: int) -> None: ...
     def dispatch(self) -> None: ...

@@ -116,7 +116,10 @@ class FakeBackend:
         self.worker = object()
 
     limit = None  # group_limit: as asked
-    plain_results = None  # every message through on_main_message, unless a test sets one
+    # every group through send_batches and every message through
+    # on_main_message, unless a test sets its own
+    plain_sender = None
+    plain_results = None
     start_watch = None  # "auto" scheduling off unless a test sets one
 
     def take_worker(self):
@@ -390,6 +393,16 @@ def test_a_send_left_for_the_iteration_end_does_not_outlive_a_detach(driver):
     assert events == []
 
 
+class FakeGroupSender:
+    """backend.plain_sender: sends a group on its own."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def send(self, worker, batches, load):
+        self.events.append(("sent alone", [r[0] for r in batches], load))
+
+
 class FakeResultReader:
     """backend.plain_results: reads a "result" message on its own."""
 
@@ -403,17 +416,20 @@ class FakeResultReader:
         return [{}]
 
 
-def test_a_plain_result_is_read_by_the_backends_reader_and_the_rest_by_the_backend(driver):
-    """Where the backend hands the relay a reader for plain results, a
-    "result" message goes to it (not on_main_message); questions and
-    failures still go to the backend; a result it cannot read fails only
-    its batch."""
+def test_plain_groups_and_results_go_through_the_backends_sender_and_reader(driver):
+    """Where the backend hands the relay a sender and a reader for plain
+    groups and results, a group is sent by the one (not send_batches) and
+    a "result" message read by the other (not on_main_message); questions
+    and failures still go to the backend; a result it cannot read fails
+    only its batch."""
     d, mv, backend, events = driver()
+    backend.plain_sender = FakeGroupSender(events)
     backend.plain_results = FakeResultReader(events)
     d = WorkerLoopDriver(mv, FakeInstance(backend), d.loop)
     mv.loop_drivers[0] = d
     mv.scheduler.queue = [FakeBatch(i) for i in range(4)]
     d.dispatch()
+    assert events == [("sent alone", ["r0", "r1", "r2", "r3"], LOAD_BUSY)]
     backend.replies = [("result", 7, b"", 11), ("query", "cancelled", 0), ("fail", "boom", 12),
                        ("result", "bad", b"", 13), ("result", 8, b"", 14)]
     d._on_readable()

@@ -3,6 +3,7 @@ memory regions (pyserver/backends/python/channel.py)."""
 
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -227,7 +228,7 @@ def test_drain_takes_every_message_that_has_arrived():
         assert right.drain() == []  # nothing yet: no wait, no error
         for i in range(5):
             left.send(("result", i))
-        frame = channel._HEADER.pack(100) + b"x" * 40  # a message cut short
+        frame = struct.pack("<I", 100) + b"x" * 40  # a message cut short (its u32 length)
         a.sendall(frame)
         assert right.drain() == [("result", i) for i in range(5)]
         assert right.drain() == []  # the message cut short stays buffered

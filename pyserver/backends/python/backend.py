@@ -53,7 +53,7 @@ from pyserver.backends.python.instance import (
 from pyserver.backends.python.loop_driver import WorkerLoopDriver
 from pyserver.config import instance_count
 from pyserver.engine import now_ns
-from pyserver.engine.region_io import ResultReader, batch_start, pack_batches
+from pyserver.engine.worker_relay import GroupSender, ResultReader, batch_start
 from pyserver.kernel.dtypes import (
     BYTES_CODE,
     CODE_TO_NUMPY,
@@ -360,10 +360,14 @@ class ProcessPythonBackend(ServedInstance):
         if exec_env is not None:
             self._env = exec_env.apply(self._env)
         self._lock = threading.Lock()  # held while a batch is in the worker
-        # a worker's "result" message into each request's result; the event
-        # loop's relay reads it alone where nothing more is to be done
-        # (on_main_message: a decoupled model's requests reopen)
+        # A group of batches into a worker, and a worker's "result" message
+        # into each request's result. The event loop's relay uses them
+        # alone where nothing more is to be done (send_batches and
+        # on_main_message: a decoupled model's requests open and reopen).
+        self.sender = GroupSender(self.input_codes, code_of, BYTES_CODE, self.output_names,
+                                  self.state_outputs, self.model_name, self.version)
         self.results = ResultReader(CODE_TO_NUMPY, worker_error, RESCHEDULED)
+        self.plain_sender = None if self.decoupled else self.sender
         self.plain_results = None if self.decoupled else self.results
         self._state = threading.Condition()
         self._closing = False
@@ -736,13 +740,10 @@ class ProcessPythonBackend(ServedInstance):
         answers each as it ends (in order, on the same socket).
         ``load``: channel.LOAD_*, how busy the server is (it decides the
         worker's spin for its next message, see stub.py)."""
-        groups = pack_batches(worker.inp, batches, self.input_codes, code_of, BYTES_CODE,
-                              self.output_names, self.state_outputs)
+        groups = self.sender.pack(worker, batches)
         if self.decoupled:
             self._open_requests([p for pending in batches for p in pending], now_ns())
-        worker.outstanding += len(groups)
-        worker.progress = time.monotonic()
-        worker.main.send_exec(worker.inp.size, groups, self.model_name, self.version, load)
+        self.sender.send_packed(worker, groups, load)
 
     def note_group_start(self, reply, sent_ns: int) -> None:
         """The first answer of a group sent at ``sent_ns`` ("auto"

@@ -35,7 +35,6 @@ import mmap
 import os
 import pickle
 import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -69,16 +68,12 @@ def engine_module(name: str):
 
 
 _ipc = engine_module("ipc")
-_send_frame = _ipc.send_frame
 _INCOMPLETE = _ipc.INCOMPLETE  # FrameReader.take(): no whole message buffered yet
 _SpinPolicy = _ipc.SpinPolicy
 SPIN_PAYS_NS = _ipc.SPIN_PAYS_NS
 
-# How busy the server was when it sent a worker a group (the "exec"
-# message's last field): LOAD_LOW, nothing else queued; LOAD_ALONE, no other
-# request in the server at all. It decides the worker's spin for its next
-# group (spin_after).
-LOAD_BUSY, LOAD_LOW, LOAD_ALONE = 0, 1, 2
+# How busy the server was when it sent a worker a group (engine/ipc.pyx)
+LOAD_BUSY, LOAD_LOW, LOAD_ALONE = _ipc.LOAD_BUSY, _ipc.LOAD_LOW, _ipc.LOAD_ALONE
 
 
 def spin_after(load: int, spin_ns: int, low_load_spin_ns: int) -> tuple:
@@ -100,14 +95,12 @@ def spin_after(load: int, spin_ns: int, low_load_spin_ns: int) -> tuple:
     return (max(low_load_spin_ns, spin_ns),
             SPIN_PAYS_NS if load == LOAD_ALONE else None)
 
-_HEADER = struct.Struct("<I")
+
 _PICKLE = 5
 ALIGN = 64
 PAGE = mmap.PAGESIZE
 DEFAULT_REGION_SIZE = 1 << 20
 _DEVSHM_MIN_FREE = 256 << 20
-
-
 
 
 class Channel:
@@ -121,7 +114,7 @@ class Channel:
     reader waiting for data on that same socket wakes for nothing.
 
     A message that fits the socket buffer goes out in one non-blocking send
-    made without releasing the GIL (engine/ipc.pyx send_frame): Python's
+    made without releasing the GIL (engine/ipc.pyx FrameWriter): Python's
     socket.send releases and retakes it around the syscall, and under load
     taking it back from the event loop thread can wait for the
     interpreter's switch interval (5 ms).
@@ -138,19 +131,19 @@ class Channel:
         self.spin_ns = spin_ns
         self._spins: dict[tuple, object] = {}
         self._frames = _ipc.FrameReader()
-        self._send_lock = threading.Lock()
-        self._fd = self.send_sock.fileno()  # written; -1 once closed
+        # whole messages out, one non-blocking send each where they fit
+        self.writer = _ipc.FrameWriter(self.send_sock)
         self._read_fd = sock.fileno()
 
     def send(self, obj) -> None:
-        self._send_payload(pickle.dumps(obj, _PICKLE))
+        self.writer.send(pickle.dumps(obj, _PICKLE))
 
     def send_result(self, out_size: int, answers, started_ns: int) -> None:
         """A worker's ("result", out_size, answers, started_ns) for one
         batch: as bytes when ``answers`` are (engine/worker_wire.pxd's
         layout), pickled otherwise; recv() gives the tuple either way."""
         if type(answers) is bytes:
-            self._send_payload(_ipc.result_payload(out_size, answers, started_ns))
+            self.writer.send(_ipc.result_payload(out_size, answers, started_ns))
         else:
             self.send(("result", out_size, answers, started_ns))
 
@@ -159,27 +152,11 @@ class Channel:
         """The server's ("exec", in_size, groups, model_name, version, load)
         for a group of batches: as bytes when every batch is
         (engine/worker_wire.pxd's layout), pickled otherwise."""
-        if all(type(g) is bytes for g in groups):
-            self._send_payload(_ipc.exec_payload(in_size, groups, model_name, version, load))
+        payload = _ipc.exec_payload(in_size, groups, model_name, version, load)
+        if payload is not None:
+            self.writer.send(payload)
         else:
             self.send(("exec", in_size, groups, model_name, version, load))
-
-    def _send_payload(self, data: bytes) -> None:
-        with self._send_lock:
-            if len(data) < 65536:
-                if self._fd < 0:
-                    raise OSError(errno.EBADF, "channel closed")
-                sent = _send_frame(self._fd, data)
-                if sent == len(data) + 4:
-                    return
-                if sent < 0:
-                    if -sent not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                        raise OSError(-sent, os.strerror(-sent))
-                    sent = 0
-                self.send_sock.sendall((_HEADER.pack(len(data)) + data)[sent:])
-            else:
-                self.send_sock.sendall(_HEADER.pack(len(data)))
-                self.send_sock.sendall(data)
 
     def recv(self, spin_ns: int | None = None, pay_ns: int | None = None):
         """The next message (blocking); ``spin_ns``: this call's spin, in
@@ -226,8 +203,9 @@ class Channel:
     def close(self) -> None:
         # Under the send lock, and forgetting the descriptor: a send after
         # close must fail, not write into whatever reuses the number.
-        with self._send_lock:
-            self._fd = -1
+        writer = self.writer
+        with writer.lock:
+            writer.fd = -1
             for sock in {self.sock, self.send_sock}:
                 try:
                     sock.close()

@@ -31,7 +31,6 @@ import os
 import threading
 
 from pyserver.backends.base import BatchOutcome, ExecutionDriver, running_loop
-from pyserver.backends.python.channel import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
 from pyserver.engine.worker_relay import WorkerRelay
 from pyserver.kernel.errors import Code, ServerError
 
@@ -56,38 +55,11 @@ class WorkerLoopDriver(WorkerRelay, ExecutionDriver):
 
     def __init__(self, mv, instance, loop):
         WorkerRelay.__init__(self, mv, instance, loop, MAX_GROUP)
-        # stop()'s wait for no batch in flight, set from the loop; None while
-        # nobody waits (an Event cleared and set per group cost the loop 1.7 µs)
-        self._idle_waiter: threading.Event | None = None
+        # (its _idle_waiter: stop()'s wait for no batch in flight, set from
+        # the loop; an Event cleared and set per group cost the loop 1.7 µs)
         self._watch_fd = -1  # our duplicate of the worker's descriptor (see _watch)
 
     # -- the loop thread ----------------------------------------------------------
-
-    def _load(self, group: list) -> int:
-        """How busy the server is as ``group`` leaves (channel.LOAD_*): low,
-        with nothing else queued, no batching delay that keeps the next
-        batch back longer than the worker's spin for it would last, and no
-        more requests elsewhere in the server than the batch holds (at low
-        concurrency the next ones are a client's round trip away); alone,
-        with no other request in the server at all. Anything more is under
-        load: the other requests are the loop's work, and the worker's next
-        batch comes as the loop gets through them, so a low-load spin there
-        holds a core the loop and the clients need (a light client at c16
-        on `dynamic_batching { }`, which forms one batch of all that is
-        queued: over HTTP 1.27x the infer/s at 0.61x the CPU per inference
-        with this rule, bench/python_backend.py --batching; level without
-        batching and under perf_analyzer)."""
-        mv = self.mv
-        if len(group) != 1 or mv.scheduler.queued_count or mv.batch_timer is not None:
-            return LOAD_BUSY
-        requests = self._requests
-        if requests is None:
-            return LOAD_LOW
-        sent = len(group[0].requests)
-        others = requests.inflight - sent
-        if others <= 0:
-            return LOAD_ALONE
-        return LOAD_LOW if others <= sent else LOAD_BUSY
 
     def _finish_all(self, outcome: BatchOutcome) -> None:
         """Every batch in flight ends with ``outcome`` (a failure)."""
