@@ -55,8 +55,6 @@ class WorkerLoopDriver(WorkerRelay, ExecutionDriver):
 
     def __init__(self, mv, instance, loop):
         WorkerRelay.__init__(self, mv, instance, loop, MAX_GROUP)
-        # (its _idle_waiter: stop()'s wait for no batch in flight, set from
-        # the loop; an Event cleared and set per group cost the loop 1.7 µs)
         self._watch_fd = -1  # our duplicate of the worker's descriptor (see _watch)
 
     # -- the loop thread ----------------------------------------------------------
