@@ -12,7 +12,8 @@ only while such spins have paid lately.
 non-blocking send without releasing the GIL: Python's socket.send releases
 and retakes it around the call, and taking it back from a busy event loop
 thread can wait for the interpreter's switch interval (5 ms), while a
-non-blocking send of a short message never waits. ``FrameReader`` splits
+non-blocking send of a short message never waits (``FrameWriter``: a
+socket's frames through it, whole between threads). ``FrameReader`` splits
 what arrives back into messages, with a non-blocking read of the same kind
 for a reader on an event loop (pyserver/backends/python/channel.py: a u32
 length, then a pickle).
