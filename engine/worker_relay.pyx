@@ -277,8 +277,10 @@ cdef class WorkerRelay:
                           "batch in it: %r", self.mv.name, self.instance.name, msg[:1])
                 continue
             batch = batches[0]
-            kind = msg[0]
-            if self._start_unseen and kind != "query":  # "auto" scheduling: its start's wait
+            # (anything but a tuple goes to on_main_message, which fails the batch)
+            kind = msg[0] if type(msg) is tuple and len(<tuple>msg) else None
+            if self._start_unseen and kind is not None and kind != "query":
+                # "auto" scheduling: its start's wait
                 self._start_unseen = False
                 backend.note_group_start(msg, self._t_start)
             outcome = None

@@ -99,8 +99,10 @@ class FakeModel:
     def requests_outcome(self, requests, results, t_start, t_output=None):
         return BatchOutcome(t_start, t_start, t_start, t_start)
 
-    def failed_batch(self, t_start, err):
-        return BatchOutcome(t_start, t_start, t_start, t_start, int(err.code), err.message)
+    def failed_batch(self, t_start, err):  # as ModelVersion's: any error fails the batch
+        if isinstance(err, ServerError):
+            return BatchOutcome(t_start, t_start, t_start, t_start, int(err.code), err.message)
+        return BatchOutcome(t_start, t_start, t_start, t_start, int(Code.INTERNAL), str(err))
 
     def finish_on_loop(self, batch, outcome):  # as ModelVersion's without a server
         self.scheduler.complete(batch, *outcome)
@@ -437,4 +439,20 @@ def test_plain_groups_and_results_go_through_the_backends_sender_and_reader(driv
                           ("answered", 1, int(Code.INTERNAL)), ("read", "bad"),
                           ("answered", 2, int(Code.INTERNAL)), ("read", 8),
                           ("answered", 3, 0)]
+    assert not d.batches
+
+
+def test_a_message_that_is_not_a_tuple_fails_only_its_batch(driver):
+    """Whatever the worker sends about the oldest batch, the relay answers
+    it: a message it cannot read (here None) fails that batch through the
+    backend's own error, and the next message is read as usual."""
+    d, mv, backend, events = driver()
+    backend.start_watch = object()  # "auto" scheduling: the start is not taken from it
+    mv.scheduler.queue = [FakeBatch(i) for i in range(2)]
+    d.dispatch()
+    backend.replies = [None, ("result", 0, [], 0)]
+    d._on_readable()
+    assert [e for e in events if e[0] == "answered"] == [("answered", 0, int(Code.INTERNAL)),
+                                                        ("answered", 1, 0)]
+    assert [e for e in events if e[0] == "started"] == [("started", "result", d._t_start)]
     assert not d.batches
