@@ -39,6 +39,7 @@ cdef class DirectRoute:
     cdef vector[string] output_specs  # every output's name, config order
     cdef vector[string] output_datatypes  # the same outputs' datatypes
     cdef readonly list output_names  # their names as str
+    cdef readonly list output_types  # their datatypes as str
     cdef readonly bint batching
     cdef readonly uint32_t max_batch_size
     cdef readonly object model_name

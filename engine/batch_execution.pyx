@@ -196,10 +196,12 @@ cdef class DirectRoute:
             self.input_names.append(name)
             self.input_dtypes.append(dtype)
         self.output_names = []
+        self.output_types = []
         for name, datatype in outputs:
             self.output_specs.push_back(name.encode())
             self.output_datatypes.push_back(datatype.encode())
             self.output_names.append(name)
+            self.output_types.append(datatype)
         self.batching = max_batch_size > 0
         self.max_batch_size = max_batch_size
         self.model_name = model_name
@@ -219,8 +221,11 @@ cdef class DirectRoute:
         """RequestPath.check's plain case for one input as a reader read it
         (name and datatype as bytes, not str): its index among the model's
         inputs, or -1 where it is not the model's, was given before (``seen``,
-        a bit per input), has another datatype or another shape."""
+        a bit per input: at most 64 of them), has another datatype or
+        another shape."""
         cdef size_t k
+        if self.input_specs.size() > 64:
+            return -1
         for k in range(self.input_specs.size()):
             if _same(name, name_size, self.input_specs[k].name):
                 break

@@ -27,6 +27,11 @@ cdef class BatchResults:
     responses(requests, results, other); ``other``: its handler of a
     result that is not outputs)."""
 
+    cdef object model
+    cdef object responses
+    cdef object other
+    cdef Scheduler scheduler
+
     def __init__(self, model, responses, other, Scheduler scheduler):
         self.model = model
         self.responses = responses

@@ -48,7 +48,7 @@ cdef class WorkerRelay:
     cdef object _finish
     cdef object _sender  # a GroupSender, or None
     cdef object _results  # a ResultReader, or None
-    cdef readonly object _requests
+    cdef object _requests  # the server's Ledger (its count in flight), or None
     cdef Py_ssize_t _fill_from
     cdef Py_ssize_t _max_group
     cdef bint _send_scheduled

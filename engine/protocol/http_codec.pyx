@@ -101,7 +101,7 @@ _JSON_KINDS = {
     "FP64": ("fiu", _NON_NUMBER),
 }
 
-JSON_HEADERS = _JSON_HEADERS = [(b"Content-Type", b"application/json")]
+JSON_HEADERS = [(b"Content-Type", b"application/json")]
 
 # JSON headers up to this size go through the reader, whose parser keeps
 # buffers as large as the largest document it read (per thread); larger
@@ -138,7 +138,9 @@ def _is_uint(v) -> bool:
 # ---------------------------------------------------------------- decoding
 
 
-def _header_length(value, content_length: int) -> int:
+def inference_header_length(value, content_length: int) -> int:
+    """An Inference-Header-Content-Length value as a length within the
+    body's ``content_length``; raises Triton's error where it is not one."""
     try:
         parsed = int(value)  # str or bytes; surrounding whitespace allowed
     except (ValueError, TypeError):
@@ -581,7 +583,7 @@ def decode_infer_request(model_name: str, model_version: str, header_length, bod
     if hval is None:
         hlen = total  # Triton: no header means "all JSON"; an empty body is raw
     else:
-        hlen = _header_length(hval, total)
+        hlen = inference_header_length(hval, total)
     if hlen == 0:
         if model_config is None:
             raise _bad(
@@ -849,7 +851,7 @@ def encode_infer_response(response: InferResponse, request: InferRequest):
         else:
             data_entry(outputs_json, t, datatype, data)
 
-    return document(response, request, outputs_json, buffers, _dumps, _OPT_NUMPY, _JSON_HEADERS)
+    return document(response, request, outputs_json, buffers, _dumps, _OPT_NUMPY, JSON_HEADERS)
 
 
 def answer_infer(response: InferResponse, request: InferRequest, keep_alive: bool,
@@ -859,7 +861,7 @@ def answer_infer(response: InferResponse, request: InferRequest, keep_alive: boo
     or shared memory are involved (the same bytes the path below writes),
     else encode_infer_response and the framing. Encodes once either way."""
     if type(request) is InferRequest:  # no shared-memory outputs
-        answer = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
+        answer = json_answer(response, request, JSON_HEADERS, keep_alive, http10)
         if answer is not None:
             return answer
     headers, body = encode_infer_response(response, request)

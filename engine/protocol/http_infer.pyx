@@ -627,7 +627,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     cdef bint default_binary = reader.parameters() == ParamsState.kOne \
         and reader.binary_data_output()
     n = reader.inputs().size()
-    if n == 0 or n > 64 or n != direct.input_specs.size():
+    if n == 0 or n != direct.input_specs.size():
         return HEADER_READ
     cdef dict feed = {}
     names = direct.input_names
@@ -687,7 +687,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     for i in range(wanted.size()):
         value = outputs[out_names[wanted[i]]]
         tensors.append(new_tensor(out_names[wanted[i]],
-                                  direct.output_datatypes[wanted[i]].decode(),
+                                  direct.output_types[wanted[i]],
                                   list(value.shape), value, None))
         if given.size():
             requested.append(new_output(out_names[wanted[i]], None if given[i] == 0 else (
@@ -715,7 +715,7 @@ cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wan
             body.push_back(b',')
         name = names[wanted[i]]
         value = outputs[name]
-        if not _append_array(name, direct.output_datatypes[wanted[i]].decode(), value.shape,
+        if not _append_array(name, direct.output_types[wanted[i]], value.shape,
                              value, binary[i], &body, raws):
             return None
     body.append(b']}')

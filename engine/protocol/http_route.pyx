@@ -17,6 +17,7 @@ from pyserver.engine.protocol.http_codec import (
     answer_infer,
     decode_infer_request,
     encode_infer_response,
+    inference_header_length,
     release_shm,
 )
 from pyserver.engine.protocol.http_infer import NOT_READ, direct_answer
@@ -148,17 +149,12 @@ cdef class InferRoute:
             return NOT_READ
         cdef Py_ssize_t total = len(body), hlen
         hval = headers.get(b"inference-header-content-length")
-        if hval is None:
-            hlen = total
-        else:
-            try:
-                hlen = int(hval)
-            except ValueError:
-                return NOT_READ
-            if hlen <= 0 or hlen > total:
-                return NOT_READ  # raw binary, or the general path's error
-        if hlen > rf.max_input_size or hlen > READER_MAX:
-            return NOT_READ
+        try:
+            hlen = total if hval is None else inference_header_length(hval, total)
+        except ServerError:
+            return NOT_READ  # the general path's error
+        if hlen == 0 or hlen > rf.max_input_size or hlen > READER_MAX:
+            return NOT_READ  # raw binary, or too large for the reader
         return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS, keep_alive,
                              http10, NowNs(), answer_infer)
 

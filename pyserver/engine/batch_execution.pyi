@@ -20,6 +20,7 @@ class DirectRoute:
     input_names: list
     input_dtypes: list
     output_names: list
+    output_types: list
     batching: bool
     max_batch_size: int
     model_name: str

@@ -27,7 +27,6 @@ class WorkerRelay:
     _t_start: int
     _start_unseen: bool
     _stopped: bool
-    _requests: Any
     _idle_waiter: Any
     def __init__(self, mv: Any, instance: Any, loop: asyncio.AbstractEventLoop,
                  max_group: int) -> None: ...

@@ -769,7 +769,7 @@ def test_compiled_encoding_matches_python(case):
     fast, python_only = _encode_both(response, request)
     assert fast == python_only
     # json_writer takes plain numeric outputs without parameters
-    taken = codec.json_answer(response, request, codec._JSON_HEADERS, True, False) is not None
+    taken = codec.json_answer(response, request, codec.JSON_HEADERS, True, False) is not None
     assert taken == (case not in (3, 4, 5, 6, 7))
     # the whole answer in one call: the framing the frontend would add
     from pyserver.engine.protocol.http_infer import http_message
@@ -871,7 +871,7 @@ def _random_values(rng, dtype, n):
 def test_json_answer_writes_what_orjson_writes(dtype):
     """The C writer's answer is the orjson path's, byte for byte, over
     random values of every numeric type (any finite float bit pattern)."""
-    from pyserver.engine.protocol.http_codec import _JSON_HEADERS
+    from pyserver.engine.protocol.http_codec import JSON_HEADERS
     from pyserver.engine.protocol.http_infer import json_answer
 
     rng = np.random.default_rng(7)
@@ -891,7 +891,7 @@ def test_json_answer_writes_what_orjson_writes(dtype):
                 request = InferRequest("m\\1", "", rid, [], req_outputs, params)
                 response = InferResponse("m\\1", "3", rid, outs)
                 for keep_alive, http10 in ((True, False), (False, False), (True, True)):
-                    got = json_answer(response, request, _JSON_HEADERS, keep_alive, http10)
+                    got = json_answer(response, request, JSON_HEADERS, keep_alive, http10)
                     assert got is not None
                     assert b"".join(bytes(p) for p in got) == \
                         _orjson_answer(response, request, keep_alive, http10)
@@ -908,7 +908,7 @@ def test_json_answer_declines_what_it_does_not_write():
     def answer(outs, params=None, req_outputs=(), resp_params=None, name="m"):
         request = InferRequest(name, "", "", [], list(req_outputs), params or {})
         response = InferResponse(name, "1", "", outs, resp_params)
-        got = json_answer(response, request, codec._JSON_HEADERS, True, False)
+        got = json_answer(response, request, codec.JSON_HEADERS, True, False)
         try:
             whole = codec.answer_infer(response, request, True, False)
         except TypeError:  # orjson refuses a lone surrogate (the frontend's 500)
@@ -943,7 +943,7 @@ def test_json_answer_declines_what_it_does_not_write():
     for count in (4, 1 << 16):
         half = (np.arange(count) % 2048).astype(np.float16)
         response = InferResponse("m", "1", "", [InferTensor("X", "FP16", [count], half)])
-        got = json_answer(response, request, codec._JSON_HEADERS, True, False)
+        got = json_answer(response, request, codec.JSON_HEADERS, True, False)
         if count == 4:
             assert len(got) == 1
         else:

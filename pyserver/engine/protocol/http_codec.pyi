@@ -11,6 +11,7 @@ class ShmInferRequest(InferRequest):
     shm: Any  # a SharedMemoryUse
 
 JSON_HEADERS: list
+def inference_header_length(value: str | bytes, content_length: int) -> int: ...
 
 def read_common(model_name: str, model_version: str, body: Any, hlen: int,
                 max_input_size: int, held: int = ...) -> InferRequest | None: ...
