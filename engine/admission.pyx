@@ -13,6 +13,10 @@ the server adds: no response cache). Everything else goes to the server's
 general path (``general``), which then takes no decision this one already
 took: handed the model version once it is found (``general_resolved``).
 
+A frontend that first asks whether a request can run as it is read
+(``route``, then ``Route.runnable``) hands the Route it got back to
+``submit`` when it cannot, so the model is looked up once per request.
+
 ``Ledger`` holds the server's requests in flight (their count and the
 handles cancel() uses) and whether it still takes new ones, where both
 paths and the server's Python read and write them.
@@ -50,15 +54,6 @@ cdef class Route:
     closes it where its response cache serves the model (``cache_checked``
     once that is decided)."""
 
-    cdef readonly object model
-    cdef object validate
-    cdef object answer
-    cdef Scheduler scheduler
-    cdef object dispatch
-    cdef public bint open
-    cdef public bint cache_checked
-    cdef public DirectRoute direct  # its requests may run as they are read, or None
-
     def __init__(self, model, validate, answer, Scheduler scheduler, dispatch, bint open):
         self.model = model
         self.validate = validate
@@ -68,6 +63,15 @@ cdef class Route:
         self.open = open
         self.cache_checked = False
         self.direct = None
+
+    cpdef DirectRoute runnable(self):
+        """The DirectRoute a plain request to this model runs through now
+        (it is ready to run it as it is read: batch_execution.DirectRoute),
+        or None."""
+        cdef DirectRoute direct = self.direct
+        if direct is None or not direct.ready():
+            return None
+        return direct
 
 
 cdef class Admission:
@@ -106,64 +110,62 @@ cdef class Admission:
         self.versions = manager.versions  # the manager keeps this dict for its life
         self.loop = loop
 
-    cpdef object submit(self, InferRequest request, object future=None):
+    cpdef object submit(self, InferRequest request, object future=None, Route route=None):
+        """``route``: what ``route(request.model_name)`` gave in this same
+        call of the loop, where the caller asked (not looked up again)."""
         cdef Ledger ledger = self.ledger
-        cdef object route
         cdef Scheduler scheduler
         cdef PendingRequest pending
         cdef tuple validated
         if self.manager is None or ledger.stopping or request.parameters \
                 or request.model_version:
             return self.general(request, future)
-        model = self._only_version(request.model_name)
-        if model is None:
-            return self.general(request, future)
-        route = self._open_route(model)
         if route is None:
-            return self.general_resolved(model, request, future)
-        validated = (<Route>route).validate(request)  # raises the general path's errors
+            model = self._only_version(request.model_name)
+            if model is None:
+                return self.general(request, future)
+            route = self._open_route(model)
+            if route is None:
+                return self.general_resolved(model, request, future)
+        else:
+            model = route.model
+        validated = route.validate(request)  # raises the general path's errors
         if future is None:
             future = self.loop.create_future()
-        direct = (<Route>route).direct
+        direct = route.direct
         if direct is not None and direct.ready():
             # run now, as the queue would run it alone (batch_execution.DirectRoute)
             try:
                 outputs = direct.run(validated[0], validated[1], NowNs())
-                response = (<Route>route).answer(request, outputs)
+                response = route.answer(request, outputs)
             except Exception as err:
                 future.set_exception(err)
             else:
                 future.set_result(response)
             return future
         pending = PendingRequest(request, future, validated[0], validated[1])
-        scheduler = (<Route>route).scheduler
+        scheduler = route.scheduler
         pending.id = scheduler.enqueue(pending, validated[1], request.priority,
                                        request.timeout_us, validated[2])
         ledger.handles[future] = (scheduler, pending.id)
         ledger.inflight += 1
-        if (<Route>route).dispatch is not None and not scheduler.wait_holds:
-            (<Route>route).dispatch()
+        if route.dispatch is not None and not scheduler.wait_holds:
+            route.dispatch()
         if ledger.inflight == 1:
             self.spin(model)
         return future
 
-    def direct_route(self, model_name):
-        """The DirectRoute a plain request to ``model_name`` (no version, no
-        parameters, tracing off) may run through now, or None: where submit
-        would queue it as its common case, and its model is ready to run it
-        as it is read (batch_execution.DirectRoute)."""
+    cpdef Route route(self, model_name):
+        """The Route a plain request to ``model_name`` (no version, no
+        parameters, tracing off) takes now, or None where submit would
+        take it the general way. Its ``runnable()`` says whether such a
+        request may run as it is read; else it goes to ``submit`` with it."""
         if self.manager is None or self.ledger.stopping:
             return None
         model = self._only_version(model_name)
         if model is None:
             return None
-        route = self._open_route(model)
-        if route is None:
-            return None
-        direct = (<Route>route).direct
-        if direct is None or not direct.ready():
-            return None
-        return direct
+        return self._open_route(model)
 
     cdef object _only_version(self, model_name):
         """The model's one loaded version, or None (not loaded, or several:
@@ -174,7 +176,7 @@ cdef class Admission:
         for model in (<dict>found).values():
             return model
 
-    cdef object _open_route(self, model):
+    cdef Route _open_route(self, model):
         """``model``'s Route when it takes the common case now, else None
         (not started: an ensemble, a model still loading; closed; a
         response cache; tracing on)."""

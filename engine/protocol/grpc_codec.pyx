@@ -18,6 +18,7 @@ from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from pyserver.engine.admission cimport Route
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
@@ -651,7 +652,9 @@ cdef class InferHandler:
     when grpc-timeout passes first; ``header_forwarder(headers, parameters)``
     copies the call's forwarded headers into the request's parameters;
     ``tracer`` (the server's) takes the call's GRPC_WAITREAD and GRPC_SEND
-    stamps while tracing is on.
+    stamps while tracing is on; ``routes(model_name) -> Route or None``
+    (``Server.route``): a plain call's model, run as it is read where the
+    Route is runnable, else handed back to ``submit`` as its third argument.
     """
 
     cdef object submit
@@ -663,12 +666,12 @@ cdef class InferHandler:
     cdef object canceller
     cdef object header_forwarder
     cdef object tracer
-    cdef object direct_routes
+    cdef object routes
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
                  on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None,
-                 direct_routes=None):
-        self.direct_routes = direct_routes
+                 routes=None):
+        self.routes = routes
         self.tracer = tracer
         self.canceller = canceller
         self.header_forwarder = header_forwarder
@@ -707,11 +710,14 @@ cdef class InferHandler:
         cdef tuple prepared
         cdef _InferDone done
         cdef InferRequestView view
+        cdef Route route = None
         try:
             _parse(msg, &view)
-            if self.direct_routes is not None and stream.timeout is None \
-                    and self._run_direct(stream, msg, view):
-                return
+            if self.routes is not None and stream.timeout is None \
+                    and view.model_version.empty():
+                route = self.routes(_str(view.model_name))
+                if route is not None and self._run_direct(stream, msg, view, route):
+                    return
             prepared = self._prepare_parsed(stream, msg, view)
             request = prepared[0]
             use = prepared[2]
@@ -720,7 +726,10 @@ cdef class InferHandler:
                 tracer.frontend_received(request, "GRPC_WAITREAD_START", stream.opened_ns,
                                          "GRPC_WAITREAD_END", NowNs())
             # answered as the request's batch completes, not an iteration later
-            fut = self.submit(request, ImmediateFuture())
+            if route is None:
+                fut = self.submit(request, ImmediateFuture())
+            else:  # looked up once (Admission.route)
+                fut = self.submit(request, ImmediateFuture(), route)
         except Exception as e:
             if use is not None:
                 use.release()
@@ -742,7 +751,8 @@ cdef class InferHandler:
         fut.add_done_callback(done)
 
 
-    cdef bint _run_direct(self, stream, bytes msg, InferRequestView& view) except -1:
+    cdef bint _run_direct(self, stream, bytes msg, InferRequestView& view,
+                          Route route) except -1:
         """Runs and answers a plain request to a model that takes it as it
         is read (batch_execution.DirectRoute); False, having taken nothing,
         where the general path must: anything but raw inputs that match the
@@ -759,18 +769,16 @@ cdef class InferHandler:
         cdef uint64_t seen = 0
         cdef vector[Py_ssize_t] order  # each input's index among the model's
         cdef vector[Py_ssize_t] wanted  # the outputs asked for, by index
-        if n == 0 or n > 64 or view.raw_input_contents.size() != n \
-                or not view.model_version.empty():
+        if n == 0 or n > 64 or view.raw_input_contents.size() != n:
             return False
         for i in range(view.parameters.size()):
             # perf_analyzer's: a streaming flag, nothing to a unary call
             if view.parameters[i].kind != ParamKind.kBool or \
                     _str(view.parameters[i].key) != _RESERVED:
                 return False
-        found = self.direct_routes(_str(view.model_name))
-        if found is None:
+        direct = route.runnable()
+        if direct is None:
             return False
-        direct = <DirectRoute>found
         if n != direct.input_specs.size():
             return False
         order.resize(n)

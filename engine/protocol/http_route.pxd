@@ -1,6 +1,9 @@
 # engine/protocol/http_route.pyx: the HTTP infer route, which the pump's
 # infer lane (http_lane.pyx) shares.
 
+from pyserver.engine.admission cimport Route
+
+
 cdef class Slot:
     cdef public object data
     cdef public bint close
@@ -12,7 +15,7 @@ cdef class RouteFrontend:
     cdef readonly object model_config
     cdef readonly object header_forwarder
     cdef readonly object submitter
-    cdef readonly object direct_routes  # Server.direct_route, or None
+    cdef readonly object routes  # Server.route, or None
 
 
 cdef RouteFrontend route_frontend(frontend)
@@ -24,9 +27,10 @@ cdef class InferRoute:
     cdef object compress  # (encoding, body) -> bytes
     cdef readonly int pipeline_high
 
+    cdef Route resolve(self, RouteFrontend rf, model, version)
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     recv_ns, int reader_held=*)
-    cdef object direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     recv_ns, int reader_held=*, Route route=*)
+    cdef object direct(self, RouteFrontend rf, dict headers, body, Route route,
                        bint keep_alive, bint http10)
     cdef object encoding_of(self, dict headers)
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)

@@ -58,8 +58,8 @@ cdef class RouteFrontend:
         self.header_forwarder = frontend.header_forwarder
         self.submitter = server.submitter
         # Forwarded headers become request parameters: those go the general
-        # way. A server that runs nothing directly has no direct_route.
-        self.direct_routes = getattr(server, "direct_route", None) \
+        # way. A server with no compiled admission has no route.
+        self.routes = getattr(server, "route", None) \
             if self.header_forwarder is None else None
 
 
@@ -86,11 +86,13 @@ cdef class InferRoute:
     def __call__(self, conn, method, dict headers, body, bint keep_alive, model, version):
         cdef RouteFrontend rf = route_frontend(conn.frontend)
         cdef Slot slot
+        cdef Route route
         try:
-            data = self.direct(conn, rf, headers, body, model, version, keep_alive, conn.http10)
+            route = self.resolve(rf, model, version)
+            data = self.direct(rf, headers, body, route, keep_alive, conn.http10)
             if type(data) is not list:  # declined: what the reader holds for the decoder
                 request, fut = self.begin(conn, rf, headers, body, model, version,
-                                          conn.recv_ns, data)
+                                          conn.recv_ns, data, route)
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
         slot = Slot(not keep_alive)
@@ -107,11 +109,20 @@ cdef class InferRoute:
         if len(pending) >= self.pipeline_high:
             conn.update_reading()
 
+    cdef Route resolve(self, RouteFrontend rf, model, version):
+        """The model's Route for a request naming no version (Admission.route),
+        or None: ``direct`` and ``begin`` are handed it, so the model is
+        looked up once."""
+        if rf.routes is None or version:
+            return None
+        return rf.routes(model)
+
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
-                     recv_ns, int reader_held=NOT_READ):
+                     recv_ns, int reader_held=NOT_READ, Route route=None):
         """The request decoded and submitted: ``(request, future)``; raises
         what the client is to be told (the request's shared memory let go).
-        ``reader_held``: what ``direct`` declined with."""
+        ``reader_held``: what ``direct`` declined with; ``route``: what
+        ``resolve`` gave."""
         request = None
         try:
             enc = headers.get(b"content-encoding")
@@ -128,23 +139,26 @@ cdef class InferRoute:
                 tracer.frontend_received(request, "HTTP_RECV_START", recv_ns or received,
                                          "HTTP_RECV_END", received)
             # answered as the request's batch completes, not an iteration later
-            return request, rf.submitter(request, ImmediateFuture())
+            if route is None:
+                return request, rf.submitter(request, ImmediateFuture())
+            return request, rf.submitter(request, ImmediateFuture(), route)
         except BaseException:
             if request is not None:
                 release_shm(request)
             raise
 
-    cdef object direct(self, conn, RouteFrontend rf, dict headers, body, model, version,
+    cdef object direct(self, RouteFrontend rf, dict headers, body, Route route,
                        bint keep_alive, bint http10):
         """The answer (a list) of a plain request its model runs as it is
-        read (http_infer.direct_answer); where ``begin`` must take it (a
-        version named, a compressed body or answer, a traced or otherwise
-        unusual request) nothing is run and what this thread's reader holds
-        is returned for ``begin`` (http_infer.NOT_READ, ...)."""
-        if rf.direct_routes is None or version or b"content-encoding" in headers \
+        read (http_infer.direct_answer; ``route``: what ``resolve`` gave);
+        where ``begin`` must take it (no runnable route, a compressed body
+        or answer, a traced or otherwise unusual request) nothing is run and
+        what this thread's reader holds is returned for ``begin``
+        (http_infer.NOT_READ, ...)."""
+        if route is None or b"content-encoding" in headers \
                 or self.encoding_of(headers) is not None:
             return NOT_READ
-        direct = rf.direct_routes(model)
+        direct = route.runnable()
         if direct is None:
             return NOT_READ
         cdef Py_ssize_t total = len(body), hlen

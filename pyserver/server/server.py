@@ -145,8 +145,9 @@ class Server:
         self._admission = Admission(self._ledger, self._submit_general, self._submit_resolved,
                                     self._served_from_cache, self._maybe_spin, self.tracer)
         self.submitter = self._admission.submit
-        # a plain request's model that runs it as it is read (Admission.direct_route)
-        self.direct_route = self._admission.direct_route
+        # a plain request's model (its Route, which may run the request as it
+        # is read), which the frontends hand back to ``submitter``
+        self.route = self._admission.route
         # answering what the completion queue carries (a batch that ran, or a
         # request the engine failed), compiled (engine/settle.pyx); failures
         # come back to _fail. resolve_now also answers a batch the loop ran

@@ -219,10 +219,10 @@ def test_requests_the_grpc_reader_declines_still_run_unqueued(repo, serve):
     ledger = s.srv.server._ledger
     s.srv.run(setattr, ledger, "stopping", True)
     try:
-        assert s.srv.run(s.srv.server.direct_route, "add_sub") is None
+        assert s.srv.run(s.srv.server.route, "add_sub") is None
     finally:
         s.srv.run(setattr, ledger, "stopping", False)
-    assert s.srv.run(s.srv.server.direct_route, "add_sub") is not None
+    assert s.srv.run(lambda: s.srv.server.route("add_sub").runnable()) is not None
     assert s.stats("add_sub")["inference_stats"]["queue"]["ns"] >= queued0
 
 
@@ -255,6 +255,54 @@ def test_http_requests_run_unqueued(repo, serve):
     finally:
         client.close()
     assert s.runs("add_sub") == before + 2
+
+
+def test_a_queued_request_is_looked_up_once(repo, start_server, monkeypatch):
+    """The readers ask which route a plain request takes (Admission.route),
+    and a request that cannot run as it is read (dynamic batching queues
+    it) goes to submit with that route, not looked up by name again."""
+    from pyserver.engine.admission import Admission
+    from pyserver.server import server as server_module
+
+    looked_up, handed = [], []
+
+    class Recording(Admission):
+        def route(self, name):
+            looked_up.append(name)
+            return super().route(name)
+
+        def submit(self, request, future=None, route=None):
+            handed.append(route)
+            return super().submit(request, future, route)
+
+    monkeypatch.setattr(server_module, "Admission", Recording)
+    srv = start_server(repo)
+    frontend = GrpcFrontend(srv.server, "127.0.0.1", 0)
+    srv.call(frontend.start())
+    s = Served(srv, frontend)
+    one = A.reshape(1, 16)
+    http = httpclient.InferenceServerClient(srv.url)
+    try:
+        np.testing.assert_array_equal(s.add_sub("add_sub_dyn", one, one).as_numpy("OUTPUT0"),
+                                      one * 2)
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        for binary in (True, False):
+            for i in inputs:
+                i.set_data_from_numpy(one, binary_data=binary)
+            np.testing.assert_array_equal(
+                http.infer("add_sub_dyn", inputs).as_numpy("OUTPUT1"), one * 0)
+        assert looked_up == ["add_sub_dyn"] * 3
+        model = s.model("add_sub_dyn")
+        assert len(handed) == 3 and all(r is model.route for r in handed)
+        # a version named: no route to hand, the general path looks it up
+        looked_up.clear(), handed.clear()
+        s.add_sub("add_sub_dyn", one, one, model_version="1")
+        assert looked_up == [] and handed == [None]
+    finally:
+        http.close()
+        s.client.close()
+        srv.call(frontend.stop(5))
 
 
 def _bad_requests():
