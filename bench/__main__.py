@@ -199,7 +199,8 @@ def bench_systems(names: list, args, workloads, bodies, work: Path, onnx_blob, r
                         log(f"{n:>8} {w.name:<13} {protocol:<11} c{conc:<3} "
                             f"{row.get('infer_per_s') or 0:>8.0f}/s  p50 {row.get('p50_ms')}  "
                             f"p99 {row.get('p99_ms')} ms  err {row.get('errors')}  "
-                            f"cpu {row.get('server_cpu_us_per_req')} us/req")
+                            f"cpu {row.get('server_cpu_us_per_req')} us/req "
+                            f"(busiest thread {row.get('busiest_thread_us_per_req')})")
         if args.aio_concurrency:
             for n, server in servers.items():
                 aio_rows(server, n, workloads, args, results)
@@ -241,8 +242,9 @@ def check_answers(server, w, info) -> None:
 
 
 def measure(server, w, protocol, conc, args, bodies, work, answer, idle=()) -> dict:
-    """Warm-up, then the window; the server's CPU (its whole process group)
-    is read around the window only, and so is that of the idle ones."""
+    """Warm-up, then the window; the server's CPU (its whole process group,
+    and its busiest thread's) is read around the window only, and so is that
+    of the idle ones."""
     row = {"system": server.name, "workload": w.name, "protocol": protocol, "concurrency": conc}
 
     def drive(seconds: float) -> dict:
@@ -258,9 +260,10 @@ def measure(server, w, protocol, conc, args, bodies, work, answer, idle=()) -> d
         if args.warmup > 0:
             drive(args.warmup)
         idle0 = sum(other.cpu_seconds() for other in idle)
-        cpu0 = server.cpu_seconds()
+        cpu0, threads0 = server.cpu_seconds(), server.thread_cpu()
         result = drive(args.duration)
         cpu = server.cpu_seconds() - cpu0
+        busiest = systems.cpu_spent(threads0, server.thread_cpu())[1]
         idle_cpu = sum(other.cpu_seconds() for other in idle) - idle0
     except Exception as err:  # a failed run is a result too
         row.update(infer_per_s=None, errors=None, error=str(err)[:500])
@@ -270,6 +273,7 @@ def measure(server, w, protocol, conc, args, bodies, work, answer, idle=()) -> d
     row["settle_s"] = round(server.settle(), 2)
     if result.get("requests"):
         row["server_cpu_us_per_req"] = round(cpu * 1e6 / result["requests"], 1)
+        row["busiest_thread_us_per_req"] = round(busiest * 1e6 / result["requests"], 1)
     return row
 
 

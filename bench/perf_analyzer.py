@@ -168,14 +168,14 @@ def measure(server, tool, model: str, protocol: str, conc: int, args, rate: int 
                                           prefix=cpus_prefix(getattr(args, "client_cpus", None)))
     wall = time.monotonic() - t0
     threads1, counts1 = server.thread_cpu(), server.model_counts(model)
-    spent = [threads1[k] - threads0.get(k, 0.0) for k in threads1]
+    spent, busiest = systems.cpu_spent(threads0, threads1)
     inferences, executions = counts1[0] - counts0[0], counts1[1] - counts0[1]
     per = 1e6 / max(1, inferences)
     return {**result, "inferences": inferences, "executions": executions,
             "batch_size": round(inferences / max(1, executions), 2),
-            "cpu_us_per_infer": round(sum(spent) * per, 1),
-            "busiest_us_per_infer": round(max(spent, default=0.0) * per, 1),
-            "server_cores": round(sum(spent) / wall, 2)}
+            "cpu_us_per_infer": round(spent * per, 1),
+            "busiest_us_per_infer": round(busiest * per, 1),
+            "server_cores": round(spent / wall, 2)}
 
 
 def load_of(row: dict):

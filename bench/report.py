@@ -78,8 +78,9 @@ def markdown(rows: list[dict], titles: dict | None = None, systems=SYSTEMS) -> s
 
 
 def cpu_markdown(rows: list[dict], conc: int = 16, systems=SYSTEMS) -> str:
-    """Server CPU per request (whole process group, µs) at one concurrency:
-    a system well under 2e6 µs / (infer/s) on 2 cores is waiting, not working."""
+    """Server CPU per request (whole process group, µs) at one concurrency,
+    with the busiest thread's in parentheses where measured: a system well
+    under 2e6 µs / (infer/s) on 2 cores is waiting, not working."""
     present = [s for s in systems if any(r["system"] == s for r in rows)]
     lines = ["| workload | protocol | " + " | ".join(f"{s} µs/req" for s in present) + " |",
              "|" + "---|" * (2 + len(present))]
@@ -88,8 +89,10 @@ def cpu_markdown(rows: list[dict], conc: int = 16, systems=SYSTEMS) -> str:
             continue
         cells = []
         for s in present:
-            value = (by_system.get(s) or {}).get("server_cpu_us_per_req")
-            cells.append("—" if value is None else f"{value:,.0f}")
+            row = by_system.get(s) or {}
+            value, busiest = row.get("server_cpu_us_per_req"), row.get("busiest_thread_us_per_req")
+            cells.append("—" if value is None else f"{value:,.0f}" if busiest is None
+                         else f"{value:,.0f} ({busiest:,.0f})")
         lines.append(f"| {workload} | {protocol} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

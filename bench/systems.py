@@ -195,6 +195,14 @@ class Server:
             time.sleep(0.1)
 
 
+def cpu_spent(before: dict, after: dict) -> tuple[float, float]:
+    """CPU seconds between two ``thread_cpu`` snapshots: (every thread's
+    together, the busiest thread's). A thread that ended in between is left
+    out (its time is gone from /proc with it)."""
+    spent = [after[k] - before.get(k, 0.0) for k in after]
+    return sum(spent), max(spent, default=0.0)
+
+
 def thread_cpu(pids) -> dict[tuple, float]:
     """CPU seconds (user + system) of every thread of ``pids``:
     {(pid, tid): seconds}; threads that end meanwhile are left out."""

@@ -54,3 +54,22 @@ def test_cpu_table_at_c16():
     assert "| workload | protocol | pyserver µs/req | triton µs/req | mlserver µs/req |" in text
     assert "| add_sub | grpc | 200 | 400 | 500 |" in text
     assert "add_sub_dyn" not in text  # only c1 there
+    # the busiest thread's, where measured, in parentheses
+    rows[1]["busiest_thread_us_per_req"] = 150.0
+    assert "| add_sub | grpc | 200 (150) | 400 | 500 |" in cpu_markdown(rows)
+
+
+def test_cpu_spent_sums_threads_and_names_the_busiest():
+    import os
+
+    from bench.systems import cpu_spent, thread_cpu
+
+    before = {(1, "1"): 1.0, (1, "2"): 5.0, (2, "3"): 0.5}
+    after = {(1, "1"): 1.25, (1, "2"): 5.5, (2, "3"): 0.5, (2, "4"): 0.125}  # one thread new
+    assert cpu_spent(before, after) == (0.875, 0.5)
+    assert cpu_spent({}, {}) == (0.0, 0.0)
+    # a real snapshot: this process's threads, each counted once
+    snap = thread_cpu([os.getpid()])
+    assert snap and all(k[0] == os.getpid() for k in snap)
+    total, busiest = cpu_spent(snap, thread_cpu([os.getpid()]))
+    assert 0.0 <= busiest <= total
