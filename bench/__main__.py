@@ -324,7 +324,7 @@ def write_outputs(results: dict, stem: Path, plot: bool) -> Path:
         if bad:
             md.append(f"- {name}: answer checks failed: {bad}")
     md.append(report.markdown(results["rows"], titles))
-    md.append("### Server CPU per request at c16 (whole process group)\n")
+    md.append("### Server CPU per request at c16 (whole process group; its busiest thread in parentheses)\n")
     md.append(report.cpu_markdown(results["rows"]))
     md.append("### Targets (reported, not asserted)\n")
     md.append(report.targets_markdown(results["targets"]))
