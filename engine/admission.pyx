@@ -132,8 +132,8 @@ cdef class Admission:
         validated = route.validate(request)  # raises the general path's errors
         if future is None:
             future = self.loop.create_future()
-        direct = route.direct
-        if direct is not None and direct.ready():
+        direct = route.runnable()
+        if direct is not None:
             # run now, as the queue would run it alone (batch_execution.DirectRoute)
             try:
                 outputs = direct.run(validated[0], validated[1], NowNs())

@@ -713,10 +713,11 @@ cdef class InferHandler:
         cdef Route route = None
         try:
             _parse(msg, &view)
-            if self.routes is not None and stream.timeout is None \
-                    and view.model_version.empty():
+            if self.routes is not None and view.model_version.empty():
                 route = self.routes(_str(view.model_name))
-                if route is not None and self._run_direct(stream, msg, view, route):
+                # a deadline is the general path's to keep
+                if route is not None and stream.timeout is None \
+                        and self._run_direct(stream, msg, view, route):
                     return
             prepared = self._prepare_parsed(stream, msg, view)
             request = prepared[0]

@@ -292,9 +292,11 @@ def test_a_queued_request_is_looked_up_once(repo, start_server, monkeypatch):
                 i.set_data_from_numpy(one, binary_data=binary)
             np.testing.assert_array_equal(
                 http.infer("add_sub_dyn", inputs).as_numpy("OUTPUT1"), one * 0)
-        assert looked_up == ["add_sub_dyn"] * 3
+        # a deadline: not run as read (the general path keeps deadlines), still looked up once
+        s.add_sub("add_sub_dyn", one, one, client_timeout=30)
+        assert looked_up == ["add_sub_dyn"] * 4
         model = s.model("add_sub_dyn")
-        assert len(handed) == 3 and all(r is model.route for r in handed)
+        assert len(handed) == 4 and all(r is model.route for r in handed)
         # a version named: no route to hand, the general path looks it up
         looked_up.clear(), handed.clear()
         s.add_sub("add_sub_dyn", one, one, model_version="1")
