@@ -214,11 +214,12 @@ cdef class WorkerRelay:
             self.loop.run_in_executor(None, self._run_blocking, group)
             return
         cdef list batches = [b.requests for b in group]
+        cdef int load = self._load(group)
         try:
             if self._sender is not None:
-                self._sender.send(worker, batches, self._load(group))
+                self._sender.send(worker, batches, load)
             else:
-                backend.send_batches(worker, batches, self._load(group))
+                backend.send_batches(worker, batches, load)
         except OSError:  # it died just now
             self._unwatch()
             self.loop.run_in_executor(None, self._fail_exited, group, worker)

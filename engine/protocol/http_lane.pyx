@@ -28,7 +28,6 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyserver.engine.admission cimport Route
 from pyserver.engine.protocol.http_route cimport (
     InferRoute,
     RouteFrontend,
@@ -196,7 +195,6 @@ cdef class LaneHost(ReaderSource):
     cdef int _run(self, LaneRequest& r) except -1:
         cdef uint64_t connection = r.connection
         cdef AnswerSink sink
-        cdef Route model_route
         if self.pump is not None:
             t = self.pump.transports.get(connection)
             if t is None or (<PumpTransport>t).closing:
@@ -220,13 +218,12 @@ cdef class LaneHost(ReaderSource):
             model, version = route
             if self.frontend is None:
                 self.frontend = route_frontend(conn.frontend)
-            model_route = self.route.resolve(self.frontend, model, version)
-            data = self.route.direct(self.frontend, headers, body, model_route, True, False)
+            data = self.route.take(conn, self.frontend, headers, body, model, version,
+                                   r.received_ns, True, False)
             if type(data) is list:  # run as it was read: answered now
                 sink.answer(connection, data)
                 return 0
-            request, fut = self.route.begin(conn, self.frontend, headers, body, model, version,
-                                            r.received_ns, data, model_route)
+            request, fut = data
         except Exception as e:
             sink.answer(connection, conn.error_data(e, True, False))
             return 0

@@ -27,7 +27,8 @@ cdef class InferRoute:
     cdef object compress  # (encoding, body) -> bytes
     cdef readonly int pipeline_high
 
-    cdef Route resolve(self, RouteFrontend rf, model, version)
+    cdef object take(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     recv_ns, bint keep_alive, bint http10)
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
                      recv_ns, int reader_held=*, Route route=*)
     cdef object direct(self, RouteFrontend rf, dict headers, body, Route route,

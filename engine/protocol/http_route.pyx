@@ -86,13 +86,11 @@ cdef class InferRoute:
     def __call__(self, conn, method, dict headers, body, bint keep_alive, model, version):
         cdef RouteFrontend rf = route_frontend(conn.frontend)
         cdef Slot slot
-        cdef Route route
         try:
-            route = self.resolve(rf, model, version)
-            data = self.direct(rf, headers, body, route, keep_alive, conn.http10)
-            if type(data) is not list:  # declined: what the reader holds for the decoder
-                request, fut = self.begin(conn, rf, headers, body, model, version,
-                                          conn.recv_ns, data, route)
+            data = self.take(conn, rf, headers, body, model, version, conn.recv_ns, keep_alive,
+                             conn.http10)
+            if type(data) is not list:
+                request, fut = data
         except Exception as e:
             return conn.respond_exception(e, keep_alive)
         slot = Slot(not keep_alive)
@@ -109,20 +107,27 @@ cdef class InferRoute:
         if len(pending) >= self.pipeline_high:
             conn.update_reading()
 
-    cdef Route resolve(self, RouteFrontend rf, model, version):
-        """The model's Route for a request naming no version (Admission.route),
-        or None: ``direct`` and ``begin`` are handed it, so the model is
-        looked up once."""
-        if rf.routes is None or version:
-            return None
-        return rf.routes(model)
+    cdef object take(self, conn, RouteFrontend rf, dict headers, body, model, version,
+                     recv_ns, bint keep_alive, bint http10):
+        """The request run as it is read, its answer (a list) returned;
+        else decoded and submitted, ``(request, future)`` returned (begin).
+        The model is looked up once for both (Admission.route); raises what
+        ``begin`` raises."""
+        cdef Route route = None
+        if rf.routes is not None and not version:
+            route = rf.routes(model)
+        data = self.direct(rf, headers, body, route, keep_alive, http10)
+        if type(data) is list:
+            return data
+        # declined: what the reader holds for the decoder
+        return self.begin(conn, rf, headers, body, model, version, recv_ns, data, route)
 
     cdef tuple begin(self, conn, RouteFrontend rf, dict headers, body, model, version,
                      recv_ns, int reader_held=NOT_READ, Route route=None):
         """The request decoded and submitted: ``(request, future)``; raises
         what the client is to be told (the request's shared memory let go).
-        ``reader_held``: what ``direct`` declined with; ``route``: what
-        ``resolve`` gave."""
+        ``reader_held``: what ``direct`` declined with; ``route``: the
+        model's (take)."""
         request = None
         try:
             enc = headers.get(b"content-encoding")
@@ -150,7 +155,7 @@ cdef class InferRoute:
     cdef object direct(self, RouteFrontend rf, dict headers, body, Route route,
                        bint keep_alive, bint http10):
         """The answer (a list) of a plain request its model runs as it is
-        read (http_infer.direct_answer; ``route``: what ``resolve`` gave);
+        read (http_infer.direct_answer; ``route``: the model's, see take);
         where ``begin`` must take it (no runnable route, a compressed body
         or answer, a traced or otherwise unusual request) nothing is run and
         what this thread's reader holds is returned for ``begin``
