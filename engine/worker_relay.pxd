@@ -55,6 +55,7 @@ cdef class WorkerRelay:
 
     cdef _dispatch(self)
     cdef _send_queued(self)
+    cdef bint _sibling_busy(self)
     cdef list _take_group(self)
     cdef int _load(self, list group)
     cdef _finish_batch(self, object batch, object results, object outcome, uint64_t start_ns)

@@ -145,30 +145,49 @@ cdef class WorkerRelay:
 
     def dispatch(self):
         """Sends what is queued to the worker if this instance is free: at
-        once, or, with more requests in flight than a batch holds, at the
-        end of this loop iteration.
+        once; or at the end of this loop iteration while the server holds
+        more requests than a batch of this model holds, or another instance
+        of the model is busy.
 
-        With that many in flight the loop is what limits the rate, and the
-        requests it reads in the rest of the iteration join the batch: fewer
-        worker round trips, less loop work per request. With fewer, every
-        request waits on this batch, and sending at once answers sooner.
-        bench/python_backend.py --batching (wrk HTTP, h2load gRPC, 2 cores,
-        2 alternated pairs of 2 rounds, against sending at once): c64 1.09x
-        (HTTP) and 1.15x (gRPC) infer/s, c128 1.01x and 1.12x, c16 0.97x
-        (the same code path there: noise). Deferring at c16 as well cost
-        15-25 %; an unbatched model's groups gained nothing (-6 to +4 %), so
-        it never defers."""
+        Then the loop is what limits the rate, and the requests it reads in
+        the rest of the iteration join the group: fewer worker round trips,
+        less loop and worker work per request. Otherwise every request
+        waits on this group, and sending at once answers sooner.
+
+        bench/python_backend.py (wrk HTTP, h2load gRPC, 2 cores), against
+        sending at once. More in flight than a batch holds (--batching, 2
+        alternated pairs of 2 rounds): c64 1.09x (HTTP) and 1.15x (gRPC)
+        infer/s, c128 1.01x and 1.12x, c16 0.97x (the same code path there:
+        noise). Deferring at c16 as well cost 15-25 %; an unbatched model's
+        groups gained nothing (-6 to +4 %), so they do not wait for that.
+        A busy sibling (--instances 2, 3 rounds): c16 1.17x (HTTP) and
+        1.33x (gRPC) infer/s unbatched, 1.26x and 0.99x batched, at
+        0.79-0.97x the CPU per inference; c64 (2 rounds) 0.93-0.98x over
+        HTTP, 0.99-1.27x over gRPC; c1 level. A free instance beside a busy
+        one otherwise took each request as it came, alone: a worker woken
+        per request."""
         self._dispatch()
 
     cdef _dispatch(self):
         if self.batches or self._stopped:
             return
-        if self._fill_from and self._requests.inflight >= self._fill_from:
+        if (self._fill_from and self._requests.inflight >= self._fill_from) \
+                or self._sibling_busy():
             if not self._send_scheduled:
                 self._send_scheduled = True
                 self.loop.call_soon(self._send_at_iteration_end)
             return
         self._send_queued()
+
+    cdef bint _sibling_busy(self):
+        """Whether another instance of the model has a group in flight."""
+        cdef list drivers = self.mv.loop_drivers
+        if len(drivers) == 1:
+            return False
+        for driver in drivers:
+            if driver is not self and driver.batches:
+                return True
+        return False
 
     def _send_at_iteration_end(self):
         self._send_scheduled = False

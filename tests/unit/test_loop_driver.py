@@ -211,7 +211,43 @@ def test_a_busy_siblings_share_is_not_kept_for_it(busy, taken, driver):
         sibling.batches.append(FakeBatch(99))
     mv.scheduler.queue = [FakeBatch(i) for i in range(10)]
     d.dispatch()
+    _end_of_iteration(d)
     assert events == [("sent", [f"r{i}" for i in range(taken)])]
+
+
+def test_beside_a_busy_sibling_the_group_forms_at_the_iteration_end(driver):
+    # Sent at once, each request the loop reads would go alone to the free
+    # instance's worker (woken per request) while the busy one works.
+    d, mv, backend, events = driver(2)
+    mv.loop_drivers[1].batches.append(FakeBatch(99))
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    assert events == []
+    mv.scheduler.queue.append(FakeBatch(1))
+    d.dispatch()
+    assert events == []
+    _end_of_iteration(d)
+    assert events == [("sent", ["r0", "r1"])]
+
+
+def test_a_sibling_that_is_free_does_not_hold_the_group_back(driver):
+    d, mv, backend, events = driver(2)
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    assert events == [("sent", ["r0"])]
+
+
+def test_a_batch_answered_beside_a_busy_sibling_answers_before_the_next_group(driver):
+    d, mv, backend, events = driver(2)
+    mv.scheduler.queue = [FakeBatch(0)]
+    d.dispatch()
+    mv.loop_drivers[1].batches.append(FakeBatch(99))
+    mv.scheduler.queue = [FakeBatch(1), FakeBatch(2)]
+    backend.replies = [("result", 0, [], 0)]
+    d._on_readable()
+    assert events == [("sent", ["r0"]), ("answered", 0, 0)]
+    _end_of_iteration(d)
+    assert events[2:] == [("sent", ["r1", "r2"])]
 
 
 def test_each_batch_is_answered_as_its_reply_comes_and_the_next_group_goes_first(driver):
