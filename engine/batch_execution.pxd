@@ -6,14 +6,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.batcher cimport Scheduler
-
-
-# What a direct request's input must be, as a decoder compares it with what
-# it read (no Python objects per request).
-cdef struct DirectInput:
-    string name
-    string datatype
-    vector[int64_t] dims  # without the batch dimension
+from pyserver.engine.plain_spec cimport PlainSpec
 
 
 cdef class InlineBatches:
@@ -33,11 +26,12 @@ cdef class DirectRoute:
     cdef InlineBatches batches
     cdef object driver
     cdef object running
-    cdef vector[DirectInput] input_specs  # every input (all plain), config order
-    cdef readonly list input_names  # the same, as str
-    cdef readonly list input_dtypes  # the same, as numpy dtypes
-    cdef vector[string] output_specs  # every output's name, config order
-    cdef vector[string] output_datatypes  # the same outputs' datatypes
+    # what a request read must be (every input, all plain; every output),
+    # the model's RequestPath's rules
+    cdef readonly PlainSpec spec
+    cdef readonly list input_names  # its inputs' names as str, config order
+    cdef readonly list input_dtypes  # the same inputs' numpy dtypes
+    cdef vector[string] output_datatypes  # every output's datatype, config order
     cdef readonly list output_names  # their names as str
     cdef readonly list output_types  # their datatypes as str
     cdef readonly bint batching
@@ -47,11 +41,5 @@ cdef class DirectRoute:
     cdef readonly uint64_t runs  # requests run so (for tests and the bench)
 
     cdef bint ready(self)
-    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
-                                size_t datatype_size, const vector[int64_t]& shape,
-                                bint first_input, int64_t* batch_size, uint64_t* seen) noexcept
-    cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept
-    cdef bint _shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
-                          int64_t* batch_size) noexcept
     cdef int _note(self, uint64_t wall_ns) except -1
     cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns)

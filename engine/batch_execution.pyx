@@ -18,10 +18,7 @@ The model keeps every rule whose outcome is an error text (its
 wrong) and the general gather (``_gather_each``).
 """
 
-from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp
-from libcpp.string cimport string
-from libcpp.vector cimport vector
+from libc.stdint cimport uint32_t, uint64_t
 
 from pyserver.engine.batcher cimport Batch, Scheduler
 from pyserver.engine.stats cimport FailureReason, ModelStats
@@ -159,10 +156,6 @@ cdef class InlineBatches:
                 return True
 
 
-cdef inline bint _same(const char* a, size_t size, const string& b) noexcept:
-    return size == b.size() and memcmp(a, b.data(), size) == 0
-
-
 cdef class DirectRoute:
     """A plain request to a model on the loop, run as it is read: no queue,
     no future, no request or response object (a protocol's decoder checks
@@ -178,32 +171,28 @@ cdef class DirectRoute:
     of it is queued (that would run first), and its batches are not being
     traced."""
 
-    def __init__(self, InlineBatches batches, driver, running, list inputs, list outputs,
-                 uint32_t max_batch_size, model_name, version):
-        """``inputs``: (name, datatype, dims, numpy dtype) each; ``outputs``:
-        (name, datatype) each, in the config's order."""
-        cdef DirectInput spec
+    def __init__(self, InlineBatches batches, driver, running, PlainSpec spec, list inputs,
+                 list outputs, model_name, version):
+        """``spec``: the model's plain case (RequestPath.plain); ``inputs``:
+        (name, numpy dtype) each; ``outputs``: (name, datatype) each, in the
+        config's order."""
         self.batches = batches
         self.driver = driver
         self.running = running
+        self.spec = spec
         self.input_names = []
         self.input_dtypes = []
-        for name, datatype, dims, dtype in inputs:
-            spec.name = name.encode()
-            spec.datatype = datatype.encode()
-            spec.dims = list(dims)
-            self.input_specs.push_back(spec)
+        for name, dtype in inputs:
             self.input_names.append(name)
             self.input_dtypes.append(dtype)
         self.output_names = []
         self.output_types = []
         for name, datatype in outputs:
-            self.output_specs.push_back(name.encode())
             self.output_datatypes.push_back(datatype.encode())
             self.output_names.append(name)
             self.output_types.append(datatype)
-        self.batching = max_batch_size > 0
-        self.max_batch_size = max_batch_size
+        self.batching = spec.batching
+        self.max_batch_size = spec.max_batch_size
         self.model_name = model_name
         self.version = version
 
@@ -214,65 +203,6 @@ cdef class DirectRoute:
         # a queued request in turn; or stop() waits for the loop's batches
         return driver.inline and not driver._stopped and not self.running.locked() and \
             self.batches.scheduler.c.get().QueuedCount() == 0 and not self.batches.model.tracing
-
-    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
-                                size_t datatype_size, const vector[int64_t]& shape,
-                                bint first_input, int64_t* batch_size, uint64_t* seen) noexcept:
-        """RequestPath.check's plain case for one input as a reader read it
-        (name and datatype as bytes, not str): its index among the model's
-        inputs, or -1 where it is not the model's, was given before (``seen``,
-        a bit per input: at most 64 of them), has another datatype or
-        another shape."""
-        cdef size_t k
-        if self.input_specs.size() > 64:
-            return -1
-        for k in range(self.input_specs.size()):
-            if _same(name, name_size, self.input_specs[k].name):
-                break
-        else:
-            return -1
-        if (seen[0] >> k) & 1 or not _same(datatype, datatype_size,
-                                           self.input_specs[k].datatype) \
-                or not self._shape_fits(k, shape, first_input, batch_size):
-            return -1
-        seen[0] |= (<uint64_t>1) << k
-        return <Py_ssize_t>k
-
-    cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept:
-        """The output called ``name`` asked for once (``seen``: a bit per
-        output; at most 64 of them), by index; -1."""
-        cdef size_t k
-        if self.output_specs.size() > 64:
-            return -1
-        for k in range(self.output_specs.size()):
-            if _same(name, size, self.output_specs[k]):
-                if (seen[0] >> k) & 1:
-                    return -1
-                seen[0] |= (<uint64_t>1) << k
-                return <Py_ssize_t>k
-        return -1
-
-    cdef bint _shape_fits(self, Py_ssize_t k, const vector[int64_t]& shape, bint first_input,
-                          int64_t* batch_size) noexcept:
-        """Whether ``shape``, read for input ``k``, is the model's: its dims
-        after a batch dimension when the model batches, that dimension in
-        1..max_batch_size and the same for every input (the first input
-        sets ``*batch_size``)."""
-        cdef const DirectInput* spec = &self.input_specs[k]
-        cdef size_t j, nd = spec.dims.size(), first = 1 if self.batching else 0
-        if shape.size() != nd + first:
-            return False
-        if first:
-            if first_input:
-                if shape[0] <= 0 or shape[0] > <int64_t>self.max_batch_size:
-                    return False
-                batch_size[0] = shape[0]
-            elif shape[0] != batch_size[0]:
-                return False
-        for j in range(nd):
-            if shape[j + first] != spec.dims[j] or spec.dims[j] <= 0:
-                return False
-        return True
 
     cpdef object run(self, dict feed, uint32_t batch_size, uint64_t received_ns):
         """Runs one request (``feed``: its inputs by name, checked; read at

@@ -12,6 +12,9 @@ reshape, optional or variable-size inputs) runs the general walk, which
 decides. A model whose inputs are not all plain skips the first stage.
 """
 
+from libc.stdint cimport int64_t, uint64_t
+
+from pyserver.engine.plain_spec cimport PlainSpec
 from pyserver.engine.types cimport (
     InferRequest,
     InferTensor,
@@ -57,9 +60,10 @@ cdef object _shape_error(request, str input_name, str model_name, tuple expected
 cdef class RequestPath:
     """One model version's input specs and outputs, as the two steps need them."""
 
-    cdef dict inputs  # name -> (datatype, dims) for the fast check
-    cdef Py_ssize_t n_inputs
-    cdef readonly bint checks  # every input is plain: fixed dims, no reshape, required
+    # every input is plain (fixed dims, no reshape, required): the first
+    # stage's rules, which the protocols' direct readers share; else None
+    cdef readonly PlainSpec plain
+    cdef readonly bint checks  # plain is not None
     cdef bint batching
     cdef object max_batch_size
     cdef dict output_types  # name -> datatype
@@ -92,8 +96,8 @@ cdef class RequestPath:
         self.batching = max_batch_size > 0
         self.checks = all(not s.variable and s.reshape is None and not s.optional
                           and not s.ragged for s in inputs.values())
-        self.inputs = {name: (s.datatype, s.dims) for name, s in inputs.items()}
-        self.n_inputs = len(inputs)
+        self.plain = PlainSpec([(name, s.datatype, s.dims) for name, s in inputs.items()],
+                               list(outputs), max_batch_size) if self.checks else None
         self.output_types = {name: s.datatype for name, s in outputs.items()}
         self.all_outputs = list(all_outputs)
         self.output_tensor = output_tensor
@@ -195,53 +199,33 @@ cdef class RequestPath:
 
     cpdef tuple check(self, InferRequest request):
         """``(arrays by name, batch size, shape key 0)`` for a plain request
-        that passes every rule; None when the general walk must decide."""
-        if not self.checks:
+        that passes every rule (``plain``'s); None when the general walk
+        must decide."""
+        cdef PlainSpec plain = self.plain
+        if plain is None:
             return None
         cdef list inputs = request.inputs
-        if len(inputs) != self.n_inputs:
+        if len(inputs) != <Py_ssize_t>plain.inputs.size():
             return None
         cdef dict arrays = {}
         cdef InferTensor t
-        cdef tuple spec, dims
-        cdef list shape
-        cdef Py_ssize_t i, nd, first = 1 if self.batching else 0
-        batch_size = 0
+        cdef int64_t batch_size = 0
+        cdef uint64_t seen = 0
+        cdef bint first = True
         for item in inputs:
             if type(item) is not InferTensor:
                 return None
             t = <InferTensor>item
-            spec = self.inputs.get(t.name)
-            if spec is None or t.name in arrays or t.datatype != spec[0]:
+            if plain.match_tensor(t.name, t.datatype, t.shape, first, &batch_size, &seen) < 0:
                 return None
-            if type(t.shape) is not list:
-                return None
-            shape = <list>t.shape
-            dims = <tuple>spec[1]
-            nd = len(dims)
-            if len(shape) != nd + first:
-                return None
-            if first:
-                if not arrays:
-                    batch_size = int(shape[0])
-                    if batch_size <= 0:
-                        return None
-                elif shape[0] != batch_size:
-                    return None
-            for i in range(nd):
-                if shape[i + first] != dims[i]:
-                    return None
+            first = False
             arrays[t.name] = t.data
-        if first and batch_size > self.max_batch_size:
-            return None
         cdef list outputs = request.outputs
         if outputs:
-            names = set()
+            seen = 0
             for out in outputs:
-                name = out.name
-                if name not in self.output_types or name in names:
+                if plain.match_output_name(out.name, &seen) < 0:
                     return None
-                names.add(name)
         return (arrays, batch_size, 0)
 
     cdef object _tensor(self, RequestedOutput out, value, datatype):

@@ -780,15 +780,16 @@ cdef class InferHandler:
         direct = route.runnable()
         if direct is None:
             return False
-        if n != direct.input_specs.size():
+        if n != direct.spec.inputs.size():
             return False
         order.resize(n)
         for i in range(n):  # RequestPath.check's plain case, on the view
             t = &view.inputs[i]
             if t.has_contents or not t.parameters.empty():
                 return False
-            k = direct.match_input(t.name.data(), t.name.size(), t.datatype.data(),
-                                   t.datatype.size(), t.shape, i == 0, &batch_size, &seen)
+            k = direct.spec.match_input(t.name.data(), t.name.size(), t.datatype.data(),
+                                        t.datatype.size(), t.shape, i == 0, &batch_size,
+                                        &seen)
             if k < 0:
                 return False
             order[i] = k
@@ -796,13 +797,13 @@ cdef class InferHandler:
         for i in range(view.outputs.size()):
             if not view.outputs[i].parameters.empty():
                 return False
-            k = direct.match_output(view.outputs[i].name.data(), view.outputs[i].name.size(),
-                                    &seen)
+            k = direct.spec.match_output(view.outputs[i].name.data(),
+                                         view.outputs[i].name.size(), &seen)
             if k < 0:
                 return False
             wanted.push_back(k)
         if wanted.empty():
-            for k in range(<Py_ssize_t>direct.output_specs.size()):
+            for k in range(<Py_ssize_t>direct.spec.outputs.size()):
                 wanted.push_back(k)
         request_id = _str(view.id)
         model_name = direct.model_name
@@ -849,7 +850,7 @@ cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& 
             k = wanted[i]
             value = outputs[names[k]]
             o = &view.outputs[i]
-            o.name = string_view(direct.output_specs[k].data(), direct.output_specs[k].size())
+            o.name = string_view(direct.spec.outputs[k].data(), direct.spec.outputs[k].size())
             o.datatype = string_view(direct.output_datatypes[k].data(),
                                      direct.output_datatypes[k].size())
             for d in value.shape:

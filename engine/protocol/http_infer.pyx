@@ -627,15 +627,15 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     cdef bint default_binary = reader.parameters() == ParamsState.kOne \
         and reader.binary_data_output()
     n = reader.inputs().size()
-    if n == 0 or n != direct.input_specs.size():
+    if n == 0 or n != direct.spec.inputs.size():
         return HEADER_READ
     cdef dict feed = {}
     names = direct.input_names
     dtypes = direct.input_dtypes
     for i in range(n):  # RequestPath.check's plain case, on what the reader read
         inp = &reader.inputs()[i]
-        k = direct.match_input(inp.name.data(), inp.name.size(), inp.datatype.data(),
-                               inp.datatype.size(), inp.shape, i == 0, &batch_size, &seen)
+        k = direct.spec.match_input(inp.name.data(), inp.name.size(), inp.datatype.data(),
+                                    inp.datatype.size(), inp.shape, i == 0, &batch_size, &seen)
         if k < 0:
             return HEADER_READ
         count = 1
@@ -652,7 +652,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     seen = 0
     for i in range(reader.outputs().size()):
         out = &reader.outputs()[i]
-        k = direct.match_output(out.name.data(), out.name.size(), &seen)
+        k = direct.spec.match_output(out.name.data(), out.name.size(), &seen)
         if k < 0:
             return HEADER_READ
         wanted.push_back(k)
@@ -671,7 +671,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
         given.push_back(asked)
     if wanted.empty():
         flag = default_binary
-        for k in range(<Py_ssize_t>direct.output_specs.size()):
+        for k in range(<Py_ssize_t>direct.spec.outputs.size()):
             wanted.push_back(k)
             binary.push_back(flag)
     request_id = _text(reader.id()) if reader.has_id() else ""

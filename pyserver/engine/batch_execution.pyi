@@ -1,6 +1,7 @@
 from typing import Any, Callable
 
 from pyserver.engine.batcher import Batch, Scheduler
+from pyserver.engine.plain_spec import PlainSpec
 
 def gather_inputs(requests: list, gather_each: Callable[[list], dict]) -> dict: ...
 def run_plain(batch: Batch, execute: Callable[[dict], dict], model: Any, scheduler: Scheduler,
@@ -17,6 +18,7 @@ class InlineBatches:
     def run(self) -> bool: ...
 
 class DirectRoute:
+    spec: PlainSpec
     input_names: list
     input_dtypes: list
     output_names: list
@@ -26,9 +28,9 @@ class DirectRoute:
     model_name: str
     version: str
     runs: int
-    def __init__(self, batches: InlineBatches, driver: Any, running: Any,
-                 inputs: list[tuple[str, str, tuple, Any]], outputs: list[tuple[str, str]],
-                 max_batch_size: int, model_name: str, version: str) -> None: ...
+    def __init__(self, batches: InlineBatches, driver: Any, running: Any, spec: PlainSpec,
+                 inputs: list[tuple[str, Any]], outputs: list[tuple[str, str]],
+                 model_name: str, version: str) -> None: ...
     def run(self, feed: dict, batch_size: int, received_ns: int) -> dict: ...
 
 class NamedRun:

@@ -200,11 +200,10 @@ class InlineInstance(ExecutionDriver):
         tensors = (*mv.inputs.values(), *mv.outputs.values())
         if not mv.plain_inputs or any(s.datatype == "BYTES" for s in tensors):
             return None
-        return DirectRoute(self._batches, self, self._running,
-                           [(s.name, s.datatype, s.dims, s.numpy_dtype)
-                            for s in mv.inputs.values()],
+        return DirectRoute(self._batches, self, self._running, mv.plain_spec,
+                           [(s.name, s.numpy_dtype) for s in mv.inputs.values()],
                            [(s.name, s.datatype) for s in mv.outputs.values()],
-                           mv.max_batch_size, mv.name, mv.version_str)
+                           mv.name, mv.version_str)
 
     def leave_loop(self) -> None:
         """From the loop: its direct runs became costly; back to the threads."""

@@ -172,6 +172,9 @@ def test_plain_requests_run_as_they_are_read(repo, serve):
     assert stats["execution_count"] == stats0["execution_count"] + 11
     assert stats["inference_stats"]["success"]["ns"] > stats0["inference_stats"]["success"]["ns"]
     assert stats["pending_count"] == 0
+    # the readers check a request by the rules the model's request path holds
+    mv = s.model("add_sub")
+    assert mv.route.direct.spec is mv.plain_spec is not None
 
 
 def test_a_batching_model_without_dynamic_batching(repo, serve):
