@@ -43,10 +43,6 @@ cdef class PlainSpec:
         self.batching = max_batch_size > 0
         self.max_batch_size = max_batch_size
 
-    @property
-    def input_count(self):
-        return self.inputs.size()
-
     cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
                                 size_t datatype_size, const vector[int64_t]& shape,
                                 bint first_input, int64_t* batch_size, uint64_t* seen) noexcept:
