@@ -29,5 +29,6 @@ cdef class PlainSpec:
                            bint first_input, int64_t* batch_size, uint64_t* seen) noexcept
     cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept
     cdef Py_ssize_t match_output_name(self, name, uint64_t* seen) except -2
+    cdef int64_t match_request(self, list inputs, list outputs) except -2
     cdef bint _shape_fits(self, size_t k, const int64_t* shape, size_t ndim, bint first_input,
                           int64_t* batch_size) noexcept

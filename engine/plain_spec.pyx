@@ -15,6 +15,8 @@ authority for every error and its text.
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.string cimport memcmp
 
+from pyserver.engine.types cimport InferTensor, RequestedOutput
+
 
 cdef inline bint _same(const char* a, size_t size, const string& b) noexcept:
     return size == b.size() and memcmp(a, b.data(), size) == 0
@@ -141,21 +143,38 @@ cdef class PlainSpec:
                 return False
         return True
 
-    def check(self, list inputs, list outputs):
-        """The plain case for Python callers (tests): ``inputs`` as (name,
-        datatype, shape) each, ``outputs`` names. The batch size (0 for a
-        model that does not batch), or None where the rules decline."""
+    cdef int64_t match_request(self, list inputs, list outputs) except -2:
+        """A request's tensors (InferTensor) and requested outputs (objects
+        with a ``name``): its batch size (0 for a model that does not
+        batch), or -1 where the rules decline."""
         cdef int64_t batch_size = 0
         cdef uint64_t seen = 0
-        cdef Py_ssize_t i
+        cdef InferTensor t
+        cdef bint first = True
         if len(inputs) != <Py_ssize_t>self.inputs.size():
-            return None
-        for i in range(len(inputs)):
-            name, datatype, shape = inputs[i]
-            if self.match_tensor(name, datatype, shape, i == 0, &batch_size, &seen) < 0:
-                return None
+            return -1
+        for item in inputs:
+            if type(item) is not InferTensor:
+                return -1
+            t = <InferTensor>item
+            if self.match_tensor(t.name, t.datatype, t.shape, first, &batch_size, &seen) < 0:
+                return -1
+            first = False
         seen = 0
-        for name in outputs:
-            if self.match_output_name(name, &seen) < 0:
-                return None
+        for out in outputs:
+            if self.match_output_name(out.name, &seen) < 0:
+                return -1
         return batch_size
+
+    def check(self, list inputs, list outputs):
+        """match_request for Python callers (tests): ``inputs`` as (name,
+        datatype, shape) each, ``outputs`` names; the batch size, or None."""
+        cdef InferTensor t
+        cdef list tensors = []
+        for name, datatype, shape in inputs:
+            t = InferTensor(name, datatype, [], None)
+            t.shape = shape  # as given (the constructor would make it a list)
+            tensors.append(t)
+        cdef int64_t batch_size = self.match_request(
+            tensors, [RequestedOutput(name) for name in outputs])
+        return None if batch_size < 0 else batch_size

@@ -12,7 +12,7 @@ reshape, optional or variable-size inputs) runs the general walk, which
 decides. A model whose inputs are not all plain skips the first stage.
 """
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t
 
 from pyserver.engine.plain_spec cimport PlainSpec
 from pyserver.engine.types cimport (
@@ -60,10 +60,10 @@ cdef object _shape_error(request, str input_name, str model_name, tuple expected
 cdef class RequestPath:
     """One model version's input specs and outputs, as the two steps need them."""
 
-    # every input is plain (fixed dims, no reshape, required): the first
-    # stage's rules, which the protocols' direct readers share; else None
+    # every input is plain (fixed dims, no reshape, required, not ragged):
+    # the first stage's rules, which the protocols' direct readers share;
+    # else None (the walk decides every request)
     cdef readonly PlainSpec plain
-    cdef readonly bint checks  # plain is not None
     cdef bint batching
     cdef object max_batch_size
     cdef dict output_types  # name -> datatype
@@ -94,10 +94,10 @@ cdef class RequestPath:
         self.version = version
         self.max_batch_size = max_batch_size
         self.batching = max_batch_size > 0
-        self.checks = all(not s.variable and s.reshape is None and not s.optional
-                          and not s.ragged for s in inputs.values())
+        plain = all(not s.variable and s.reshape is None and not s.optional and not s.ragged
+                    for s in inputs.values())
         self.plain = PlainSpec([(name, s.datatype, s.dims) for name, s in inputs.items()],
-                               list(outputs), max_batch_size) if self.checks else None
+                               list(outputs), max_batch_size) if plain else None
         self.output_types = {name: s.datatype for name, s in outputs.items()}
         self.all_outputs = list(all_outputs)
         self.output_tensor = output_tensor
@@ -205,27 +205,14 @@ cdef class RequestPath:
         if plain is None:
             return None
         cdef list inputs = request.inputs
-        if len(inputs) != <Py_ssize_t>plain.inputs.size():
+        cdef int64_t batch_size = plain.match_request(inputs, request.outputs)
+        if batch_size < 0:
             return None
         cdef dict arrays = {}
         cdef InferTensor t
-        cdef int64_t batch_size = 0
-        cdef uint64_t seen = 0
-        cdef bint first = True
         for item in inputs:
-            if type(item) is not InferTensor:
-                return None
             t = <InferTensor>item
-            if plain.match_tensor(t.name, t.datatype, t.shape, first, &batch_size, &seen) < 0:
-                return None
-            first = False
             arrays[t.name] = t.data
-        cdef list outputs = request.outputs
-        if outputs:
-            seen = 0
-            for out in outputs:
-                if plain.match_output_name(out.name, &seen) < 0:
-                    return None
         return (arrays, batch_size, 0)
 
     cdef object _tensor(self, RequestedOutput out, value, datatype):

@@ -56,6 +56,7 @@ cdef class WorkerRelay:
     cdef _dispatch(self)
     cdef _send_queued(self)
     cdef bint _sibling_busy(self)
+    cdef Py_ssize_t _free_siblings(self) except -1
     cdef list _take_group(self)
     cdef int _load(self, list group)
     cdef _finish_batch(self, object batch, object results, object outcome, uint64_t start_ns)

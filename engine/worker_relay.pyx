@@ -181,13 +181,18 @@ cdef class WorkerRelay:
 
     cdef bint _sibling_busy(self):
         """Whether another instance of the model has a group in flight."""
+        return self._free_siblings() < len(self.mv.loop_drivers) - 1
+
+    cdef Py_ssize_t _free_siblings(self) except -1:
+        """How many other instances of the model have no group in flight."""
         cdef list drivers = self.mv.loop_drivers
+        cdef Py_ssize_t free = 0
         if len(drivers) == 1:
-            return False
+            return 0
         for driver in drivers:
-            if driver is not self and driver.batches:
-                return True
-        return False
+            if driver is not self and not driver.batches:
+                free += 1
+        return free
 
     def _send_at_iteration_end(self):
         self._send_scheduled = False
@@ -201,14 +206,8 @@ cdef class WorkerRelay:
         sibling takes what is queued when it is free again, so a share kept
         for it would only wait."""
         scheduler = self._scheduler
-        cdef list drivers = self.mv.loop_drivers
-        cdef Py_ssize_t free = 1, share, limit, i
-        if len(drivers) != 1:
-            free = 0
-            for driver in drivers:
-                if not driver.batches:
-                    free += 1
-        share = -(-scheduler.queued_count // max(free, 1))
+        cdef Py_ssize_t share, limit, i
+        share = -(-scheduler.queued_count // (1 + self._free_siblings()))
         limit = min(max(share, 1), self.backend.group_limit(self._max_group))
         cdef list group = []
         for i in range(limit):

@@ -4,8 +4,9 @@ from pyserver.engine.plain_spec import PlainSpec
 from pyserver.engine.types import InferRequest
 
 class RequestPath:
-    checks: bool  # every input plain: fixed dims, no reshape, required, not ragged
-    plain: PlainSpec | None  # then the first stage's rules
+    # every input plain (fixed dims, no reshape, required, not ragged): the
+    # first stage's rules; else None
+    plain: PlainSpec | None
     def __init__(self, model_name: str, version: str, inputs: dict, outputs: dict,
                  max_batch_size: int, all_outputs: list, output_tensor: Callable[..., Any],
                  wire_of: Callable[[Any], str], required_inputs: list = ..., enforced: list = ...,

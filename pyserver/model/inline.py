@@ -198,7 +198,7 @@ class InlineInstance(ExecutionDriver):
         if not mv.plain_batches or mv.config.HasField("dynamic_batching"):
             return None
         tensors = (*mv.inputs.values(), *mv.outputs.values())
-        if not mv.plain_inputs or any(s.datatype == "BYTES" for s in tensors):
+        if mv.plain_spec is None or any(s.datatype == "BYTES" for s in tensors):
             return None
         return DirectRoute(self._batches, self, self._running, mv.plain_spec,
                            [(s.name, s.numpy_dtype) for s in mv.inputs.values()],

@@ -200,9 +200,8 @@ class ModelVersion:
         # as it answers (implicit state is fed and kept around the run).
         self.plain_batches = not self.has_implicit_state and not self.iterative \
             and self._shaping is None and context.answer is not None
-        # every input has fixed dims, no reshape, is required and not ragged;
-        # then the plain case's rules (engine/plain_spec.pyx), else None
-        self.plain_inputs = self._path.checks
+        # every input has fixed dims, no reshape, is required and not ragged:
+        # the plain case's rules (engine/plain_spec.pyx); else None
         self.plain_spec = self._path.plain
 
     # -- setup ---------------------------------------------------------------
