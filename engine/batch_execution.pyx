@@ -11,7 +11,7 @@ every batch its scheduler has ready that way, records it and answers it. In
 Python that walk cost ~3 µs per batch around a ~4 µs ONNX Runtime run (ONNX
 add_sub submitted and answered in process: 13.2 against 10.2 µs a request);
 with engine/settle.pyx, over gRPC at c64 the loop's CPU per inference fell
-to 0.81x (README, issue #28's section).
+to 0.81x (docs/PERFORMANCE_LOG.md, issue #28).
 
 The model keeps every rule whose outcome is an error text (its
 ``_check_outputs`` and ``batch_error`` are called only when something is

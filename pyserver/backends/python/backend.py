@@ -1032,7 +1032,7 @@ def _worker_env(threads: int, instances: int) -> dict:
     # late, and the core it holds is the client's and the loop's: 300 µs
     # against 100, bench/python_backend.py c16 unbatched (wrk, h2load),
     # 0.69-0.74x the infer/s at 1.15-1.63x the tree's CPU per inference,
-    # batched level (README, issue #28's eighth step). Within the bound it
+    # batched level (docs/PERFORMANCE_LOG.md, #28's eighth step). Within the bound it
     # spins only while its spins catch the next batch (channel.py, csrc
     # adaptive_spin.h).
     env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US",
