@@ -1,34 +1,52 @@
 # engine/plain_spec.pyx: the plain case of a request's inputs and outputs,
-# one set of rules for the protocols' readers and the request path.
+# one set of rules (csrc's PlainSpec) for the protocols' readers and the
+# request path.
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libcpp cimport bool
+from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
+from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
 
 
-# What a plain request's input must be.
-cdef struct PlainInput:
-    string name
-    string datatype
-    vector[int64_t] dims  # without the batch dimension; every one fixed (> 0)
+cdef extern from "pyserver/plain_spec.h" namespace "pyserver" nogil:
+    cdef cppclass PlainInput "pyserver::PlainSpec::Input":
+        string name
+        string datatype
+        vector[int64_t] dims
+
+    # What one request has matched so far; a fresh one per request.
+    cdef cppclass PlainMatch "pyserver::PlainSpec::Match":
+        int64_t batch_size
+        uint64_t inputs_seen
+        uint64_t outputs_seen
+
+    cdef cppclass CPlainSpec "pyserver::PlainSpec":
+        CPlainSpec(vector[PlainInput] inputs, vector[string] outputs, uint32_t max_batch_size)
+        int MatchInput(string_view name, string_view datatype, const int64_t* shape,
+                       size_t ndim, PlainMatch* match) const
+        int MatchOutput(string_view name, PlainMatch* match) const
+        const vector[PlainInput]& inputs() const
+        const vector[string]& outputs() const
+        bool batching() const
+        uint32_t max_batch_size() const
 
 
 cdef class PlainSpec:
-    cdef vector[PlainInput] inputs  # every input of the model (all required), config order
-    cdef vector[string] outputs  # every output's name, config order
+    # shared: a reader on another thread may hold the rules past the model
+    cdef shared_ptr[CPlainSpec] c
     cdef readonly bint batching
     cdef readonly uint32_t max_batch_size
 
     cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
                                 size_t datatype_size, const vector[int64_t]& shape,
-                                bint first_input, int64_t* batch_size, uint64_t* seen) noexcept
-    cdef Py_ssize_t match_tensor(self, name, datatype, shape, bint first_input,
-                                 int64_t* batch_size, uint64_t* seen) except -2
-    cdef Py_ssize_t _match(self, const char* name, size_t name_size, const char* datatype,
-                           size_t datatype_size, const int64_t* shape, size_t ndim,
-                           bint first_input, int64_t* batch_size, uint64_t* seen) noexcept
-    cdef Py_ssize_t match_output(self, const char* name, size_t size, uint64_t* seen) noexcept
-    cdef Py_ssize_t match_output_name(self, name, uint64_t* seen) except -2
+                                PlainMatch* match) noexcept
+    cdef Py_ssize_t match_tensor(self, name, datatype, shape, PlainMatch* match) except -2
+    cdef Py_ssize_t match_output(self, const char* name, size_t size,
+                                 PlainMatch* match) noexcept
+    cdef Py_ssize_t match_output_name(self, name, PlainMatch* match) except -2
     cdef int64_t match_request(self, list inputs, list outputs) except -2
-    cdef bint _shape_fits(self, size_t k, const int64_t* shape, size_t ndim, bint first_input,
-                          int64_t* batch_size) noexcept
+    cdef size_t input_count(self) noexcept
+    cdef size_t output_count(self) noexcept
+    cdef const string* output_name(self, size_t k) noexcept

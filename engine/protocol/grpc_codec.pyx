@@ -20,6 +20,7 @@ from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.admission cimport Route
 from pyserver.engine.batch_execution cimport DirectRoute
+from pyserver.engine.plain_spec cimport PlainMatch
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
@@ -766,8 +767,7 @@ cdef class InferHandler:
         cdef InputTensorView* t
         cdef size_t i, n = view.inputs.size()
         cdef Py_ssize_t k
-        cdef int64_t batch_size = 0
-        cdef uint64_t seen = 0
+        cdef PlainMatch match  # what the request matched of direct.spec
         cdef vector[Py_ssize_t] order  # each input's index among the model's
         cdef vector[Py_ssize_t] wanted  # the outputs asked for, by index
         if n == 0 or n > 64 or view.raw_input_contents.size() != n:
@@ -780,7 +780,7 @@ cdef class InferHandler:
         direct = route.runnable()
         if direct is None:
             return False
-        if n != direct.spec.inputs.size():
+        if n != direct.spec.input_count():
             return False
         order.resize(n)
         for i in range(n):  # RequestPath.check's plain case, on the view
@@ -788,22 +788,20 @@ cdef class InferHandler:
             if t.has_contents or not t.parameters.empty():
                 return False
             k = direct.spec.match_input(t.name.data(), t.name.size(), t.datatype.data(),
-                                        t.datatype.size(), t.shape, i == 0, &batch_size,
-                                        &seen)
+                                        t.datatype.size(), t.shape, &match)
             if k < 0:
                 return False
             order[i] = k
-        seen = 0
         for i in range(view.outputs.size()):
             if not view.outputs[i].parameters.empty():
                 return False
             k = direct.spec.match_output(view.outputs[i].name.data(),
-                                         view.outputs[i].name.size(), &seen)
+                                         view.outputs[i].name.size(), &match)
             if k < 0:
                 return False
             wanted.push_back(k)
         if wanted.empty():
-            for k in range(<Py_ssize_t>direct.spec.outputs.size()):
+            for k in range(<Py_ssize_t>direct.spec.output_count()):
                 wanted.push_back(k)
         request_id = _str(view.id)
         model_name = direct.model_name
@@ -816,7 +814,7 @@ cdef class InferHandler:
             feed[name] = _raw_tensor(msg, view.raw_input_contents[i], name, t.datatype,
                                      t.shape, model_name, request_id)
         try:
-            outputs = direct.run(feed, <uint32_t>batch_size, received)
+            outputs = direct.run(feed, <uint32_t>match.batch_size, received)
             payload = _encode_outputs(direct, request_id, wanted, outputs)
         except Exception as e:
             self.on_error(stream, e)
@@ -838,6 +836,7 @@ cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& 
     cdef size_t i, n = wanted.size()
     cdef Py_ssize_t k
     cdef string_view err
+    cdef const string* out_name
     names = direct.output_names
     view.model_name = _sv(direct.model_name, keep)
     view.model_version = _sv(direct.version, keep)
@@ -850,7 +849,8 @@ cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& 
             k = wanted[i]
             value = outputs[names[k]]
             o = &view.outputs[i]
-            o.name = string_view(direct.spec.outputs[k].data(), direct.spec.outputs[k].size())
+            out_name = direct.spec.output_name(k)
+            o.name = string_view(out_name.data(), out_name.size())
             o.datatype = string_view(direct.output_datatypes[k].data(),
                                      direct.output_datatypes[k].size())
             for d in value.shape:

@@ -36,6 +36,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.batch_execution cimport DirectRoute
+from pyserver.engine.plain_spec cimport PlainMatch
 from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
@@ -614,8 +615,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     cdef const RequestOutput* out
     cdef size_t i, j, n
     cdef Py_ssize_t k, offset = hlen, count
-    cdef int64_t batch_size = 0
-    cdef uint64_t seen = 0
+    cdef PlainMatch match  # what the request matched of direct.spec
     cdef vector[Py_ssize_t] wanted  # the outputs to answer, by index
     cdef vector[char] binary  # each one's binary_data
     cdef vector[char] given  # each one's parameters as asked: 0 none, 1 {}, 2 binary_data
@@ -627,7 +627,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     cdef bint default_binary = reader.parameters() == ParamsState.kOne \
         and reader.binary_data_output()
     n = reader.inputs().size()
-    if n == 0 or n != direct.spec.inputs.size():
+    if n == 0 or n != direct.spec.input_count():
         return HEADER_READ
     cdef dict feed = {}
     names = direct.input_names
@@ -635,7 +635,7 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     for i in range(n):  # RequestPath.check's plain case, on what the reader read
         inp = &reader.inputs()[i]
         k = direct.spec.match_input(inp.name.data(), inp.name.size(), inp.datatype.data(),
-                                    inp.datatype.size(), inp.shape, i == 0, &batch_size, &seen)
+                                    inp.datatype.size(), inp.shape, &match)
         if k < 0:
             return HEADER_READ
         count = 1
@@ -649,10 +649,9 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
         feed[names[k]] = data
     if offset != src.len:
         return HEADER_READ
-    seen = 0
     for i in range(reader.outputs().size()):
         out = &reader.outputs()[i]
-        k = direct.spec.match_output(out.name.data(), out.name.size(), &seen)
+        k = direct.spec.match_output(out.name.data(), out.name.size(), &match)
         if k < 0:
             return HEADER_READ
         wanted.push_back(k)
@@ -671,11 +670,11 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
         given.push_back(asked)
     if wanted.empty():
         flag = default_binary
-        for k in range(<Py_ssize_t>direct.spec.outputs.size()):
+        for k in range(<Py_ssize_t>direct.spec.output_count()):
             wanted.push_back(k)
             binary.push_back(flag)
     request_id = _text(reader.id()) if reader.has_id() else ""
-    outputs = direct.run(feed, <uint32_t>batch_size, received)
+    outputs = direct.run(feed, <uint32_t>match.batch_size, received)
     answer = _direct_json(direct, request_id, wanted, binary, outputs, json_headers, keep_alive,
                           http10)
     if answer is not None:
