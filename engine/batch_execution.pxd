@@ -31,6 +31,7 @@ cdef class DirectRoute:
     cdef readonly PlainSpec spec
     cdef readonly list input_names  # its inputs' names as str, config order
     cdef readonly list input_dtypes  # the same inputs' numpy dtypes
+    cdef vector[size_t] input_itemsizes  # their elements' byte sizes (0: none plain, BYTES)
     cdef vector[string] output_datatypes  # every output's datatype, config order
     cdef readonly list output_names  # their names as str
     cdef readonly list output_types  # their datatypes as str

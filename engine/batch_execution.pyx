@@ -185,6 +185,7 @@ cdef class DirectRoute:
         for name, dtype in inputs:
             self.input_names.append(name)
             self.input_dtypes.append(dtype)
+            self.input_itemsizes.push_back(0 if dtype.hasobject else dtype.itemsize)
         self.output_names = []
         self.output_types = []
         for name, datatype in outputs:

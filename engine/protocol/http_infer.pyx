@@ -36,7 +36,14 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.batch_execution cimport DirectRoute
-from pyserver.engine.plain_spec cimport PlainMatch
+from pyserver.engine.protocol.plain_request cimport (
+    Asked,
+    FillKindOf,
+    PlainRequest,
+    PlainRequestInput,
+    PlainRequestOutput,
+    ReadPlainRequest,
+)
 from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
     InferRequestReader,
@@ -415,22 +422,6 @@ cdef inline str _text(string_view v):
     return v.data()[:v.size()].decode("utf-8")
 
 
-cdef int _fill_kind(datatype) noexcept:
-    """The element kind a JSON "data" input of this datatype is filled as
-    (by InferRequestReader.FillData), or -1: the types the C fill takes."""
-    if datatype == "FP32":
-        return <int>ElementKind.kFloat32
-    if datatype == "FP64":
-        return <int>ElementKind.kFloat64
-    if datatype == "INT32":
-        return <int>ElementKind.kInt32
-    if datatype == "INT64":
-        return <int>ElementKind.kInt64
-    if datatype == "UINT8":
-        return <int>ElementKind.kUint8
-    return -1
-
-
 # What a direct run that declined left in this thread's reader, for the
 # general decoder that takes the request next (direct_answer's answer when it
 # declines): nothing read, the request's header read, or the reader declined it.
@@ -488,34 +479,44 @@ cdef object _new_array(const vector[int64_t]& shape, dtype):
     return PyArray_NewFromDescr(&PyArray_Type, <cnp.dtype>dtype, nd, dims, NULL, NULL, 0, NULL)
 
 
+cdef object _binary_input(body, Py_buffer* src, const vector[int64_t]& shape, npdt,
+                          Py_ssize_t offset):
+    """An input's array over its binary data at ``offset`` in the body."""
+    if type(body) is bytes:  # immutable: a view based on it stays valid
+        return _view(body, <char*>src.buf + offset, shape, npdt)
+    # numpy's own view (writable for a bytearray), as the general path's
+    return _ndarray(list(shape), npdt, body, offset)
+
+
+cdef object _json_input(InferRequestReader* reader, size_t i, ElementKind kind, size_t count,
+                        npdt):
+    """Input ``i``'s JSON "data" filled into a new array; None where the
+    reader's common case ends."""
+    data = _new_array(reader.inputs()[i].shape, npdt)
+    if not reader.FillData(i, kind, cnp.PyArray_DATA(<cnp.ndarray>data), count):
+        return None
+    return data
+
+
 cdef object _input_data(body, Py_buffer* src, InferRequestReader* reader, Py_ssize_t i,
-                        Py_ssize_t count, npdt, datatype, Py_ssize_t* offset,
-                        Py_ssize_t max_input_size):
+                        Py_ssize_t count, npdt, Py_ssize_t* offset, Py_ssize_t max_input_size):
     """Input ``i``'s array (``count`` elements of ``npdt``): a view of its
     binary data at ``*offset`` in the body (moved past it), or its JSON
     "data" filled in; None where the reader's common case ends."""
     cdef const RequestInput* inp = &reader.inputs()[i]
     cdef Py_ssize_t itemsize = npdt.itemsize, size, end
-    cdef int kind
+    cdef ElementKind kind
     if inp.parameters == ParamsState.kOne:
         size = inp.binary_data_size
         end = offset[0] + size
         if end > src.len or size != count * itemsize:
             return None
-        if type(body) is bytes:  # immutable: a view based on it stays valid
-            data = _view(body, <char*>src.buf + offset[0], inp.shape, npdt)
-        else:  # numpy's own view (writable for a bytearray), as the general path's
-            data = _ndarray(list(inp.shape), npdt, body, offset[0])
+        data = _binary_input(body, src, inp.shape, npdt, offset[0])
         offset[0] = end
         return data
-    kind = _fill_kind(datatype)
-    if kind < 0 or count > max_input_size // itemsize:
+    if not FillKindOf(inp.datatype, &kind) or count > max_input_size // itemsize:
         return None
-    data = _new_array(inp.shape, npdt)
-    if not reader.FillData(<size_t>i, <ElementKind>kind, cnp.PyArray_DATA(<cnp.ndarray>data),
-                           <size_t>count):
-        return None
-    return data
+    return _json_input(reader, <size_t>i, kind, <size_t>count, npdt)
 
 
 cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssize_t hlen,
@@ -561,7 +562,7 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
             iparams = {"binary_data_size": inp.binary_data_size}
         else:
             iparams = {} if inp.parameters == ParamsState.kEmpty else None
-        data = _input_data(body, src, reader, i, count, npdt, datatype, &offset, max_input_size)
+        data = _input_data(body, src, reader, i, count, npdt, &offset, max_input_size)
         if data is None:
             return None
         inputs.append(new_tensor(name, datatype, shape, data, iparams))
@@ -611,71 +612,34 @@ def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_inpu
 cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
                     Py_ssize_t max_input_size, json_headers, bint keep_alive, bint http10,
                     uint64_t received, fallback, InferRequestReader* reader):
-    cdef const RequestInput* inp
-    cdef const RequestOutput* out
-    cdef size_t i, j, n
-    cdef Py_ssize_t k, offset = hlen, count
-    cdef PlainMatch match  # what the request matched of direct.spec
-    cdef vector[Py_ssize_t] wanted  # the outputs to answer, by index
-    cdef vector[char] binary  # each one's binary_data
-    cdef vector[char] given  # each one's parameters as asked: 0 none, 1 {}, 2 binary_data
-    cdef char flag, asked
+    cdef PlainRequest plain  # the request against the model's rules (csrc ReadPlainRequest)
+    cdef const PlainRequestInput* inp
+    cdef const PlainRequestOutput* out
+    cdef size_t i
     if hlen > src.len:
         return NOT_READ
     if not reader.Read(<const char*>src.buf, <size_t>hlen):
         return READER_DECLINED
-    cdef bint default_binary = reader.parameters() == ParamsState.kOne \
-        and reader.binary_data_output()
-    n = reader.inputs().size()
-    if n == 0 or n != direct.spec.input_count():
+    if not ReadPlainRequest(reader[0], direct.spec.c.get()[0], direct.input_itemsizes,
+                            <size_t>hlen, <size_t>src.len, <size_t>max_input_size, &plain):
         return HEADER_READ
     cdef dict feed = {}
     names = direct.input_names
     dtypes = direct.input_dtypes
-    for i in range(n):  # RequestPath.check's plain case, on what the reader read
-        inp = &reader.inputs()[i]
-        k = direct.spec.match_input(inp.name.data(), inp.name.size(), inp.datatype.data(),
-                                    inp.datatype.size(), inp.shape, &match)
-        if k < 0:
-            return HEADER_READ
-        count = 1
-        for j in range(inp.shape.size()):
-            count *= inp.shape[j]
-        datatype = _text(inp.datatype)
-        data = _input_data(body, src, reader, i, count, dtypes[k], datatype, &offset,
-                           max_input_size)
-        if data is None:
-            return HEADER_READ
-        feed[names[k]] = data
-    if offset != src.len:
-        return HEADER_READ
-    for i in range(reader.outputs().size()):
-        out = &reader.outputs()[i]
-        k = direct.spec.match_output(out.name.data(), out.name.size(), &match)
-        if k < 0:
-            return HEADER_READ
-        wanted.push_back(k)
-        # (flags through typed locals: Cython makes a conditional expression
-        # pushed into a vector[char] a reference to a temporary)
-        if out.parameters == ParamsState.kOne:
-            flag = out.binary_data
-            asked = 2
-        elif out.parameters == ParamsState.kEmpty:  # parameters {}: JSON data
-            flag = False
-            asked = 1
-        else:  # none: the request's default
-            flag = default_binary
-            asked = 0
-        binary.push_back(flag)
-        given.push_back(asked)
-    if wanted.empty():
-        flag = default_binary
-        for k in range(<Py_ssize_t>direct.spec.output_count()):
-            wanted.push_back(k)
-            binary.push_back(flag)
+    for i in range(plain.inputs.size()):
+        inp = &plain.inputs[i]
+        npdt = dtypes[inp.index]
+        if inp.binary:
+            data = _binary_input(body, src, reader.inputs()[inp.source].shape, npdt,
+                                 <Py_ssize_t>inp.offset)
+        else:
+            data = _json_input(reader, inp.source, inp.kind, inp.count, npdt)
+            if data is None:
+                return HEADER_READ
+        feed[names[inp.index]] = data
     request_id = _text(reader.id()) if reader.has_id() else ""
-    outputs = direct.run(feed, <uint32_t>match.batch_size, received)
-    answer = _direct_json(direct, request_id, wanted, binary, outputs, json_headers, keep_alive,
+    outputs = direct.run(feed, <uint32_t>plain.match.batch_size, received)
+    answer = _direct_json(direct, request_id, plain.outputs, outputs, json_headers, keep_alive,
                           http10)
     if answer is not None:
         return answer
@@ -683,14 +647,15 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
     out_names = direct.output_names
     tensors = []
     requested = []
-    for i in range(wanted.size()):
-        value = outputs[out_names[wanted[i]]]
-        tensors.append(new_tensor(out_names[wanted[i]],
-                                  direct.output_types[wanted[i]],
-                                  list(value.shape), value, None))
-        if given.size():
-            requested.append(new_output(out_names[wanted[i]], None if given[i] == 0 else (
-                {} if given[i] == 1 else {"binary_data": bool(binary[i])})))
+    for i in range(plain.outputs.size()):
+        out = &plain.outputs[i]
+        name = out_names[out.index]
+        value = outputs[name]
+        tensors.append(new_tensor(name, direct.output_types[out.index], list(value.shape),
+                                  value, None))
+        if plain.outputs_named:
+            requested.append(new_output(name, None if out.asked == Asked.kDefault else (
+                {} if out.asked == Asked.kEmpty else {"binary_data": bool(out.binary)})))
     params = {"binary_data_output": reader.binary_data_output()} \
         if reader.parameters() == ParamsState.kOne else {}
     return fallback(new_response(direct.model_name, direct.version, request_id, tensors),
@@ -698,13 +663,14 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
                     keep_alive, http10)
 
 
-cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,
-                         vector[char]& binary, dict outputs, json_headers, bint keep_alive,
-                         bint http10):
-    """json_answer's bytes for a direct run's outputs, or None."""
+cdef object _direct_json(DirectRoute direct, request_id,
+                         const vector[PlainRequestOutput]& wanted, dict outputs, json_headers,
+                         bint keep_alive, bint http10):
+    """json_answer's bytes for a direct run's ``wanted`` outputs, or None."""
     cdef string body
     cdef list raws = []
     cdef size_t i
+    cdef int k
     body.reserve(512)
     if not _append_head(request_id, direct.model_name, direct.version, &body):
         return None
@@ -712,10 +678,11 @@ cdef object _direct_json(DirectRoute direct, request_id, vector[Py_ssize_t]& wan
     for i in range(wanted.size()):
         if i:
             body.push_back(b',')
-        name = names[wanted[i]]
+        k = wanted[i].index
+        name = names[k]
         value = outputs[name]
-        if not _append_array(name, direct.output_types[wanted[i]], value.shape,
-                             value, binary[i], &body, raws):
+        if not _append_array(name, direct.output_types[k], value.shape, value,
+                             wanted[i].binary, &body, raws):
             return None
     body.append(b']}')
     return _framed(body, raws, json_headers, keep_alive, http10)

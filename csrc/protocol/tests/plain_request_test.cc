@@ -1,0 +1,129 @@
+// json::ReadPlainRequest: a plain HTTP infer request read against its
+// model's PlainSpec, and what it declines.
+#include "pyserver/protocol/plain_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace pyserver::json {
+namespace {
+
+// add_sub batched: two FP32 inputs of 4 after the batch dimension (max 8), two outputs.
+const PlainSpec kSpec({{"INPUT0", "FP32", {4}}, {"INPUT1", "FP32", {4}}}, {"OUTPUT0", "OUTPUT1"},
+                      8);
+const std::vector<size_t> kItemsizes = {4, 4};
+
+struct Read {
+  InferRequestReader reader;
+  PlainRequest request;
+  bool ok = false;
+  // `header` is the JSON, `binary` the bytes after it
+  Read(const std::string& header, size_t binary = 0, size_t max_input_size = 1 << 20) {
+    if (!reader.Read(header.data(), header.size())) return;
+    ok = ReadPlainRequest(reader, kSpec, kItemsizes, header.size(), header.size() + binary,
+                          max_input_size, &request);
+  }
+};
+
+std::string Inputs(const std::string& a, const std::string& b) {
+  return R"({"inputs":[)" + a + "," + b + "]";
+}
+
+const std::string kJsonA = R"({"name":"INPUT0","datatype":"FP32","shape":[2,4],"data":[1,2,3,4,5,6,7,8]})";
+const std::string kJsonB = R"({"name":"INPUT1","datatype":"FP32","shape":[2,4],"data":[1,2,3,4,5,6,7,8]})";
+const std::string kBinA = R"({"name":"INPUT0","datatype":"FP32","shape":[2,4],"parameters":{"binary_data_size":32}})";
+const std::string kBinB = R"({"name":"INPUT1","datatype":"FP32","shape":[2,4],"parameters":{"binary_data_size":32}})";
+
+TEST(ReadPlainRequest, JsonDataAndEveryOutputByDefault) {
+  Read r(Inputs(kJsonB, kJsonA) + "}");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.request.match.batch_size, 2);
+  ASSERT_EQ(r.request.inputs.size(), 2u);
+  EXPECT_EQ(r.request.inputs[0].index, 1);  // in the request's order
+  EXPECT_EQ(r.request.inputs[0].source, 0u);
+  EXPECT_EQ(r.request.inputs[1].index, 0);
+  EXPECT_EQ(r.request.inputs[1].count, 8u);
+  EXPECT_FALSE(r.request.inputs[1].binary);
+  EXPECT_EQ(r.request.inputs[1].kind, ElementKind::kFloat32);
+  EXPECT_FALSE(r.request.outputs_named);
+  ASSERT_EQ(r.request.outputs.size(), 2u);
+  EXPECT_EQ(r.request.outputs[1].index, 1);
+  EXPECT_FALSE(r.request.outputs[0].binary);
+  EXPECT_EQ(r.request.outputs[0].asked, PlainRequest::Asked::kDefault);
+}
+
+TEST(ReadPlainRequest, BinaryDataLiesBackToBackAfterTheHeader) {
+  const std::string header = Inputs(kBinA, kBinB) + "}";
+  Read r(header, 64);
+  ASSERT_TRUE(r.ok);
+  EXPECT_TRUE(r.request.inputs[0].binary);
+  EXPECT_EQ(r.request.inputs[0].offset, header.size());
+  EXPECT_EQ(r.request.inputs[1].offset, header.size() + 32);
+  EXPECT_FALSE(Read(header, 63).ok);  // cut short
+  EXPECT_FALSE(Read(header, 65).ok);  // bytes left over
+  EXPECT_FALSE(Read(Inputs(kJsonA, kJsonB) + "}", 1).ok);
+  const std::string wrong_size = Inputs(
+      kBinA, R"({"name":"INPUT1","datatype":"FP32","shape":[2,4],"parameters":{"binary_data_size":31}})");
+  EXPECT_FALSE(Read(wrong_size + "}", 63).ok);
+}
+
+TEST(ReadPlainRequest, HowEachOutputAskedForItsData) {
+  Read r(Inputs(kJsonA, kJsonB) +
+         R"(,"parameters":{"binary_data_output":true},"outputs":[{"name":"OUTPUT1"},)"
+         R"({"name":"OUTPUT0","parameters":{"binary_data":false}}]})");
+  ASSERT_TRUE(r.ok);
+  EXPECT_TRUE(r.request.outputs_named);
+  ASSERT_EQ(r.request.outputs.size(), 2u);
+  EXPECT_EQ(r.request.outputs[0].index, 1);
+  EXPECT_TRUE(r.request.outputs[0].binary);  // the request's default
+  EXPECT_EQ(r.request.outputs[0].asked, PlainRequest::Asked::kDefault);
+  EXPECT_FALSE(r.request.outputs[1].binary);
+  EXPECT_EQ(r.request.outputs[1].asked, PlainRequest::Asked::kFlag);
+  Read empty(Inputs(kJsonA, kJsonB) + R"(,"parameters":{"binary_data_output":true},)"
+             R"("outputs":[{"name":"OUTPUT0","parameters":{}}]})");
+  ASSERT_TRUE(empty.ok);
+  EXPECT_FALSE(empty.request.outputs[0].binary);  // {}: JSON data
+  EXPECT_EQ(empty.request.outputs[0].asked, PlainRequest::Asked::kEmpty);
+  Read all(Inputs(kJsonA, kJsonB) + R"(,"parameters":{"binary_data_output":true}})");
+  ASSERT_TRUE(all.ok);
+  EXPECT_TRUE(all.request.outputs[0].binary && all.request.outputs[1].binary);
+}
+
+TEST(ReadPlainRequest, WhatTheRulesOrTheReaderDeclineGoesToTheDecoder) {
+  EXPECT_FALSE(Read(R"({"inputs":[)" + kJsonA + "]}").ok);  // an input missing
+  EXPECT_FALSE(Read(Inputs(kJsonA, kJsonA) + "}").ok);       // one twice
+  EXPECT_FALSE(Read(Inputs(kJsonA, kJsonB) + R"(,"outputs":[{"name":"NOPE"}]})").ok);
+  const std::string fp16 = R"({"name":"INPUT1","datatype":"FP16","shape":[2,4],"data":[1,2,3,4,5,6,7,8]})";
+  EXPECT_FALSE(Read(Inputs(kJsonA, fp16) + "}").ok);
+  const std::string nine = R"({"name":"INPUT1","datatype":"FP32","shape":[9,4],"data":[1]})";
+  EXPECT_FALSE(Read(Inputs(kJsonA, nine) + "}").ok);  // past max_batch_size
+  // JSON data over the server's input bound: 8 floats are 32 bytes
+  EXPECT_FALSE(Read(Inputs(kJsonA, kJsonB) + "}", 0, 31).ok);
+  EXPECT_TRUE(Read(Inputs(kJsonA, kJsonB) + "}", 0, 32).ok);
+}
+
+TEST(ReadPlainRequest, JsonDataOnlyOfTheTypesFillDataTakes) {
+  ElementKind kind;
+  EXPECT_TRUE(FillKindOf("INT64", &kind));
+  EXPECT_EQ(kind, ElementKind::kInt64);
+  EXPECT_TRUE(FillKindOf("UINT8", &kind));
+  EXPECT_FALSE(FillKindOf("FP16", &kind));
+  EXPECT_FALSE(FillKindOf("BOOL", &kind));
+  const PlainSpec halves({{"H", "FP16", {2}}}, {"Y"}, 0);
+  InferRequestReader reader;
+  PlainRequest request;
+  const std::string json = R"({"inputs":[{"name":"H","datatype":"FP16","shape":[2],"data":[1,2]}]})";
+  ASSERT_TRUE(reader.Read(json.data(), json.size()));
+  EXPECT_FALSE(ReadPlainRequest(reader, halves, {2}, json.size(), json.size(), 1 << 20, &request));
+  const std::string binary = R"({"inputs":[{"name":"H","datatype":"FP16","shape":[2],)"
+                             R"("parameters":{"binary_data_size":4}}]})";
+  ASSERT_TRUE(reader.Read(binary.data(), binary.size()));
+  EXPECT_TRUE(ReadPlainRequest(reader, halves, {2}, binary.size(), binary.size() + 4, 1 << 20,
+                               &request));
+  EXPECT_EQ(request.match.batch_size, 0);  // a model that does not batch
+}
+
+}  // namespace
+}  // namespace pyserver::json

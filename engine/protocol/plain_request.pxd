@@ -1,0 +1,39 @@
+# csrc/protocol/include/pyserver/protocol/plain_request.h
+from libc.stdint cimport uint8_t
+from libcpp cimport bool as cbool
+from libcpp.vector cimport vector
+
+from pyserver.engine.plain_spec cimport CPlainSpec, PlainMatch
+from pyserver.engine.protocol.infer_request_reader cimport InferRequestReader
+from pyserver.engine.protocol.json_writer cimport ElementKind, string_view
+
+
+cdef extern from "pyserver/protocol/plain_request.h" namespace "pyserver::json" nogil:
+    cdef enum class Asked "pyserver::json::PlainRequest::Asked"(uint8_t):
+        kDefault "pyserver::json::PlainRequest::Asked::kDefault"
+        kEmpty "pyserver::json::PlainRequest::Asked::kEmpty"
+        kFlag "pyserver::json::PlainRequest::Asked::kFlag"
+
+    cdef cppclass PlainRequestInput "pyserver::json::PlainRequest::Input":
+        int index
+        size_t source
+        size_t count
+        cbool binary
+        size_t offset
+        ElementKind kind
+
+    cdef cppclass PlainRequestOutput "pyserver::json::PlainRequest::Output":
+        int index
+        cbool binary
+        Asked asked
+
+    cdef cppclass PlainRequest:
+        PlainMatch match
+        vector[PlainRequestInput] inputs
+        vector[PlainRequestOutput] outputs
+        cbool outputs_named
+
+    cbool FillKindOf(string_view datatype, ElementKind* kind)
+    cbool ReadPlainRequest(const InferRequestReader& reader, const CPlainSpec& spec,
+                           const vector[size_t]& itemsizes, size_t header_size,
+                           size_t body_size, size_t max_input_size, PlainRequest* out)
