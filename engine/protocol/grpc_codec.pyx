@@ -20,7 +20,12 @@ from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.admission cimport Route
 from pyserver.engine.batch_execution cimport DirectRoute
-from pyserver.engine.plain_spec cimport PlainMatch
+from pyserver.engine.protocol.plain_request cimport (
+    PlainRequest,
+    PlainRequestInput,
+    PlainRequestOutput,
+    ReadPlainRequest,
+)
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
@@ -757,65 +762,41 @@ cdef class InferHandler:
                           Route route) except -1:
         """Runs and answers a plain request to a model that takes it as it
         is read (batch_execution.DirectRoute); False, having taken nothing,
-        where the general path must: anything but raw inputs that match the
-        model's fixed shapes and datatypes, outputs asked for by name alone,
-        and no parameters (but the streaming flag Triton reserves). Its
+        where the general path must: anything but raw inputs of the model's
+        fixed shapes, datatypes and sizes, outputs asked for by name alone
+        (csrc ReadPlainRequest decides those), and no parameters (but the
+        streaming flag Triton reserves). Its
         errors are those the general path gives the same request: decoding's
         (the same calls), then the run's."""
         cdef uint64_t received = NowNs()
         cdef DirectRoute direct
         cdef InputTensorView* t
-        cdef size_t i, n = view.inputs.size()
-        cdef Py_ssize_t k
-        cdef PlainMatch match  # what the request matched of direct.spec
-        cdef vector[Py_ssize_t] order  # each input's index among the model's
-        cdef vector[Py_ssize_t] wanted  # the outputs asked for, by index
-        if n == 0 or n > 64 or view.raw_input_contents.size() != n:
-            return False
+        cdef const PlainRequestInput* inp
+        cdef PlainRequest plain  # the request against the model's rules (csrc ReadPlainRequest)
+        cdef size_t i
         for i in range(view.parameters.size()):
             # perf_analyzer's: a streaming flag, nothing to a unary call
             if view.parameters[i].kind != ParamKind.kBool or \
                     _str(view.parameters[i].key) != _RESERVED:
                 return False
         direct = route.runnable()
-        if direct is None:
+        if direct is None or not ReadPlainRequest(view, direct.spec.c.get()[0],
+                                                  direct.input_itemsizes, &plain):
             return False
-        if n != direct.spec.input_count():
-            return False
-        order.resize(n)
-        for i in range(n):  # RequestPath.check's plain case, on the view
-            t = &view.inputs[i]
-            if t.has_contents or not t.parameters.empty():
-                return False
-            k = direct.spec.match_input(t.name.data(), t.name.size(), t.datatype.data(),
-                                        t.datatype.size(), t.shape, &match)
-            if k < 0:
-                return False
-            order[i] = k
-        for i in range(view.outputs.size()):
-            if not view.outputs[i].parameters.empty():
-                return False
-            k = direct.spec.match_output(view.outputs[i].name.data(),
-                                         view.outputs[i].name.size(), &match)
-            if k < 0:
-                return False
-            wanted.push_back(k)
-        if wanted.empty():
-            for k in range(<Py_ssize_t>direct.spec.output_count()):
-                wanted.push_back(k)
         request_id = _str(view.id)
         model_name = direct.model_name
         cdef dict feed = {}
         names = direct.input_names
-        for i in range(n):  # as _decode_view reads them
-            t = &view.inputs[i]
-            name = names[order[i]]
+        for i in range(plain.inputs.size()):  # as _decode_view reads them
+            inp = &plain.inputs[i]
+            t = &view.inputs[inp.source]
+            name = names[inp.index]
             _check_allocatable(t.shape, t.datatype, name, request_id)
-            feed[name] = _raw_tensor(msg, view.raw_input_contents[i], name, t.datatype,
+            feed[name] = _raw_tensor(msg, view.raw_input_contents[inp.source], name, t.datatype,
                                      t.shape, model_name, request_id)
         try:
-            outputs = direct.run(feed, <uint32_t>match.batch_size, received)
-            payload = _encode_outputs(direct, request_id, wanted, outputs)
+            outputs = direct.run(feed, <uint32_t>plain.match.batch_size, received)
+            payload = _encode_outputs(direct, request_id, plain.outputs, outputs)
         except Exception as e:
             self.on_error(stream, e)
             return True
@@ -823,8 +804,8 @@ cdef class InferHandler:
         return True
 
 
-cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& wanted,
-                            dict outputs):
+cdef object _encode_outputs(DirectRoute direct, request_id,
+                            const vector[PlainRequestOutput]& wanted, dict outputs):
     """The gRPC message answering a direct run: the ``wanted`` outputs (by
     index), typed as the model's config types them (as RequestPath.scatter
     does)."""
@@ -846,7 +827,7 @@ cdef object _encode_outputs(DirectRoute direct, request_id, vector[Py_ssize_t]& 
     bufs.reserve(n)
     try:
         for i in range(n):
-            k = wanted[i]
+            k = wanted[i].index
             value = outputs[names[k]]
             o = &view.outputs[i]
             out_name = direct.spec.output_name(k)

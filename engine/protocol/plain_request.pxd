@@ -4,6 +4,7 @@ from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
 
 from pyserver.engine.plain_spec cimport CPlainSpec, PlainMatch
+from pyserver.engine.protocol.grpc_codec cimport InferRequestView
 from pyserver.engine.protocol.infer_request_reader cimport InferRequestReader
 from pyserver.engine.protocol.json_writer cimport ElementKind, string_view
 
@@ -37,3 +38,5 @@ cdef extern from "pyserver/protocol/plain_request.h" namespace "pyserver::json" 
     cbool ReadPlainRequest(const InferRequestReader& reader, const CPlainSpec& spec,
                            const vector[size_t]& itemsizes, size_t header_size,
                            size_t body_size, size_t max_input_size, PlainRequest* out)
+    cbool ReadPlainRequest(const InferRequestView& view, const CPlainSpec& spec,
+                           const vector[size_t]& itemsizes, PlainRequest* out)

@@ -1,5 +1,5 @@
-// json::ReadPlainRequest: a plain HTTP infer request read against its
-// model's PlainSpec, and what it declines.
+// json::ReadPlainRequest: a plain infer request (HTTP, gRPC) read against
+// its model's PlainSpec, and what it declines.
 #include "pyserver/protocol/plain_request.h"
 
 #include <gtest/gtest.h>
@@ -123,6 +123,64 @@ TEST(ReadPlainRequest, JsonDataOnlyOfTheTypesFillDataTakes) {
   EXPECT_TRUE(ReadPlainRequest(reader, halves, {2}, binary.size(), binary.size() + 4, 1 << 20,
                                &request));
   EXPECT_EQ(request.match.batch_size, 0);  // a model that does not batch
+}
+
+// A parsed ModelInferRequest of add_sub with `rows` rows, its raw contents of `bytes` each.
+grpc::InferRequestView GrpcView(int64_t rows, size_t bytes, const std::string& raw) {
+  grpc::InferRequestView view;
+  for (const char* name : {"INPUT1", "INPUT0"}) {
+    grpc::InputTensorView in;
+    in.name = name;
+    in.datatype = "FP32";
+    in.shape = {rows, 4};
+    view.inputs.push_back(in);
+    view.raw_input_contents.push_back(std::string_view(raw.data(), bytes));
+  }
+  return view;
+}
+
+TEST(ReadPlainRequest, AGrpcRequestsRawContents) {
+  const std::string raw(256, '\0');
+  PlainRequest request;
+  grpc::InferRequestView view = GrpcView(3, 48, raw);
+  ASSERT_TRUE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  EXPECT_EQ(request.match.batch_size, 3);
+  ASSERT_EQ(request.inputs.size(), 2u);
+  EXPECT_EQ(request.inputs[0].index, 1);
+  EXPECT_EQ(request.inputs[1].source, 1u);
+  EXPECT_EQ(request.inputs[1].count, 12u);
+  EXPECT_TRUE(request.inputs[1].binary);
+  EXPECT_FALSE(request.outputs_named);
+  ASSERT_EQ(request.outputs.size(), 2u);
+  grpc::RequestedOutputView y;
+  y.name = "OUTPUT1";
+  view.outputs.push_back(y);
+  ASSERT_TRUE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  EXPECT_TRUE(request.outputs_named);
+  ASSERT_EQ(request.outputs.size(), 1u);
+  EXPECT_EQ(request.outputs[0].index, 1);
+}
+
+TEST(ReadPlainRequest, WhatAGrpcReadDeclines) {
+  const std::string raw(256, '\0');
+  PlainRequest request;
+  EXPECT_FALSE(ReadPlainRequest(GrpcView(3, 47, raw), kSpec, kItemsizes, &request));  // size
+  grpc::InferRequestView view = GrpcView(3, 48, raw);
+  view.raw_input_contents.pop_back();  // typed contents instead, say
+  EXPECT_FALSE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  view = GrpcView(3, 48, raw);
+  view.inputs[0].has_contents = true;
+  EXPECT_FALSE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  view = GrpcView(3, 48, raw);
+  view.inputs[1].parameters.emplace_back();
+  EXPECT_FALSE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  view = GrpcView(3, 48, raw);
+  grpc::RequestedOutputView y;
+  y.name = "OUTPUT1";
+  y.parameters.emplace_back();  // classification, say: the general path's
+  view.outputs.push_back(y);
+  EXPECT_FALSE(ReadPlainRequest(view, kSpec, kItemsizes, &request));
+  EXPECT_FALSE(ReadPlainRequest(GrpcView(9, 144, raw), kSpec, kItemsizes, &request));  // rows
 }
 
 }  // namespace

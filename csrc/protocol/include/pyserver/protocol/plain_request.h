@@ -1,11 +1,13 @@
-// A plain KServe v2 HTTP infer request, read against its model's PlainSpec
-// with no Python object: which of the model's inputs each tensor is, where
-// its bytes are (binary data in the body, or the JSON "data" the reader
-// fills), and what the answer holds. The direct runs read their requests
-// this way (engine/protocol/http_infer.pyx), and so will the native request
-// path (docs/ARCHITECTURE.md, "What follows"). Like the reader and the
-// rules, it only says yes: whatever it declines goes to the general decoder,
-// the one authority for every rule and error text.
+// A plain KServe v2 infer request, read against its model's PlainSpec with
+// no Python object: which of the model's inputs each tensor is, where its
+// bytes are, and what the answer holds. Over HTTP from what the JSON reader
+// read (binary data in the body, or the JSON "data" it fills), over gRPC
+// from a parsed ModelInferRequest (raw_input_contents). The direct runs read
+// their requests this way (engine/protocol/http_infer.pyx, grpc_codec.pyx),
+// and so will the native request path (docs/ARCHITECTURE.md, "What
+// follows"). Like the readers and the rules, it only says yes: whatever it
+// declines goes to the general decoder, the one authority for every rule and
+// error text.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "pyserver/plain_spec.h"
+#include "pyserver/protocol/grpc_codec.h"
 #include "pyserver/protocol/infer_request_reader.h"
 #include "pyserver/protocol/json_writer.h"
 
@@ -21,10 +24,11 @@ namespace pyserver::json {
 struct PlainRequest {
   struct Input {
     int index = 0;      // the model's input (PlainSpec order)
-    size_t source = 0;  // the reader's input it was read from (its shape, FillData)
+    size_t source = 0;  // the request's input it was read from (its shape; FillData; gRPC's
+                        // raw_input_contents)
     size_t count = 0;   // elements
-    bool binary = false;
-    size_t offset = 0;  // binary: where its bytes start in the body (count * itemsize of them)
+    bool binary = false;  // always over gRPC
+    size_t offset = 0;  // HTTP binary: where its bytes start in the body (count * itemsize)
     ElementKind kind = ElementKind::kFloat32;  // JSON: what FillData writes
   };
   // How a requested output asked for its data: not at all (the request's
@@ -55,5 +59,11 @@ bool FillKindOf(std::string_view datatype, ElementKind* kind);
 bool ReadPlainRequest(const InferRequestReader& reader, const PlainSpec& spec,
                       const std::vector<size_t>& itemsizes, size_t header_size,
                       size_t body_size, size_t max_input_size, PlainRequest* out);
+
+// The same of a parsed ModelInferRequest: every input's bytes in
+// raw_input_contents, count * itemsize of them, and neither its
+// parameters nor an output's (the request's own are the caller's to judge).
+bool ReadPlainRequest(const grpc::InferRequestView& view, const PlainSpec& spec,
+                      const std::vector<size_t>& itemsizes, PlainRequest* out);
 
 }  // namespace pyserver::json
