@@ -39,14 +39,7 @@ cdef class PlainSpec:
     cdef readonly bint batching
     cdef readonly uint32_t max_batch_size
 
-    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
-                                size_t datatype_size, const vector[int64_t]& shape,
-                                PlainMatch* match) noexcept
     cdef Py_ssize_t match_tensor(self, name, datatype, shape, PlainMatch* match) except -2
-    cdef Py_ssize_t match_output(self, const char* name, size_t size,
-                                 PlainMatch* match) noexcept
     cdef Py_ssize_t match_output_name(self, name, PlainMatch* match) except -2
     cdef int64_t match_request(self, list inputs, list outputs) except -2
-    cdef size_t input_count(self) noexcept
-    cdef size_t output_count(self) noexcept
     cdef const string* output_name(self, size_t k) noexcept

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """The plain case of a request against its model (csrc's PlainSpec: the
-rules, for any thread), read two ways: from what csrc's readers parsed
-(names, datatypes and shapes as bytes and C++ vectors, no Python object per
-request: the HTTP and gRPC readers of direct runs) and from an
+rules, for any thread), read two ways: in csrc from what the protocols'
+readers parsed (csrc/protocol ReadPlainRequest, no Python object per
+request: the HTTP and gRPC direct runs, handed ``c``) and here from an
 InferRequest's tensors (RequestPath.check, for every other plain request).
 
 A model is plain here when every input has fixed dims, no reshape, and is
@@ -40,20 +40,11 @@ cdef class PlainSpec:
         self.batching = max_batch_size > 0
         self.max_batch_size = max_batch_size
 
-    cdef Py_ssize_t match_input(self, const char* name, size_t name_size, const char* datatype,
-                                size_t datatype_size, const vector[int64_t]& shape,
-                                PlainMatch* match) noexcept:
-        """One input as read: its index among the model's inputs, or -1
-        where it is not the model's, came before in this request
-        (``match``), or has another datatype or another shape."""
-        return self.c.get().MatchInput(string_view(name, name_size),
-                                       string_view(datatype, datatype_size), shape.data(),
-                                       shape.size(), match)
-
     cdef Py_ssize_t match_tensor(self, name, datatype, shape, PlainMatch* match) except -2:
-        """match_input for an input as Python objects (an InferTensor's
-        name and datatype, str, and shape, a list of int); -1 for anything
-        of another type."""
+        """One input as Python objects (an InferTensor's name and datatype,
+        str, and shape, a list of int): its index among the model's inputs,
+        or -1 where it is not the model's, came before in this request
+        (``match``), has another datatype or shape, or is of another type."""
         cdef Py_ssize_t name_size, datatype_size
         cdef const char* name_utf8
         cdef const char* datatype_utf8
@@ -76,14 +67,9 @@ cdef class PlainSpec:
                                        string_view(datatype_utf8, <size_t>datatype_size),
                                        dims, n, match)
 
-    cdef Py_ssize_t match_output(self, const char* name, size_t size,
-                                 PlainMatch* match) noexcept:
-        """The output called ``name``, asked for once in this request
-        (``match``), by index; -1."""
-        return self.c.get().MatchOutput(string_view(name, size), match)
-
     cdef Py_ssize_t match_output_name(self, name, PlainMatch* match) except -2:
-        """match_output for a name as a str; -1 for anything else."""
+        """The output called ``name`` (a str), asked for once in this
+        request (``match``), by index; -1, or for anything else."""
         cdef Py_ssize_t size
         cdef const char* utf8
         if type(name) is not str:
@@ -109,12 +95,6 @@ cdef class PlainSpec:
             if self.match_output_name(out.name, &match) < 0:
                 return -1
         return match.batch_size
-
-    cdef size_t input_count(self) noexcept:
-        return self.c.get().inputs().size()
-
-    cdef size_t output_count(self) noexcept:
-        return self.c.get().outputs().size()
 
     cdef const string* output_name(self, size_t k) noexcept:
         return &self.c.get().outputs()[k]
