@@ -35,8 +35,6 @@ cdef class DirectRoute:
     cdef vector[string] output_datatypes  # every output's datatype, config order
     cdef readonly list output_names  # their names as str
     cdef readonly list output_types  # their datatypes as str
-    cdef readonly bint batching
-    cdef readonly uint32_t max_batch_size
     cdef readonly object model_name
     cdef readonly object version
     cdef readonly uint64_t runs  # requests run so (for tests and the bench)

@@ -192,8 +192,6 @@ cdef class DirectRoute:
             self.output_datatypes.push_back(datatype.encode())
             self.output_names.append(name)
             self.output_types.append(datatype)
-        self.batching = spec.batching
-        self.max_batch_size = spec.max_batch_size
         self.model_name = model_name
         self.version = version
 
@@ -225,7 +223,7 @@ cdef class DirectRoute:
                     if name not in outputs:
                         raise ServerError(Code.INTERNAL, f"model '{self.model_name}' gave no "
                                                          f"output '{name}'")
-                if self.batching:
+                if self.spec.c.get().batching():
                     _check_rows(outputs, batch_size, batches.model)
             except Exception as err:
                 end = NowNs()

@@ -36,8 +36,6 @@ cdef extern from "pyserver/plain_spec.h" namespace "pyserver" nogil:
 cdef class PlainSpec:
     # shared: a reader on another thread may hold the rules past the model
     cdef shared_ptr[CPlainSpec] c
-    cdef readonly bint batching
-    cdef readonly uint32_t max_batch_size
 
     cdef Py_ssize_t match_tensor(self, name, datatype, shape, PlainMatch* match) except -2
     cdef Py_ssize_t match_output_name(self, name, PlainMatch* match) except -2

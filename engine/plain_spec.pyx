@@ -37,8 +37,6 @@ cdef class PlainSpec:
         for name in outputs:
             names.push_back(name.encode())
         self.c.reset(new CPlainSpec(specs, names, max_batch_size))
-        self.batching = max_batch_size > 0
-        self.max_batch_size = max_batch_size
 
     cdef Py_ssize_t match_tensor(self, name, datatype, shape, PlainMatch* match) except -2:
         """One input as Python objects (an InferTensor's name and datatype,

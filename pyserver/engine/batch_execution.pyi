@@ -23,8 +23,6 @@ class DirectRoute:
     input_dtypes: list
     output_names: list
     output_types: list
-    batching: bool
-    max_batch_size: int
     model_name: str
     version: str
     runs: int
