@@ -3,6 +3,7 @@
 
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.batcher cimport Scheduler
+from pyserver.engine.plain_spec cimport PlainModel
 
 cdef class Ledger:
     cdef public Py_ssize_t inflight
@@ -20,5 +21,9 @@ cdef class Route:
     cdef public bint open
     cdef public bint cache_checked
     cdef public DirectRoute direct  # its requests may run as they are read, or None
+    # its plain requests may be read straight into their queue entries
+    # (types.PlainPending), or None
+    cdef public PlainModel records
+    cdef readonly unsigned long long records_queued  # so far (for tests and the bench)
 
     cpdef DirectRoute runnable(self)

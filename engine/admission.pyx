@@ -16,6 +16,9 @@ took: handed the model version once it is found (``general_resolved``).
 A frontend that first asks whether a request can run as it is read
 (``route``, then ``Route.runnable``) hands the Route it got back to
 ``submit`` when it cannot, so the model is looked up once per request.
+Where the Route has ``records`` (a Python model relayed on the loop), a
+frontend may instead read a plain request straight into its queue entry
+(types.PlainPending, no InferRequest) and queue it with ``enqueue_plain``.
 
 ``Ledger`` holds the server's requests in flight (their count and the
 handles cancel() uses) and whether it still takes new ones, where both
@@ -26,7 +29,7 @@ from libc.stdint cimport uint64_t
 
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.batcher cimport Scheduler
-from pyserver.engine.types cimport InferRequest, PendingRequest
+from pyserver.engine.types cimport InferRequest, PendingRequest, PlainPending
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -63,6 +66,7 @@ cdef class Route:
         self.open = open
         self.cache_checked = False
         self.direct = None
+        self.records = None
 
     cpdef DirectRoute runnable(self):
         """The DirectRoute a plain request to this model runs through now
@@ -144,16 +148,31 @@ cdef class Admission:
                 future.set_result(response)
             return future
         pending = PendingRequest(request, future, validated[0], validated[1])
-        scheduler = route.scheduler
-        pending.id = scheduler.enqueue(pending, validated[1], request.priority,
-                                       request.timeout_us, validated[2])
-        ledger.handles[future] = (scheduler, pending.id)
+        self._enqueue(route, pending, request.priority, request.timeout_us, validated[2])
+        return future
+
+    cpdef object enqueue_plain(self, Route route, PlainPending pending):
+        """Queues a plain record that a protocol's reader made for
+        ``route`` (what ``route()`` gave in this same call of the loop, its
+        ``records`` set): priority 0, no timeout, its inputs of the model's
+        fixed shapes. Returns its future."""
+        self._enqueue(route, pending, 0, 0, 0)
+        route.records_queued += 1
+        return pending.future
+
+    cdef int _enqueue(self, Route route, PendingRequest pending, priority, timeout_us,
+                      key) except -1:
+        """Into the model's queue, the server's books and its loop driver."""
+        cdef Ledger ledger = self.ledger
+        cdef Scheduler scheduler = route.scheduler
+        pending.id = scheduler.enqueue(pending, pending.batch_size, priority, timeout_us, key)
+        ledger.handles[pending.future] = (scheduler, pending.id)
         ledger.inflight += 1
         if route.dispatch is not None and not scheduler.wait_holds:
             route.dispatch()
         if ledger.inflight == 1:
-            self.spin(model)
-        return future
+            self.spin(route.model)
+        return 0
 
     cpdef Route route(self, model_name):
         """The Route a plain request to ``model_name`` (no version, no

@@ -6,7 +6,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.batcher cimport Scheduler
-from pyserver.engine.plain_spec cimport PlainSpec
+from pyserver.engine.plain_spec cimport PlainModel, PlainSpec
 
 
 cdef class InlineBatches:
@@ -22,21 +22,10 @@ cdef class InlineBatches:
     cpdef bint note(self, uint64_t wall_ns)
 
 
-cdef class DirectRoute:
+cdef class DirectRoute(PlainModel):
     cdef InlineBatches batches
     cdef object driver
     cdef object running
-    # what a request read must be (every input, all plain; every output),
-    # the model's RequestPath's rules
-    cdef readonly PlainSpec spec
-    cdef readonly list input_names  # its inputs' names as str, config order
-    cdef readonly list input_dtypes  # the same inputs' numpy dtypes
-    cdef vector[size_t] input_itemsizes  # their elements' byte sizes (0: none plain, BYTES)
-    cdef vector[string] output_datatypes  # every output's datatype, config order
-    cdef readonly list output_names  # their names as str
-    cdef readonly list output_types  # their datatypes as str
-    cdef readonly object model_name
-    cdef readonly object version
     cdef readonly uint64_t runs  # requests run so (for tests and the bench)
 
     cdef bint ready(self)

@@ -156,7 +156,7 @@ cdef class InlineBatches:
                 return True
 
 
-cdef class DirectRoute:
+cdef class DirectRoute(PlainModel):
     """A plain request to a model on the loop, run as it is read: no queue,
     no future, no request or response object (a protocol's decoder checks
     it against ``inputs`` and answers from the outputs ``run`` returns).
@@ -173,27 +173,11 @@ cdef class DirectRoute:
 
     def __init__(self, InlineBatches batches, driver, running, PlainSpec spec, list inputs,
                  list outputs, model_name, version):
-        """``spec``: the model's plain case (RequestPath.plain); ``inputs``:
-        (name, numpy dtype) each; ``outputs``: (name, datatype) each, in the
-        config's order."""
+        """``spec``, ``inputs``, ``outputs``, the names: see PlainModel."""
+        PlainModel.__init__(self, spec, inputs, outputs, model_name, version)
         self.batches = batches
         self.driver = driver
         self.running = running
-        self.spec = spec
-        self.input_names = []
-        self.input_dtypes = []
-        for name, dtype in inputs:
-            self.input_names.append(name)
-            self.input_dtypes.append(dtype)
-            self.input_itemsizes.push_back(0 if dtype.hasobject else dtype.itemsize)
-        self.output_names = []
-        self.output_types = []
-        for name, datatype in outputs:
-            self.output_datatypes.push_back(datatype.encode())
-            self.output_names.append(name)
-            self.output_types.append(datatype)
-        self.model_name = model_name
-        self.version = version
 
     cdef bint ready(self):
         driver = self.driver

@@ -41,3 +41,19 @@ cdef class PlainSpec:
     cdef Py_ssize_t match_output_name(self, name, PlainMatch* match) except -2
     cdef int64_t match_request(self, list inputs, list outputs) except -2
     cdef const string* output_name(self, size_t k) noexcept
+
+
+cdef class PlainModel:
+    # What a protocol's reader and writer need of a model to take its plain
+    # requests without an InferRequest: the rules and, in the config's
+    # order, its inputs' and outputs' names and types.
+    cdef readonly PlainSpec spec
+    cdef readonly list input_names  # its inputs' names as str
+    cdef readonly list input_dtypes  # the same inputs' numpy dtypes
+    cdef vector[size_t] input_itemsizes  # their elements' byte sizes (0: BYTES)
+    cdef vector[string] output_datatypes  # every output's datatype
+    cdef readonly list output_names  # their names as str
+    cdef readonly list output_types  # their datatypes as str
+    cdef readonly object model_name
+    cdef readonly object version
+    cdef readonly object respond  # see PlainModel

@@ -109,3 +109,34 @@ cdef class PlainSpec:
         cdef int64_t batch_size = self.match_request(
             tensors, [RequestedOutput(name) for name in outputs])
         return None if batch_size < 0 else batch_size
+
+
+cdef class PlainModel:
+    """A model as the protocols' readers and writers of its plain requests
+    see it: ``spec`` (the model's RequestPath.plain); ``inputs``: (name,
+    numpy dtype) each; ``outputs``: (name, datatype) each, in the config's
+    order; its name and version as the answer names them. A request it
+    reads either runs as it is read (batch_execution.DirectRoute) or is
+    queued as a plain record (types.PlainPending; admission.Route.records).
+    ``respond``: for records, the model's maker of the response a writer
+    declines to write itself (RequestPath.plain_response); None for direct
+    runs, whose outputs the config types."""
+
+    def __init__(self, PlainSpec spec, list inputs, list outputs, model_name, version,
+                 respond=None):
+        self.spec = spec
+        self.input_names = []
+        self.input_dtypes = []
+        for name, dtype in inputs:
+            self.input_names.append(name)
+            self.input_dtypes.append(dtype)
+            self.input_itemsizes.push_back(0 if dtype.hasobject else dtype.itemsize)
+        self.output_names = []
+        self.output_types = []
+        for name, datatype in outputs:
+            self.output_datatypes.push_back(datatype.encode())
+            self.output_names.append(name)
+            self.output_types.append(datatype)
+        self.model_name = model_name
+        self.version = version
+        self.respond = respond

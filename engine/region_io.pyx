@@ -22,7 +22,7 @@ from libcpp.vector cimport vector
 cimport numpy as cnp
 
 from pyserver.engine.ndarray cimport NDARRAY_MAX_DIMS, new_array
-from pyserver.engine.types cimport InferRequest, PendingRequest, request_properties
+from pyserver.engine.types cimport InferRequest, PendingRequest, PlainPending, request_properties
 from pyserver.engine.worker_wire cimport (
     WIRE_MAX_DIMS,
     WireReader,
@@ -125,6 +125,13 @@ def pack_inputs(region, list arrays_per_request, dict codes, object code_of, int
 cdef tuple _item_fields(PendingRequest pending, object all_outputs, object state_outputs):
     """(id, correlation ID, flags, timeout, parameters as JSON, the outputs
     it wants, trace id (0: not traced)) of a request, for its worker."""
+    cdef PlainPending plain
+    if isinstance(pending, PlainPending):  # read straight into its entry: no InferRequest
+        plain = <PlainPending>pending
+        wanted = plain.wanted if plain.wanted is not None else all_outputs
+        if state_outputs:
+            wanted = [*wanted, *state_outputs]
+        return (plain.request_id, 0, 0, 0, "{}", wanted, 0)
     cdef InferRequest req = <InferRequest?>pending.request
     correlation_id, flags, user = request_properties(req.parameters)
     params_json = json.dumps(user, separators=(",", ":")) if user else "{}"

@@ -19,7 +19,9 @@ from pyserver.engine.types cimport (
     InferRequest,
     InferTensor,
     PendingRequest,
+    PlainPending,
     RequestedOutput,
+    new_output,
     new_response,
     new_tensor,
 )
@@ -298,11 +300,26 @@ cdef class RequestPath:
         """The response of pending request ``p`` from the outputs its backend
         made for it alone (a backend that answers per request): those it
         asked for (all, when it named none) that the backend gave, in its
-        order, typed by their arrays."""
+        order, typed by their arrays. A plain record's (types.PlainPending)
+        is its outputs, or ``(outputs, parameters)``, as they are: its
+        protocol writes its answer (plain_response where its writer
+        declines)."""
+        if isinstance(p, PlainPending):
+            return (outputs, parameters) if parameters else outputs
         cdef InferRequest req = <InferRequest?>(<PendingRequest?>p).request
+        return self._response(req.id, req.outputs or self.all_outputs, outputs, parameters)
+
+    cpdef object plain_response(self, request_id, list wanted, dict outputs, parameters):
+        """``response``'s InferResponse for a plain record (its id, the
+        output names it asked for or None for all), for the answer its
+        protocol's own writer does not write."""
+        return self._response(request_id, self.all_outputs if wanted is None else
+                              [new_output(name, None) for name in wanted], outputs, parameters)
+
+    cdef object _response(self, request_id, wanted, dict outputs, parameters):
         cdef list tensors = []
         cdef RequestedOutput out
-        for item in (req.outputs or self.all_outputs):
+        for item in wanted:
             out = <RequestedOutput?>item
             name = out.name
             value = outputs.get(name)
@@ -318,7 +335,7 @@ cdef class RequestPath:
                 if datatype == "UINT16" and self.output_types.get(name) == "BF16":
                     datatype = "BF16"  # numpy has no bfloat16: its words travel as uint16
             tensors.append(self._tensor(out, value, datatype))
-        r = new_response(self.model_name, self.version, req.id, tensors)
+        r = new_response(self.model_name, self.version, request_id, tensors)
         if parameters:
             r.parameters = parameters
         return r

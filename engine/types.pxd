@@ -45,6 +45,12 @@ cdef class PendingRequest:
     cdef public object batch_view  # what a custom batching library reads of it, or None
 
 
+
+cdef class PlainPending(PendingRequest):
+    # a plain request read straight into its queue entry: no InferRequest
+    cdef public object request_id  # str ("" when it has none)
+    cdef public list wanted  # the outputs it asked for by name, or None: all
+
 cdef class ImmediateFuture:
     cdef object _result
     cdef object _exception

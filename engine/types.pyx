@@ -109,6 +109,23 @@ cdef class PendingRequest:
         self.trace = None
 
 
+
+cdef class PlainPending(PendingRequest):
+    """A plain request (no parameters the model sees, no trace, inputs its
+    model's PlainSpec takes) that a protocol's reader made into its queue
+    entry itself, with no InferRequest (``request`` is None): ``arrays``
+    its inputs by name, ``request_id`` and ``wanted`` (the outputs it named,
+    or None for all) what its worker and its answer need. Its ``response``,
+    once its batch ran, is the outputs its backend gave (a dict), or
+    ``(outputs, parameters)``, or an exception: its reader's protocol
+    writes the answer (request_path.RequestPath.response). A protocol
+    subclasses it with what its writer keeps per request."""
+
+    def __init__(self, future, dict arrays, batch_size, request_id, list wanted):
+        PendingRequest.__init__(self, None, future, arrays, batch_size)
+        self.request_id = request_id
+        self.wanted = wanted
+
 cdef class ImmediateFuture:
     """A future for ``Server.submit`` whose done-callback runs the moment the
     outcome is set, inside the completion of the request's batch, rather

@@ -36,6 +36,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from pyserver.engine.batch_execution cimport DirectRoute
+from pyserver.engine.plain_spec cimport PlainModel
 from pyserver.engine.protocol.plain_request cimport (
     Asked,
     FillKindOf,
@@ -67,6 +68,7 @@ from pyserver.engine.types cimport (
     InferRequest,
     InferResponse,
     InferTensor,
+    PlainPending,
     RequestedOutput,
     new_output,
     new_request,
@@ -258,9 +260,15 @@ cdef bint _append_tensor(InferTensor t, bint binary, string* out, list raws) exc
     return _append_array(t.name, t.datatype, t.shape, t.data, binary, out, raws)
 
 
+# the datatype of an array of each json_writer ElementKind (typed by its array)
+cdef tuple _KIND_DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16",
+                              "UINT32", "UINT64", "FP32", "FP64")
+
+
 cdef bint _append_array(name, datatype, shape, arr, bint binary, string* out,
                         list raws) except -1:
-    """_append_tensor's output from its parts (``shape``: a list or tuple)."""
+    """_append_tensor's output from its parts (``shape``: a list or tuple;
+    ``datatype`` None: its array's, as RequestPath.response types it)."""
     if type(arr) is not _ndarray or datatype == "BYTES" or datatype == "BF16":
         return False
     cdef Py_buffer view
@@ -274,6 +282,8 @@ cdef bint _append_array(name, datatype, shape, arr, bint binary, string* out,
         kind = _element_kind(view.format, view.itemsize)
         if view.ndim == 0 or (kind < 0 and not (binary and _is_half(view.format))):
             return False
+        if datatype is None:
+            datatype = _KIND_DATATYPES[kind] if kind >= 0 else "FP16"
         out.append(b'{"name":')
         if not _append_str(name, out):
             return False
@@ -609,23 +619,25 @@ def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_inpu
         PyBuffer_Release(&src)
 
 
-cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
-                    Py_ssize_t max_input_size, json_headers, bint keep_alive, bint http10,
-                    uint64_t received, fallback, InferRequestReader* reader):
-    cdef PlainRequest plain  # the request against the model's rules (csrc ReadPlainRequest)
+cdef object _read_feed(PlainModel m, body, Py_buffer* src, Py_ssize_t hlen,
+                       Py_ssize_t max_input_size, InferRequestReader* reader,
+                       PlainRequest* plain):
+    """A plain request's inputs by name (a dict: views of the body's binary
+    data, arrays of its JSON data), read into ``plain`` against ``m``'s
+    rules (csrc ReadPlainRequest); or what the reader holds where it
+    declines (an int: NOT_READ, HEADER_READ, READER_DECLINED)."""
     cdef const PlainRequestInput* inp
-    cdef const PlainRequestOutput* out
     cdef size_t i
     if hlen > src.len:
         return NOT_READ
     if not reader.Read(<const char*>src.buf, <size_t>hlen):
         return READER_DECLINED
-    if not ReadPlainRequest(reader[0], direct.spec.c.get()[0], direct.input_itemsizes,
-                            <size_t>hlen, <size_t>src.len, <size_t>max_input_size, &plain):
+    if not ReadPlainRequest(reader[0], m.spec.c.get()[0], m.input_itemsizes, <size_t>hlen,
+                            <size_t>src.len, <size_t>max_input_size, plain):
         return HEADER_READ
     cdef dict feed = {}
-    names = direct.input_names
-    dtypes = direct.input_dtypes
+    names = m.input_names
+    dtypes = m.input_dtypes
     for i in range(plain.inputs.size()):
         inp = &plain.inputs[i]
         npdt = dtypes[inp.index]
@@ -637,52 +649,166 @@ cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
             if data is None:
                 return HEADER_READ
         feed[names[inp.index]] = data
+    return feed
+
+
+cdef list _requested(PlainModel m, const vector[PlainRequestOutput]& wanted, bint named):
+    """The RequestedOutputs the general encoder reads of a plain request's
+    ``wanted`` outputs (none where it named none)."""
+    cdef list requested = []
+    cdef size_t i
+    cdef const PlainRequestOutput* out
+    if named:
+        for i in range(wanted.size()):
+            out = &wanted[i]
+            requested.append(new_output(m.output_names[out.index], None if out.asked ==
+                                        Asked.kDefault else ({} if out.asked == Asked.kEmpty
+                                                             else {"binary_data": bool(out.binary)})))
+    return requested
+
+
+cdef object _direct(DirectRoute direct, body, Py_buffer* src, Py_ssize_t hlen,
+                    Py_ssize_t max_input_size, json_headers, bint keep_alive, bint http10,
+                    uint64_t received, fallback, InferRequestReader* reader):
+    cdef PlainRequest plain  # the request against the model's rules (csrc ReadPlainRequest)
+    cdef const PlainRequestOutput* out
+    cdef size_t i
+    feed = _read_feed(direct, body, src, hlen, max_input_size, reader, &plain)
+    if type(feed) is not dict:
+        return feed
     request_id = _text(reader.id()) if reader.has_id() else ""
     outputs = direct.run(feed, <uint32_t>plain.match.batch_size, received)
-    answer = _direct_json(direct, request_id, plain.outputs, outputs, json_headers, keep_alive,
-                          http10)
+    answer = _plain_json(direct, request_id, plain.outputs, outputs, False, json_headers,
+                         keep_alive, http10)
     if answer is not None:
         return answer
     # the general encoder, from the objects it reads
     out_names = direct.output_names
     tensors = []
-    requested = []
     for i in range(plain.outputs.size()):
         out = &plain.outputs[i]
         name = out_names[out.index]
         value = outputs[name]
         tensors.append(new_tensor(name, direct.output_types[out.index], list(value.shape),
                                   value, None))
-        if plain.outputs_named:
-            requested.append(new_output(name, None if out.asked == Asked.kDefault else (
-                {} if out.asked == Asked.kEmpty else {"binary_data": bool(out.binary)})))
     params = {"binary_data_output": reader.binary_data_output()} \
         if reader.parameters() == ParamsState.kOne else {}
     return fallback(new_response(direct.model_name, direct.version, request_id, tensors),
-                    new_request(direct.model_name, "", request_id, [], requested, params, 0, 0),
+                    new_request(direct.model_name, "", request_id, [],
+                                _requested(direct, plain.outputs, plain.outputs_named), params,
+                                0, 0),
                     keep_alive, http10)
 
 
-cdef object _direct_json(DirectRoute direct, request_id,
-                         const vector[PlainRequestOutput]& wanted, dict outputs, json_headers,
-                         bint keep_alive, bint http10):
-    """json_answer's bytes for a direct run's ``wanted`` outputs, or None."""
+cdef object _plain_json(PlainModel m, request_id, const vector[PlainRequestOutput]& wanted,
+                        dict outputs, bint by_arrays, json_headers, bint keep_alive,
+                        bint http10):
+    """json_answer's bytes for a plain request's ``wanted`` outputs, or
+    None. A direct run's outputs are all there, typed by the config; a
+    record's (``by_arrays``) as RequestPath.response makes them: those its
+    backend gave, typed by their arrays."""
     cdef string body
     cdef list raws = []
     cdef size_t i
     cdef int k
+    cdef bint first = True
     body.reserve(512)
-    if not _append_head(request_id, direct.model_name, direct.version, &body):
+    if not _append_head(request_id, m.model_name, m.version, &body):
         return None
-    names = direct.output_names
+    names = m.output_names
     for i in range(wanted.size()):
-        if i:
-            body.push_back(b',')
         k = wanted[i].index
         name = names[k]
-        value = outputs[name]
-        if not _append_array(name, direct.output_types[k], value.shape, value,
-                             wanted[i].binary, &body, raws):
+        if by_arrays:
+            value = outputs.get(name)
+            if value is None:
+                continue
+            if m.output_types[k] == "BF16":
+                return None  # words as uint16: RequestPath.response names them
+            datatype = None
+        else:
+            value = outputs[name]
+            datatype = m.output_types[k]
+        if not first:
+            body.push_back(b',')
+        first = False
+        if not _append_array(name, datatype, value.shape, value, wanted[i].binary, &body,
+                             raws):
             return None
     body.append(b']}')
     return _framed(body, raws, json_headers, keep_alive, http10)
+
+
+# ---------------------------------------------------------------- plain records
+
+
+cdef class HttpPending(PlainPending):
+    """A plain record read from an HTTP request (plain_record): what its
+    answer's writer needs besides its model: the outputs in the answer's
+    order and how each asked, whether it named them, and its
+    binary_data_output parameter (None: it gave none)."""
+
+    cdef PlainModel model
+    cdef vector[PlainRequestOutput] outputs
+    cdef bint outputs_named
+    cdef object binary_data_output
+
+
+def plain_record(PlainModel m, body, Py_ssize_t hlen, Py_ssize_t max_input_size, future):
+    """A plain request (JSON header of ``hlen`` bytes, then its binary
+    tensors) to a model whose plain requests queue as records
+    (admission.Route.records), read into its queue entry (an HttpPending,
+    settling ``future``); where the general path must take it, what this
+    thread's reader holds for that path (an int, as direct_answer)."""
+    cdef Py_buffer src
+    PyObject_GetBuffer(body, &src, 0)
+    try:
+        return _record(m, body, &src, hlen, max_input_size, future,
+                       &ThreadInferRequestReader())
+    finally:
+        PyBuffer_Release(&src)
+
+
+cdef object _record(PlainModel m, body, Py_buffer* src, Py_ssize_t hlen,
+                    Py_ssize_t max_input_size, future, InferRequestReader* reader):
+    cdef PlainRequest plain
+    cdef size_t i
+    feed = _read_feed(m, body, src, hlen, max_input_size, reader, &plain)
+    if type(feed) is not dict:
+        return feed
+    cdef list wanted = None
+    if plain.outputs_named:
+        names = m.output_names
+        wanted = [names[plain.outputs[i].index] for i in range(plain.outputs.size())]
+    cdef HttpPending p = HttpPending(future, <dict>feed, plain.match.batch_size,
+                                     _text(reader.id()) if reader.has_id() else "", wanted)
+    p.model = m
+    p.outputs = plain.outputs
+    p.outputs_named = plain.outputs_named
+    p.binary_data_output = reader.binary_data_output() \
+        if reader.parameters() == ParamsState.kOne else None
+    return p
+
+
+def record_answer(HttpPending p, result, json_headers, bint keep_alive, bint http10, fallback):
+    """The 200 answer (a list) of a record whose batch ran: ``result`` is its
+    response (types.PlainPending: its outputs, or ``(outputs,
+    parameters)``). What json_writer does not write (parameters, BYTES, a
+    NaN as JSON data) goes to ``fallback(response, request, keep_alive,
+    http10)``, the general encoder, with the InferResponse the model's
+    RequestPath makes (PlainModel.respond)."""
+    cdef PlainModel m = p.model
+    if type(result) is dict:
+        answer = _plain_json(m, p.request_id, p.outputs, <dict>result, True, json_headers,
+                             keep_alive, http10)
+        if answer is not None:
+            return answer
+        outputs, parameters = result, None
+    else:
+        outputs, parameters = result
+    params = {} if p.binary_data_output is None else \
+        {"binary_data_output": p.binary_data_output}
+    return fallback(m.respond(p.request_id, p.wanted, outputs, parameters),
+                    new_request(m.model_name, "", p.request_id, [],
+                                _requested(m, p.outputs, p.outputs_named), params, 0, 0),
+                    keep_alive, http10)

@@ -16,6 +16,7 @@ cdef class RouteFrontend:
     cdef readonly object header_forwarder
     cdef readonly object submitter
     cdef readonly object routes  # Server.route, or None
+    cdef readonly object enqueue_plain  # Server.enqueue_plain
 
 
 cdef RouteFrontend route_frontend(frontend)

@@ -20,7 +20,13 @@ from pyserver.engine.protocol.http_codec import (
     inference_header_length,
     release_shm,
 )
-from pyserver.engine.protocol.http_infer import NOT_READ, direct_answer
+from pyserver.engine.protocol.http_infer import (
+    NOT_READ,
+    HttpPending,
+    direct_answer,
+    plain_record,
+    record_answer,
+)
 from pyserver.engine.types cimport ImmediateFuture
 
 from pyserver.engine import now_ns
@@ -57,6 +63,7 @@ cdef class RouteFrontend:
         self.model_config = server.model_config
         self.header_forwarder = frontend.header_forwarder
         self.submitter = server.submitter
+        self.enqueue_plain = getattr(server, "enqueue_plain", None)
         # Forwarded headers become request parameters: those go the general
         # way. A server with no compiled admission has no route.
         self.routes = getattr(server, "route", None) \
@@ -117,7 +124,7 @@ cdef class InferRoute:
         if rf.routes is not None and not version:
             route = rf.routes(model)
         data = self.direct(rf, headers, body, route, keep_alive, http10)
-        if type(data) is list:
+        if type(data) is list or type(data) is tuple:  # answered, or queued as a record
             return data
         # declined: what the reader holds for the decoder
         return self.begin(conn, rf, headers, body, model, version, recv_ns, data, route)
@@ -155,16 +162,19 @@ cdef class InferRoute:
     cdef object direct(self, RouteFrontend rf, dict headers, body, Route route,
                        bint keep_alive, bint http10):
         """The answer (a list) of a plain request its model runs as it is
-        read (http_infer.direct_answer; ``route``: the model's, see take);
-        where ``begin`` must take it (no runnable route, a compressed body
-        or answer, a traced or otherwise unusual request) nothing is run and
+        read (http_infer.direct_answer; ``route``: the model's, see take),
+        or ``(record, future)`` for one read straight into its model's
+        queue (http_infer.plain_record, admission.Route.records); where
+        ``begin`` must take it (neither, a compressed body or answer, a
+        traced or otherwise unusual request) nothing is run or queued and
         what this thread's reader holds is returned for ``begin``
         (http_infer.NOT_READ, ...)."""
         if route is None or b"content-encoding" in headers \
                 or self.encoding_of(headers) is not None:
             return NOT_READ
         direct = route.runnable()
-        if direct is None:
+        records = route.records if direct is None else None
+        if direct is None and (records is None or rf.enqueue_plain is None):
             return NOT_READ
         cdef Py_ssize_t total = len(body), hlen
         hval = headers.get(b"inference-header-content-length")
@@ -174,8 +184,15 @@ cdef class InferRoute:
             return NOT_READ  # the general path's error
         if hlen == 0 or hlen > rf.max_input_size or hlen > READER_MAX:
             return NOT_READ  # raw binary, or too large for the reader
-        return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS, keep_alive,
-                             http10, NowNs(), answer_infer)
+        if direct is not None:
+            return direct_answer(direct, body, hlen, rf.max_input_size, JSON_HEADERS,
+                                 keep_alive, http10, NowNs(), answer_infer)
+        fut = ImmediateFuture()
+        record = plain_record(records, body, hlen, rf.max_input_size, fut)
+        if type(record) is int:
+            return record
+        rf.enqueue_plain(route, record)
+        return record, fut
 
     cdef object encoding_of(self, dict headers):
         """The answer's Content-Encoding for the request's Accept-Encoding, or None."""
@@ -187,6 +204,9 @@ cdef class InferRoute:
         error's, when it failed); lets its shared memory go."""
         try:
             response = settled_result(fut)
+            if type(request) is HttpPending:  # read as a record: no InferRequest
+                return record_answer(request, response, JSON_HEADERS, keep_alive, http10,
+                                     answer_infer)
             if encoding is None:
                 return answer_infer(response, request, keep_alive, http10)
             headers, body = encode_infer_response(response, request)

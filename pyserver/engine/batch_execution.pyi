@@ -1,7 +1,7 @@
 from typing import Any, Callable
 
 from pyserver.engine.batcher import Batch, Scheduler
-from pyserver.engine.plain_spec import PlainSpec
+from pyserver.engine.plain_spec import PlainModel, PlainSpec
 
 def gather_inputs(requests: list, gather_each: Callable[[list], dict]) -> dict: ...
 def run_plain(batch: Batch, execute: Callable[[dict], dict], model: Any, scheduler: Scheduler,
@@ -17,14 +17,7 @@ class InlineBatches:
     def note(self, wall_ns: int) -> bool: ...
     def run(self) -> bool: ...
 
-class DirectRoute:
-    spec: PlainSpec
-    input_names: list
-    input_dtypes: list
-    output_names: list
-    output_types: list
-    model_name: str
-    version: str
+class DirectRoute(PlainModel):
     runs: int
     def __init__(self, batches: InlineBatches, driver: Any, running: Any, spec: PlainSpec,
                  inputs: list[tuple[str, Any]], outputs: list[tuple[str, str]],

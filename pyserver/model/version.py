@@ -33,6 +33,7 @@ from pyserver.engine.admission import Route
 from pyserver.engine.batch_execution import gather_inputs, run_plain
 from pyserver.engine.batch_results import BatchResults
 from pyserver.engine.completion import CompletionSpin
+from pyserver.engine.plain_spec import PlainModel
 from pyserver.engine.request_path import RequestPath
 from pyserver.engine.timer import DueTimer
 from pyserver.kernel import dtypes
@@ -319,10 +320,28 @@ class ModelVersion:
         if self.inline is not None and self.route.open and bool_word(
                 os.environ.get("PYSERVER_DIRECT_RUN", "1")) is not False:
             self.route.direct = self.inline.direct_route()
+        # A Python model relayed by the loop alone takes plain requests read
+        # straight into their queue entries (PlainPending; PYSERVER_PLAIN_RECORDS=0:
+        # as InferRequests, the alternative bench/perf_analyzer.py measures).
+        if self.route.open and self.inline is None and drivers \
+                and len(loop_drivers) == len(drivers) and self.plain_batches \
+                and self.plain_spec is not None and bool_word(
+                    os.environ.get("PYSERVER_PLAIN_RECORDS", "1")) is not False:
+            self.route.records = self._plain_model()
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)
         for driver in drivers:
             driver.start()
+
+    def _plain_model(self) -> PlainModel | None:
+        """The model as the protocols read and answer its plain records
+        (engine/plain_spec.pyx PlainModel), or None where a tensor is BYTES."""
+        tensors = (*self.inputs.values(), *self.outputs.values())
+        if any(s.datatype == "BYTES" for s in tensors):
+            return None
+        return PlainModel(self.plain_spec, [(s.name, s.numpy_dtype) for s in self.inputs.values()],
+                          [(s.name, s.datatype) for s in self.outputs.values()], self.name,
+                          self.version_str, self._path.plain_response)
 
     def _loop_drivable(self, instance: ModelInstance) -> bool:
         """Whether the event loop drives ``instance``: its backend offers a

@@ -148,6 +148,9 @@ class Server:
         # a plain request's model (its Route, which may run the request as it
         # is read), which the frontends hand back to ``submitter``
         self.route = self._admission.route
+        # a plain record a frontend read straight into its queue entry
+        # (engine/types.pyx PlainPending), queued where its Route has records
+        self.enqueue_plain = self._admission.enqueue_plain
         # answering what the completion queue carries (a batch that ran, or a
         # request the engine failed), compiled (engine/settle.pyx); failures
         # come back to _fail. resolve_now also answers a batch the loop ran

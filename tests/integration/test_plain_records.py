@@ -1,0 +1,324 @@
+"""Plain HTTP requests to a Python model read straight into their queue
+entries (engine/types.pyx PlainPending, http_infer.plain_record): no
+InferRequest on the way in, no InferResponse on the way out. Every answer
+is compared byte for byte with the one the general path (InferRequest,
+InferResponse, the general encoder) gives the same request on the same
+server, the model's records switched off between the two."""
+
+import http.client
+import json
+import shutil
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+MODEL = textwrap.dedent('''
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+                if a.reshape(-1)[0] < 0:
+                    responses.append(pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError("negative input: " + request.request_id())))
+                    continue
+                if a.reshape(-1)[0] == 99:  # a response parameter
+                    responses.append(pb_utils.InferenceResponse(
+                        output_tensors=[pb_utils.Tensor("SUM", a + b)],
+                        parameters={"seen": "yes"}))
+                    continue
+                if a.reshape(-1)[0] == 77:  # NaN as JSON data: the general encoder's null
+                    a = a.copy()
+                    a.reshape(-1)[1] = np.nan
+                wanted = request.requested_output_names()
+                outputs = [
+                    pb_utils.Tensor("SUM", a + b),
+                    pb_utils.Tensor("DIFF", a - b),
+                    pb_utils.Tensor("ID_LEN", np.full(a.shape[:-1] + (1,),
+                                                      len(request.request_id()), np.int32)),
+                    # configured FP32, made FP64: the answer names its array's type
+                    pb_utils.Tensor("WIDE", (a * 2).astype(np.float64)),
+                ]
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[t for t in outputs if t.name() in wanted]))
+            return responses
+''')
+
+CONFIG = '''name: "{name}"
+backend: "python"
+max_batch_size: {mbs}
+input [
+  {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+output [
+  {{ name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "ID_LEN" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "WIDE" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+{extra}
+instance_group [ {{ kind: KIND_CPU }} ]
+'''
+
+MODELS = {
+    "plain": (0, ""),
+    "plain_batched": (8, "dynamic_batching { max_queue_delay_microseconds: 2000 }"),
+}
+
+
+@pytest.fixture
+def repo(tmp_path):
+    for name, (mbs, extra) in MODELS.items():
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_text(MODEL)
+        (tmp_path / name / "config.pbtxt").write_text(CONFIG.format(name=name, mbs=mbs,
+                                                                    extra=extra))
+    return tmp_path
+
+
+def route(server, name):
+    return server.run(lambda: server.server.models.resolve(name, "").route)
+
+
+def post(server, name, body: bytes, header_length=None, headers=None):
+    conn = http.client.HTTPConnection(*server.url.split(":"))
+    try:
+        hdrs = {"Content-Type": "application/octet-stream"}
+        if header_length is not None:
+            hdrs["Inference-Header-Content-Length"] = str(header_length)
+        hdrs.update(headers or {})
+        conn.request("POST", f"/v2/models/{name}/infer", body, hdrs)
+        r = conn.getresponse()
+        return r.status, sorted((k.lower(), v) for k, v in r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
+def request_body(a, b, *, rid=None, outputs=None, binary_inputs=False, params=None,
+                 batch=False):
+    """A KServe v2 request of add_sub's two inputs; ``outputs``: the
+    ``outputs`` list as sent (None: absent)."""
+    shape = [1, 4] if batch else [4]
+    doc: dict = {}
+    if rid is not None:
+        doc["id"] = rid
+    if params is not None:
+        doc["parameters"] = params
+    raw = b""
+    doc["inputs"] = []
+    for name, x in (("INPUT0", a), ("INPUT1", b)):
+        x = np.asarray(x, np.float32)
+        entry = {"name": name, "shape": shape, "datatype": "FP32"}
+        if binary_inputs:
+            entry["parameters"] = {"binary_data_size": x.nbytes}
+            raw += x.tobytes()
+        else:
+            entry["data"] = x.tolist()
+        doc["inputs"].append(entry)
+    if outputs is not None:
+        doc["outputs"] = outputs
+    header = json.dumps(doc).encode()
+    return header + raw, (len(header) if binary_inputs else None)
+
+
+def both_ways(server, name, body, hlen, headers=None):
+    """The answer with the model's records, then without; asserts the
+    record path took the first."""
+    r = route(server, name)
+    before = r.records_queued
+    via_record = post(server, name, body, hlen, headers)
+    assert r.records_queued == before + 1, "the record path did not take it"
+    records = r.records
+    server.run(setattr, r, "records", None)
+    try:
+        general = post(server, name, body, hlen, headers)
+    finally:
+        server.run(setattr, r, "records", records)
+    return via_record, general
+
+
+A = [1.5, 2.0, -3.25, 4.0]
+B = [0.5, 1.0, 0.25, 8.0]
+
+CASES = {
+    "json": dict(),
+    "binary inputs": dict(binary_inputs=True),
+    "an id": dict(rid="request-17"),
+    "outputs named": dict(outputs=[{"name": "DIFF"}, {"name": "SUM"}]),
+    "binary outputs": dict(outputs=[{"name": "SUM", "parameters": {"binary_data": True}},
+                                    {"name": "WIDE", "parameters": {"binary_data": False}},
+                                    {"name": "ID_LEN", "parameters": {}}], rid="x"),
+    "binary_data_output": dict(params={"binary_data_output": True}, binary_inputs=True),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("case", CASES)
+def test_a_record_is_answered_as_the_general_path_answers(repo, start_server, name, case):
+    server = start_server(repo)
+    assert route(server, name).records is not None
+    body, hlen = request_body(A, B, batch=MODELS[name][0] > 0, **CASES[case])
+    via_record, general = both_ways(server, name, body, hlen)
+    assert via_record[0] == 200, via_record
+    assert via_record == general
+    if hlen is None and "binary" not in case:
+        doc = json.loads(via_record[2])
+        outputs = {o["name"]: o for o in doc["outputs"]}
+        if "SUM" in outputs:
+            assert outputs["SUM"]["data"] == (np.float32(A) + np.float32(B)).tolist()
+        if case == "json":
+            # the model saw every output asked for, and the request's id (none)
+            assert outputs["WIDE"]["datatype"] == "FP64"
+            assert outputs["ID_LEN"]["data"] == [0]
+    if case == "an id":
+        doc = json.loads(via_record[2])
+        assert doc["id"] == "request-17"
+        assert {o["name"]: o["data"] for o in doc["outputs"]}["ID_LEN"] == [10]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("first", [-1.0, 99.0, 77.0], ids=["error", "parameters", "nan"])
+def test_errors_parameters_and_what_the_writer_declines(repo, start_server, name, first):
+    server = start_server(repo)
+    body, hlen = request_body([first, 1, 2, 3], B, rid="r1", batch=MODELS[name][0] > 0)
+    via_record, general = both_ways(server, name, body, hlen)
+    assert via_record == general
+    if first < 0:
+        assert via_record[0] == 500  # TritonError's default code, INTERNAL
+        assert json.loads(via_record[2]) == {"error": "negative input: r1"}
+    elif first == 99:
+        assert json.loads(via_record[2])["parameters"] == {"seen": "yes"}
+    else:
+        assert json.loads(via_record[2])["outputs"][0]["data"][1] is None
+
+
+def test_what_the_rules_decline_takes_the_general_path(repo, start_server):
+    server = start_server(repo)
+    r = route(server, "plain")
+    before = r.records_queued
+    # a wrong shape, an unknown output, a priority parameter: the general
+    # path's errors and answers, no record
+    wrong = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [3], "datatype": "FP32", "data": [1, 2, 3]},
+        {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}).encode()
+    status, _, text = post(server, "plain", wrong)
+    assert status == 400 and b"INPUT0" in text
+    body, _ = request_body(A, B, outputs=[{"name": "NOPE"}])
+    status, _, text = post(server, "plain", body)
+    assert status == 400 and b"NOPE" in text
+    body, _ = request_body(A, B, params={"priority": 1})
+    assert post(server, "plain", body)[0] == 200
+    # a compressed answer asked for
+    body, _ = request_body(A, B)
+    status, headers, _ = post(server, "plain", body, headers={"Accept-Encoding": "gzip"})
+    assert status == 200 and ("content-encoding", "gzip") in headers
+    assert r.records_queued == before
+
+
+def test_records_batch_together_and_count_in_the_statistics(repo, start_server):
+    server = start_server(repo)
+    r = route(server, "plain_batched")
+    stats0 = server.run(server.server.model_statistics, "plain_batched")
+    before = r.records_queued
+    n = 48
+
+    def one(i):
+        body, hlen = request_body([i, 1, 2, 3], B, rid=str(i), binary_inputs=i % 2 == 1,
+                                  batch=True)
+        status, _, data = post(server, "plain_batched", body, hlen)
+        assert status == 200
+        return i, data
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(n)))
+    for i, data in answers:
+        doc = json.loads(data)
+        assert doc["id"] == str(i)
+        sums = {o["name"]: o["data"] for o in doc["outputs"]}["SUM"]
+        assert sums == (np.float32([i, 1, 2, 3]) + np.float32(B)).tolist()
+    assert r.records_queued == before + n
+    stats = server.run(server.server.model_statistics, "plain_batched")
+
+    def counts(m):
+        return m["inference_count"], m["execution_count"], m["inference_stats"]["success"]["count"]
+
+    inferences, executions, successes = (x - y for x, y in zip(counts(stats), counts(stats0)))
+    assert inferences == successes == n
+    assert executions < n  # some of them ran together
+
+
+def test_a_worker_that_dies_fails_its_records_and_the_model_serves_on(repo, start_server):
+    crash = repo / "plain" / "1" / "model.py"
+    crash.write_text(MODEL.replace(
+        "if a.reshape(-1)[0] < 0:",
+        "if a.reshape(-1)[0] == 13:\n" + " " * 16 + "import os; os._exit(3)\n"
+        + " " * 12 + "if a.reshape(-1)[0] < 0:"))
+    server = start_server(repo)
+    r = route(server, "plain")
+    body, _ = request_body([13, 1, 2, 3], B)
+    status, _, text = post(server, "plain", body)
+    assert status == 500 and b"exited with code 3" in text
+    # restarted: the next record is answered
+    body, _ = request_body(A, B)
+    for _ in range(100):
+        status, _, text = post(server, "plain", body)
+        if status == 200:
+            break
+    assert status == 200
+    assert r.records_queued >= 2
+
+
+def unload_with_one_queued(server):
+    """(status, body) of a request queued (a 3 s batching delay) when its
+    model unloads."""
+    body, hlen = request_body(A, B, batch=True)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(post, server, "plain_batched", body, hlen)
+        for _ in range(500):
+            if server.run(lambda: server.server.inflight):
+                break
+            time.sleep(0.01)
+        server.call(server.server.unload_model("plain_batched"))
+        status, _, text = pending.result(30)
+    return status, text
+
+
+def test_unloading_fails_records_still_queued_as_the_general_path(repo, start_server,
+                                                                   monkeypatch):
+    (repo / "plain_batched" / "config.pbtxt").write_text(CONFIG.format(
+        name="plain_batched", mbs=8,
+        extra="dynamic_batching { max_queue_delay_microseconds: 3000000 }"))
+    server = start_server(repo, model_control_mode="explicit", load_models=["plain_batched"])
+    r = route(server, "plain_batched")
+    via_record = unload_with_one_queued(server)
+    assert r.records_queued == 1
+    monkeypatch.setenv("PYSERVER_PLAIN_RECORDS", "0")
+    server = start_server(repo, model_control_mode="explicit", load_models=["plain_batched"])
+    assert route(server, "plain_batched").records is None
+    general = unload_with_one_queued(server)
+    assert via_record == general
+    # a request still queued is failed as its model goes (UNAVAILABLE)
+    assert via_record[0] == 503, via_record
+
+
+def test_models_without_records(repo, start_server):
+    from tests.integration.test_python_backend import MODELS as PY_MODELS
+    shutil.copytree(PY_MODELS / "bytes_echo", repo / "bytes_echo")
+    server = start_server(repo)
+    assert route(server, "bytes_echo").records is None  # BYTES tensors
+
+
+def test_records_can_be_switched_off(repo, start_server, monkeypatch):
+    monkeypatch.setenv("PYSERVER_PLAIN_RECORDS", "0")
+    server = start_server(repo)
+    assert route(server, "plain").records is None
+    body, _ = request_body(A, B)
+    assert post(server, "plain", body)[0] == 200
