@@ -54,6 +54,7 @@ cdef class PlainModel:
     cdef vector[string] output_datatypes  # every output's datatype
     cdef readonly list output_names  # their names as str
     cdef readonly list output_types  # their datatypes as str
+    cdef readonly list output_dtypes  # their numpy dtypes (None: BF16, BYTES)
     cdef readonly object model_name
     cdef readonly object version
     cdef readonly object respond  # see PlainModel

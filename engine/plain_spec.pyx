@@ -15,6 +15,8 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 from pyserver.engine.types cimport InferTensor, RequestedOutput
 
+from pyserver.kernel.dtypes import WIRE_TO_NUMPY
+
 
 # An InferTensor's shape is read into this many dims on the stack (more: the walk).
 DEF MAX_DIMS = 32
@@ -133,10 +135,13 @@ cdef class PlainModel:
             self.input_itemsizes.push_back(0 if dtype.hasobject else dtype.itemsize)
         self.output_names = []
         self.output_types = []
+        self.output_dtypes = []
         for name, datatype in outputs:
             self.output_datatypes.push_back(datatype.encode())
             self.output_names.append(name)
             self.output_types.append(datatype)
+            self.output_dtypes.append(None if datatype in ("BF16", "BYTES")
+                                      else WIRE_TO_NUMPY.get(datatype))
         self.model_name = model_name
         self.version = version
         self.respond = respond

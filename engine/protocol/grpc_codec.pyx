@@ -20,6 +20,7 @@ from libc.string cimport memcmp, memcpy
 
 from pyserver.engine.admission cimport Route
 from pyserver.engine.batch_execution cimport DirectRoute
+from pyserver.engine.plain_spec cimport PlainModel
 from pyserver.engine.protocol.plain_request cimport (
     PlainRequest,
     PlainRequestInput,
@@ -30,6 +31,7 @@ from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
     InferResponse,
     InferTensor,
+    PlainPending,
     new_output,
     new_request,
     new_tensor,
@@ -660,7 +662,9 @@ cdef class InferHandler:
     ``tracer`` (the server's) takes the call's GRPC_WAITREAD and GRPC_SEND
     stamps while tracing is on; ``routes(model_name) -> Route or None``
     (``Server.route``): a plain call's model, run as it is read where the
-    Route is runnable, else handed back to ``submit`` as its third argument.
+    Route is runnable, else handed back to ``submit`` as its third argument;
+    ``enqueue_plain(route, record)`` (``Server.enqueue_plain``): a plain
+    call to a model whose Route has ``records``, queued as read (GrpcPending).
     """
 
     cdef object submit
@@ -673,11 +677,13 @@ cdef class InferHandler:
     cdef object header_forwarder
     cdef object tracer
     cdef object routes
+    cdef object enqueue_plain
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
                  on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None,
-                 routes=None):
+                 routes=None, enqueue_plain=None):
         self.routes = routes
+        self.enqueue_plain = enqueue_plain
         self.tracer = tracer
         self.canceller = canceller
         self.header_forwarder = header_forwarder
@@ -723,7 +729,7 @@ cdef class InferHandler:
                 route = self.routes(_str(view.model_name))
                 # a deadline is the general path's to keep
                 if route is not None and stream.timeout is None \
-                        and self._run_direct(stream, msg, view, route):
+                        and self._take_plain(stream, msg, view, route):
                     return
             prepared = self._prepare_parsed(stream, msg, view)
             request = prepared[0]
@@ -758,18 +764,20 @@ cdef class InferHandler:
         fut.add_done_callback(done)
 
 
-    cdef bint _run_direct(self, stream, bytes msg, InferRequestView& view,
+    cdef bint _take_plain(self, stream, bytes msg, InferRequestView& view,
                           Route route) except -1:
         """Runs and answers a plain request to a model that takes it as it
-        is read (batch_execution.DirectRoute); False, having taken nothing,
-        where the general path must: anything but raw inputs of the model's
-        fixed shapes, datatypes and sizes, outputs asked for by name alone
-        (csrc ReadPlainRequest decides those), and no parameters (but the
-        streaming flag Triton reserves). Its
+        is read (batch_execution.DirectRoute), or queues it as read where
+        the model's Route has ``records`` (a GrpcPending, answered by
+        _RecordDone); False, having taken nothing, where the general path
+        must: anything but raw inputs of the model's fixed shapes, datatypes
+        and sizes, outputs asked for by name alone (csrc ReadPlainRequest
+        decides those), and no parameters (but the streaming flag Triton
+        reserves), or forwarded headers for a record's model to see. Its
         errors are those the general path gives the same request: decoding's
         (the same calls), then the run's."""
         cdef uint64_t received = NowNs()
-        cdef DirectRoute direct
+        cdef PlainModel m
         cdef InputTensorView* t
         cdef const PlainRequestInput* inp
         cdef PlainRequest plain  # the request against the model's rules (csrc ReadPlainRequest)
@@ -779,14 +787,20 @@ cdef class InferHandler:
             if view.parameters[i].kind != ParamKind.kBool or \
                     _str(view.parameters[i].key) != _RESERVED:
                 return False
-        direct = route.runnable()
-        if direct is None or not ReadPlainRequest(view, direct.spec.c.get()[0],
-                                                  direct.input_itemsizes, &plain):
+        cdef DirectRoute direct = route.runnable()
+        if direct is not None:
+            m = direct
+        elif route.records is not None and self.enqueue_plain is not None \
+                and self.header_forwarder is None:
+            m = route.records
+        else:
+            return False
+        if not ReadPlainRequest(view, m.spec.c.get()[0], m.input_itemsizes, &plain):
             return False
         request_id = _str(view.id)
-        model_name = direct.model_name
+        model_name = m.model_name
         cdef dict feed = {}
-        names = direct.input_names
+        names = m.input_names
         for i in range(plain.inputs.size()):  # as _decode_view reads them
             inp = &plain.inputs[i]
             t = &view.inputs[inp.source]
@@ -794,21 +808,91 @@ cdef class InferHandler:
             _check_allocatable(t.shape, t.datatype, name, request_id)
             feed[name] = _raw_tensor(msg, view.raw_input_contents[inp.source], name, t.datatype,
                                      t.shape, model_name, request_id)
+        if direct is None:
+            self._queue_record(stream, route, m, feed, plain, request_id)
+            return True
         try:
             outputs = direct.run(feed, <uint32_t>plain.match.batch_size, received)
-            payload = _encode_outputs(direct, request_id, plain.outputs, outputs)
+            payload = _encode_outputs(direct, request_id, plain.outputs, outputs, False)
         except Exception as e:
             self.on_error(stream, e)
             return True
         stream.respond(payload, True)
         return True
 
+    cdef int _queue_record(self, stream, Route route, PlainModel m, dict feed,
+                           PlainRequest& plain, request_id) except -1:
+        cdef list wanted = None
+        cdef size_t i
+        if plain.outputs_named:
+            names = m.output_names
+            wanted = [names[plain.outputs[i].index] for i in range(plain.outputs.size())]
+        fut = ImmediateFuture()
+        cdef GrpcPending p = GrpcPending(fut, feed, plain.match.batch_size, request_id, wanted)
+        p.model = m
+        p.outputs = plain.outputs
+        self.enqueue_plain(route, p)
+        cdef _RecordDone done = _RecordDone.__new__(_RecordDone)
+        done.stream = stream
+        done.record = p
+        done.on_error = self.on_error
+        # RST_STREAM: as the general path's (Server.cancel takes it off the queue)
+        stream.cancel_callback = fut.cancel if self.canceller is None \
+            else functools.partial(self.canceller, fut)
+        fut.add_done_callback(done)
+        return 0
 
-cdef object _encode_outputs(DirectRoute direct, request_id,
-                            const vector[PlainRequestOutput]& wanted, dict outputs):
-    """The gRPC message answering a direct run: the ``wanted`` outputs (by
-    index), typed as the model's config types them (as RequestPath.scatter
-    does)."""
+
+cdef class GrpcPending(PlainPending):
+    """A plain record read from a ModelInfer call (InferHandler._take_plain):
+    besides its model, the outputs its answer holds, in order."""
+
+    cdef PlainModel model
+    cdef vector[PlainRequestOutput] outputs
+
+
+cdef class _RecordDone:
+    """A record's done-callback: its answer from its outputs (typed by
+    their arrays, as RequestPath.response types them) onto its stream."""
+
+    cdef object stream
+    cdef GrpcPending record
+    cdef object on_error
+
+    def __call__(self, fut):
+        stream = self.stream
+        cdef GrpcPending p = self.record
+        self.stream = self.record = None
+        if stream.closed or stream.finished:
+            if not fut.cancelled():  # nobody reads it: marked seen
+                fut.exception()
+            return
+        try:
+            result = fut.result()
+            payload = None
+            if type(result) is dict:
+                payload = _encode_outputs(p.model, p.request_id, p.outputs, result, True)
+                parameters = None
+            else:
+                result, parameters = result
+            if payload is None:  # what the writer leaves to the general encoder
+                payload = _encode(p.model.respond(p.request_id, p.wanted, result, parameters),
+                                  None, False, None)
+        except BaseException as e:
+            self.on_error(stream, e)
+            return
+        stream.respond(payload, True)
+
+
+cdef object _encode_outputs(PlainModel m, request_id,
+                            const vector[PlainRequestOutput]& wanted, dict outputs,
+                            bint by_arrays):
+    """The gRPC message answering a plain request: the ``wanted`` outputs
+    (by index). A direct run's are all there, typed as the model's config
+    types them (as RequestPath.scatter does); a record's (``by_arrays``)
+    are those its backend gave, and None is returned where one's array is
+    not of its config's type (RequestPath.response types it by its array:
+    the general encoder's)."""
     cdef InferResponseView view
     cdef vector[Py_buffer] bufs
     cdef list keep = []
@@ -818,22 +902,31 @@ cdef object _encode_outputs(DirectRoute direct, request_id,
     cdef Py_ssize_t k
     cdef string_view err
     cdef const string* out_name
-    names = direct.output_names
-    view.model_name = _sv(direct.model_name, keep)
-    view.model_version = _sv(direct.version, keep)
+    names = m.output_names
+    view.model_name = _sv(m.model_name, keep)
+    view.model_version = _sv(m.version, keep)
     if request_id:
         view.id = _sv(request_id, keep)
-    view.outputs.resize(n)
+    view.outputs.reserve(n)
     bufs.reserve(n)
     try:
         for i in range(n):
             k = wanted[i].index
-            value = outputs[names[k]]
-            o = &view.outputs[i]
-            out_name = direct.spec.output_name(k)
+            if by_arrays:
+                value = outputs.get(names[k])
+                if value is None:
+                    continue
+                dtype = m.output_dtypes[k]
+                if dtype is None or getattr(value, "dtype", None) != dtype:
+                    return None
+            else:
+                value = outputs[names[k]]
+            view.outputs.resize(view.outputs.size() + 1)
+            o = &view.outputs.back()
+            out_name = m.spec.output_name(k)
             o.name = string_view(out_name.data(), out_name.size())
-            o.datatype = string_view(direct.output_datatypes[k].data(),
-                                     direct.output_datatypes[k].size())
+            o.datatype = string_view(m.output_datatypes[k].data(),
+                                     m.output_datatypes[k].size())
             for d in value.shape:
                 o.shape.push_back(d)
             _raw_buffer(value, &buf, keep)

@@ -13,6 +13,7 @@ class PlainModel:
     input_dtypes: list
     output_names: list
     output_types: list
+    output_dtypes: list
     model_name: str
     version: str
     respond: Any

@@ -1,6 +1,7 @@
-"""Plain HTTP requests to a Python model read straight into their queue
-entries (engine/types.pyx PlainPending, http_infer.plain_record): no
-InferRequest on the way in, no InferResponse on the way out. Every answer
+"""Plain HTTP and gRPC requests to a Python model read straight into their
+queue entries (engine/types.pyx PlainPending; http_infer.plain_record,
+grpc_codec InferHandler._take_plain): no InferRequest on the way in, no
+InferResponse on the way out. Every answer
 is compared byte for byte with the one the general path (InferRequest,
 InferResponse, the general encoder) gives the same request on the same
 server, the model's records switched off between the two."""
@@ -12,8 +13,12 @@ import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
+
+from pyserver._proto import message_class
+from pyserver.frontends.grpc import GrpcFrontend
 
 MODEL = textwrap.dedent('''
     import numpy as np
@@ -322,3 +327,93 @@ def test_records_can_be_switched_off(repo, start_server, monkeypatch):
     assert route(server, "plain").records is None
     body, _ = request_body(A, B)
     assert post(server, "plain", body)[0] == 200
+
+
+# -- gRPC ---------------------------------------------------------------------------
+
+METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+@pytest.fixture
+def grpc_server(repo, start_server):
+    server = start_server(repo)
+    frontend = GrpcFrontend(server.server, "127.0.0.1", 0)
+    server.call(frontend.start())
+    server.grpc_url = f"127.0.0.1:{frontend.port}"
+    yield server
+    server.call(frontend.stop(5))
+
+
+def raw_call(url, request):
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        try:
+            return "ok", call(request.SerializeToString())
+        except grpc.RpcError as err:
+            return err.code(), err.details()
+
+
+def grpc_request(name, first=1.5, rid="", outputs=(), batch=False):
+    req = message_class("inference.ModelInferRequest")(model_name=name, id=rid)
+    shape = [1, 4] if batch else [4]
+    for inp, x in (("INPUT0", [first, 2.0, -3.25, 4.0]), ("INPUT1", B)):
+        req.inputs.add(name=inp, datatype="FP32", shape=shape)
+        req.raw_input_contents.append(np.asarray(x, np.float32).tobytes())
+    for out in outputs:
+        req.outputs.add(name=out)
+    return req
+
+
+GRPC_CASES = {
+    "all outputs": dict(),  # WIDE is FP64: the general encoder's
+    "an id, some outputs": dict(rid="q-5", outputs=("DIFF", "SUM", "ID_LEN")),
+    "an error": dict(first=-1.0, rid="bad"),
+    "parameters": dict(first=99.0),
+    "NaN": dict(first=77.0, outputs=("SUM",)),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("case", GRPC_CASES)
+def test_a_grpc_record_is_answered_as_the_general_path_answers(grpc_server, name, case):
+    server = grpc_server
+    r = route(server, name)
+    req = grpc_request(name, batch=MODELS[name][0] > 0, **GRPC_CASES[case])
+    before = r.records_queued
+    via_record = raw_call(server.grpc_url, req)
+    assert r.records_queued == before + 1
+    records = r.records
+    server.run(setattr, r, "records", None)
+    try:
+        general = raw_call(server.grpc_url, req)
+    finally:
+        server.run(setattr, r, "records", records)
+    assert via_record == general
+    if case == "an error":
+        assert via_record == (grpc.StatusCode.INTERNAL, "negative input: bad")
+    else:
+        assert via_record[0] == "ok"
+        answer = message_class("inference.ModelInferResponse").FromString(via_record[1])
+        outputs = {o.name: (o.datatype, list(o.shape)) for o in answer.outputs}
+        if case == "an id, some outputs":
+            assert answer.id == "q-5"
+            assert list(outputs) == ["DIFF", "SUM", "ID_LEN"]
+            got = dict(zip(outputs, answer.raw_output_contents))
+            assert np.frombuffer(got["ID_LEN"], np.int32).tolist() == [3]
+        if case == "all outputs":
+            assert outputs["WIDE"][0] == "FP64"
+
+
+def test_a_grpc_deadline_takes_the_general_path(grpc_server):
+    server = grpc_server
+    r = route(server, "plain")
+    before = r.records_queued
+    req = grpc_request("plain")
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        call(req.SerializeToString(), timeout=30)
+    assert r.records_queued == before
+    assert raw_call(server.grpc_url, req)[0] == "ok"
+    assert r.records_queued == before + 1
