@@ -329,6 +329,51 @@ def test_records_can_be_switched_off(repo, start_server, monkeypatch):
     assert post(server, "plain", body)[0] == 200
 
 
+
+@pytest.mark.parametrize("io_threads", [0, 2], ids=["loop", "pump"])
+def test_records_through_the_infer_lane(repo, start_server, io_threads):
+    """Requests after a connection's first take the infer lane (on the loop,
+    or read by the socket pump's threads): records there too, answered as
+    the general path answers them."""
+    from pyserver.frontends.http import HttpFrontend
+
+    server = start_server(repo)
+    front = HttpFrontend(server.server, "127.0.0.1", 0, io_threads=io_threads)
+    server.call(front.start())
+    try:
+        r = route(server, "plain_batched")
+
+        def session():
+            conn = http.client.HTTPConnection("127.0.0.1", front.port)
+            answers = []
+            try:
+                for i in range(6):
+                    body, hlen = request_body([i, 1, 2, 3], B, rid=f"s{i}", batch=True,
+                                              binary_inputs=i % 2 == 1,
+                                              outputs=[{"name": "SUM"}] if i % 3 else None)
+                    hdrs = {} if hlen is None else {"Inference-Header-Content-Length": str(hlen)}
+                    conn.request("POST", "/v2/models/plain_batched/infer", body, hdrs)
+                    resp = conn.getresponse()
+                    answers.append((resp.status, resp.read()))
+            finally:
+                conn.close()
+            return answers
+
+        taken, before = front.lane.taken, r.records_queued
+        via_record = session()
+        assert front.lane.taken - taken == 5  # all but the connection's first
+        assert r.records_queued - before == 6
+        records = r.records
+        server.run(setattr, r, "records", None)
+        try:
+            general = session()
+        finally:
+            server.run(setattr, r, "records", records)
+        assert via_record == general
+        assert all(status == 200 for status, _ in via_record)
+    finally:
+        server.call(front.stop())
+
 # -- gRPC ---------------------------------------------------------------------------
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"

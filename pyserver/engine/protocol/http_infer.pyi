@@ -1,5 +1,8 @@
 from typing import Any, Callable
 
+from pyserver.engine.plain_spec import PlainModel
+from pyserver.engine.types import PlainPending
+
 NOT_READ: int
 HEADER_READ: int
 READER_DECLINED: int
@@ -18,3 +21,10 @@ def binary_entry(outputs_json: list, buffers: list | None, t: Any, datatype: str
 def data_entry(outputs_json: list, t: Any, datatype: str, data: Any) -> None: ...
 def document(response: Any, request: Any, outputs_json: list, buffers: list | None, dumps: Any,
              option: int, json_headers: list) -> tuple: ...
+
+class HttpPending(PlainPending): ...
+
+def plain_record(m: PlainModel, body: Any, hlen: int, max_input_size: int,
+                 future: Any) -> HttpPending | int: ...
+def record_answer(p: HttpPending, result: Any, json_headers: list, keep_alive: bool,
+                  http10: bool, fallback: Callable[[Any, Any, bool, bool], list]) -> list: ...
