@@ -26,6 +26,7 @@ from pyserver.engine.protocol.plain_request cimport (
     PlainRequestInput,
     PlainRequestOutput,
     ReadPlainRequest,
+    wanted_names,
 )
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
@@ -822,13 +823,9 @@ cdef class InferHandler:
 
     cdef int _queue_record(self, stream, Route route, PlainModel m, dict feed,
                            PlainRequest& plain, request_id) except -1:
-        cdef list wanted = None
-        cdef size_t i
-        if plain.outputs_named:
-            names = m.output_names
-            wanted = [names[plain.outputs[i].index] for i in range(plain.outputs.size())]
         fut = ImmediateFuture()
-        cdef GrpcPending p = GrpcPending(fut, feed, plain.match.batch_size, request_id, wanted)
+        cdef GrpcPending p = GrpcPending(fut, feed, plain.match.batch_size, request_id,
+                                         wanted_names(m.output_names, plain))
         p.model = m
         p.outputs = plain.outputs
         self.enqueue_plain(route, p)

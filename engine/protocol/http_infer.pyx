@@ -44,6 +44,7 @@ from pyserver.engine.protocol.plain_request cimport (
     PlainRequestInput,
     PlainRequestOutput,
     ReadPlainRequest,
+    wanted_names,
 )
 from pyserver.engine.ndarray cimport PyArray_NewFromDescr, PyArray_Type
 from pyserver.engine.protocol.infer_request_reader cimport (
@@ -772,16 +773,12 @@ def plain_record(PlainModel m, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
 cdef object _record(PlainModel m, body, Py_buffer* src, Py_ssize_t hlen,
                     Py_ssize_t max_input_size, future, InferRequestReader* reader):
     cdef PlainRequest plain
-    cdef size_t i
     feed = _read_feed(m, body, src, hlen, max_input_size, reader, &plain)
     if type(feed) is not dict:
         return feed
-    cdef list wanted = None
-    if plain.outputs_named:
-        names = m.output_names
-        wanted = [names[plain.outputs[i].index] for i in range(plain.outputs.size())]
     cdef HttpPending p = HttpPending(future, <dict>feed, plain.match.batch_size,
-                                     _text(reader.id()) if reader.has_id() else "", wanted)
+                                     _text(reader.id()) if reader.has_id() else "",
+                                     wanted_names(m.output_names, plain))
     p.model = m
     p.outputs = plain.outputs
     p.outputs_named = plain.outputs_named

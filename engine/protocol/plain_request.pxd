@@ -40,3 +40,12 @@ cdef extern from "pyserver/protocol/plain_request.h" namespace "pyserver::json" 
                            size_t body_size, size_t max_input_size, PlainRequest* out)
     cbool ReadPlainRequest(const InferRequestView& view, const CPlainSpec& spec,
                            const vector[size_t]& itemsizes, PlainRequest* out)
+
+
+cdef inline list wanted_names(list output_names, const PlainRequest& plain):
+    """The names of the outputs a plain request named, in its order, or None
+    where it named none (all of them): what its queue entry carries
+    (types.PlainPending.wanted). ``output_names``: its model's, config order."""
+    if not plain.outputs_named:
+        return None
+    return [output_names[plain.outputs[i].index] for i in range(plain.outputs.size())]
