@@ -137,3 +137,27 @@ def test_walk_meets_the_errors_in_cores_order():
     assert error([a, c], ["NOPE"]) == "unexpected inference output 'NOPE' for model 'm'"
     assert error([a, a, c], ["NOPE"]) == "[request id: r1] input 'A' already exists in request"
     assert error([a, b], ["X", "X"]) == "[request id: r1] output 'X' already exists in request"
+
+
+def test_a_plain_record_gets_its_outputs_and_the_general_response_on_demand():
+    """A record's response is its backend's outputs as they are (its
+    protocol writes the answer); plain_response is the InferResponse the
+    same outputs make for a request that asked the same."""
+    from pyserver.engine.types import PlainPending
+
+    mv = model(PLAIN)
+    path = mv._path
+    x = np.ones(2, np.float64)  # not the config's FP32: typed by its array
+    y = np.array([3], np.int32)
+    record = PlainPending(None, {}, 1, "r9", ["Y", "X"])
+    assert path.response(record, {"X": x, "Y": y}, None) == {"X": x, "Y": y}
+    assert path.response(record, {"X": x}, {"p": 1}) == ({"X": x}, {"p": 1})
+    made = path.plain_response("r9", ["Y", "X"], {"X": x, "Y": y}, {"p": 1})
+    req = InferRequest("m", "", "r9", [], [RequestedOutput("Y"), RequestedOutput("X")])
+    twin = path.response(PendingRequest(req, None, {}, 1), {"X": x, "Y": y}, {"p": 1})
+    assert [(t.name, t.datatype, t.shape) for t in made.outputs] == \
+        [(t.name, t.datatype, t.shape) for t in twin.outputs] == [("Y", "INT32", [1]),
+                                                                   ("X", "FP64", [2])]
+    assert (made.id, made.parameters) == (twin.id, twin.parameters) == ("r9", {"p": 1})
+    every = path.plain_response("", None, {"X": x, "Y": y}, None)
+    assert [t.name for t in every.outputs] == ["X", "Y"]  # none named: config order

@@ -11,7 +11,7 @@ import pytest
 from pyserver.backends.python import channel, runner
 from pyserver.backends.python import triton_python_backend_utils as pb
 from pyserver.engine.region_io import pack_batches, pack_inputs, read_results
-from pyserver.engine.types import InferRequest, PendingRequest, RequestedOutput
+from pyserver.engine.types import InferRequest, PendingRequest, PlainPending, RequestedOutput
 from pyserver.engine.worker_io import answers_fit, requests_in, responses_out
 
 DTYPES = {8: np.dtype(np.int32), 9: np.dtype(np.int64), 11: np.dtype(np.float32),
@@ -306,3 +306,30 @@ def test_tensors_of_more_than_32_dimensions_cross_both_ways(regions):
     reader.follow(writer.size)
     (outputs,) = read_results(reader.mm, encoded, DTYPES, None)
     np.testing.assert_array_equal(outputs["Y"], deep)
+
+
+def test_plain_records_travel_with_their_id_and_outputs(regions):
+    """A record (no InferRequest: engine/types.pyx PlainPending) builds the
+    request its InferRequest twin would: its id, the outputs it named (all
+    where none), no parameters, no sequence, no timeout."""
+    writer, reader = regions
+    x = np.arange(4, dtype=np.float32)
+    named = PlainPending(None, {"X": x}, 1, "rec-1", ["OUT1"])
+    named.id = 21
+    unnamed = PlainPending(None, {"X": x * 2}, 1, "", None)
+    unnamed.id = 22
+    twin = _pending(23, {"X": x}, "rec-1", outputs=["OUT1"])
+    twin.request.timeout_us = 0
+    groups = _pack(writer, [[named, unnamed], [twin]], {"X": 11})
+    assert all(type(g) is bytes for g in groups)
+    reader.follow(writer.size)
+    a, b = _requests(groups[0], reader.mm)
+    (t,) = _requests(groups[1], reader.mm)
+    assert [r._key for r in (a, b)] == [21, 22]
+    assert (a.request_id(), b.request_id()) == ("rec-1", "")
+    assert a.requested_output_names() == ["OUT1"]
+    assert b.requested_output_names() == ["OUT0", "OUT1"]
+    fields = (lambda r: (r.request_id(), r.correlation_id(), r.flags(), r.timeout(),
+                         r.parameters(), r.requested_output_names(), r._trace))
+    assert fields(a) == fields(t)
+    np.testing.assert_array_equal(pb.get_input_tensor_by_name(b, "X").as_numpy(), x * 2)
