@@ -462,3 +462,34 @@ def test_a_grpc_deadline_takes_the_general_path(grpc_server):
     assert r.records_queued == before
     assert raw_call(server.grpc_url, req)[0] == "ok"
     assert r.records_queued == before + 1
+
+
+def test_a_full_queue_refuses_a_record_as_it_refuses_a_request(repo, start_server, monkeypatch):
+    """max_queue_size: the second request waits behind a long batching delay
+    and the third is refused, with the general path's status and text."""
+    (repo / "plain_batched" / "config.pbtxt").write_text(CONFIG.format(
+        name="plain_batched", mbs=8,
+        extra="dynamic_batching { max_queue_delay_microseconds: 1000000 "
+              "default_queue_policy { max_queue_size: 1 } }"))
+
+    def refused(server):
+        body, hlen = request_body(A, B, batch=True)
+        with ThreadPoolExecutor(1) as pool:
+            queued = pool.submit(post, server, "plain_batched", body, hlen)
+            for _ in range(300):
+                if server.run(lambda: server.server.inflight):
+                    break
+                time.sleep(0.01)
+            answer = post(server, "plain_batched", body, hlen)
+            assert queued.result(30)[0] == 200
+        return answer
+
+    server = start_server(repo)
+    r = route(server, "plain_batched")
+    via_record = refused(server)
+    assert r.records_queued == 1  # the refused one was not booked
+    assert server.run(lambda: server.server.inflight) == 0
+    monkeypatch.setenv("PYSERVER_PLAIN_RECORDS", "0")
+    general = refused(start_server(repo))
+    assert via_record == general
+    assert via_record[0] == 503 and b"queue" in via_record[2], via_record
