@@ -13,7 +13,8 @@ Models (both systems load the same files): ``add_sub`` (FP32[16], no
 batching: Triton's example) and ``add_sub_dyn`` (max_batch_size 64,
 ``dynamic_batching { max_queue_delay_microseconds: 100 }``, as
 bench/workloads.py's add_sub_dyn), tests/models/python/add_sub/1/model.py;
-``add_sub_onnx`` (the same sums in ONNX, no batching) and ``mlp_onnx`` (an
+``add_sub_onnx`` (the same sums in ONNX, no batching; ``add_sub_onnx_dyn`` with
+dynamic batching) and ``mlp_onnx`` (an
 ONNX MLP slow enough to run on its instance thread) for pyserver systems
 only; ``identity_c``: a backend built for Triton's C API
 (tests/backends_c/identity.c, compiled with ``cc`` into the model's version
@@ -82,6 +83,9 @@ MODELS = {
     # the same sums as an ONNX model (pyserver's onnxruntime backend; the
     # pytriton build of Triton has no onnxruntime backend: pyserver systems only)
     "add_sub_onnx": {"max_batch_size": 0, "extra": "", "onnx": True},
+    # the same with dynamic batching: its requests queue (pyserver systems only)
+    "add_sub_onnx_dyn": {"max_batch_size": 64, "onnx": True,
+                         "extra": f"dynamic_batching {{ max_queue_delay_microseconds: {DELAY_US} }}"},
     # an ONNX MLP (FP32 1024 -> 4096 -> 16, ~0.7 ms a run here) that runs on
     # its instance thread, not inline on the loop (pyserver systems only)
     "mlp_onnx": {"max_batch_size": 8, "extra": "", "onnx": True, "mlp": (1024, 4096, 16)},
@@ -129,7 +133,8 @@ def write_repo(repo: Path, models: list[str]) -> None:
                       weights=mlp_weights(*MODELS[name]["mlp"]))
             continue
         if MODELS[name].get("onnx"):
-            write_add_sub(repo, name, max_batch_size=MODELS[name]["max_batch_size"])
+            write_add_sub(repo, name, max_batch_size=MODELS[name]["max_batch_size"],
+                          extra=MODELS[name]["extra"])
             continue
         model = repo / name
         (model / "1").mkdir(parents=True)

@@ -58,3 +58,4 @@ cdef class PlainModel:
     cdef readonly object model_name
     cdef readonly object version
     cdef readonly object respond  # see PlainModel
+    cdef readonly bint typed_by_arrays  # see PlainModel

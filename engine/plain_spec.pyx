@@ -120,12 +120,16 @@ cdef class PlainModel:
     order; its name and version as the answer names them. A request it
     reads either runs as it is read (batch_execution.DirectRoute) or is
     queued as a plain record (types.PlainPending; admission.Route.records).
-    ``respond``: for records, the model's maker of the response a writer
-    declines to write itself (RequestPath.plain_response); None for direct
-    runs, whose outputs the config types."""
+    ``respond(request_id, wanted, outputs, parameters)``: for records, the
+    model's maker of the response a writer declines to write itself
+    (RequestPath.plain_response or plain_answer); None for direct runs.
+    ``typed_by_arrays``: the answer names an output's datatype by its array,
+    as RequestPath.response does for a backend that answers per request;
+    else by the config, as RequestPath.scatter does for a batch's rows (and
+    a direct run's outputs)."""
 
     def __init__(self, PlainSpec spec, list inputs, list outputs, model_name, version,
-                 respond=None):
+                 respond=None, bint typed_by_arrays=False):
         self.spec = spec
         self.input_names = []
         self.input_dtypes = []
@@ -145,3 +149,4 @@ cdef class PlainModel:
         self.model_name = model_name
         self.version = version
         self.respond = respond
+        self.typed_by_arrays = typed_by_arrays

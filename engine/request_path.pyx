@@ -228,12 +228,17 @@ cdef class RequestPath:
         """Sets each pending request's ``response``: its rows of the outputs
         it asked for (views, no copies). The batch dimension of ``outputs``
         was checked by the caller. ``split``: outputs already cut per request
-        (batch outputs), {name: [part of each request]}."""
+        (batch outputs), {name: [part of each request]}. A plain record's
+        (types.PlainPending) is its rows of every output by name: its
+        protocol writes its answer, typed by the config as here
+        (plain_answer where its writer declines)."""
         cdef Py_ssize_t n = len(requests), i, offset
         cdef dict rows
+        cdef PendingRequest first
         if n == 1 and not split:
-            (<PendingRequest?>requests[0]).response = self.answer(
-                (<PendingRequest>requests[0]).request, outputs)
+            first = <PendingRequest?>requests[0]
+            first.response = outputs if isinstance(first, PlainPending) else \
+                self.answer(first.request, outputs)
             return
         if n == 1 or not self.batching:
             rows = {name: (value,) for name, value in outputs.items()}
@@ -255,6 +260,9 @@ cdef class RequestPath:
         cdef dict types = self.output_types
         for i in range(n):
             p = requests[i]
+            if isinstance(p, PlainPending):
+                p.response = {name: parts[i] for name, parts in rows.items()}
+                continue
             req = <InferRequest?>p.request
             tensors = []
             for out in (req.outputs or self.all_outputs):
@@ -266,12 +274,22 @@ cdef class RequestPath:
     cpdef object answer(self, InferRequest req, dict outputs):
         """The response of a request that ran alone: the outputs it asked for
         (all, when it named none), as ``scatter`` cuts them."""
+        return self._answer(req.id, req.outputs or self.all_outputs, outputs)
+
+    def plain_answer(self, request_id, list wanted, dict outputs, parameters=None):
+        """``answer``'s InferResponse for a plain record whose rows
+        ``scatter`` gave it (its id, the output names it asked for or None
+        for all), for the answer its protocol's own writer does not write."""
+        return self._answer(request_id, self.all_outputs if wanted is None else
+                            [new_output(name, None) for name in wanted], outputs)
+
+    cdef object _answer(self, request_id, wanted, dict outputs):
         cdef list tensors = []
         cdef dict types = self.output_types
-        for out in (req.outputs or self.all_outputs):
+        for out in wanted:
             name = (<RequestedOutput?>out).name
             tensors.append(self._tensor(out, outputs[name], types[name]))
-        return new_response(self.model_name, self.version, req.id, tensors)
+        return new_response(self.model_name, self.version, request_id, tensors)
 
     def responses(self, list requests, results, object other):
         """Each request's ``response`` from its backend's result, for a

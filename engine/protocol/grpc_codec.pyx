@@ -868,7 +868,8 @@ cdef class _RecordDone:
             result = fut.result()
             payload = None
             if type(result) is dict:
-                payload = _encode_outputs(p.model, p.request_id, p.outputs, result, True)
+                payload = _encode_outputs(p.model, p.request_id, p.outputs, result,
+                                          p.model.typed_by_arrays)
                 parameters = None
             else:
                 result, parameters = result
@@ -885,11 +886,11 @@ cdef object _encode_outputs(PlainModel m, request_id,
                             const vector[PlainRequestOutput]& wanted, dict outputs,
                             bint by_arrays):
     """The gRPC message answering a plain request: the ``wanted`` outputs
-    (by index). A direct run's are all there, typed as the model's config
-    types them (as RequestPath.scatter does); a record's (``by_arrays``)
-    are those its backend gave, and None is returned where one's array is
-    not of its config's type (RequestPath.response types it by its array:
-    the general encoder's)."""
+    (by index), typed as the model's config types them (a direct run's, a
+    batch's rows: RequestPath.scatter); or (``by_arrays``) those its
+    backend gave, None returned where one's array is not of its config's
+    type (RequestPath.response types it by its array: the general
+    encoder's). None too where an output is missing."""
     cdef InferResponseView view
     cdef vector[Py_buffer] bufs
     cdef list keep = []
@@ -917,7 +918,9 @@ cdef object _encode_outputs(PlainModel m, request_id,
                 if dtype is None or getattr(value, "dtype", None) != dtype:
                     return None
             else:
-                value = outputs[names[k]]
+                value = outputs.get(names[k])
+                if value is None:
+                    return None  # a direct run's are all there; a record's: the general way's
             view.outputs.resize(view.outputs.size() + 1)
             o = &view.outputs.back()
             out_name = m.spec.output_name(k)

@@ -705,9 +705,9 @@ cdef object _plain_json(PlainModel m, request_id, const vector[PlainRequestOutpu
                         dict outputs, bint by_arrays, json_headers, bint keep_alive,
                         bint http10):
     """json_answer's bytes for a plain request's ``wanted`` outputs, or
-    None. A direct run's outputs are all there, typed by the config; a
-    record's (``by_arrays``) as RequestPath.response makes them: those its
-    backend gave, typed by their arrays."""
+    None. Typed by the config (a direct run's, a batch's rows), all of them
+    there; or (``by_arrays``) as RequestPath.response makes a response:
+    those its backend gave, typed by their arrays."""
     cdef string body
     cdef list raws = []
     cdef size_t i
@@ -728,7 +728,9 @@ cdef object _plain_json(PlainModel m, request_id, const vector[PlainRequestOutpu
                 return None  # words as uint16: RequestPath.response names them
             datatype = None
         else:
-            value = outputs[name]
+            value = outputs.get(name)
+            if value is None:
+                return None  # a direct run's are all there; a record's: the general way's
             datatype = m.output_types[k]
         if not first:
             body.push_back(b',')
@@ -796,8 +798,8 @@ def record_answer(HttpPending p, result, json_headers, bint keep_alive, bint htt
     RequestPath makes (PlainModel.respond)."""
     cdef PlainModel m = p.model
     if type(result) is dict:
-        answer = _plain_json(m, p.request_id, p.outputs, <dict>result, True, json_headers,
-                             keep_alive, http10)
+        answer = _plain_json(m, p.request_id, p.outputs, <dict>result, m.typed_by_arrays,
+                             json_headers, keep_alive, http10)
         if answer is not None:
             return answer
         outputs, parameters = result, None

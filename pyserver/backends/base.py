@@ -43,6 +43,10 @@ class Capability(enum.Flag):
     READINESS = enum.auto()
     # built with context=: the server's services (BLS, metrics, memory pools)
     SERVER_CONTEXT = enum.auto()
+    # with TAKES_REQUESTS: reads a pending request only through
+    # engine/region_io.pyx (its id, parameters, outputs and arrays), so a
+    # plain record with no InferRequest (engine/types.pyx PlainPending) will do
+    TAKES_PLAIN_RECORDS = enum.auto()
 
 
 class _Rescheduled:

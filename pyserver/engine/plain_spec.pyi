@@ -17,6 +17,7 @@ class PlainModel:
     model_name: str
     version: str
     respond: Any
+    typed_by_arrays: bool
     def __init__(self, spec: PlainSpec, inputs: list[tuple[str, Any]],
                  outputs: list[tuple[str, str]], model_name: str, version: str,
-                 respond: Any = ...) -> None: ...
+                 respond: Any = ..., typed_by_arrays: bool = ...) -> None: ...

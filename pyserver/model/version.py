@@ -320,13 +320,11 @@ class ModelVersion:
         if self.inline is not None and self.route.open and bool_word(
                 os.environ.get("PYSERVER_DIRECT_RUN", "1")) is not False:
             self.route.direct = self.inline.direct_route()
-        # A Python model relayed by the loop alone takes plain requests read
-        # straight into their queue entries (PlainPending; PYSERVER_PLAIN_RECORDS=0:
-        # as InferRequests, the alternative bench/perf_analyzer.py measures).
-        if self.route.open and self.inline is None and drivers \
-                and len(loop_drivers) == len(drivers) and self.plain_batches \
-                and self.plain_spec is not None and bool_word(
-                    os.environ.get("PYSERVER_PLAIN_RECORDS", "1")) is not False:
+        # Plain requests read straight into their queue entries (PlainPending;
+        # PYSERVER_PLAIN_RECORDS=0: as InferRequests, the alternative
+        # bench/perf_analyzer.py measures).
+        if self.route.open and bool_word(
+                os.environ.get("PYSERVER_PLAIN_RECORDS", "1")) is not False:
             self.route.records = self._plain_model()
         if loop_drivers and self.config.dynamic_batching.max_queue_delay_microseconds:
             self.batch_timer = DueTimer(loop, self.dispatch)
@@ -335,13 +333,31 @@ class ModelVersion:
 
     def _plain_model(self) -> PlainModel | None:
         """The model as the protocols read and answer its plain records
-        (engine/plain_spec.pyx PlainModel), or None where a tensor is BYTES."""
+        (engine/plain_spec.pyx PlainModel), or None where some request must
+        be an InferRequest: inputs that are not plain, BYTES, batches that
+        are not plain (model/version.py plain_batches), or a backend that
+        reads its requests' InferRequests (a Triton C backend). A backend
+        that answers per request (Python: Capability.TAKES_PLAIN_RECORDS)
+        types its outputs by their arrays; the others' batch outputs are cut
+        by RequestPath.scatter, typed by the config."""
+        if self.plain_spec is None or not self.plain_batches:
+            return None
         tensors = (*self.inputs.values(), *self.outputs.values())
         if any(s.datatype == "BYTES" for s in tensors):
             return None
+        kinds = {Capability.TAKES_REQUESTS in i.capabilities for i in self.instances}
+        if kinds == {True}:  # per request, each of them through region_io
+            if not all(Capability.TAKES_PLAIN_RECORDS in i.capabilities
+                       for i in self.instances):
+                return None
+            respond, by_arrays = self._path.plain_response, True
+        elif kinds == {False}:  # gathered batches, cut by RequestPath.scatter
+            respond, by_arrays = self._path.plain_answer, False
+        else:
+            return None
         return PlainModel(self.plain_spec, [(s.name, s.numpy_dtype) for s in self.inputs.values()],
                           [(s.name, s.datatype) for s in self.outputs.values()], self.name,
-                          self.version_str, self._path.plain_response)
+                          self.version_str, respond, by_arrays)
 
     def _loop_drivable(self, instance: ModelInstance) -> bool:
         """Whether the event loop drives ``instance``: its backend offers a

@@ -279,6 +279,8 @@ def test_a_queued_request_is_looked_up_once(repo, start_server, monkeypatch):
             return super().submit(request, future, route)
 
     monkeypatch.setattr(server_module, "Admission", Recording)
+    # as InferRequests (as records they never reach submit: test_plain_records)
+    monkeypatch.setenv("PYSERVER_PLAIN_RECORDS", "0")
     srv = start_server(repo)
     frontend = GrpcFrontend(srv.server, "127.0.0.1", 0)
     srv.call(frontend.start())

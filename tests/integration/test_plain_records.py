@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from pyserver._proto import message_class
+from pyserver.backends.base import Capability
 from pyserver.frontends.grpc import GrpcFrontend
 
 MODEL = textwrap.dedent('''
@@ -493,3 +494,121 @@ def test_a_full_queue_refuses_a_record_as_it_refuses_a_request(repo, start_serve
     general = refused(start_server(repo))
     assert via_record == general
     assert via_record[0] == 503 and b"queue" in via_record[2], via_record
+
+
+# -- models whose batches are gathered and cut (RequestPath.scatter) ----------------
+
+BATCH_CONFIG = """
+name: "{name}"
+backend: "records_test_backend"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
+        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] }},
+         {{ name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
+default_model_filename: "model"
+"""
+
+
+class SummingBackend:
+    """A backend that takes gathered batches, on its instance thread:
+    the sums and differences of each row, as float64 (the config says FP32:
+    the answer is typed by the config, as RequestPath.scatter types it); a
+    negative first element fails the batch."""
+
+    capabilities = Capability.NONE
+    batches: list = []
+
+    def __init__(self, model_path, config, instance_name, device, threads):
+        pass
+
+    def execute(self, inputs):
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        type(self).batches.append(len(a))
+        if (a[:, 0] < 0).any():
+            raise ValueError("negative input")
+        return {"SUM": (a + b).astype(np.float64), "DIFF": a - b}
+
+
+@pytest.fixture
+def batch_repo(tmp_path):
+    from pyserver.backends import register_backend
+    from pyserver.testing import write_add_sub
+
+    register_backend("records_test_backend", SummingBackend)
+    SummingBackend.batches = []
+    d = tmp_path / "summing"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model").write_text("")
+    (d / "config.pbtxt").write_text(BATCH_CONFIG.format(name="summing"))
+    write_add_sub(tmp_path, "onnx_dyn", size=4, max_batch_size=8,
+                  extra="dynamic_batching { max_queue_delay_microseconds: 20000 }")
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["summing", "onnx_dyn"])
+def test_batched_records_are_answered_as_the_general_path_answers(batch_repo, start_server,
+                                                                  name):
+    server = start_server(batch_repo)
+    r = route(server, name)
+    assert r.records is not None and not r.records.typed_by_arrays
+    out = ("SUM", "DIFF") if name == "summing" else ("OUTPUT0", "OUTPUT1")
+    cases = [dict(), dict(binary_inputs=True, rid="b"), dict(outputs=[{"name": out[1]}]),
+             dict(outputs=[{"name": out[0], "parameters": {"binary_data": True}}], rid="c")]
+    for case in cases:
+        body, hlen = request_body(A, B, batch=True, **case)
+        via_record, general = both_ways(server, name, body, hlen)
+        assert via_record[0] == 200, via_record
+        assert via_record == general, case
+    # several records in one batch, each answered with its rows
+    before = r.records_queued
+
+    def one(i):
+        body, _ = request_body([i, 1, 2, 3], B, rid=str(i), batch=True)
+        status, _, data = post(server, name, body)
+        assert status == 200
+        doc = json.loads(data)
+        assert doc["id"] == str(i)
+        return {o["name"]: o["data"] for o in doc["outputs"]}
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(24)))
+    for i, outputs in enumerate(answers):
+        assert outputs[out[0]] == (np.float32([i, 1, 2, 3]) + np.float32(B)).tolist()
+        assert outputs[out[1]] == (np.float32([i, 1, 2, 3]) - np.float32(B)).tolist()
+    assert r.records_queued == before + 24
+    stats = server.run(server.server.model_statistics, name)
+    assert stats["execution_count"] < stats["inference_count"]  # batched together
+
+
+def test_a_failed_batch_fails_its_records_as_the_general_path(batch_repo, start_server):
+    server = start_server(batch_repo)
+    body, _ = request_body([-1, 1, 2, 3], B, batch=True)
+    via_record, general = both_ways(server, "summing", body, None)
+    assert via_record == general
+    assert via_record[0] == 500 and b"negative input" in via_record[2]
+
+
+def test_grpc_batched_records(batch_repo, start_server):
+    server = start_server(batch_repo)
+    frontend = GrpcFrontend(server.server, "127.0.0.1", 0)
+    server.call(frontend.start())
+    try:
+        url = f"127.0.0.1:{frontend.port}"
+        for name in ("summing", "onnx_dyn"):
+            r = route(server, name)
+            req = grpc_request(name, rid="g", batch=True)
+            before = r.records_queued
+            via_record = raw_call(url, req)
+            assert r.records_queued == before + 1
+            records = r.records
+            server.run(setattr, r, "records", None)
+            try:
+                general = raw_call(url, req)
+            finally:
+                server.run(setattr, r, "records", records)
+            assert via_record == general
+            assert via_record[0] == "ok"
+    finally:
+        server.call(frontend.stop(5))

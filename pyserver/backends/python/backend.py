@@ -342,7 +342,7 @@ class ProcessPythonBackend(ServedInstance):
     # and model control go to the server's context. Each instance adds what
     # its model allows (see __init__).
     capabilities = Capability.TAKES_REQUESTS | Capability.OUT_OF_PROCESS | \
-        Capability.SERVER_CONTEXT
+        Capability.SERVER_CONTEXT | Capability.TAKES_PLAIN_RECORDS
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int,
                  context=None):

@@ -221,7 +221,8 @@ class ThreadPythonBackend(ServedInstance):
 
     # The batch goes to the model as separate requests (Triton's
     # execute(requests) API), on the instance's thread in this process.
-    capabilities = Capability.TAKES_REQUESTS | Capability.SERVER_CONTEXT
+    capabilities = Capability.TAKES_REQUESTS | Capability.SERVER_CONTEXT | \
+        Capability.TAKES_PLAIN_RECORDS
 
     def __init__(self, model_path: str, config, instance_name: str, device: str, threads: int,
                  context=None):
