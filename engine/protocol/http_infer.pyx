@@ -39,7 +39,7 @@ from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.plain_spec cimport PlainModel
 from pyserver.engine.protocol.plain_request cimport (
     Asked,
-    FillKindOf,
+    PlaceInput,
     PlainRequest,
     PlainRequestInput,
     PlainRequestOutput,
@@ -510,24 +510,19 @@ cdef object _json_input(InferRequestReader* reader, size_t i, ElementKind kind, 
 
 
 cdef object _input_data(body, Py_buffer* src, InferRequestReader* reader, Py_ssize_t i,
-                        Py_ssize_t count, npdt, Py_ssize_t* offset, Py_ssize_t max_input_size):
+                        Py_ssize_t count, npdt, size_t* offset, Py_ssize_t max_input_size):
     """Input ``i``'s array (``count`` elements of ``npdt``): a view of its
     binary data at ``*offset`` in the body (moved past it), or its JSON
-    "data" filled in; None where the reader's common case ends."""
+    "data" filled in, placed as the plain case places them (csrc
+    PlaceInput); None where the reader's common case ends."""
     cdef const RequestInput* inp = &reader.inputs()[i]
-    cdef Py_ssize_t itemsize = npdt.itemsize, size, end
-    cdef ElementKind kind
-    if inp.parameters == ParamsState.kOne:
-        size = inp.binary_data_size
-        end = offset[0] + size
-        if end > src.len or size != count * itemsize:
-            return None
-        data = _binary_input(body, src, inp.shape, npdt, offset[0])
-        offset[0] = end
-        return data
-    if not FillKindOf(inp.datatype, &kind) or count > max_input_size // itemsize:
+    cdef PlainRequestInput read
+    if not PlaceInput(inp[0], <size_t>count, <size_t>npdt.itemsize, <size_t>src.len,
+                      <size_t>max_input_size, offset, &read):
         return None
-    return _json_input(reader, <size_t>i, kind, <size_t>count, npdt)
+    if read.binary:
+        return _binary_input(body, src, inp.shape, npdt, <Py_ssize_t>read.offset)
+    return _json_input(reader, <size_t>i, read.kind, <size_t>count, npdt)
 
 
 cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssize_t hlen,
@@ -535,7 +530,8 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
                          InferRequestReader* reader, bint read):
     cdef const RequestInput* inp
     cdef const RequestOutput* out
-    cdef Py_ssize_t total = src.len, offset, count, i, j
+    cdef Py_ssize_t total = src.len, count, i, j
+    cdef size_t offset
     cdef int64_t dim
     if hlen > total or (read and not reader.Read(<const char*>src.buf, <size_t>hlen)):
         return None
@@ -544,7 +540,7 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
     else:
         params = {}
     request_id = _text(reader.id()) if reader.has_id() else ""
-    offset = hlen
+    offset = <size_t>hlen
     cdef list inputs = []
     cdef set names = set()
     for i in range(<Py_ssize_t>reader.inputs().size()):
@@ -577,7 +573,7 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
         if data is None:
             return None
         inputs.append(new_tensor(name, datatype, shape, data, iparams))
-    if offset != total:
+    if offset != <size_t>total:
         return None
     cdef list outputs = []
     cdef set seen = set()

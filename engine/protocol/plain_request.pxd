@@ -5,7 +5,7 @@ from libcpp.vector cimport vector
 
 from pyserver.engine.plain_spec cimport CPlainSpec, PlainMatch
 from pyserver.engine.protocol.grpc_codec cimport InferRequestView
-from pyserver.engine.protocol.infer_request_reader cimport InferRequestReader
+from pyserver.engine.protocol.infer_request_reader cimport InferRequestReader, RequestInput
 from pyserver.engine.protocol.json_writer cimport ElementKind, string_view
 
 
@@ -35,6 +35,8 @@ cdef extern from "pyserver/protocol/plain_request.h" namespace "pyserver::json" 
         cbool outputs_named
 
     cbool FillKindOf(string_view datatype, ElementKind* kind)
+    cbool PlaceInput(const RequestInput& inp, size_t count, size_t itemsize, size_t body_size,
+                     size_t max_input_size, size_t* offset, PlainRequestInput* read)
     cbool ReadPlainRequest(const InferRequestReader& reader, const CPlainSpec& spec,
                            const vector[size_t]& itemsizes, size_t header_size,
                            size_t body_size, size_t max_input_size, PlainRequest* out)

@@ -63,6 +63,23 @@ bool FillKindOf(std::string_view datatype, ElementKind* kind) {
   return true;
 }
 
+bool PlaceInput(const RequestInput& in, size_t count, size_t itemsize, size_t body_size,
+                size_t max_input_size, size_t* offset, PlainRequest::Input* read) {
+  if (itemsize == 0 || *offset > body_size) return false;
+  if (in.parameters == ParamsState::kOne) {  // binary_data_size
+    const size_t size = static_cast<size_t>(in.binary_data_size);
+    if (in.binary_data_size < 0 || count > SIZE_MAX / itemsize || size != count * itemsize ||
+        size > body_size - *offset) {
+      return false;
+    }
+    read->binary = true;
+    read->offset = *offset;
+    *offset += size;
+    return true;
+  }
+  return FillKindOf(in.datatype, &read->kind) && count <= max_input_size / itemsize;
+}
+
 bool ReadPlainRequest(const InferRequestReader& reader, const PlainSpec& spec,
                       const std::vector<size_t>& itemsizes, size_t header_size,
                       size_t body_size, size_t max_input_size, PlainRequest* out) {
@@ -76,16 +93,7 @@ bool ReadPlainRequest(const InferRequestReader& reader, const PlainSpec& spec,
     if (!ReadInput(spec, itemsizes, i, in.name, in.datatype, in.shape, out, &read, &itemsize)) {
       return false;
     }
-    if (in.parameters == ParamsState::kOne) {  // binary_data_size
-      const size_t size = static_cast<size_t>(in.binary_data_size);
-      if (in.binary_data_size < 0 || size != read.count * itemsize ||
-          size > body_size - offset) {
-        return false;
-      }
-      read.binary = true;
-      read.offset = offset;
-      offset += size;
-    } else if (!FillKindOf(in.datatype, &read.kind) || read.count > max_input_size / itemsize) {
+    if (!PlaceInput(in, read.count, itemsize, body_size, max_input_size, &offset, &read)) {
       return false;
     }
     out->inputs.push_back(read);

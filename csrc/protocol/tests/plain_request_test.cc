@@ -1,9 +1,11 @@
 // json::ReadPlainRequest: a plain infer request (HTTP, gRPC) read against
-// its model's PlainSpec, and what it declines.
+// its model's PlainSpec, and what it declines; json::PlaceInput, the
+// placing of one HTTP input's data it shares with the general path's reader.
 #include "pyserver/protocol/plain_request.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -123,6 +125,44 @@ TEST(ReadPlainRequest, JsonDataOnlyOfTheTypesFillDataTakes) {
   EXPECT_TRUE(ReadPlainRequest(reader, halves, {2}, binary.size(), binary.size() + 4, 1 << 20,
                                &request));
   EXPECT_EQ(request.match.batch_size, 0);  // a model that does not batch
+}
+
+TEST(PlaceInput, BinaryDataOfExactlyItsSizeInsideTheBody) {
+  RequestInput in;
+  in.datatype = "FP32";
+  in.parameters = ParamsState::kOne;
+  in.binary_data_size = 16;
+  PlainRequest::Input read;
+  size_t offset = 100;
+  ASSERT_TRUE(PlaceInput(in, 4, 4, 116, 1 << 20, &offset, &read));
+  EXPECT_TRUE(read.binary);
+  EXPECT_EQ(read.offset, 100u);
+  EXPECT_EQ(offset, 116u);  // moved past it
+  offset = 100;
+  EXPECT_FALSE(PlaceInput(in, 4, 4, 115, 1 << 20, &offset, &read));  // past the body
+  EXPECT_FALSE(PlaceInput(in, 3, 4, 200, 1 << 20, &offset, &read));  // another size
+  EXPECT_FALSE(PlaceInput(in, SIZE_MAX / 2, 4, 200, 1 << 20, &offset, &read));  // overflows
+  in.binary_data_size = -1;
+  EXPECT_FALSE(PlaceInput(in, 0, 4, 200, 1 << 20, &offset, &read));
+  offset = 201;
+  in.binary_data_size = 0;
+  EXPECT_FALSE(PlaceInput(in, 0, 4, 200, 1 << 20, &offset, &read));  // offset past the body
+  EXPECT_EQ(offset, 201u);
+}
+
+TEST(PlaceInput, JsonDataOfAFilledTypeWithinTheLimit) {
+  RequestInput in;
+  in.datatype = "INT32";
+  PlainRequest::Input read;
+  size_t offset = 10;
+  ASSERT_TRUE(PlaceInput(in, 8, 4, 10, 32, &offset, &read));
+  EXPECT_FALSE(read.binary);
+  EXPECT_EQ(read.kind, ElementKind::kInt32);
+  EXPECT_EQ(offset, 10u);  // no binary data taken
+  EXPECT_FALSE(PlaceInput(in, 9, 4, 10, 32, &offset, &read));  // over max_input_size
+  in.datatype = "FP16";
+  EXPECT_FALSE(PlaceInput(in, 1, 2, 10, 32, &offset, &read));  // FillData does not fill it
+  EXPECT_FALSE(PlaceInput(in, 1, 0, 10, 32, &offset, &read));  // no element size
 }
 
 // A parsed ModelInferRequest of add_sub with `rows` rows, its raw contents of `bytes` each.

@@ -50,6 +50,16 @@ struct PlainRequest {
 // false for the datatypes it does not fill.
 bool FillKindOf(std::string_view datatype, ElementKind* kind);
 
+// Where the plain case takes an HTTP input's `count` elements of `itemsize`
+// bytes from: its binary data (its binary_data_size bytes, exactly that
+// many, at `*offset` of a body of `body_size` bytes; `*offset` moves past
+// them) or its JSON "data" (a datatype FillData fills, at most
+// `max_input_size` bytes). Sets `read`'s binary, offset or kind; false where
+// neither holds. ReadPlainRequest and the general path's reader of plain
+// requests (engine/protocol/http_infer.pyx) place inputs by it alike.
+bool PlaceInput(const RequestInput& in, size_t count, size_t itemsize, size_t body_size,
+                size_t max_input_size, size_t* offset, PlainRequest::Input* read);
+
 // Reads what `reader` read of a request's JSON header (the body's first
 // `header_size` of `body_size` bytes; binary data follows it) against
 // `spec`. `itemsizes`: the byte size of an element of each of the model's
