@@ -118,7 +118,6 @@ cdef class Admission:
         """``route``: what ``route(request.model_name)`` gave in this same
         call of the loop, where the caller asked (not looked up again)."""
         cdef Ledger ledger = self.ledger
-        cdef Scheduler scheduler
         cdef PendingRequest pending
         cdef tuple validated
         if self.manager is None or ledger.stopping or request.parameters \
@@ -131,8 +130,6 @@ cdef class Admission:
             route = self._open_route(model)
             if route is None:
                 return self.general_resolved(model, request, future)
-        else:
-            model = route.model
         validated = route.validate(request)  # raises the general path's errors
         if future is None:
             future = self.loop.create_future()

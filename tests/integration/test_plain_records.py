@@ -6,6 +6,7 @@ is compared byte for byte with the one the general path (InferRequest,
 InferResponse, the general encoder) gives the same request on the same
 server, the model's records switched off between the two."""
 
+import contextlib
 import http.client
 import json
 import shutil
@@ -20,6 +21,7 @@ import pytest
 from pyserver._proto import message_class
 from pyserver.backends.base import Capability
 from pyserver.frontends.grpc import GrpcFrontend
+from tests.integration.test_direct_run import METHOD, raw_call
 
 MODEL = textwrap.dedent('''
     import numpy as np
@@ -135,6 +137,17 @@ def request_body(a, b, *, rid=None, outputs=None, binary_inputs=False, params=No
     return header + raw, (len(header) if binary_inputs else None)
 
 
+@contextlib.contextmanager
+def records_off(server, r):
+    """The model's plain requests as InferRequests while inside (its Route ``r``)."""
+    records = r.records
+    server.run(setattr, r, "records", None)
+    try:
+        yield
+    finally:
+        server.run(setattr, r, "records", records)
+
+
 def both_ways(server, name, body, hlen, headers=None):
     """The answer with the model's records, then without; asserts the
     record path took the first."""
@@ -142,13 +155,17 @@ def both_ways(server, name, body, hlen, headers=None):
     before = r.records_queued
     via_record = post(server, name, body, hlen, headers)
     assert r.records_queued == before + 1, "the record path did not take it"
-    records = r.records
-    server.run(setattr, r, "records", None)
-    try:
+    with records_off(server, r):
         general = post(server, name, body, hlen, headers)
-    finally:
-        server.run(setattr, r, "records", records)
     return via_record, general
+
+
+def wait_until_in_flight(server):
+    """Until the server holds a request (the one just sent is queued)."""
+    for _ in range(500):
+        if server.run(lambda: server.server.inflight):
+            return
+        time.sleep(0.01)
 
 
 A = [1.5, 2.0, -3.25, 4.0]
@@ -288,10 +305,7 @@ def unload_with_one_queued(server):
     body, hlen = request_body(A, B, batch=True)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(post, server, "plain_batched", body, hlen)
-        for _ in range(500):
-            if server.run(lambda: server.server.inflight):
-                break
-            time.sleep(0.01)
+        wait_until_in_flight(server)
         server.call(server.server.unload_model("plain_batched"))
         status, _, text = pending.result(30)
     return status, text
@@ -364,21 +378,14 @@ def test_records_through_the_infer_lane(repo, start_server, io_threads):
         via_record = session()
         assert front.lane.taken - taken == 5  # all but the connection's first
         assert r.records_queued - before == 6
-        records = r.records
-        server.run(setattr, r, "records", None)
-        try:
+        with records_off(server, r):
             general = session()
-        finally:
-            server.run(setattr, r, "records", records)
         assert via_record == general
         assert all(status == 200 for status, _ in via_record)
     finally:
         server.call(front.stop())
 
 # -- gRPC ---------------------------------------------------------------------------
-
-METHOD = "/inference.GRPCInferenceService/ModelInfer"
-
 
 @pytest.fixture
 def grpc_server(repo, start_server):
@@ -388,16 +395,6 @@ def grpc_server(repo, start_server):
     server.grpc_url = f"127.0.0.1:{frontend.port}"
     yield server
     server.call(frontend.stop(5))
-
-
-def raw_call(url, request):
-    with grpc.insecure_channel(url) as channel:
-        call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
-                                   response_deserializer=lambda b: b)
-        try:
-            return "ok", call(request.SerializeToString())
-        except grpc.RpcError as err:
-            return err.code(), err.details()
 
 
 def grpc_request(name, first=1.5, rid="", outputs=(), batch=False):
@@ -429,12 +426,8 @@ def test_a_grpc_record_is_answered_as_the_general_path_answers(grpc_server, name
     before = r.records_queued
     via_record = raw_call(server.grpc_url, req)
     assert r.records_queued == before + 1
-    records = r.records
-    server.run(setattr, r, "records", None)
-    try:
+    with records_off(server, r):
         general = raw_call(server.grpc_url, req)
-    finally:
-        server.run(setattr, r, "records", records)
     assert via_record == general
     if case == "an error":
         assert via_record == (grpc.StatusCode.INTERNAL, "negative input: bad")
@@ -477,10 +470,7 @@ def test_a_full_queue_refuses_a_record_as_it_refuses_a_request(repo, start_serve
         body, hlen = request_body(A, B, batch=True)
         with ThreadPoolExecutor(1) as pool:
             queued = pool.submit(post, server, "plain_batched", body, hlen)
-            for _ in range(300):
-                if server.run(lambda: server.server.inflight):
-                    break
-                time.sleep(0.01)
+            wait_until_in_flight(server)
             answer = post(server, "plain_batched", body, hlen)
             assert queued.result(30)[0] == 200
         return answer
@@ -602,12 +592,8 @@ def test_grpc_batched_records(batch_repo, start_server):
             before = r.records_queued
             via_record = raw_call(url, req)
             assert r.records_queued == before + 1
-            records = r.records
-            server.run(setattr, r, "records", None)
-            try:
+            with records_off(server, r):
                 general = raw_call(url, req)
-            finally:
-                server.run(setattr, r, "records", records)
             assert via_record == general
             assert via_record[0] == "ok"
     finally:
