@@ -73,14 +73,17 @@ def grpc_frame(message: bytes) -> bytes:
 
 
 def h2load(port: int, body: Path, conns: int, seconds: float, warmup: float,
-           log: Path, threads: int = 1) -> dict:
+           log: Path, threads: int = 1, headers: tuple = ()) -> dict:
     """One h2load run against 127.0.0.1: one stream per connection
     (`-c N -m 1`), one client thread; a warm-up run, then the timed window.
-    (Not --warm-up-time: h2load keeps counting DATA bytes through it.)"""
+    (Not --warm-up-time: h2load keeps counting DATA bytes through it.)
+    ``headers``: more request headers ("name: value"), as a deadline's
+    grpc-timeout."""
     def once(duration: float, log_file: Path | None) -> str:
         cmd = ["h2load", "-c", str(conns), "-m", "1", "-t", str(threads),
                "-D", f"{int(duration * 1000)}ms",
                "-H", "content-type: application/grpc", "-H", "te: trailers", "-d", str(body),
+               *[arg for h in headers for arg in ("-H", h)],
                f"http://127.0.0.1:{port}{GRPC_INFER_PATH}"]
         if log_file is not None:
             cmd[1:1] = ["--log-file", str(log_file)]
@@ -132,13 +135,15 @@ def wrk(url: str, script: Path, conns: int, seconds: float, warmup: float,
 
 def drive(server, protocol: str, model: str, conns: int, seconds: float, warmup: float,
           script: Path, body: Path, answer_bytes: int | None, log: Path,
-          threads: int = 1) -> dict:
-    """One cell against ``server``'s ``model``: h2load over gRPC (``body``;
-    failed calls told from ``answer_bytes``, grpc_errors) or wrk over HTTP
-    (``script``, the model's infer route), ``conns`` connections; infer/s
-    counts good answers only, ``errors`` the others."""
+          threads: int = 1, grpc_headers: tuple = ()) -> dict:
+    """One cell against ``server``'s ``model``: h2load over gRPC (``body``,
+    ``grpc_headers`` besides gRPC's own; failed calls told from
+    ``answer_bytes``, grpc_errors) or wrk over HTTP (``script``, the
+    model's infer route), ``conns`` connections; infer/s counts good
+    answers only, ``errors`` the others."""
     if protocol == "grpc":
-        result = h2load(server.grpc_port, body, conns, seconds, warmup, log, threads)
+        result = h2load(server.grpc_port, body, conns, seconds, warmup, log, threads,
+                        grpc_headers)
         result["errors"] = grpc_errors(result, answer_bytes)
         return only_successes(result, result["errors"])
     return wrk(f"http://127.0.0.1:{server.http_port}/v2/models/{model}/infer", script, conns,

@@ -5,7 +5,7 @@ and h2load (gRPC, a prepared ModelInfer body).
   python bench/python_backend.py [--duration 3] [--rounds 3] [--concurrency 1 16 64 128]
                                  [--instances 1 2] [--size 16] [--batching]
                                  [--systems pyserver triton] [--protocols http grpc]
-                                 [--env pyserver-NAME:KEY=VALUE ...]
+                                 [--grpc-timeout SECONDS] [--env pyserver-NAME:KEY=VALUE ...]
 
 Both systems load the same files: tests/models/python/add_sub/1/model.py
 (Triton's add_sub example in our words: one response per request, output
@@ -75,7 +75,9 @@ def write_repo(repo: Path, args, instances: int) -> None:
 
 def drive(server, protocol: str, conns: int, args, tmp: Path, bodies: dict, answer) -> dict:
     return loadgen.drive(server, protocol, "add_sub", conns, args.duration, args.warmup,
-                         bodies["http"], bodies["grpc"], answer, tmp / "h2load.log")
+                         bodies["http"], bodies["grpc"], answer, tmp / "h2load.log",
+                         grpc_headers=(f"grpc-timeout: {args.grpc_timeout}S",)
+                         if args.grpc_timeout else ())
 
 
 def bench_instances(args, tmp: Path, instances: int, bodies: dict) -> list[dict]:
@@ -198,6 +200,9 @@ def main():
                    help="pyserver, triton, or pyserver-NAME (this checkout with its own --env, "
                         "or another with --checkout)")
     p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=["http", "grpc"])
+    p.add_argument("--grpc-timeout", type=int, default=0, metavar="SECONDS",
+                   help="a deadline on every gRPC call (grpc-timeout, as tritonclient's "
+                        "client_timeout sends it); 0: none")
     systems.add_variant_options(p)
     args = p.parse_args()
     for system in args.systems:

@@ -728,9 +728,7 @@ cdef class InferHandler:
             _parse(msg, &view)
             if self.routes is not None and view.model_version.empty():
                 route = self.routes(_str(view.model_name))
-                # a deadline is the general path's to keep
-                if route is not None and stream.timeout is None \
-                        and self._take_plain(stream, msg, view, route):
+                if route is not None and self._take_plain(stream, msg, view, route):
                     return
             prepared = self._prepare_parsed(stream, msg, view)
             request = prepared[0]
@@ -774,7 +772,10 @@ cdef class InferHandler:
         must: anything but raw inputs of the model's fixed shapes, datatypes
         and sizes, outputs asked for by name alone (csrc ReadPlainRequest
         decides those), and no parameters (but the streaming flag Triton
-        reserves), or forwarded headers for a record's model to see. Its
+        reserves), or forwarded headers for a record's model to see. A
+        call's deadline (grpc-timeout) is kept as the general path keeps it:
+        a run as read ends before it can pass; a record's call ends with
+        DEADLINE_EXCEEDED and leaves the queue (``on_deadline``). Its
         errors are those the general path gives the same request: decoding's
         (the same calls), then the run's."""
         cdef uint64_t received = NowNs()
@@ -833,6 +834,9 @@ cdef class InferHandler:
         done.stream = stream
         done.record = p
         done.on_error = self.on_error
+        timeout = stream.timeout
+        if timeout is not None:  # grpc-timeout: as the general path keeps it
+            done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
         # RST_STREAM: as the general path's (Server.cancel takes it off the queue)
         stream.cancel_callback = fut.cancel if self.canceller is None \
             else functools.partial(self.canceller, fut)
@@ -855,11 +859,14 @@ cdef class _RecordDone:
     cdef object stream
     cdef GrpcPending record
     cdef object on_error
+    cdef object handle  # the deadline's timer, if the call has one
 
     def __call__(self, fut):
         stream = self.stream
         cdef GrpcPending p = self.record
-        self.stream = self.record = None
+        if self.handle is not None:
+            self.handle.cancel()
+        self.stream = self.record = self.handle = None
         if stream.closed or stream.finished:
             if not fut.cancelled():  # nobody reads it: marked seen
                 fut.exception()

@@ -138,8 +138,7 @@ def serve(start_server):
 
 
 def raw_call(url, request):
-    """ModelInfer with a request built by hand, no deadline (a deadline
-    sends the request the general way)."""
+    """ModelInfer with a request built by hand, no deadline."""
     with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)
@@ -202,9 +201,11 @@ def test_dynamic_batching_always_queues(repo, serve):
 
 
 def test_requests_the_grpc_reader_declines_still_run_unqueued(repo, serve):
-    """What the gRPC reader leaves to the full decode (a parameter, a
-    deadline, classification) is still run as the queue would run it alone
-    (Admission.submit); a version named goes the general way and queues."""
+    """What the gRPC reader leaves to the full decode (a parameter,
+    classification) is still run as the queue would run it alone
+    (Admission.submit); a call with a deadline is run as read (it ends
+    before the deadline can pass); a version named goes the general way and
+    queues."""
     s = serve(repo)
     s.move_to_loop("add_sub", lambda: s.add_sub("add_sub"))
     before, queued0 = s.runs("add_sub"), s.stats("add_sub")["inference_stats"]["queue"]["ns"]
@@ -297,7 +298,7 @@ def test_a_queued_request_is_looked_up_once(repo, start_server, monkeypatch):
                 i.set_data_from_numpy(one, binary_data=binary)
             np.testing.assert_array_equal(
                 http.infer("add_sub_dyn", inputs).as_numpy("OUTPUT1"), one * 0)
-        # a deadline: not run as read (the general path keeps deadlines), still looked up once
+        # a deadline, records off: the general path, still looked up once
         s.add_sub("add_sub_dyn", one, one, client_timeout=30)
         assert looked_up == ["add_sub_dyn"] * 4
         model = s.model("add_sub_dyn")

@@ -444,18 +444,74 @@ def test_a_grpc_record_is_answered_as_the_general_path_answers(grpc_server, name
             assert outputs["WIDE"][0] == "FP64"
 
 
-def test_a_grpc_deadline_takes_the_general_path(grpc_server):
-    server = grpc_server
-    r = route(server, "plain")
-    before = r.records_queued
-    req = grpc_request("plain")
-    with grpc.insecure_channel(server.grpc_url) as channel:
+def timed_call(url, request, timeout):
+    """ModelInfer with a deadline (grpc-timeout): ("ok", bytes) or (code, details)."""
+    with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)
-        call(req.SerializeToString(), timeout=30)
-    assert r.records_queued == before
-    assert raw_call(server.grpc_url, req)[0] == "ok"
-    assert r.records_queued == before + 1
+        try:
+            return "ok", call(request.SerializeToString(), timeout=timeout)
+        except grpc.RpcError as err:
+            return err.code(), err.details()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_grpc_call_with_a_deadline_is_read_as_a_record(grpc_server, name):
+    server = grpc_server
+    r = route(server, name)
+    req = grpc_request(name, rid="d-1", batch=MODELS[name][0] > 0)
+    before = r.records_queued
+    via_record = timed_call(server.grpc_url, req, 30)
+    assert r.records_queued == before + 1, "the record path did not take it"
+    with records_off(server, r):
+        general = timed_call(server.grpc_url, req, 30)
+    assert via_record[0] == "ok"
+    assert via_record == general
+
+
+def deadline_passes_in_the_queue(server):
+    """A call whose 0.3 s deadline passes while it waits out a 2 s batching
+    delay: its outcome, how long it took, and the model's statistics once
+    the delay is over (nothing of it ran), with a call after it answered."""
+    req = grpc_request("plain_batched", batch=True)
+    stats0 = server.run(server.server.model_statistics, "plain_batched")
+    start = time.monotonic()
+    outcome = timed_call(server.grpc_url, req, 0.3)
+    took = time.monotonic() - start
+    time.sleep(2.5)  # past the delay: a request still queued would have run by now
+    stats = server.run(server.server.model_statistics, "plain_batched")
+    assert server.run(lambda: server.server.inflight) == 0
+    runs = stats["execution_count"] - stats0["execution_count"]
+    canceled = stats["failure_reasons"].get("CANCELED", 0) \
+        - stats0["failure_reasons"].get("CANCELED", 0)
+    assert raw_call(server.grpc_url, req)[0] == "ok"  # the model serves on
+    return outcome, took, runs, canceled
+
+
+def test_a_record_whose_deadline_passes_leaves_the_queue(repo, start_server):
+    """As the general path: DEADLINE_EXCEEDED when grpc-timeout passes, the
+    record taken off the queue (never run, counted as CANCELED)."""
+    (repo / "plain_batched" / "config.pbtxt").write_text(CONFIG.format(
+        name="plain_batched", mbs=8,
+        extra="dynamic_batching { max_queue_delay_microseconds: 2000000 }"))
+    server = start_server(repo)
+    frontend = GrpcFrontend(server.server, "127.0.0.1", 0)
+    server.call(frontend.start())
+    server.grpc_url = f"127.0.0.1:{frontend.port}"
+    try:
+        r = route(server, "plain_batched")
+        before = r.records_queued
+        via_record = deadline_passes_in_the_queue(server)
+        assert r.records_queued == before + 2  # the timed call, the raw one after it
+        with records_off(server, r):
+            general = deadline_passes_in_the_queue(server)
+        assert r.records_queued == before + 2
+    finally:
+        server.call(frontend.stop(5))
+    for outcome, took, runs, canceled in (via_record, general):
+        assert outcome == (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        assert took < 1.8, took  # ended by the deadline, not by the batch
+        assert runs == 0 and canceled == 1
 
 
 def test_a_full_queue_refuses_a_record_as_it_refuses_a_request(repo, start_server, monkeypatch):
