@@ -162,7 +162,8 @@ cdef class Admission:
         """Into the model's queue, the server's books and its loop driver."""
         cdef Ledger ledger = self.ledger
         cdef Scheduler scheduler = route.scheduler
-        pending.id = scheduler.enqueue(pending, pending.batch_size, priority, timeout_us, key)
+        pending.id = scheduler.enqueue_request(pending, pending.batch_size, priority, timeout_us,
+                                               key)
         ledger.handles[pending.future] = (scheduler, pending.id)
         ledger.inflight += 1
         if route.dispatch is not None and not scheduler.wait_holds:

@@ -161,6 +161,9 @@ cdef class Scheduler:
     # queued, so the loop need not ask before next_due_ns (its timer will)
     cdef readonly bint wait_holds
 
+    cdef uint64_t enqueue_request(self, object request, uint32_t batch_size, uint64_t priority,
+                                  uint64_t timeout_us, uint64_t shape_key) except? 0
+    cdef uint64_t _enqueue(self, object request, RequestInfo& info) except? 0
     cpdef object try_next_batch(self)
     cpdef record(self, Batch batch, uint64_t compute_start_ns, uint64_t compute_input_end_ns,
                  uint64_t compute_output_start_ns, uint64_t compute_end_ns,

@@ -152,11 +152,6 @@ cdef class Scheduler:
         the address of what the model's BatchStrategy reads of the request,
         kept alive by ``request`` while it is queued."""
         cdef RequestInfo info
-        cdef uint64_t rid = 0
-        cdef cbool holds = False
-        cdef Status st
-        Py_INCREF(request)
-        info.token = <Token><uintptr_t><PyObject*>request
         info.batch_size = batch_size
         # A level beyond the model's is its default level, as in Triton
         # (PriorityQueue::LevelFor); beyond uint32 too (0: the default).
@@ -169,6 +164,25 @@ cdef class Scheduler:
             info.sequence_flags = sequence_flags
             if correlation_label is not None:
                 info.correlation_label = correlation_label.encode()
+        return self._enqueue(request, info)
+
+    cdef uint64_t enqueue_request(self, object request, uint32_t batch_size, uint64_t priority,
+                                  uint64_t timeout_us, uint64_t shape_key) except? 0:
+        """``enqueue`` as a C call, for a request that is not in a
+        sequence and has no BatchStrategy view (engine/admission.pyx)."""
+        cdef RequestInfo info
+        info.batch_size = batch_size
+        info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
+        info.timeout_us = timeout_us
+        info.shape_key = shape_key
+        return self._enqueue(request, info)
+
+    cdef uint64_t _enqueue(self, object request, RequestInfo& info) except? 0:
+        cdef uint64_t rid = 0
+        cdef cbool holds = False
+        cdef Status st
+        Py_INCREF(request)
+        info.token = <Token><uintptr_t><PyObject*>request
         # GIL kept: Enqueue only takes the queue lock for an O(1) push, and
         # csrc never waits for the GIL, so this cannot deadlock; releasing it
         # here would hand the GIL to a busy instance thread on every request.

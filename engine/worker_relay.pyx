@@ -208,12 +208,15 @@ cdef class WorkerRelay:
         scheduler = self._scheduler
         cdef Py_ssize_t share, limit, i
         share = -(-scheduler.queued_count // (1 + self._free_siblings()))
-        limit = min(max(share, 1), self.backend.group_limit(self._max_group))
+        # the backend's bound matters only to a share of more than one
+        limit = 1 if share <= 1 else min(share, self.backend.group_limit(self._max_group))
         cdef list group = []
         for i in range(limit):
+            # asked even with nothing queued: that ends the scheduler's
+            # report of a wait, after which an arrival asks again (enqueue)
             batch = scheduler.try_next_batch()
             if batch is None:
-                if not group:
+                if not group and scheduler.next_due_ns:  # a batching delay holds it back
                     self.mv.wake_when_due()
                 break
             group.append(batch)
