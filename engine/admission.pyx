@@ -29,7 +29,6 @@ from libc.stdint cimport uint64_t
 
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.batcher cimport Scheduler
-from pyserver.engine.types cimport InferRequest, PendingRequest, PlainPending
 
 
 cdef extern from "pyserver/clock.h" namespace "pyserver" nogil:
@@ -87,16 +86,6 @@ cdef class Admission:
     only one in flight (the server decides whether to spin for it); the
     tracer. ``bind(manager, loop)`` once the server's models and loop
     exist: before, every request takes the general path."""
-
-    cdef Ledger ledger
-    cdef object general
-    cdef object general_resolved
-    cdef object uses_cache
-    cdef object spin
-    cdef object tracer
-    cdef object manager
-    cdef dict versions  # the manager's: model name -> {version: ModelVersion}
-    cdef object loop
 
     def __init__(self, Ledger ledger, general, general_resolved, uses_cache, spin, tracer):
         self.ledger = ledger

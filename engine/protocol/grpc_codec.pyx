@@ -18,7 +18,7 @@ from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pyserver.engine.admission cimport Route
+from pyserver.engine.admission cimport Admission, Route
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.plain_spec cimport PlainModel
 from pyserver.engine.protocol.plain_request cimport (
@@ -661,11 +661,12 @@ cdef class InferHandler:
     when grpc-timeout passes first; ``header_forwarder(headers, parameters)``
     copies the call's forwarded headers into the request's parameters;
     ``tracer`` (the server's) takes the call's GRPC_WAITREAD and GRPC_SEND
-    stamps while tracing is on; ``routes(model_name) -> Route or None``
-    (``Server.route``): a plain call's model, run as it is read where the
-    Route is runnable, else handed back to ``submit`` as its third argument;
-    ``enqueue_plain(route, record)`` (``Server.enqueue_plain``): a plain
-    call to a model whose Route has ``records``, queued as read (GrpcPending).
+    stamps while tracing is on; ``admission`` (``Server.admission``, or None:
+    every call the general way): its ``route(model_name)`` is a plain call's
+    model, run as it is read where the Route is runnable, else handed back
+    to ``submit`` as its third argument; its ``enqueue_plain(route, record)``
+    queues a plain call to a model whose Route has ``records`` as read
+    (GrpcPending).
     """
 
     cdef object submit
@@ -677,14 +678,12 @@ cdef class InferHandler:
     cdef object canceller
     cdef object header_forwarder
     cdef object tracer
-    cdef object routes
-    cdef object enqueue_plain
+    cdef Admission admission
 
     def __init__(self, submit, loop, *, contents_decoder=None, shm_resolver=None,
                  on_error, on_deadline, canceller=None, header_forwarder=None, tracer=None,
-                 routes=None, enqueue_plain=None):
-        self.routes = routes
-        self.enqueue_plain = enqueue_plain
+                 Admission admission=None):
+        self.admission = admission
         self.tracer = tracer
         self.canceller = canceller
         self.header_forwarder = header_forwarder
@@ -726,8 +725,8 @@ cdef class InferHandler:
         cdef Route route = None
         try:
             _parse(msg, &view)
-            if self.routes is not None and view.model_version.empty():
-                route = self.routes(_str(view.model_name))
+            if self.admission is not None and view.model_version.empty():
+                route = self.admission.route(_str(view.model_name))
                 if route is not None and self._take_plain(stream, msg, view, route):
                     return
             prepared = self._prepare_parsed(stream, msg, view)
@@ -792,8 +791,7 @@ cdef class InferHandler:
         cdef DirectRoute direct = route.runnable()
         if direct is not None:
             m = direct
-        elif route.records is not None and self.enqueue_plain is not None \
-                and self.header_forwarder is None:
+        elif route.records is not None:
             m = route.records
         else:
             return False
@@ -829,7 +827,7 @@ cdef class InferHandler:
                                          wanted_names(m.output_names, plain))
         p.model = m
         p.outputs = plain.outputs
-        self.enqueue_plain(route, p)
+        self.admission.enqueue_plain(route, p)
         cdef _RecordDone done = _RecordDone.__new__(_RecordDone)
         done.stream = stream
         done.record = p

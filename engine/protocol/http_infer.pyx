@@ -596,8 +596,9 @@ cdef object _build_plain(model_name, model_version, body, Py_buffer* src, Py_ssi
 # ---------------------------------------------------------------- direct runs
 
 
-def direct_answer(DirectRoute direct, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
-                  json_headers, bint keep_alive, bint http10, uint64_t received, fallback):
+cpdef object direct_answer(DirectRoute direct, body, Py_ssize_t hlen,
+                           Py_ssize_t max_input_size, json_headers, bint keep_alive,
+                           bint http10, uint64_t received, fallback):
     """Runs a plain request (JSON header of ``hlen`` bytes, then its binary
     tensors) through ``direct`` (batch_execution.DirectRoute) and returns
     its whole 200 answer (a list); where the general path must take it
@@ -747,13 +748,9 @@ cdef class HttpPending(PlainPending):
     order and how each asked, whether it named them, and its
     binary_data_output parameter (None: it gave none)."""
 
-    cdef PlainModel model
-    cdef vector[PlainRequestOutput] outputs
-    cdef bint outputs_named
-    cdef object binary_data_output
 
-
-def plain_record(PlainModel m, body, Py_ssize_t hlen, Py_ssize_t max_input_size, future):
+cpdef object plain_record(PlainModel m, body, Py_ssize_t hlen, Py_ssize_t max_input_size,
+                          future):
     """A plain request (JSON header of ``hlen`` bytes, then its binary
     tensors) to a model whose plain requests queue as records
     (admission.Route.records), read into its queue entry (an HttpPending,
@@ -785,7 +782,8 @@ cdef object _record(PlainModel m, body, Py_buffer* src, Py_ssize_t hlen,
     return p
 
 
-def record_answer(HttpPending p, result, json_headers, bint keep_alive, bint http10, fallback):
+cpdef object record_answer(HttpPending p, result, json_headers, bint keep_alive, bint http10,
+                           fallback):
     """The 200 answer (a list) of a record whose batch ran: ``result`` is its
     response (types.PlainPending: its outputs, or ``(outputs,
     parameters)``). What json_writer does not write (parameters, BYTES, a

@@ -28,6 +28,7 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from pyserver.engine.protocol.http_infer cimport HttpPending
 from pyserver.engine.protocol.http_route cimport (
     InferRoute,
     RouteFrontend,
@@ -227,8 +228,9 @@ cdef class LaneHost(ReaderSource):
         except Exception as e:
             sink.answer(connection, conn.error_data(e, True, False))
             return 0
-        when_done(fut, LaneDone(self.route, sink, connection, conn, request,
-                                 self.route.encoding_of(headers)))
+        # a record's answer is never compressed (InferRoute.direct took it so)
+        encoding = None if type(request) is HttpPending else self.route.encoding_of(headers)
+        when_done(fut, LaneDone(self.route, sink, connection, conn, request, encoding))
         return 0
 
     cdef dict _headers(self, LaneRequest& r):

@@ -1,7 +1,7 @@
 # engine/protocol/http_route.pyx: the HTTP infer route, which the pump's
 # infer lane (http_lane.pyx) shares.
 
-from pyserver.engine.admission cimport Route
+from pyserver.engine.admission cimport Admission, Route
 
 
 cdef class Slot:
@@ -15,8 +15,9 @@ cdef class RouteFrontend:
     cdef readonly object model_config
     cdef readonly object header_forwarder
     cdef readonly object submitter
-    cdef readonly object routes  # Server.route, or None
-    cdef readonly object enqueue_plain  # Server.enqueue_plain
+    # the server's compiled admission (Server.admission: route, submit,
+    # enqueue_plain), or None where requests take the general way
+    cdef readonly Admission admission
 
 
 cdef RouteFrontend route_frontend(frontend)

@@ -20,14 +20,14 @@ from pyserver.engine.protocol.http_codec import (
     inference_header_length,
     release_shm,
 )
-from pyserver.engine.protocol.http_infer import (
-    NOT_READ,
+from pyserver.engine.protocol.http_infer import NOT_READ
+from pyserver.engine.protocol.http_infer cimport (
     HttpPending,
     direct_answer,
     plain_record,
     record_answer,
 )
-from pyserver.engine.types cimport ImmediateFuture
+from pyserver.engine.types cimport ImmediateFuture, PlainPending
 
 from pyserver.engine import now_ns
 from pyserver.kernel.errors import Code, ServerError
@@ -63,10 +63,9 @@ cdef class RouteFrontend:
         self.model_config = server.model_config
         self.header_forwarder = frontend.header_forwarder
         self.submitter = server.submitter
-        self.enqueue_plain = getattr(server, "enqueue_plain", None)
         # Forwarded headers become request parameters: those go the general
         # way. A server with no compiled admission has no route.
-        self.routes = getattr(server, "route", None) \
+        self.admission = getattr(server, "admission", None) \
             if self.header_forwarder is None else None
 
 
@@ -121,8 +120,8 @@ cdef class InferRoute:
         The model is looked up once for both (Admission.route); raises what
         ``begin`` raises."""
         cdef Route route = None
-        if rf.routes is not None and not version:
-            route = rf.routes(model)
+        if rf.admission is not None and not version:
+            route = rf.admission.route(model)
         data = self.direct(rf, headers, body, route, keep_alive, http10)
         if type(data) is list or type(data) is tuple:  # answered, or queued as a record
             return data
@@ -174,7 +173,7 @@ cdef class InferRoute:
             return NOT_READ
         direct = route.runnable()
         records = route.records if direct is None else None
-        if direct is None and (records is None or rf.enqueue_plain is None):
+        if direct is None and records is None:
             return NOT_READ
         cdef Py_ssize_t total = len(body), hlen
         hval = headers.get(b"inference-header-content-length")
@@ -191,7 +190,7 @@ cdef class InferRoute:
         record = plain_record(records, body, hlen, rf.max_input_size, fut)
         if type(record) is int:
             return record
-        rf.enqueue_plain(route, record)
+        rf.admission.enqueue_plain(route, <PlainPending>record)
         return record, fut
 
     cdef object encoding_of(self, dict headers):

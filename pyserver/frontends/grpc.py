@@ -337,8 +337,7 @@ class GrpcFrontend:
             header_forwarder=self._forwarder.forward if self._forwarder is not None else None,
             tracer=self._tracer,
             # forwarded headers become request parameters: those go the general way
-            routes=server.route if self._forwarder is None else None,
-            enqueue_plain=server.enqueue_plain)
+            admission=getattr(server, "admission", None) if self._forwarder is None else None)
         self._routes[(_SERVICE + "ModelInfer").encode()] = (
             http2.UNARY, self._guarded(infer, "inference"))
         routes = self._routes

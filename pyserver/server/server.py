@@ -151,6 +151,9 @@ class Server:
         # a plain record a frontend read straight into its queue entry
         # (engine/types.pyx PlainPending), queued where its Route has records
         self.enqueue_plain = self._admission.enqueue_plain
+        # the same three, for a compiled reader to call as C calls
+        # (engine/protocol/http_route.pyx RouteFrontend)
+        self.admission = self._admission
         # answering what the completion queue carries (a batch that ran, or a
         # request the engine failed), compiled (engine/settle.pyx); failures
         # come back to _fail. resolve_now also answers a batch the loop ran
