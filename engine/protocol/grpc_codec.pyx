@@ -21,6 +21,7 @@ from libc.string cimport memcmp, memcpy
 from pyserver.engine.admission cimport Admission, Route
 from pyserver.engine.batch_execution cimport DirectRoute
 from pyserver.engine.plain_spec cimport PlainModel
+from pyserver.engine.protocol.http2 cimport Stream
 from pyserver.engine.protocol.plain_request cimport (
     PlainRequest,
     PlainRequestInput,
@@ -762,7 +763,7 @@ cdef class InferHandler:
         fut.add_done_callback(done)
 
 
-    cdef bint _take_plain(self, stream, bytes msg, InferRequestView& view,
+    cdef bint _take_plain(self, Stream stream, bytes msg, InferRequestView& view,
                           Route route) except -1:
         """Runs and answers a plain request to a model that takes it as it
         is read (batch_execution.DirectRoute), or queues it as read where
@@ -820,7 +821,7 @@ cdef class InferHandler:
         stream.respond(payload, True)
         return True
 
-    cdef int _queue_record(self, stream, Route route, PlainModel m, dict feed,
+    cdef int _queue_record(self, Stream stream, Route route, PlainModel m, dict feed,
                            PlainRequest& plain, request_id) except -1:
         fut = ImmediateFuture()
         cdef GrpcPending p = GrpcPending(fut, feed, plain.match.batch_size, request_id,
@@ -854,13 +855,13 @@ cdef class _RecordDone:
     """A record's done-callback: its answer from its outputs (typed by
     their arrays, as RequestPath.response types them) onto its stream."""
 
-    cdef object stream
+    cdef Stream stream
     cdef GrpcPending record
     cdef object on_error
     cdef object handle  # the deadline's timer, if the call has one
 
     def __call__(self, fut):
-        stream = self.stream
+        cdef Stream stream = self.stream
         cdef GrpcPending p = self.record
         if self.handle is not None:
             self.handle.cancel()

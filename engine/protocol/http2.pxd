@@ -264,6 +264,7 @@ cdef class Stream:
     cdef int status
     cdef bytes status_message
 
+    cpdef bint respond(self, bytes payload, bint framed=*) except -1
     cdef int _submit_headers(self, bint with_data) except -1
     cdef int _submit_trailers(self) except -1
     cdef int _append(self, object payload) except -1

@@ -305,7 +305,7 @@ cdef class Stream:
         conn._flush()
         return True
 
-    def respond(self, bytes payload, bint framed=False):
+    cpdef bint respond(self, bytes payload, bint framed=False) except -1:
         """A unary call's answer: the message, then status OK."""
         if self.finished or self.closed:
             return False
