@@ -51,6 +51,10 @@ cdef class PlainPending(PendingRequest):
     cdef public object request_id  # str ("" when it has none)
     cdef public list wanted  # the outputs it asked for by name, or None: all
 
+cdef class DoneCallback:
+    cdef int done(self, fut) except -1
+
+
 cdef class ImmediateFuture:
     cdef object _result
     cdef object _exception

@@ -126,6 +126,19 @@ cdef class PlainPending(PendingRequest):
         self.request_id = request_id
         self.wanted = wanted
 
+cdef class DoneCallback:
+    """A done-callback an ImmediateFuture calls as a C call (``done``), with
+    no Python call per request; as a callable (``__call__``) it serves an
+    asyncio future too. The protocols' answer steps subclass it, in Cython
+    (``done`` is a C method: a Python subclass could not override it)."""
+
+    cdef int done(self, fut) except -1:
+        raise NotImplementedError
+
+    def __call__(self, fut):
+        self.done(fut)
+
+
 cdef class ImmediateFuture:
     """A future for ``Server.submit`` whose done-callback runs the moment the
     outcome is set, inside the completion of the request's batch, rather
@@ -195,7 +208,10 @@ cdef class ImmediateFuture:
 
     cdef _call(self, fn):
         try:
-            fn(self)
+            if isinstance(fn, DoneCallback):
+                (<DoneCallback>fn).done(self)
+            else:
+                fn(self)
         except Exception:
             _log.exception("a done-callback failed")
 

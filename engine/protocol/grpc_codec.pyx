@@ -31,6 +31,7 @@ from pyserver.engine.protocol.plain_request cimport (
 )
 from pyserver.engine.status cimport check_status
 from pyserver.engine.types cimport (
+    DoneCallback,
     InferResponse,
     InferTensor,
     PlainPending,
@@ -851,7 +852,7 @@ cdef class GrpcPending(PlainPending):
     cdef vector[PlainRequestOutput] outputs
 
 
-cdef class _RecordDone:
+cdef class _RecordDone(DoneCallback):
     """A record's done-callback: its answer from its outputs (typed by
     their arrays, as RequestPath.response types them) onto its stream."""
 
@@ -860,7 +861,7 @@ cdef class _RecordDone:
     cdef object on_error
     cdef object handle  # the deadline's timer, if the call has one
 
-    def __call__(self, fut):
+    cdef int done(self, fut) except -1:
         cdef Stream stream = self.stream
         cdef GrpcPending p = self.record
         if self.handle is not None:
@@ -869,7 +870,7 @@ cdef class _RecordDone:
         if stream.closed or stream.finished:
             if not fut.cancelled():  # nobody reads it: marked seen
                 fut.exception()
-            return
+            return 0
         try:
             result = fut.result()
             payload = None
@@ -884,8 +885,9 @@ cdef class _RecordDone:
                                   None, False, None)
         except BaseException as e:
             self.on_error(stream, e)
-            return
+            return 0
         stream.respond(payload, True)
+        return 0
 
 
 cdef object _encode_outputs(PlainModel m, request_id,
@@ -945,7 +947,7 @@ cdef object _encode_outputs(PlainModel m, request_id,
             PyBuffer_Release(&bufs[i])
 
 
-cdef class _InferDone:
+cdef class _InferDone(DoneCallback):
     """A ModelInfer call's done-callback: encode the response, answer."""
 
     cdef object stream
@@ -955,7 +957,7 @@ cdef class _InferDone:
     cdef object on_error
     cdef object tracer
 
-    def __call__(self, fut):
+    cdef int done(self, fut) except -1:
         cdef uint64_t sending = 0
         stream = self.stream
         use = self.use
@@ -967,7 +969,7 @@ cdef class _InferDone:
                 # but asyncio logs an exception never retrieved: mark it seen.
                 if not fut.cancelled():
                     fut.exception()
-                return
+                return 0
             try:
                 response = fut.result()
                 if use is not None:
@@ -975,7 +977,7 @@ cdef class _InferDone:
                 payload = _encode(response, self.request, False, None)
             except BaseException as e:
                 self.on_error(stream, e)
-                return
+                return 0
             request = self.request
             if request.trace is not None:  # traced: the send is timed
                 sending = NowNs()
@@ -988,3 +990,4 @@ cdef class _InferDone:
                 self.tracer.sent(request, "GRPC_SEND_START", sending or NowNs(),
                                  "GRPC_SEND_END", NowNs())
             self.stream = self.request = self.use = self.handle = None
+        return 0

@@ -43,6 +43,7 @@ from pyserver.engine.socket_pump cimport (
     progress_tuple,
 )
 from pyserver.engine.status cimport Status, check_status
+from pyserver.engine.types cimport DoneCallback
 
 from pyserver.engine import now_ns
 
@@ -242,7 +243,7 @@ cdef class LaneHost(ReaderSource):
         return headers
 
 
-cdef class LaneDone:
+cdef class LaneDone(DoneCallback):
     """One lane request's done-callback: its answer onto its connection."""
 
     cdef InferRoute route
@@ -261,15 +262,16 @@ cdef class LaneDone:
         self.request = request
         self.encoding = encoding
 
-    def __call__(self, fut):
+    cdef int done(self, fut) except -1:
         request = self.request
         data = self.route.answer_data(self.conn, fut, request, self.encoding, True, False)
         if request.trace is None:
             self.sink.answer(self.connection, data)
-            return
+            return 0
         sending = now_ns()
         self.sink.answer(self.connection, data)
         self.conn.tracer.sent(request, "HTTP_SEND_START", sending, "HTTP_SEND_END", now_ns())
+        return 0
 
 
 cdef list _send_direct(int fd, list data):

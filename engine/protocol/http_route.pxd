@@ -2,6 +2,7 @@
 # infer lane (http_lane.pyx) shares.
 
 from pyserver.engine.admission cimport Admission, Route
+from pyserver.engine.types cimport DoneCallback
 
 
 cdef class Slot:
@@ -39,7 +40,7 @@ cdef class InferRoute:
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10)
 
 
-cdef class InferDone:
+cdef class InferDone(DoneCallback):
     cdef InferRoute route
     cdef object conn
     cdef Slot slot

@@ -261,7 +261,7 @@ cdef class InferDone:
         self.encoding = encoding
         self.http10 = http10
 
-    def __call__(self, fut):
+    cdef int done(self, fut) except -1:
         cdef Slot slot = self.slot
         conn = self.conn
         request = self.request
@@ -269,7 +269,8 @@ cdef class InferDone:
                                            self.http10)
         if request.trace is None:
             conn.answered()
-            return
+            return 0
         sending = now_ns()  # a traced request: its send stamps (written when not held back)
         conn.answered()
         conn.tracer.sent(request, "HTTP_SEND_START", sending, "HTTP_SEND_END", now_ns())
+        return 0

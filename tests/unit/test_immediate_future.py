@@ -120,3 +120,19 @@ def test_server_answers_in_the_batch_completion_not_an_iteration_later(tmp_path)
             await server.stop()
 
     asyncio.run(main())
+
+
+def test_a_done_callback_is_called_as_a_c_call_and_as_a_callable(caplog):
+    """DoneCallback (the protocols' answer steps): an ImmediateFuture calls
+    its ``done``; an asyncio future calls it, and it calls ``done`` too. The
+    base's ``done`` is the subclasses' to write: its error is logged, never
+    raised to the setter."""
+    from pyserver.engine.types import DoneCallback
+
+    f = ImmediateFuture()
+    f.add_done_callback(DoneCallback())
+    with caplog.at_level(logging.ERROR, logger="pyserver"):
+        f.set_result(1)
+    assert "done-callback failed" in caplog.text and "NotImplementedError" in caplog.text
+    with pytest.raises(NotImplementedError):
+        DoneCallback()(f)
