@@ -148,11 +148,10 @@ class Server:
         # a plain request's model (its Route, which may run the request as it
         # is read), which the frontends hand back to ``submitter``
         self.route = self._admission.route
-        # a plain record a frontend read straight into its queue entry
-        # (engine/types.pyx PlainPending), queued where its Route has records
-        self.enqueue_plain = self._admission.enqueue_plain
-        # the same three, for a compiled reader to call as C calls
-        # (engine/protocol/http_route.pyx RouteFrontend)
+        # the compiled readers call these as C calls, and its enqueue_plain
+        # (a plain record read straight into its queue entry, engine/types.pyx
+        # PlainPending, where its Route has records): http_route.pyx
+        # RouteFrontend, grpc_codec.pyx InferHandler
         self.admission = self._admission
         # answering what the completion queue carries (a batch that ran, or a
         # request the engine failed), compiled (engine/settle.pyx); failures
