@@ -9,7 +9,7 @@ of changes too small for a timed benchmark to see.
                                     [--checkout pyserver-NAME:PATH ...]
                                     [--models add_sub_dyn add_sub add_sub_onnx ...]
                                     [--protocols http grpc] [--concurrency 1 8]
-                                    [--requests 1000] [--warmup 200] [--binary]
+                                    [--requests 1000] [--warmup 200] [--binary] [--worker]
 
 Each system is started under ``valgrind --tool=callgrind`` (its worker
 processes are not: ``--trace-children=no``), one at a time; per model,
@@ -22,7 +22,11 @@ measured requests (statistics), and each system's ratio against the first.
 HTTP requests are JSON (``--binary``: binary inputs, as perf_analyzer sends
 them); gRPC requests carry raw input contents. Under callgrind the server
 runs some 50x slower, so at C > 1 requests queue longer and batches grow:
-compare cells whose batch sizes match. Counts user-space instructions only:
+compare cells whose batch sizes match. With ``--worker`` the Python
+workers run under callgrind too (``--trace-children=yes``) and their
+instructions per request are printed beside the server's; their spin for
+the next batch is off then (``PYSERVER_PYTHON_EXEC_SPIN_US=0``), as a spin's
+instructions would count time, not work. Counts user-space instructions only:
 what the kernel does for a system call, and what a wake-up costs, are not
 in it (a timed benchmark measures those: bench/perf_analyzer.py).
 Needs valgrind. Not a test.
@@ -147,34 +151,47 @@ def summary(dump: Path) -> int:
     raise RuntimeError(f"no summary in {dump}")
 
 
+def instructions(out: Path, pid: int) -> int:
+    """The instructions of process ``pid``'s dump since its counters were
+    zeroed (callgrind writes it as callgrind_control returns: give it a
+    moment)."""
+    for _ in range(50):
+        dumps = sorted(out.glob(f"callgrind.{pid}.*"))
+        if dumps:
+            return summary(dumps[-1])
+        time.sleep(0.1)
+    raise RuntimeError(f"callgrind wrote no dump for {pid}")
+
+
 def measure(server, out: Path, model: str, protocol: str, conc: int, args) -> dict:
-    """One cell: instructions per request over ``args.requests`` requests."""
+    """One cell: instructions per request over ``args.requests`` requests,
+    the server process's (and with --worker, its workers' together)."""
     clients = Clients(server, model, protocol, conc, args.binary)
-    pid = server.proc.pid
     try:
         clients.send(args.warmup)
+        pids = server.pids() if args.worker else [server.proc.pid]
         before = server.model_counts(model)
-        for dump in out.glob(f"callgrind.{pid}.*"):
-            dump.unlink()
-        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+        for pid in pids:
+            for dump in out.glob(f"callgrind.{pid}.*"):
+                dump.unlink()
+            subprocess.run(["callgrind_control", "-z", str(pid)], check=True,
+                           capture_output=True)
         sent = args.requests - args.requests % conc
         clients.send(sent)
-        subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-d", str(pid)], check=True,
+                           capture_output=True)
         after = server.model_counts(model)
     finally:
         clients.close()
-    dumps = []
-    for _ in range(50):  # the dump is written as callgrind_control returns, give it a moment
-        dumps = sorted(out.glob(f"callgrind.{pid}.*"))
-        if dumps:
-            break
-        time.sleep(0.1)
-    if not dumps:
-        raise RuntimeError(f"callgrind wrote no dump for {pid}")
     inferences, executions = after[0] - before[0], after[1] - before[1]
-    return {"model": model, "protocol": protocol, "concurrency": conc, "requests": sent,
-            "instructions_per_request": round(summary(dumps[-1]) / sent),
-            "batch_size": round(inferences / max(1, executions), 2)}
+    row = {"model": model, "protocol": protocol, "concurrency": conc, "requests": sent,
+           "instructions_per_request": round(instructions(out, server.proc.pid) / sent),
+           "batch_size": round(inferences / max(1, executions), 2)}
+    if args.worker:
+        row["worker_instructions_per_request"] = round(
+            sum(instructions(out, pid) for pid in pids if pid != server.proc.pid) / sent)
+    return row
 
 
 def main() -> None:
@@ -188,6 +205,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--binary", action="store_true", help="HTTP inputs as binary data")
+    p.add_argument("--worker", action="store_true",
+                   help="count the Python workers' instructions too (their spin off)")
     systems.add_variant_options(p)
     args = p.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -200,10 +219,14 @@ def main() -> None:
     for system in args.systems:
         out = tmp / system
         out.mkdir()
-        prefix = ["valgrind", "--tool=callgrind", "--trace-children=no",
+        prefix = ["valgrind", "--tool=callgrind",
+                  f"--trace-children={'yes' if args.worker else 'no'}",
                   f"--callgrind-out-file={out}/callgrind.%p"]
+        env = dict(envs.get(system) or {})
+        if args.worker:
+            env.setdefault("PYSERVER_PYTHON_EXEC_SPIN_US", "0")
         server = systems.start_pyserver(repo, tmp / f"{system}.log", args.models,
-                                        extra_env=envs.get(system), name=system,
+                                        extra_env=env, name=system,
                                         prefix=prefix, checkout=checkouts.get(system))
         try:
             server.wait_ready(900)
@@ -213,9 +236,11 @@ def main() -> None:
                         row = {"system": system,
                                **measure(server, out, model, protocol, conc, args)}
                         rows.append(row)
+                        worker = row.get("worker_instructions_per_request")
                         print(f"{system:>20} {model:>16} {protocol:>4} c{conc:<3} "
-                              f"{row['instructions_per_request']:>9,} instructions/request  "
-                              f"batch {row['batch_size']}", file=sys.stderr, flush=True)
+                              f"{row['instructions_per_request']:>9,} instructions/request"
+                              + (f" (workers {worker:,})" if worker is not None else "")
+                              + f"  batch {row['batch_size']}", file=sys.stderr, flush=True)
         finally:
             server.stop()
     base = args.systems[0]
