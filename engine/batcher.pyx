@@ -59,6 +59,17 @@ cdef class BatchStrategy:
     BatchStrategy); requests queued under it carry a view it reads."""
 
 
+cdef inline void _fill_info(RequestInfo& info, uint32_t batch_size, uint64_t priority,
+                            uint64_t timeout_us, uint64_t shape_key) noexcept:
+    """What every enqueue tells the scheduler of a request."""
+    info.batch_size = batch_size
+    # A level beyond the model's is its default level, as in Triton
+    # (PriorityQueue::LevelFor); beyond uint32 too (0: the default).
+    info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
+    info.timeout_us = timeout_us
+    info.shape_key = shape_key
+
+
 cdef class Scheduler:
     """A model's request queue. Create with ``Scheduler.dynamic`` or
     ``Scheduler.pass_through``."""
@@ -152,12 +163,7 @@ cdef class Scheduler:
         the address of what the model's BatchStrategy reads of the request,
         kept alive by ``request`` while it is queued."""
         cdef RequestInfo info
-        info.batch_size = batch_size
-        # A level beyond the model's is its default level, as in Triton
-        # (PriorityQueue::LevelFor); beyond uint32 too (0: the default).
-        info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
-        info.timeout_us = timeout_us
-        info.shape_key = shape_key
+        _fill_info(info, batch_size, priority, timeout_us, shape_key)
         info.view = <const void*>view
         if correlation_id:  # sequence models only
             info.correlation_id = correlation_id
@@ -171,10 +177,7 @@ cdef class Scheduler:
         """``enqueue`` as a C call, for a request that is not in a
         sequence and has no BatchStrategy view (engine/admission.pyx)."""
         cdef RequestInfo info
-        info.batch_size = batch_size
-        info.priority = <uint32_t>priority if priority <= 0xFFFFFFFF else 0
-        info.timeout_us = timeout_us
-        info.shape_key = shape_key
+        _fill_info(info, batch_size, priority, timeout_us, shape_key)
         return self._enqueue(request, info)
 
     cdef uint64_t _enqueue(self, object request, RequestInfo& info) except? 0:

@@ -126,6 +126,7 @@ cdef class PlainPending(PendingRequest):
         self.request_id = request_id
         self.wanted = wanted
 
+
 cdef class DoneCallback:
     """A done-callback an ImmediateFuture calls as a C call (``done``), with
     no Python call per request; as a callable (``__call__``) it serves an

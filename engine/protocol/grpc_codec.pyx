@@ -748,21 +748,28 @@ cdef class InferHandler:
                 use.release()
             self.on_error(stream, e)
             return
-        timeout = stream.timeout
         done = _InferDone.__new__(_InferDone)
         done.stream = stream
         done.request = request
         done.use = use
         done.on_error = self.on_error
         done.tracer = self.tracer
-        if timeout is not None:
-            done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
-        # RST_STREAM: with a canceller (Server.cancel) the request also
-        # leaves the model's queue if it has not started yet.
-        stream.cancel_callback = fut.cancel if self.canceller is None \
-            else functools.partial(self.canceller, fut)
+        done.handle = self._watch(stream, fut)
         fut.add_done_callback(done)
 
+    cdef object _watch(self, stream, fut):
+        """What ends a call before its answer, for the general path and a
+        record alike: RST_STREAM cancels ``fut`` (with a canceller,
+        Server.cancel, the request also leaves the model's queue if it has
+        not started yet), and the call's deadline (grpc-timeout) ends it with
+        DEADLINE_EXCEEDED (``on_deadline``). Returns the deadline's timer, or
+        None, for the done-callback to cancel."""
+        stream.cancel_callback = fut.cancel if self.canceller is None \
+            else functools.partial(self.canceller, fut)
+        timeout = stream.timeout
+        if timeout is None:
+            return None
+        return self.loop.call_later(timeout, self.on_deadline, stream, fut)
 
     cdef bint _take_plain(self, Stream stream, bytes msg, InferRequestView& view,
                           Route route) except -1:
@@ -834,12 +841,7 @@ cdef class InferHandler:
         done.stream = stream
         done.record = p
         done.on_error = self.on_error
-        timeout = stream.timeout
-        if timeout is not None:  # grpc-timeout: as the general path keeps it
-            done.handle = self.loop.call_later(timeout, self.on_deadline, stream, fut)
-        # RST_STREAM: as the general path's (Server.cancel takes it off the queue)
-        stream.cancel_callback = fut.cancel if self.canceller is None \
-            else functools.partial(self.canceller, fut)
+        done.handle = self._watch(stream, fut)
         fut.add_done_callback(done)
         return 0
 

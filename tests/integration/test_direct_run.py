@@ -137,13 +137,14 @@ def serve(start_server):
         served.srv.call(served.frontend.stop(5))
 
 
-def raw_call(url, request):
-    """ModelInfer with a request built by hand, no deadline."""
+def raw_call(url, request, timeout=None):
+    """ModelInfer with a request built by hand (``timeout``: its deadline,
+    grpc-timeout): ("ok", bytes) or (code, details)."""
     with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)
         try:
-            return "ok", call(request.SerializeToString())
+            return "ok", call(request.SerializeToString(), timeout=timeout)
         except grpc.RpcError as err:
             return err.code(), err.details()
 

@@ -21,7 +21,7 @@ import pytest
 from pyserver._proto import message_class
 from pyserver.backends.base import Capability
 from pyserver.frontends.grpc import GrpcFrontend
-from tests.integration.test_direct_run import METHOD, raw_call
+from tests.integration.test_direct_run import raw_call
 
 MODEL = textwrap.dedent('''
     import numpy as np
@@ -444,27 +444,16 @@ def test_a_grpc_record_is_answered_as_the_general_path_answers(grpc_server, name
             assert outputs["WIDE"][0] == "FP64"
 
 
-def timed_call(url, request, timeout):
-    """ModelInfer with a deadline (grpc-timeout): ("ok", bytes) or (code, details)."""
-    with grpc.insecure_channel(url) as channel:
-        call = channel.unary_unary(METHOD, request_serializer=lambda b: b,
-                                   response_deserializer=lambda b: b)
-        try:
-            return "ok", call(request.SerializeToString(), timeout=timeout)
-        except grpc.RpcError as err:
-            return err.code(), err.details()
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_a_grpc_call_with_a_deadline_is_read_as_a_record(grpc_server, name):
     server = grpc_server
     r = route(server, name)
     req = grpc_request(name, rid="d-1", batch=MODELS[name][0] > 0)
     before = r.records_queued
-    via_record = timed_call(server.grpc_url, req, 30)
+    via_record = raw_call(server.grpc_url, req, 30)
     assert r.records_queued == before + 1, "the record path did not take it"
     with records_off(server, r):
-        general = timed_call(server.grpc_url, req, 30)
+        general = raw_call(server.grpc_url, req, 30)
     assert via_record[0] == "ok"
     assert via_record == general
 
@@ -476,7 +465,7 @@ def deadline_passes_in_the_queue(server):
     req = grpc_request("plain_batched", batch=True)
     stats0 = server.run(server.server.model_statistics, "plain_batched")
     start = time.monotonic()
-    outcome = timed_call(server.grpc_url, req, 0.3)
+    outcome = raw_call(server.grpc_url, req, 0.3)
     took = time.monotonic() - start
     time.sleep(2.5)  # past the delay: a request still queued would have run by now
     stats = server.run(server.server.model_statistics, "plain_batched")
