@@ -19,8 +19,8 @@ connection of its own, send the warm-up requests, the counters are zeroed
 dumped (``-d``). Printed per cell: instructions per request (the dump's
 summary over the requests sent), the batch size the model formed over the
 measured requests (statistics), and each system's ratio against the first.
-HTTP requests are JSON (``--binary``: binary inputs, as perf_analyzer sends
-them); gRPC requests carry raw input contents. Under callgrind the server
+HTTP requests are JSON (``--binary``: binary inputs and outputs, as
+perf_analyzer sends them); gRPC requests carry raw input contents. Under callgrind the server
 runs some 50x slower, so at C > 1 requests queue longer and batches grow:
 compare cells whose batch sizes match. With ``--worker`` the Python
 workers run under callgrind too (``--trace-children=yes``) and their
@@ -54,7 +54,8 @@ GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def http_request(model: str, binary: bool) -> tuple[bytes, dict]:
-    """An add_sub request of FP32[1, 16] (FP32[16] unbatched) and its headers."""
+    """An add_sub request of FP32[1, 16] (FP32[16] unbatched) and its headers;
+    ``binary``: as perf_analyzer sends it (binary inputs and outputs)."""
     import numpy as np
 
     shape = [1, 16] if perf_analyzer.MODELS[model]["max_batch_size"] else [16]
@@ -69,7 +70,10 @@ def http_request(model: str, binary: bool) -> tuple[bytes, dict]:
         else:
             entry["data"] = data.tolist()
         doc["inputs"].append(entry)
-    header = json.dumps(doc).encode()
+    if binary:  # perf_analyzer's request: an empty id, both outputs asked as binary data
+        doc = {"id": "", **doc, "outputs": [{"name": name, "parameters": {"binary_data": True}}
+                                            for name in ("OUTPUT0", "OUTPUT1")]}
+    header = json.dumps(doc, separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json"}
     if binary:
         headers = {"Content-Type": "application/octet-stream",

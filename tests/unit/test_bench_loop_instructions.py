@@ -10,7 +10,7 @@ from bench.loop_instructions import grpc_request, http_request, instructions, su
 from pyserver._proto import message_class
 
 
-def test_http_requests_as_json_and_as_binary_inputs():
+def test_http_requests_as_json_and_as_perf_analyzer_sends_them():
     body, headers = http_request("add_sub_dyn", binary=False)
     doc = json.loads(body)
     assert headers == {"Content-Type": "application/json"}
@@ -21,6 +21,9 @@ def test_http_requests_as_json_and_as_binary_inputs():
     doc = json.loads(body[:hlen])
     assert [t["shape"] for t in doc["inputs"]] == [[16], [16]]  # unbatched
     assert all(t["parameters"] == {"binary_data_size": 64} for t in doc["inputs"])
+    assert doc["id"] == ""
+    assert doc["outputs"] == [{"name": n, "parameters": {"binary_data": True}}
+                              for n in ("OUTPUT0", "OUTPUT1")]
     raw = np.frombuffer(body[hlen:], np.float32)
     np.testing.assert_array_equal(raw, np.concatenate([np.arange(16)] * 2))
 
