@@ -51,6 +51,12 @@ cdef class PlainPending(PendingRequest):
     cdef public object request_id  # str ("" when it has none)
     cdef public list wanted  # the outputs it asked for by name, or None: all
 
+
+# Fills a PlainPending (or a subclass) made with __new__: what __init__ does,
+# as a C call (a protocol's reader makes one per request).
+cdef int init_plain(PlainPending p, future, dict arrays, batch_size, request_id,
+                    list wanted) except -1
+
 cdef class DoneCallback:
     cdef int done(self, fut) except -1
 

@@ -122,9 +122,21 @@ cdef class PlainPending(PendingRequest):
     subclasses it with what its writer keeps per request."""
 
     def __init__(self, future, dict arrays, batch_size, request_id, list wanted):
-        PendingRequest.__init__(self, None, future, arrays, batch_size)
-        self.request_id = request_id
-        self.wanted = wanted
+        init_plain(self, future, arrays, batch_size, request_id, wanted)
+
+
+cdef int init_plain(PlainPending p, future, dict arrays, batch_size, request_id,
+                    list wanted) except -1:
+    p.request = None
+    p.future = future
+    p.arrays = arrays
+    p.batch_size = batch_size
+    p.response = None
+    p.id = 0
+    p.trace = None
+    p.request_id = request_id
+    p.wanted = wanted
+    return 0
 
 
 cdef class DoneCallback:

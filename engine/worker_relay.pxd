@@ -46,8 +46,8 @@ cdef class WorkerRelay:
     # duck-typed (tests hand in fakes): a Scheduler, a BatchResults
     cdef object _scheduler
     cdef object _finish
-    cdef object _sender  # a GroupSender, or None
-    cdef object _results  # a ResultReader, or None
+    cdef GroupSender _sender  # or None (tests subclass it)
+    cdef ResultReader _results  # or None (tests subclass it)
     cdef object _requests  # the server's Ledger (its count in flight), or None
     cdef Py_ssize_t _fill_from
     cdef Py_ssize_t _max_group

@@ -284,7 +284,7 @@ cdef class WorkerRelay:
         worker = self._worker
         backend = self.backend
         batches = self.batches
-        results_of = self._results
+        cdef ResultReader results_of = self._results
         cdef uint64_t start_ns
         try:
             messages = backend.drain_main(worker)  # one read per wake-up

@@ -35,6 +35,7 @@ from pyserver.engine.types cimport (
     InferResponse,
     InferTensor,
     PlainPending,
+    init_plain,
     new_output,
     new_request,
     new_tensor,
@@ -832,8 +833,9 @@ cdef class InferHandler:
     cdef int _queue_record(self, Stream stream, Route route, PlainModel m, dict feed,
                            PlainRequest& plain, request_id) except -1:
         fut = ImmediateFuture()
-        cdef GrpcPending p = GrpcPending(fut, feed, plain.match.batch_size, request_id,
-                                         wanted_names(m.output_names, plain))
+        cdef GrpcPending p = GrpcPending.__new__(GrpcPending)
+        init_plain(p, fut, feed, plain.match.batch_size, request_id,
+                   wanted_names(m.output_names, plain))
         p.model = m
         p.outputs = plain.outputs
         self.admission.enqueue_plain(route, p)

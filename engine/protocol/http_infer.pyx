@@ -71,6 +71,7 @@ from pyserver.engine.types cimport (
     InferTensor,
     PlainPending,
     RequestedOutput,
+    init_plain,
     new_output,
     new_request,
     new_response,
@@ -771,9 +772,9 @@ cdef object _record(PlainModel m, body, Py_buffer* src, Py_ssize_t hlen,
     feed = _read_feed(m, body, src, hlen, max_input_size, reader, &plain)
     if type(feed) is not dict:
         return feed
-    cdef HttpPending p = HttpPending(future, <dict>feed, plain.match.batch_size,
-                                     _text(reader.id()) if reader.has_id() else "",
-                                     wanted_names(m.output_names, plain))
+    cdef HttpPending p = HttpPending.__new__(HttpPending)
+    init_plain(p, future, <dict>feed, plain.match.batch_size,
+               _text(reader.id()) if reader.has_id() else "", wanted_names(m.output_names, plain))
     p.model = m
     p.outputs = plain.outputs
     p.outputs_named = plain.outputs_named

@@ -27,6 +27,7 @@ cdef RouteFrontend route_frontend(frontend)
 cdef class InferRoute:
     cdef object decompress  # (content-encoding, body, limit) -> body
     cdef object response_encoding  # accept-encoding header -> "gzip"/"deflate"/None
+    cdef dict _encodings  # what response_encoding said of each header value seen (bounded)
     cdef object compress  # (encoding, body) -> bytes
     cdef readonly int pipeline_high
 

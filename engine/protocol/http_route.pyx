@@ -86,6 +86,7 @@ cdef class InferRoute:
     def __init__(self, decompress, response_encoding, compress, int pipeline_high):
         self.decompress = decompress
         self.response_encoding = response_encoding
+        self._encodings = {}
         self.compress = compress
         self.pipeline_high = pipeline_high
 
@@ -196,7 +197,16 @@ cdef class InferRoute:
     cdef object encoding_of(self, dict headers):
         """The answer's Content-Encoding for the request's Accept-Encoding, or None."""
         accept = headers.get(b"accept-encoding")
-        return None if accept is None else self.response_encoding(accept)
+        if accept is None:
+            return None
+        # a client sends the same value on every request: asked once per value
+        cdef dict seen = self._encodings
+        enc = seen.get(accept, False)
+        if enc is False:
+            enc = self.response_encoding(accept)
+            if len(seen) < 256:
+                seen[accept] = enc
+        return enc
 
     cdef list answer_data(self, conn, fut, request, encoding, bint keep_alive, bint http10):
         """The answer to a request whose future is done, as written (its

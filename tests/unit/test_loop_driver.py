@@ -12,6 +12,7 @@ from pyserver.backends.base import BatchOutcome
 from pyserver.backends.python import loop_driver
 from pyserver.backends.python.channel import LOAD_ALONE, LOAD_BUSY, LOAD_LOW
 from pyserver.backends.python.loop_driver import MAX_GROUP, WorkerLoopDriver
+from pyserver.engine.worker_relay import GroupSender, ResultReader
 from pyserver.kernel.errors import Code, ServerError
 
 
@@ -431,7 +432,7 @@ def test_a_send_left_for_the_iteration_end_does_not_outlive_a_detach(driver):
     assert events == []
 
 
-class FakeGroupSender:
+class FakeGroupSender(GroupSender):
     """backend.plain_sender: sends a group on its own."""
 
     def __init__(self, events):
@@ -441,7 +442,7 @@ class FakeGroupSender:
         self.events.append(("sent alone", [r[0] for r in batches], load))
 
 
-class FakeResultReader:
+class FakeResultReader(ResultReader):
     """backend.plain_results: reads a "result" message on its own."""
 
     def __init__(self, events):

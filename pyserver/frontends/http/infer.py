@@ -40,17 +40,10 @@ def _accept_encoding(value: bytes) -> str:
     return best
 
 
-_ACCEPT_CACHE: dict = {}
-
-
-def _response_encoding(value) -> str | None:
-    if value is None:
-        return None
-    enc = _ACCEPT_CACHE.get(value)
-    if enc is None:
-        enc = _accept_encoding(value)
-        if len(_ACCEPT_CACHE) < 256:
-            _ACCEPT_CACHE[value] = enc
+def _response_encoding(value: bytes) -> str | None:
+    """The answer's Content-Encoding for an Accept-Encoding value (None:
+    none); InferRoute keeps what it said of each value it has seen."""
+    enc = _accept_encoding(value)
     return None if enc == "identity" else enc
 
 
