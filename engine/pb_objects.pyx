@@ -17,6 +17,18 @@ from cpython.pycapsule cimport PyCapsule_GetPointer
 
 from pyserver.engine.dlpack cimport DLManagedTensor
 
+
+cdef extern from *:
+    """
+    // cls's own tp_new, called directly: RequestBase.__new__(cls) with cls
+    // a Python subclass is a Python-level method call (new_request runs it
+    // per request)
+    static PyObject* pyserver_tp_new(PyObject* cls, PyObject* args) {
+        return ((PyTypeObject*)cls)->tp_new((PyTypeObject*)cls, args, NULL);
+    }
+    """
+    object pyserver_tp_new(object cls, object args)
+
 import enum
 import json
 
@@ -314,7 +326,9 @@ cpdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
     """A request of ``cls`` (pb_utils.InferenceRequest) handed to execute():
     built by the worker (worker_io, or pb_utils' InferenceRequest._incoming),
     no checks; ``index`` its place in the batch."""
-    cdef RequestBase r = <RequestBase>RequestBase.__new__(cls)
+    if not issubclass(cls, RequestBase):
+        raise TypeError(f"{cls.__name__} is not a pb_utils.InferenceRequest")
+    cdef RequestBase r = <RequestBase>pyserver_tp_new(cls, ())
     r._request_id = request_id
     r._correlation_id = correlation_id
     r._inputs = inputs

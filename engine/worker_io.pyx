@@ -139,6 +139,8 @@ cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bin
     cdef list requests = []
     cdef list tensors
     cdef list wanted
+    cdef list names = []  # the previous request's input names (get_str's ``same``)
+    cdef list last_wanted = []
     cdef WireTensor t
     cdef uint32_t count = get_u32(&r), index, n, j
     for index in range(count):
@@ -150,11 +152,17 @@ cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bin
         rid = get_str(&r)
         params = get_str(&r)
         n = get_u32(&r)
-        wanted = [get_str(&r) for j in range(n)]
+        wanted = [get_str(&r, last_wanted[j] if j < len(last_wanted) else None)
+                  for j in range(n)]
+        last_wanted = wanted
         n = get_u32(&r)
         tensors = []
         for j in range(n):
-            name = get_tensor(&r, &t)
+            name = get_tensor(&r, &t, names[j] if j < len(names) else None)
+            if j < len(names):
+                names[j] = name
+            else:
+                names.append(name)
             data = region.view(dtypes[t.code], t.nd, t.dims, t.offset, t.count)
             if copy:
                 data = data.copy()

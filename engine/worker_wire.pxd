@@ -22,7 +22,7 @@ ndim, i64 per dim, i64 region offset, i64 byte size.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from libcpp.string cimport string
 
 
@@ -101,9 +101,19 @@ cdef inline uint64_t get_u64(WireReader* r) except? 0xFFFFFFFFFFFFFFFF:
     return v
 
 
-cdef inline str get_str(WireReader* r):
+cdef inline str get_str(WireReader* r, object same=None):
+    """The next string; ``same`` itself where it is a str of those bytes (a
+    batch's requests name the same inputs and outputs: no new object per
+    request for a name the previous one had)."""
     cdef uint32_t size = get_u32(r)
     _need(r, size)
+    cdef Py_ssize_t known
+    cdef const char* utf8
+    if type(same) is str:
+        utf8 = PyUnicode_AsUTF8AndSize(same, &known)
+        if known == size and memcmp(utf8, r.at, size) == 0:
+            r.at += size
+            return <str>same
     s = PyUnicode_DecodeUTF8(r.at, size, NULL)
     r.at += size
     return s
@@ -125,9 +135,10 @@ cdef struct WireTensor:
     int64_t count   # elements (exec) or bytes (result)
 
 
-cdef inline str get_tensor(WireReader* r, WireTensor* t):
-    """A tensor's description into ``t``; its name."""
-    name = get_str(r)
+cdef inline str get_tensor(WireReader* r, WireTensor* t, object same_name=None):
+    """A tensor's description into ``t``; its name (``same_name`` where it
+    is that: get_str)."""
+    name = get_str(r, same_name)
     t.code = get_u32(r)
     cdef uint32_t nd = get_u32(r)
     if nd > WIRE_MAX_DIMS:

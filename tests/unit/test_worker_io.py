@@ -246,6 +246,34 @@ def test_plain_batches_travel_as_bytes_and_build_the_same_requests(regions):
         [(r.request_id(), r.correlation_id(), r.flags(), r.parameters()) for r in (a, b)]
 
 
+def test_names_a_batch_repeats_are_read_once_and_others_as_sent(regions):
+    """A name the previous request of the batch had is that same str (read
+    once per batch), both ways; a name of the same length but other bytes,
+    or in another place, is read as sent."""
+    writer, reader = regions
+    one = np.ones(2, np.float32)
+    batch = [_pending(1, {"A0": one, "B0": one}, outputs=["OUT0", "OUT1"]),
+             _pending(2, {"A0": one, "B0": one}, outputs=["OUT0", "OUT1"]),
+             _pending(3, {"B0": one, "A1": one}, outputs=["OUT1", "OUT0"])]
+    (group,) = _pack(writer, [batch], {"A0": 11, "B0": 11, "A1": 11})
+    reader.follow(writer.size)
+    a, b, c = _requests(group, reader.mm)
+    assert [[t.name() for t in r.inputs()] for r in (a, b, c)] == \
+        [["A0", "B0"], ["A0", "B0"], ["B0", "A1"]]
+    assert [r.requested_output_names() for r in (a, b, c)] == \
+        [["OUT0", "OUT1"], ["OUT0", "OUT1"], ["OUT1", "OUT0"]]
+    assert all(x.name() is y.name() for x, y in zip(a.inputs(), b.inputs()))
+    assert all(x is y for x, y in zip(a.requested_output_names(), b.requested_output_names()))
+    requests = [_request(["X0", "Y0"]), _request(["X0", "Y0"]), _request(["Y0", "X1"])]
+    responses = [pb.InferenceResponse([pb.Tensor(n, one) for n in r.requested_output_names()])
+                 for r in requests]
+    _, encoded = _answer(requests, responses, writer)
+    reader.follow(writer.size)
+    first, second, third = read_results(reader.mm, encoded, DTYPES, None)
+    assert [list(r) for r in (first, second, third)] == [["X0", "Y0"], ["X0", "Y0"], ["Y0", "X1"]]
+    assert all(x is y for x, y in zip(first, second))
+
+
 @pytest.mark.parametrize("unusual", [
     {"arrays": {"S": np.array([b"x"], dtype=np.object_)}},  # BYTES travel pickled
     {"arrays": {"X": np.zeros(2, np.float32)}, "parameters": {"sequence_id": "corr-7"}},
