@@ -22,7 +22,10 @@ measured requests (statistics), and each system's ratio against the first.
 HTTP requests are JSON (``--binary``: binary inputs and outputs, as
 perf_analyzer sends them); gRPC requests carry raw input contents. Under callgrind the server
 runs some 50x slower, so at C > 1 requests queue longer and batches grow:
-compare cells whose batch sizes match. With ``--worker`` the Python
+compare cells whose batch sizes match. Where a model and protocol ran at
+several concurrencies (batch sizes), their cells are also fitted to ``a +
+b / batch``: what each request costs (a) and what each batch costs once
+(b), for the server process and the workers. With ``--worker`` the Python
 workers run under callgrind too (``--trace-children=yes``) and their
 instructions per request are printed beside the server's; their spin for
 the next batch is off then (``PYSERVER_PYTHON_EXEC_SPIN_US=0``), as a spin's
@@ -198,6 +201,45 @@ def measure(server, out: Path, model: str, protocol: str, conc: int, args) -> di
     return row
 
 
+def split_per_batch(cells: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """``(instructions per request, batch size)`` cells of one model,
+    protocol and process fitted to ``a + b / batch`` (least squares): ``(a,
+    b)``, the instructions each request costs and those each batch costs
+    once, whatever its size. None without two distinct batch sizes."""
+    xs = [1.0 / batch for _, batch in cells]
+    if len(cells) < 2 or max(xs) - min(xs) < 1e-9:
+        return None
+    mx = sum(xs) / len(xs)
+    my = sum(y for y, _ in cells) / len(cells)
+    b = sum((x - mx) * (y - my) for x, (y, _) in zip(xs, cells)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def print_splits(rows: list[dict]) -> list[dict]:
+    """split_per_batch over each system's cells of a model and protocol
+    (its concurrencies), for the server process and the workers."""
+    splits = []
+    keys = sorted({(r["system"], r["model"], r["protocol"]) for r in rows})
+    for system, model, protocol in keys:
+        cells = [r for r in rows if (r["system"], r["model"], r["protocol"]) ==
+                 (system, model, protocol)]
+        for field, who in (("instructions_per_request", "server"),
+                           ("worker_instructions_per_request", "workers")):
+            if any(field not in r for r in cells):
+                continue
+            fit = split_per_batch([(r[field], r["batch_size"]) for r in cells])
+            if fit is None:
+                continue
+            per_request, per_batch = fit
+            splits.append({"system": system, "model": model, "protocol": protocol,
+                           "process": who, "per_request": round(per_request),
+                           "per_batch": round(per_batch)})
+            print(f"{system} {model} {protocol} {who}: {per_request:,.0f} instructions per "
+                  f"request + {per_batch:,.0f} per batch (batches "
+                  f"{', '.join(str(r['batch_size']) for r in cells)})", file=sys.stderr)
+    return splits
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--systems", nargs="+", default=["pyserver"])
@@ -262,7 +304,8 @@ def main() -> None:
         print(f"{row['system']}/{base} {row['model']} {row['protocol']} c{row['concurrency']}: "
               f"{ratio:.3f}x instructions per request (batches {row['batch_size']} / "
               f"{ref['batch_size']})", file=sys.stderr)
-    print(json.dumps({"rows": rows, "ratios": ratios}, indent=1))
+    splits = print_splits(rows)
+    print(json.dumps({"rows": rows, "ratios": ratios, "splits": splits}, indent=1))
 
 
 if __name__ == "__main__":

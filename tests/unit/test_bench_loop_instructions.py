@@ -6,7 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from bench.loop_instructions import grpc_request, http_request, instructions, summary
+from bench.loop_instructions import (
+    grpc_request,
+    http_request,
+    instructions,
+    print_splits,
+    split_per_batch,
+    summary,
+)
 from pyserver._proto import message_class
 
 
@@ -46,3 +53,22 @@ def test_a_dump_is_read_for_its_summary(tmp_path):
     (tmp_path / "callgrind.7.1").write_text("events: Ir\n")
     with pytest.raises(RuntimeError, match="no summary"):
         summary(tmp_path / "callgrind.7.1")
+
+
+def test_cells_split_into_a_cost_per_request_and_one_per_batch():
+    """a + b / batch recovered from cells made of it; none from one batch size."""
+    cells = [(60_000 + 32_000 / n, n) for n in (1.0, 1.9, 4.0, 7.6)]
+    a, b = split_per_batch(cells)
+    assert a == pytest.approx(60_000) and b == pytest.approx(32_000)
+    assert split_per_batch([(90_000, 1.0), (91_000, 1.0)]) is None
+    assert split_per_batch([(90_000, 1.0)]) is None
+    rows = [{"system": "pyserver", "model": "m", "protocol": "http", "batch_size": n,
+             "instructions_per_request": 50_000 + 20_000 / n,
+             "worker_instructions_per_request": 30_000 + 24_000 / n} for n in (1.0, 4.0)]
+    rows.append({"system": "pyserver", "model": "m", "protocol": "grpc", "batch_size": 1.0,
+                 "instructions_per_request": 1})
+    assert print_splits(rows) == [
+        {"system": "pyserver", "model": "m", "protocol": "http", "process": "server",
+         "per_request": 50_000, "per_batch": 20_000},
+        {"system": "pyserver", "model": "m", "protocol": "http", "process": "workers",
+         "per_request": 30_000, "per_batch": 24_000}]
