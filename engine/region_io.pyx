@@ -314,7 +314,7 @@ cdef list _read_wire(mm, bytes encoded, dict dtypes):
     cdef Py_buffer src
     cdef list results = []
     cdef dict outputs
-    cdef list names = []  # the previous request's output names (get_str's ``same``)
+    cdef list names = []  # the previous request's output names (get_str_seen)
     cdef uint32_t count, noutputs, i, j
     PyObject_GetBuffer(mm, &src, 0)
     try:
@@ -323,11 +323,7 @@ cdef list _read_wire(mm, bytes encoded, dict dtypes):
             noutputs = get_u32(&r)
             outputs = {}
             for j in range(noutputs):
-                name = get_tensor(&r, &t, names[j] if j < len(names) else None)
-                if j < len(names):
-                    names[j] = name
-                else:
-                    names.append(name)
+                name = get_tensor(&r, &t, names, j)
                 outputs[name] = _copy_out(<const char*>src.buf, src.len, name, dtypes[t.code],
                                           t.nd, t.dims, t.offset, t.count)
             results.append(outputs)

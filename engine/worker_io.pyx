@@ -34,6 +34,7 @@ from pyserver.engine.worker_wire cimport (
     WireReader,
     WireTensor,
     get_str,
+    get_str_seen,
     get_tensor,
     get_u32,
     get_u64,
@@ -139,8 +140,8 @@ cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bin
     cdef list requests = []
     cdef list tensors
     cdef list wanted
-    cdef list names = []  # the previous request's input names (get_str's ``same``)
-    cdef list last_wanted = []
+    cdef list names = []  # the previous request's input names (get_str_seen)
+    cdef list asked = []  # and the names of the outputs it asked for
     cdef WireTensor t
     cdef uint32_t count = get_u32(&r), index, n, j
     for index in range(count):
@@ -152,17 +153,11 @@ cdef list _requests_from_wire(bytes items, _InputRegion region, dict dtypes, bin
         rid = get_str(&r)
         params = get_str(&r)
         n = get_u32(&r)
-        wanted = [get_str(&r, last_wanted[j] if j < len(last_wanted) else None)
-                  for j in range(n)]
-        last_wanted = wanted
+        wanted = [get_str_seen(&r, asked, j) for j in range(n)]
         n = get_u32(&r)
         tensors = []
         for j in range(n):
-            name = get_tensor(&r, &t, names[j] if j < len(names) else None)
-            if j < len(names):
-                names[j] = name
-            else:
-                names.append(name)
+            name = get_tensor(&r, &t, names, j)
             data = region.view(dtypes[t.code], t.nd, t.dims, t.offset, t.count)
             if copy:
                 data = data.copy()

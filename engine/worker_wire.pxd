@@ -119,6 +119,20 @@ cdef inline str get_str(WireReader* r, object same=None):
     return s
 
 
+cdef inline str get_str_seen(WireReader* r, list seen, Py_ssize_t j):
+    """get_str for a request's ``j``-th string of one kind (its inputs'
+    names, say): ``seen`` holds the previous request's strings of that kind
+    (its ``j``-th is offered as ``same``) and takes this one's in its place."""
+    if seen is None:
+        return get_str(r)
+    s = get_str(r, seen[j] if j < len(seen) else None)
+    if j < len(seen):
+        seen[j] = s
+    else:
+        seen.append(s)
+    return s
+
+
 cdef inline bytes get_bytes(WireReader* r):
     cdef uint32_t size = get_u32(r)
     _need(r, size)
@@ -135,10 +149,10 @@ cdef struct WireTensor:
     int64_t count   # elements (exec) or bytes (result)
 
 
-cdef inline str get_tensor(WireReader* r, WireTensor* t, object same_name=None):
-    """A tensor's description into ``t``; its name (``same_name`` where it
-    is that: get_str)."""
-    name = get_str(r, same_name)
+cdef inline str get_tensor(WireReader* r, WireTensor* t, list seen=None, Py_ssize_t j=0):
+    """A request's ``j``-th tensor's description into ``t``; its name
+    (get_str_seen: ``seen``, the names of the previous request's tensors)."""
+    name = get_str_seen(r, seen, j)
     t.code = get_u32(r)
     cdef uint32_t nd = get_u32(r)
     if nd > WIRE_MAX_DIMS:
