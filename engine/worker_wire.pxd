@@ -17,7 +17,8 @@ id, u64 correlation ID, u32 flags, u64 timeout, str id, str parameters
 str name, u32 type code, u32 ndim, i64 per dim, i64 region offset, i64
 element count. A ``result`` message's answers: u32 request count, then per
 request u32 output count and per output: str name, u32 type code, u32
-ndim, i64 per dim, i64 region offset, i64 byte size.
+ndim, i64 per dim, i64 region offset, i64 byte size. The readers make a
+str once per batch for a name every request repeats (get_str_seen).
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
