@@ -20,14 +20,14 @@ from pyserver.engine.dlpack cimport DLManagedTensor
 
 cdef extern from *:
     """
-    // cls's own tp_new, called directly: RequestBase.__new__(cls) with cls
-    // a Python subclass is a Python-level method call (new_request runs it
-    // per request)
-    static PyObject* pyserver_tp_new(PyObject* cls, PyObject* args) {
-        return ((PyTypeObject*)cls)->tp_new((PyTypeObject*)cls, args, NULL);
+    // base.__new__(cls) as a C call: base's tp_new for its subtype cls (for
+    // a Python subclass, Cython makes RequestBase.__new__(cls) a Python
+    // method call, which new_request would make per request)
+    static PyObject* pyserver_new_as(PyObject* base, PyObject* cls, PyObject* args) {
+        return ((PyTypeObject*)base)->tp_new((PyTypeObject*)cls, args, NULL);
     }
     """
-    object pyserver_tp_new(object cls, object args)
+    object pyserver_new_as(object base, object cls, object args)
 
 import enum
 import json
@@ -328,7 +328,7 @@ cpdef RequestBase new_request(type cls, Py_ssize_t index, object request_id,
     no checks; ``index`` its place in the batch."""
     if not issubclass(cls, RequestBase):
         raise TypeError(f"{cls.__name__} is not a pb_utils.InferenceRequest")
-    cdef RequestBase r = <RequestBase>pyserver_tp_new(cls, ())
+    cdef RequestBase r = <RequestBase>pyserver_new_as(RequestBase, cls, ())
     r._request_id = request_id
     r._correlation_id = correlation_id
     r._inputs = inputs

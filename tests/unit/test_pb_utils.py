@@ -302,3 +302,20 @@ def test_the_objects_pickle_and_copy():
         pb.InferenceRequest(model_name="m", inputs=[t], requested_output_names=["y"])))
     assert type(request) is pb.InferenceRequest and request.inputs()[0].name() == "x"
     assert repr(t) == "Tensor('x', dtype=FP32, shape=[3])"
+
+
+def test_incoming_requests_are_of_the_class_asked_for_and_only_a_request_class():
+    """new_request makes its request through RequestBase's own constructor
+    for the class given (a C call), with every field set; a class that is
+    not a request class is refused rather than filled."""
+    from pyserver.engine.pb_objects import new_request
+
+    class Sub(pb.InferenceRequest):
+        pass
+
+    r = new_request(Sub, 3, "id", 9, 0, 5, "{}", ["OUT"], [], "m", "1", 11, None)
+    assert type(r) is Sub
+    assert (r.request_id(), r.correlation_id(), r.timeout(), r.requested_output_names(),
+            r.model_name(), r._index, r._key) == ("id", 9, 5, ["OUT"], "m", 3, 11)
+    with pytest.raises(TypeError, match="not a pb_utils.InferenceRequest"):
+        new_request(dict, 0, "", 0, 0, 0, "{}", [], [], "m", "1", 0, None)
