@@ -100,13 +100,17 @@ cdef class PendingRequest:
     while it is traced."""
 
     def __init__(self, request, future, arrays, batch_size):
-        self.request = request
-        self.future = future
-        self.arrays = arrays
-        self.batch_size = batch_size
-        self.response = None
-        self.id = 0
-        self.trace = None
+        _init_pending(self, request, future, arrays, batch_size)
+
+
+cdef inline void _init_pending(PendingRequest p, request, future, arrays, batch_size):
+    p.request = request
+    p.future = future
+    p.arrays = arrays
+    p.batch_size = batch_size
+    p.response = None
+    p.id = 0
+    p.trace = None
 
 
 
@@ -127,13 +131,7 @@ cdef class PlainPending(PendingRequest):
 
 cdef int init_plain(PlainPending p, future, dict arrays, batch_size, request_id,
                     list wanted) except -1:
-    p.request = None
-    p.future = future
-    p.arrays = arrays
-    p.batch_size = batch_size
-    p.response = None
-    p.id = 0
-    p.trace = None
+    _init_pending(p, None, future, arrays, batch_size)
     p.request_id = request_id
     p.wanted = wanted
     return 0
